@@ -1,0 +1,58 @@
+//! The `ledgerlake` command line (clap derive). `anyhow` is allowed here and in `main.rs` only.
+//!
+//! Subcommands: `serve` runs the service; `config` shows, checks and describes configuration;
+//! `perf` runs load generators. Client subcommands (`offload`, `sql`, `admin`, `verify`, and
+//! `perf produce|consume`) join as their issues land; they talk to a running service through
+//! `--url http://127.0.0.1:8080` / `--service-url pulsar://127.0.0.1:6650`.
+
+use clap::{Parser, Subcommand};
+
+use crate::config::LogFormat;
+
+mod config_cmd;
+mod perf;
+mod serve;
+
+/// ledgerlake: Pulsar-protocol streaming with infinite retention in Apache Iceberg.
+#[derive(Debug, Parser)]
+#[command(name = "ledgerlake", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    /// Log line format: `human` (colours on a terminal) or `json`. Overrides
+    /// `telemetry.log_format`.
+    #[arg(long, global = true, value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// Log filter in tracing env-filter syntax (e.g. `debug`, `ledgerlake=debug,info`).
+    /// Overrides `telemetry.log_level`; `RUST_LOG` wins over both.
+    #[arg(long, global = true)]
+    pub log_level: Option<String>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the service (Pulsar listener, HTTP admin/health, log, lake) until SIGINT/SIGTERM.
+    Serve(serve::ServeArgs),
+    /// Show the effective configuration, check a file, or print the JSON schema.
+    #[command(subcommand)]
+    Config(config_cmd::ConfigCommand),
+    /// Load generators and benchmarks.
+    #[command(subcommand)]
+    Perf(perf::PerfCommand),
+}
+
+/// Parses the command line and runs the chosen subcommand.
+pub fn run() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let global = serve::GlobalLogFlags {
+        log_format: cli.log_format,
+        log_level: cli.log_level,
+    };
+    match cli.command {
+        Command::Serve(args) => serve::run(args, global),
+        Command::Config(cmd) => config_cmd::run(cmd, global),
+        Command::Perf(cmd) => perf::run(cmd, global),
+    }
+}

@@ -1,0 +1,228 @@
+//! `ledgerlake perf`: load generators.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use serde::Serialize;
+
+use super::serve::GlobalLogFlags;
+use crate::config::{LedgerConfig, LogFormat, SyncPolicy};
+use crate::perf::disk::{self, Bandwidth, SyncLatency};
+use crate::perf::log_load::{self, LogLoadOptions, LogLoadResult};
+
+/// Load generators.
+#[derive(Debug, Subcommand)]
+pub enum PerfCommand {
+    /// Benchmark the durable log in-process (no running service needed) beside the disk's own
+    /// limit measured by the same tool: sequential writes + fdatasync of a plain file.
+    Log(LogArgs),
+}
+
+/// Flags of `ledgerlake perf log`.
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Directory for the benchmark's log and baseline files (on the disk you want to measure).
+    /// A fresh subdirectory is created per run and removed afterwards unless --keep.
+    #[arg(long, default_value = "./data/perf")]
+    pub dir: PathBuf,
+    /// Concurrent writers, one topic each; a comma-separated list runs each in turn.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,256")]
+    pub writers: Vec<usize>,
+    /// Payload size in bytes; a comma-separated list runs each in turn.
+    #[arg(long, value_delimiter = ',', default_value = "100,1024")]
+    pub size: Vec<usize>,
+    /// Measured duration of each run (e.g. 10s, 1m).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// Unmeasured warm-up before each run.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub warmup: Duration,
+    /// Total appends per second across all writers; omit for as fast as possible.
+    #[arg(long)]
+    pub rate: Option<u64>,
+    /// In-flight appends per writer (like a Pulsar producer's max pending messages).
+    #[arg(long, default_value_t = 1000)]
+    pub window: usize,
+    /// Durability policy for the run. `never` is unsafe and only shows the cost of fsync.
+    #[arg(long, value_enum, default_value = "always")]
+    pub sync: SyncPolicy,
+    /// Skip the plain-file baseline.
+    #[arg(long)]
+    pub no_baseline: bool,
+    /// Bytes per write in the latency baseline (write + fdatasync back to back).
+    #[arg(long, default_value_t = 4096)]
+    pub baseline_latency_write: usize,
+    /// Bytes per write in the bandwidth baseline (write + fdatasync back to back).
+    #[arg(long, default_value_t = 4 << 20)]
+    pub baseline_bandwidth_write: usize,
+    /// Print the summary as JSON on stdout (progress still goes to stderr).
+    #[arg(long)]
+    pub json: bool,
+    /// Keep the benchmark's files.
+    #[arg(long)]
+    pub keep: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    machine: Machine,
+    baseline: Option<Baseline>,
+    runs: Vec<LogLoadResult>,
+}
+
+#[derive(Debug, Serialize)]
+struct Machine {
+    cores: usize,
+    kernel: String,
+    dir: String,
+}
+
+#[derive(Debug, Serialize)]
+struct Baseline {
+    bandwidth: Bandwidth,
+    latency: SyncLatency,
+}
+
+pub fn run(cmd: PerfCommand, global: GlobalLogFlags) -> anyhow::Result<()> {
+    crate::telemetry::init(
+        global.log_format.unwrap_or(LogFormat::Human),
+        global.log_level.as_deref().unwrap_or("warn"),
+    )?;
+    match cmd {
+        PerfCommand::Log(args) => perf_log(args),
+    }
+}
+
+fn perf_log(args: LogArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    std::fs::create_dir_all(&args.dir)
+        .with_context(|| format!("creating {}", args.dir.display()))?;
+    let machine = Machine {
+        cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default(),
+        dir: args.dir.display().to_string(),
+    };
+    let baseline = if args.no_baseline {
+        None
+    } else {
+        let d = args.duration.min(Duration::from_secs(10));
+        eprintln!(
+            "baseline: plain file, {} B writes + fdatasync ...",
+            args.baseline_bandwidth_write
+        );
+        let bandwidth = disk::fsync_bandwidth(&args.dir, args.baseline_bandwidth_write, d)?;
+        eprintln!(
+            "baseline: plain file, {} B writes + fdatasync latency ...",
+            args.baseline_latency_write
+        );
+        let latency = disk::fsync_latency(&args.dir, args.baseline_latency_write, d)?;
+        Some(Baseline { bandwidth, latency })
+    };
+    let mut runs = Vec::new();
+    for &size in &args.size {
+        for &writers in &args.writers {
+            let dir = args
+                .dir
+                .join(format!("run-{}-{size}B-{writers}w", std::process::id()));
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir)?;
+            }
+            let opts = LogLoadOptions {
+                dir: dir.clone(),
+                writers,
+                message_size: size,
+                duration: args.duration,
+                warmup: args.warmup,
+                rate: args.rate,
+                window: args.window,
+                ledger: LedgerConfig {
+                    sync: args.sync,
+                    ..LedgerConfig::default()
+                },
+            };
+            eprintln!(
+                "run: {writers} writers, {size} B, sync={:?}, rate={:?}",
+                args.sync, args.rate
+            );
+            let result = runtime.block_on(log_load::run(opts, |p| {
+                eprintln!(
+                    "  {:>6.1}s  {:>12.0} msg/s  {:>8.1} MB/s",
+                    p.elapsed, p.msgs_per_s, p.mb_per_s
+                );
+            }))?;
+            if !args.keep {
+                std::fs::remove_dir_all(&dir)?;
+            }
+            runs.push(result);
+        }
+    }
+    let report = Report {
+        machine,
+        baseline,
+        runs,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_table(&report);
+    }
+    Ok(())
+}
+
+fn print_table(r: &Report) {
+    if let Some(b) = &r.baseline {
+        println!(
+            "baseline (plain file): {:.1} MB/s with {} B writes + fdatasync; \
+             {} B write + fdatasync p50 {} µs, p99 {} µs, p999 {} µs",
+            b.bandwidth.mb_per_s,
+            b.bandwidth.write_size,
+            b.latency.write_size,
+            b.latency.latency.p50_us,
+            b.latency.latency.p99_us,
+            b.latency.latency.p999_us
+        );
+    }
+    println!(
+        "{:>8} {:>7} {:>12} {:>10} {:>10} {:>9} {:>9} {:>9} {:>8}",
+        "writers",
+        "size",
+        "msg/s",
+        "payload MB/s",
+        "journal MB/s",
+        "p50 µs",
+        "p99 µs",
+        "p999 µs",
+        "of disk"
+    );
+    for run in &r.runs {
+        let share = r
+            .baseline
+            .as_ref()
+            .map(|b| {
+                format!(
+                    "{:.0}%",
+                    100.0 * run.journal_mb_per_s / b.bandwidth.mb_per_s
+                )
+            })
+            .unwrap_or_default();
+        println!(
+            "{:>8} {:>7} {:>12.0} {:>12.1} {:>12.1} {:>9} {:>9} {:>9} {:>8}",
+            run.writers,
+            run.message_size,
+            run.msgs_per_s,
+            run.payload_mb_per_s,
+            run.journal_mb_per_s,
+            run.latency.p50_us,
+            run.latency.p99_us,
+            run.latency.p999_us,
+            share
+        );
+    }
+}

@@ -1,0 +1,87 @@
+//! `ledgerlake serve`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+
+use crate::config::{self, LogFormat, Overrides, ServerOverrides, TelemetryOverrides};
+use crate::service::{shutdown_signal, Service};
+use crate::telemetry;
+
+/// Logging flags shared by every subcommand.
+#[derive(Debug, Clone, Default)]
+pub struct GlobalLogFlags {
+    pub log_format: Option<LogFormat>,
+    pub log_level: Option<String>,
+}
+
+/// Flags of `ledgerlake serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// TOML configuration file (see deploy/ledgerlake.toml). Values from `LEDGERLAKE_*`
+    /// environment variables and from flags override it.
+    #[arg(long, env = "LEDGERLAKE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Root of all local state (log, metadata.db, catalog.db, warehouse/). Default: ./data.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Pulsar binary-protocol listen address. Default: 127.0.0.1:6650. (The broker that serves
+    /// it arrives with the broker issue; until then nothing listens here.)
+    #[arg(long)]
+    pub pulsar_addr: Option<SocketAddr>,
+    /// HTTP listen address for health, admin, metrics and SQL. Default: 127.0.0.1:8080.
+    #[arg(long)]
+    pub http_addr: Option<SocketAddr>,
+    /// PostgreSQL wire-protocol listen address for SQL. Default: 127.0.0.1:5433. (Served once
+    /// the SQL issue lands.)
+    #[arg(long)]
+    pub pg_addr: Option<SocketAddr>,
+}
+
+/// Builds the effective configuration from a file, the environment and flags.
+pub(crate) fn load_config(
+    file: Option<&std::path::Path>,
+    data_dir: Option<PathBuf>,
+    server: ServerOverrides,
+    global: &GlobalLogFlags,
+) -> anyhow::Result<config::Config> {
+    let overrides = Overrides {
+        data_dir,
+        server,
+        telemetry: TelemetryOverrides {
+            log_format: global.log_format,
+            log_level: global.log_level.clone(),
+        },
+    };
+    Ok(config::load(file, &overrides)?)
+}
+
+pub fn run(args: ServeArgs, global: GlobalLogFlags) -> anyhow::Result<()> {
+    let config = load_config(
+        args.config.as_deref(),
+        args.data_dir,
+        ServerOverrides {
+            pulsar_addr: args.pulsar_addr,
+            http_addr: args.http_addr,
+            pg_addr: args.pg_addr,
+        },
+        &global,
+    )?;
+    telemetry::init(config.telemetry.log_format, &config.telemetry.log_level)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("ledgerlake-worker")
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let service = Service::start(&config).await?;
+        let signal = shutdown_signal()
+            .await
+            .context("installing signal handlers")?;
+        tracing::info!(signal, "shutting down");
+        service.shutdown().await?;
+        Ok(())
+    })
+}

@@ -1,0 +1,201 @@
+//! Layered loading of [`Config`]: defaults → TOML file → environment → flags.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Figment;
+use serde::Serialize;
+
+use super::{Config, LogFormat};
+
+/// Prefix of environment variables read as configuration.
+pub const ENV_PREFIX: &str = "LEDGERLAKE_";
+
+/// Why the configuration was refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The config file does not exist.
+    #[error("config file {} does not exist", .0.display())]
+    MissingFile(PathBuf),
+    /// A layer could not be parsed, has an unknown key or a value of the wrong type.
+    #[error("invalid configuration: {0}")]
+    Parse(String),
+    /// A value is out of range or inconsistent with another.
+    #[error("invalid configuration: {key}: {reason}")]
+    Invalid {
+        /// Dotted key, e.g. `ledger.segment_size`.
+        key: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Values given on the command line; `None` leaves the lower layers' value.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Overrides {
+    /// `--data-dir`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<PathBuf>,
+    /// `--pulsar-addr`, `--http-addr`, `--pg-addr`.
+    #[serde(skip_serializing_if = "ServerOverrides::is_empty")]
+    pub server: ServerOverrides,
+    /// `--log-format`, `--log-level`.
+    #[serde(skip_serializing_if = "TelemetryOverrides::is_empty")]
+    pub telemetry: TelemetryOverrides,
+}
+
+/// Listen-address flags.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ServerOverrides {
+    /// Pulsar listener.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pulsar_addr: Option<SocketAddr>,
+    /// HTTP listener.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_addr: Option<SocketAddr>,
+    /// PostgreSQL-wire listener.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pg_addr: Option<SocketAddr>,
+}
+
+impl ServerOverrides {
+    fn is_empty(&self) -> bool {
+        self.pulsar_addr.is_none() && self.http_addr.is_none() && self.pg_addr.is_none()
+    }
+}
+
+/// Logging flags.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TelemetryOverrides {
+    /// Log format.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_format: Option<LogFormat>,
+    /// Log filter.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_level: Option<String>,
+}
+
+impl TelemetryOverrides {
+    fn is_empty(&self) -> bool {
+        self.log_format.is_none() && self.log_level.is_none()
+    }
+}
+
+/// Builds the configuration from all layers and validates it.
+pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigError> {
+    let mut fig = Figment::from(Serialized::defaults(Config::default()));
+    if let Some(path) = file {
+        if !path.exists() {
+            return Err(ConfigError::MissingFile(path.to_path_buf()));
+        }
+        fig = fig.merge(Toml::file_exact(path));
+    }
+    fig = fig
+        .merge(Env::prefixed(ENV_PREFIX).split("__").ignore(&["config"]))
+        .merge(Serialized::defaults(overrides));
+    let config: Config = fig.extract().map_err(|e| {
+        ConfigError::Parse(
+            e.into_iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join("; "),
+        )
+    })?;
+    config.validate()?;
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_validate() {
+        assert_eq!(Config::default().validate().ok(), Some(()));
+    }
+
+    #[test]
+    fn shipped_default_file_equals_built_in_defaults() -> Result<(), Box<dyn std::error::Error>> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/ledgerlake.toml");
+        let text = std::fs::read_to_string(&path)?;
+        let parsed: Config = toml::from_str(&text)?;
+        assert_eq!(
+            parsed,
+            Config::default(),
+            "deploy/ledgerlake.toml drifted from the defaults"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn committed_schema_is_current() -> Result<(), Box<dyn std::error::Error>> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/config.schema.json");
+        let committed: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+        let current = serde_json::to_value(schemars::schema_for!(Config))?;
+        assert_eq!(
+            committed, current,
+            "schemas/config.schema.json is stale: run `ledgerlake config schema > schemas/config.schema.json`"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn layers_apply_in_order_and_unknown_keys_are_named() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "ll.toml",
+                "data_dir = \"/from/file\"\n[ledger]\nsync = \"never\"\nsegment_size = \"32 MiB\"\n",
+            )?;
+            jail.set_env("LEDGERLAKE_LEDGER__SYNC", "interval_ms");
+            jail.set_env("LEDGERLAKE_DATA_DIR", "/from/env");
+            let overrides = Overrides {
+                data_dir: Some(PathBuf::from("/from/flag")),
+                ..Default::default()
+            };
+            let c = load(Some(Path::new("ll.toml")), &overrides).map_err(|e| e.to_string())?;
+            assert_eq!(c.data_dir, PathBuf::from("/from/flag"));
+            assert_eq!(c.ledger.sync, super::super::SyncPolicy::IntervalMs);
+            assert_eq!(c.ledger.segment_size, bytesize::ByteSize::mib(32));
+
+            jail.create_file("bad.toml", "[ledger]\nsegmnt_size = 5\n")?;
+            let err = load(Some(Path::new("bad.toml")), &Overrides::default())
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(
+                err.contains("segmnt_size"),
+                "error does not name the key: {err}"
+            );
+
+            jail.set_env("LEDGERLAKE_LEDGER__NOPE", "1");
+            let err = load(None, &Overrides::default())
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(
+                err.contains("nope"),
+                "error does not name the env key: {err}"
+            );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn inconsistent_values_are_refused_with_the_key() {
+        let mut c = Config::default();
+        c.ledger.segment_size = bytesize::ByteSize::gib(8);
+        let err = c
+            .validate()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("ledger.segment_size"), "{err}");
+        assert!(load(
+            Some(Path::new("/nonexistent/ll.toml")),
+            &Overrides::default()
+        )
+        .is_err());
+    }
+}

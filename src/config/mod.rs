@@ -1,0 +1,271 @@
+//! The typed configuration tree.
+//!
+//! Layers, later wins: built-in defaults → TOML file (`--config`) → `LEDGERLAKE_*` environment
+//! variables (nested keys joined by `__`, e.g. `LEDGERLAKE_LEDGER__SYNC=never`) → command-line
+//! flags. Unknown keys are errors naming the key; [`Config::validate`] runs at boot and refuses
+//! inconsistent values with a message naming the setting. `deploy/ledgerlake.toml` is the
+//! annotated default file and `schemas/config.schema.json` its JSON schema; tests keep both equal
+//! to this code.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bytesize::ByteSize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+mod load;
+
+pub use load::{load, ConfigError, Overrides, ServerOverrides, TelemetryOverrides, ENV_PREFIX};
+
+/// The whole configuration of a ledgerlake service.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Root directory of all local state: `ledger/` (the log), `metadata.db`, `catalog.db` and
+    /// `warehouse/` unless configured elsewhere.
+    pub data_dir: PathBuf,
+    /// Listen addresses.
+    pub server: ServerConfig,
+    /// Logging.
+    pub telemetry: TelemetryConfig,
+    /// The durable segmented log.
+    pub ledger: LedgerConfig,
+    /// The metadata store.
+    pub metadata: MetadataConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("./data"),
+            server: ServerConfig::default(),
+            telemetry: TelemetryConfig::default(),
+            ledger: LedgerConfig::default(),
+            metadata: MetadataConfig::default(),
+        }
+    }
+}
+
+/// Listen addresses of the service's surfaces.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Pulsar binary protocol listener (`pulsar://`).
+    pub pulsar_addr: SocketAddr,
+    /// HTTP: admin API, metrics, health (`/health/live`, `/health/ready`) and SQL.
+    pub http_addr: SocketAddr,
+    /// PostgreSQL wire protocol listener for SQL.
+    pub pg_addr: SocketAddr,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            pulsar_addr: SocketAddr::from(([127, 0, 0, 1], 6650)),
+            http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            pg_addr: SocketAddr::from(([127, 0, 0, 1], 5433)),
+        }
+    }
+}
+
+/// Log output.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// `human` (readable lines; colours on a terminal) or `json` (one object per line).
+    pub log_format: LogFormat,
+    /// Filter in `tracing` env-filter syntax, e.g. `info` or `ledgerlake=debug,info`.
+    /// `RUST_LOG`, when set, wins.
+    pub log_level: String,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        Self {
+            log_format: LogFormat::Human,
+            log_level: "info".into(),
+        }
+    }
+}
+
+/// Format of log lines.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, clap::ValueEnum,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Human,
+    /// One JSON object per line.
+    Json,
+}
+
+/// When appends are made durable.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, clap::ValueEnum,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum SyncPolicy {
+    /// `fdatasync` before acknowledging (group commit shares one call between many appends).
+    Always,
+    /// Acknowledge after `write`; `fdatasync` every `sync_interval`. A crash can lose
+    /// acknowledged appends of the last interval.
+    #[value(name = "interval_ms")]
+    IntervalMs,
+    /// Never `fdatasync` (except when a segment rolls and at shutdown). UNSAFE: a power loss
+    /// loses acknowledged appends. For benchmarks only.
+    Never,
+}
+
+/// The durable segmented log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct LedgerConfig {
+    /// Size of one segment file of the journal (all topics share segments). At most 4 GiB.
+    #[schemars(with = "String")]
+    pub segment_size: ByteSize,
+    /// Reserve each segment's space when it is created, so that `fdatasync` need not update the
+    /// file size on every group commit.
+    pub preallocate: bool,
+    /// A ledger rolls over (is sealed, a new one opened) once it holds this many payload bytes.
+    #[schemars(with = "String")]
+    pub rollover_size: ByteSize,
+    /// ... or this many entries.
+    pub rollover_entries: u64,
+    /// ... or when it has been open this long (checked on append and every few seconds).
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub rollover_age: Duration,
+    /// Durability policy: `always` (default), `interval_ms`, or `never` (unsafe, benchmarks only).
+    pub sync: SyncPolicy,
+    /// Interval between `fdatasync` calls under `sync = "interval_ms"`.
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub sync_interval: Duration,
+    /// Largest entry accepted (a Pulsar batch with its metadata).
+    #[schemars(with = "String")]
+    pub max_entry_size: ByteSize,
+    /// Most bytes written by one group commit before it is made durable.
+    #[schemars(with = "String")]
+    pub group_commit_max_size: ByteSize,
+    /// Bytes of appends queued or in flight before appenders wait (backpressure).
+    #[schemars(with = "String")]
+    pub max_pending_size: ByteSize,
+    /// Broker-wide memory for recent entries served to live consumers without disk reads.
+    #[schemars(with = "String")]
+    pub tail_cache_size: ByteSize,
+    /// Cap of one topic's share of the tail cache.
+    #[schemars(with = "String")]
+    pub tail_cache_topic_size: ByteSize,
+    /// Sealed-ledger indexes kept in memory.
+    pub index_cache_ledgers: usize,
+    /// Segment files kept open for reads.
+    pub max_open_segments: usize,
+}
+
+impl Default for LedgerConfig {
+    fn default() -> Self {
+        Self {
+            segment_size: ByteSize::mib(256),
+            preallocate: true,
+            rollover_size: ByteSize::mib(64),
+            rollover_entries: 500_000,
+            rollover_age: Duration::from_secs(600),
+            sync: SyncPolicy::Always,
+            sync_interval: Duration::from_millis(10),
+            max_entry_size: ByteSize::mib(8),
+            group_commit_max_size: ByteSize::mib(4),
+            max_pending_size: ByteSize::mib(64),
+            tail_cache_size: ByteSize::mib(256),
+            tail_cache_topic_size: ByteSize::mib(16),
+            index_cache_ledgers: 256,
+            max_open_segments: 64,
+        }
+    }
+}
+
+/// The metadata store (topics, ledgers, cursors).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetadataConfig {
+    /// `sqlite:PATH` URL of the store. Empty: `sqlite:<data_dir>/metadata.db`.
+    pub url: String,
+}
+
+impl Config {
+    /// Directory of the log's segment and index files.
+    pub fn ledger_dir(&self) -> PathBuf {
+        self.data_dir.join("ledger")
+    }
+
+    /// Checks values that are individually well-typed but inconsistent or out of range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let l = &self.ledger;
+        let invalid = |key: &str, why: String| {
+            Err(ConfigError::Invalid {
+                key: key.to_string(),
+                reason: why,
+            })
+        };
+        if l.segment_size.as_u64() > u64::from(u32::MAX) {
+            return invalid(
+                "ledger.segment_size",
+                format!("{} exceeds 4 GiB", l.segment_size),
+            );
+        }
+        if l.segment_size.as_u64() < ByteSize::mib(1).as_u64() {
+            return invalid("ledger.segment_size", "must be at least 1 MiB".into());
+        }
+        if l.max_entry_size.as_u64() + 64 > l.segment_size.as_u64() / 2 {
+            return invalid(
+                "ledger.max_entry_size",
+                format!(
+                    "{} must be under half of ledger.segment_size ({})",
+                    l.max_entry_size, l.segment_size
+                ),
+            );
+        }
+        if l.max_pending_size.as_u64() < l.max_entry_size.as_u64() {
+            return invalid(
+                "ledger.max_pending_size",
+                "must be at least ledger.max_entry_size".into(),
+            );
+        }
+        if l.max_pending_size.as_u64() > u64::from(u32::MAX) {
+            return invalid("ledger.max_pending_size", "exceeds 4 GiB".into());
+        }
+        if l.rollover_entries == 0 {
+            return invalid("ledger.rollover_entries", "must be at least 1".into());
+        }
+        if l.rollover_size.as_u64() == 0 {
+            return invalid("ledger.rollover_size", "must be positive".into());
+        }
+        if l.rollover_age.is_zero() {
+            return invalid("ledger.rollover_age", "must be positive".into());
+        }
+        if l.sync == SyncPolicy::IntervalMs && l.sync_interval.is_zero() {
+            return invalid("ledger.sync_interval", "must be positive".into());
+        }
+        if l.group_commit_max_size.as_u64() == 0 {
+            return invalid("ledger.group_commit_max_size", "must be positive".into());
+        }
+        if l.max_open_segments == 0 || l.index_cache_ledgers == 0 {
+            return invalid(
+                "ledger.max_open_segments",
+                "max_open_segments and index_cache_ledgers must be at least 1".into(),
+            );
+        }
+        if !self.metadata.url.is_empty() && !self.metadata.url.starts_with("sqlite:") {
+            return invalid(
+                "metadata.url",
+                format!(
+                    "'{}': only sqlite: URLs are supported by this build",
+                    self.metadata.url
+                ),
+            );
+        }
+        Ok(())
+    }
+}

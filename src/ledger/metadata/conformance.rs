@@ -1,0 +1,206 @@
+//! One conformance suite for every [`MetadataStore`] implementation (the contract in `mod.rs`).
+
+use super::memory::MemoryMetadataStore;
+use super::sqlite::SqliteMetadataStore;
+use super::*;
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+fn seal(n: u64) -> SealInfo {
+    SealInfo {
+        entry_count: n,
+        size_bytes: n * 10,
+        min_publish_ms: Some(1),
+        max_publish_ms: Some(2),
+        last_segment: 3,
+        checksum: 0xdead_beef,
+    }
+}
+
+async fn topics_are_idempotent_and_increasing(store: &dyn MetadataStore) -> TestResult {
+    let a = store.get_or_create_topic("persistent://t/n/a", 5).await?;
+    let b = store.get_or_create_topic("persistent://t/n/b", 6).await?;
+    let a2 = store.get_or_create_topic("persistent://t/n/a", 7).await?;
+    assert_eq!(a, a2, "get_or_create must return the existing topic");
+    assert!(b.id > a.id);
+    let names: Vec<_> = store
+        .list_topics()
+        .await?
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert_eq!(names, vec!["persistent://t/n/a", "persistent://t/n/b"]);
+    Ok(())
+}
+
+async fn ledger_ids_increase_and_lifecycle_is_enforced(store: &dyn MetadataStore) -> TestResult {
+    let t = store.get_or_create_topic("x", 0).await?;
+    let l1 = store.create_ledger(t.id, 4, 10).await?;
+    let l2 = store.create_ledger(t.id, 4, 11).await?;
+    assert!(l2.id > l1.id);
+    assert_eq!(l1.state, LedgerState::Open);
+    assert!(store.create_ledger(t.id + 1000, 0, 0).await.is_err());
+
+    // Open → Offloaded is not allowed and changes nothing.
+    let err = store
+        .transition_ledger(
+            l1.id,
+            LedgerTransition::Offload {
+                reference: "x".into(),
+            },
+            12,
+        )
+        .await;
+    assert!(matches!(err, Err(MetadataError::InvalidTransition { .. })));
+    assert_eq!(
+        store.get_ledger(l1.id).await?.map(|l| l.state),
+        Some(LedgerState::Open)
+    );
+
+    let sealed = store
+        .transition_ledger(l1.id, LedgerTransition::Seal(seal(5)), 13)
+        .await?;
+    assert_eq!(sealed.state, LedgerState::Sealed);
+    assert_eq!(sealed.seal, Some(seal(5)));
+    // Sealing twice fails.
+    assert!(store
+        .transition_ledger(l1.id, LedgerTransition::Seal(seal(6)), 14)
+        .await
+        .is_err());
+    let off = store
+        .transition_ledger(
+            l1.id,
+            LedgerTransition::Offload {
+                reference: "snap-1".into(),
+            },
+            15,
+        )
+        .await?;
+    assert_eq!(off.offload_ref.as_deref(), Some("snap-1"));
+    let del = store
+        .transition_ledger(l1.id, LedgerTransition::Delete, 16)
+        .await?;
+    assert_eq!(del.state, LedgerState::Deleted);
+    assert_eq!(del.seal, Some(seal(5)), "seal info is kept after deletion");
+    assert_eq!(del.state_changed_at_ms, 16);
+    assert!(store
+        .transition_ledger(l1.id, LedgerTransition::Delete, 17)
+        .await
+        .is_err());
+    assert!(matches!(
+        store
+            .transition_ledger(999_999, LedgerTransition::Delete, 0)
+            .await,
+        Err(MetadataError::LedgerNotFound(999_999))
+    ));
+
+    // A new ledger after deletion never reuses an id.
+    let l3 = store.create_ledger(t.id, 5, 18).await?;
+    assert!(l3.id > l2.id);
+
+    let listed: Vec<_> = store
+        .topic_ledgers(t.id)
+        .await?
+        .iter()
+        .map(|l| l.id)
+        .collect();
+    assert_eq!(listed, vec![l1.id, l2.id, l3.id]);
+    let open: Vec<_> = store
+        .ledgers_in_states(&[LedgerState::Open])
+        .await?
+        .iter()
+        .map(|l| l.id)
+        .collect();
+    assert_eq!(open, vec![l2.id, l3.id]);
+    assert!(store.ledgers_in_states(&[]).await?.is_empty());
+    Ok(())
+}
+
+async fn sealed_can_be_deleted_by_retention(store: &dyn MetadataStore) -> TestResult {
+    let t = store.get_or_create_topic("y", 0).await?;
+    let l = store.create_ledger(t.id, 0, 0).await?;
+    store
+        .transition_ledger(l.id, LedgerTransition::Seal(seal(0)), 1)
+        .await?;
+    let d = store
+        .transition_ledger(l.id, LedgerTransition::Delete, 2)
+        .await?;
+    assert_eq!(d.state, LedgerState::Deleted);
+    Ok(())
+}
+
+async fn concurrent_creates_get_distinct_ids(
+    store: std::sync::Arc<dyn MetadataStore>,
+) -> TestResult {
+    let t = store.get_or_create_topic("z", 0).await?;
+    let mut tasks = Vec::new();
+    for i in 0..32 {
+        let s = store.clone();
+        tasks.push(tokio::spawn(
+            async move { s.create_ledger(t.id, 0, i).await },
+        ));
+    }
+    let mut ids = Vec::new();
+    for task in tasks {
+        ids.push(task.await??.id);
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 32);
+    Ok(())
+}
+
+async fn run_all(make: impl Fn() -> std::sync::Arc<dyn MetadataStore>) -> TestResult {
+    topics_are_idempotent_and_increasing(&*make()).await?;
+    ledger_ids_increase_and_lifecycle_is_enforced(&*make()).await?;
+    sealed_can_be_deleted_by_retention(&*make()).await?;
+    concurrent_creates_get_distinct_ids(make()).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn memory_store_conforms() -> TestResult {
+    run_all(|| std::sync::Arc::new(MemoryMetadataStore::new())).await
+}
+
+#[tokio::test]
+async fn sqlite_store_conforms() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let mut stores = Vec::new();
+    for i in 0..4 {
+        stores.push(SqliteMetadataStore::open(&dir.path().join(format!("m{i}.db"))).await?);
+    }
+    let next = std::sync::Mutex::new(stores.into_iter());
+    run_all(|| {
+        let s = next
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .next()
+            .map(|s| std::sync::Arc::new(s) as std::sync::Arc<dyn MetadataStore>);
+        s.unwrap_or_else(|| std::sync::Arc::new(MemoryMetadataStore::new()))
+    })
+    .await
+}
+
+#[tokio::test]
+async fn sqlite_store_survives_reopen() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("meta.db");
+    let (topic, ledger) = {
+        let s = SqliteMetadataStore::open(&path).await?;
+        let t = s.get_or_create_topic("persist", 1).await?;
+        let l = s.create_ledger(t.id, 2, 3).await?;
+        s.transition_ledger(l.id, LedgerTransition::Seal(seal(9)), 4)
+            .await?;
+        s.close().await;
+        (t, l)
+    };
+    let s = SqliteMetadataStore::open(&path).await?;
+    assert_eq!(s.list_topics().await?, vec![topic.clone()]);
+    let l = s.get_ledger(ledger.id).await?.ok_or("ledger lost")?;
+    assert_eq!(l.state, LedgerState::Sealed);
+    assert_eq!(l.seal, Some(seal(9)));
+    let l2 = s.create_ledger(topic.id, 0, 5).await?;
+    assert!(l2.id > ledger.id, "ids keep increasing across reopen");
+    Ok(())
+}

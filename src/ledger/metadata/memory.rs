@@ -1,0 +1,148 @@
+//! In-memory [`MetadataStore`]: same contract as the SQLite store except durability (it lives as
+//! long as the process). Used by tests and simulations that model crashes of the log while the
+//! metadata store survives.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+
+use super::{
+    LedgerId, LedgerRecord, LedgerState, LedgerTransition, MetadataError, MetadataStore, TopicId,
+    TopicRecord,
+};
+
+/// In-memory metadata store.
+#[derive(Debug, Default)]
+pub struct MemoryMetadataStore {
+    /// Invariant: ledger ids and topic ids are below the matching `next_*` counter.
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    next_topic_id: TopicId,
+    next_ledger_id: LedgerId,
+    topics: BTreeMap<TopicId, TopicRecord>,
+    ledgers: BTreeMap<LedgerId, LedgerRecord>,
+}
+
+impl MemoryMetadataStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave a half-applied update: every method
+        // computes first and mutates last, so the data behind a poisoned lock is consistent.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[async_trait]
+impl MetadataStore for MemoryMetadataStore {
+    async fn get_or_create_topic(
+        &self,
+        name: &str,
+        now_ms: i64,
+    ) -> Result<TopicRecord, MetadataError> {
+        let mut s = self.lock();
+        if let Some(t) = s.topics.values().find(|t| t.name == name) {
+            return Ok(t.clone());
+        }
+        s.next_topic_id += 1;
+        let t = TopicRecord {
+            id: s.next_topic_id,
+            name: name.to_string(),
+            created_at_ms: now_ms,
+        };
+        s.topics.insert(t.id, t.clone());
+        Ok(t)
+    }
+
+    async fn list_topics(&self) -> Result<Vec<TopicRecord>, MetadataError> {
+        Ok(self.lock().topics.values().cloned().collect())
+    }
+
+    async fn create_ledger(
+        &self,
+        topic_id: TopicId,
+        first_segment: u32,
+        now_ms: i64,
+    ) -> Result<LedgerRecord, MetadataError> {
+        let mut s = self.lock();
+        if !s.topics.contains_key(&topic_id) {
+            return Err(MetadataError::TopicNotFound(topic_id));
+        }
+        s.next_ledger_id += 1;
+        let l = LedgerRecord {
+            id: s.next_ledger_id,
+            topic_id,
+            state: LedgerState::Open,
+            first_segment,
+            seal: None,
+            created_at_ms: now_ms,
+            state_changed_at_ms: now_ms,
+            offload_ref: None,
+        };
+        s.ledgers.insert(l.id, l.clone());
+        Ok(l)
+    }
+
+    async fn get_ledger(&self, id: LedgerId) -> Result<Option<LedgerRecord>, MetadataError> {
+        Ok(self.lock().ledgers.get(&id).cloned())
+    }
+
+    async fn topic_ledgers(&self, topic_id: TopicId) -> Result<Vec<LedgerRecord>, MetadataError> {
+        Ok(self
+            .lock()
+            .ledgers
+            .values()
+            .filter(|l| l.topic_id == topic_id)
+            .cloned()
+            .collect())
+    }
+
+    async fn ledgers_in_states(
+        &self,
+        states: &[LedgerState],
+    ) -> Result<Vec<LedgerRecord>, MetadataError> {
+        Ok(self
+            .lock()
+            .ledgers
+            .values()
+            .filter(|l| states.contains(&l.state))
+            .cloned()
+            .collect())
+    }
+
+    async fn transition_ledger(
+        &self,
+        id: LedgerId,
+        transition: LedgerTransition,
+        now_ms: i64,
+    ) -> Result<LedgerRecord, MetadataError> {
+        let mut s = self.lock();
+        let l = s
+            .ledgers
+            .get_mut(&id)
+            .ok_or(MetadataError::LedgerNotFound(id))?;
+        let to = transition.target();
+        if !l.state.can_become(to) {
+            return Err(MetadataError::InvalidTransition {
+                ledger: id,
+                from: l.state,
+                to,
+            });
+        }
+        match transition {
+            LedgerTransition::Seal(info) => l.seal = Some(info),
+            LedgerTransition::Offload { reference } => l.offload_ref = Some(reference),
+            LedgerTransition::Delete => {}
+        }
+        l.state = to;
+        l.state_changed_at_ms = now_ms;
+        Ok(l.clone())
+    }
+}

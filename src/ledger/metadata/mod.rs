@@ -1,0 +1,250 @@
+//! The metadata store: topics, their ledgers and each ledger's lifecycle state.
+//!
+//! # Contract (every implementation must pass `conformance` tests)
+//! - **Atomic updates.** Every method is one atomic step: it is applied whole or not at all, and
+//!   once it returns `Ok` the change survives a crash of the process (embedded: SQLite with
+//!   `synchronous=FULL`).
+//! - **Ids.** Topic ids and ledger ids are unique for the life of the store and strictly
+//!   increasing in creation order; a ledger id is never reused, even after the ledger is deleted.
+//! - **Lifecycle.** A ledger moves only along [`LedgerState::can_become`]:
+//!   `Open → Sealed → Offloaded → Deleted`, plus `Sealed → Deleted` (retention expiry of a ledger
+//!   that was never offloaded). [`MetadataStore::transition_ledger`] is a compare-and-set on the
+//!   current state: a transition from the wrong state fails with
+//!   [`MetadataError::InvalidTransition`] and changes nothing.
+//! - **Rows are kept.** Deleted ledgers stay listed (state `Deleted`) so the full history of a topic
+//!   (and what the lake holds of it) can always be explained.
+//!
+//! The trait is small on purpose so that PostgreSQL (and later distributed stores) can implement it
+//! with plain transactions; the SQL in [`sqlite`] is portable apart from the placeholder style.
+
+use std::fmt;
+use std::str::FromStr;
+
+use async_trait::async_trait;
+
+pub mod memory;
+pub mod sqlite;
+
+#[cfg(test)]
+mod conformance;
+
+/// Identifier of a ledger, unique and increasing across the whole service.
+pub type LedgerId = u64;
+/// Identifier of a topic (partition) in the metadata store.
+pub type TopicId = u64;
+
+/// Lifecycle state of a ledger. Discriminants are persisted: never renumber.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+#[repr(u8)]
+pub enum LedgerState {
+    /// Accepting appends.
+    Open = 1,
+    /// Immutable; entry count, size, time range and checksum recorded.
+    Sealed = 2,
+    /// Committed to the lake; local copy still present.
+    Offloaded = 3,
+    /// Local copy removed.
+    Deleted = 4,
+}
+
+impl LedgerState {
+    /// Whether the lifecycle allows moving from `self` to `next`.
+    pub fn can_become(self, next: LedgerState) -> bool {
+        use LedgerState::*;
+        matches!(
+            (self, next),
+            (Open, Sealed) | (Sealed, Offloaded) | (Offloaded, Deleted) | (Sealed, Deleted)
+        )
+    }
+
+    /// The persisted discriminant.
+    pub fn as_u8(self) -> u8 {
+        self as u8
+    }
+
+    /// Parses a persisted discriminant.
+    pub fn from_u8(v: u8) -> Option<LedgerState> {
+        match v {
+            1 => Some(LedgerState::Open),
+            2 => Some(LedgerState::Sealed),
+            3 => Some(LedgerState::Offloaded),
+            4 => Some(LedgerState::Deleted),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for LedgerState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LedgerState::Open => "open",
+            LedgerState::Sealed => "sealed",
+            LedgerState::Offloaded => "offloaded",
+            LedgerState::Deleted => "deleted",
+        })
+    }
+}
+
+impl FromStr for LedgerState {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "open" => Ok(LedgerState::Open),
+            "sealed" => Ok(LedgerState::Sealed),
+            "offloaded" => Ok(LedgerState::Offloaded),
+            "deleted" => Ok(LedgerState::Deleted),
+            other => Err(format!("unknown ledger state '{other}'")),
+        }
+    }
+}
+
+/// A topic (or one partition of a partitioned topic) known to the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicRecord {
+    /// Store-assigned id.
+    pub id: TopicId,
+    /// Full topic name, e.g. `persistent://public/default/orders-partition-0`.
+    pub name: String,
+    /// Creation time (ms since epoch).
+    pub created_at_ms: i64,
+}
+
+/// What sealing records about a ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SealInfo {
+    /// Number of entries (entry ids are `0..entry_count`).
+    pub entry_count: u64,
+    /// Sum of payload bytes.
+    pub size_bytes: u64,
+    /// Smallest publish time, `None` when empty.
+    pub min_publish_ms: Option<i64>,
+    /// Largest publish time, `None` when empty.
+    pub max_publish_ms: Option<i64>,
+    /// Last segment holding an entry of the ledger (first segment when empty).
+    pub last_segment: u32,
+    /// CRC32C chained over the record CRCs of every entry, in order.
+    pub checksum: u32,
+}
+
+/// A ledger and its lifecycle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerRecord {
+    /// Ledger id.
+    pub id: LedgerId,
+    /// Owning topic.
+    pub topic_id: TopicId,
+    /// Current state.
+    pub state: LedgerState,
+    /// Lower bound of the segments holding its entries.
+    pub first_segment: u32,
+    /// Seal information; `Some` once sealed.
+    pub seal: Option<SealInfo>,
+    /// Creation time.
+    pub created_at_ms: i64,
+    /// Time of the last state change.
+    pub state_changed_at_ms: i64,
+    /// Where the lake holds it (set on offload), e.g. a table and snapshot.
+    pub offload_ref: Option<String>,
+}
+
+/// A state change requested by [`MetadataStore::transition_ledger`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LedgerTransition {
+    /// `Open → Sealed`, recording the seal information.
+    Seal(SealInfo),
+    /// `Sealed → Offloaded`, recording where the lake holds it.
+    Offload {
+        /// Opaque reference to the lake commit.
+        reference: String,
+    },
+    /// `Offloaded|Sealed → Deleted`.
+    Delete,
+}
+
+impl LedgerTransition {
+    /// The state this transition leads to.
+    pub fn target(&self) -> LedgerState {
+        match self {
+            LedgerTransition::Seal(_) => LedgerState::Sealed,
+            LedgerTransition::Offload { .. } => LedgerState::Offloaded,
+            LedgerTransition::Delete => LedgerState::Deleted,
+        }
+    }
+}
+
+/// Errors of the metadata store.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MetadataError {
+    /// The ledger does not exist.
+    #[error("ledger {0} does not exist")]
+    LedgerNotFound(LedgerId),
+    /// The topic does not exist.
+    #[error("topic id {0} does not exist")]
+    TopicNotFound(TopicId),
+    /// The ledger is not in the state the transition requires.
+    #[error("ledger {ledger}: cannot go from {from} to {to}")]
+    InvalidTransition {
+        /// Ledger.
+        ledger: LedgerId,
+        /// Its current state.
+        from: LedgerState,
+        /// Requested state.
+        to: LedgerState,
+    },
+    /// A stored row could not be understood.
+    #[error("metadata store holds an invalid value: {0}")]
+    Corrupt(String),
+    /// The backend failed.
+    #[error("metadata store {op} failed: {source}")]
+    Backend {
+        /// Operation name.
+        op: &'static str,
+        /// Backend error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// The metadata store seam. See the module docs for the contract.
+#[async_trait]
+pub trait MetadataStore: Send + Sync + fmt::Debug + 'static {
+    /// Returns the topic named `name`, creating it if absent.
+    async fn get_or_create_topic(
+        &self,
+        name: &str,
+        now_ms: i64,
+    ) -> Result<TopicRecord, MetadataError>;
+
+    /// All topics, by id.
+    async fn list_topics(&self) -> Result<Vec<TopicRecord>, MetadataError>;
+
+    /// Creates an `Open` ledger for `topic_id` with a fresh id greater than every earlier one.
+    async fn create_ledger(
+        &self,
+        topic_id: TopicId,
+        first_segment: u32,
+        now_ms: i64,
+    ) -> Result<LedgerRecord, MetadataError>;
+
+    /// One ledger.
+    async fn get_ledger(&self, id: LedgerId) -> Result<Option<LedgerRecord>, MetadataError>;
+
+    /// Every ledger of a topic (deleted ones included), by id.
+    async fn topic_ledgers(&self, topic_id: TopicId) -> Result<Vec<LedgerRecord>, MetadataError>;
+
+    /// Every ledger in one of `states`, by id.
+    async fn ledgers_in_states(
+        &self,
+        states: &[LedgerState],
+    ) -> Result<Vec<LedgerRecord>, MetadataError>;
+
+    /// Moves a ledger along its lifecycle (compare-and-set on the current state).
+    async fn transition_ledger(
+        &self,
+        id: LedgerId,
+        transition: LedgerTransition,
+        now_ms: i64,
+    ) -> Result<LedgerRecord, MetadataError>;
+}

@@ -1,0 +1,463 @@
+//! A topic partition's log: an ordered list of ledgers, appends to the open one, rollover and
+//! sealing, and reads by position.
+//!
+//! The broker gives each topic partition one owning task, which is the only appender; the handle
+//! is still internally synchronised (an uncontended `std::sync::Mutex` never held across
+//! `.await`) so that readers and the age-based rollover can share it.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use bytes::Bytes;
+use tokio::sync::{oneshot, watch};
+
+use super::cache::TailCache;
+use super::error::{AppendError, LifecycleError, ReadError};
+use super::index::{write_index_file, IndexEntry};
+use super::journal::AppendRequest;
+use super::metadata::{LedgerId, LedgerRecord, LedgerState, LedgerTransition, TopicId};
+use super::open_ledger::OpenLedger;
+use super::read::{read_located, read_one};
+use super::{now_ms, Entry, LogShared, Position};
+
+/// Summary of one ledger of a topic.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LedgerInfo {
+    /// Ledger id.
+    pub id: LedgerId,
+    /// Lifecycle state.
+    pub state: LedgerState,
+    /// Entries (for the open ledger: confirmed entries so far).
+    pub entry_count: u64,
+    /// Payload bytes.
+    pub size_bytes: u64,
+    /// Publish-time range.
+    pub min_publish_ms: Option<i64>,
+    /// Publish-time range.
+    pub max_publish_ms: Option<i64>,
+}
+
+/// What the topic knows about each of its ledgers.
+#[derive(Debug, Clone)]
+enum LedgerView {
+    /// Open, or sealing in progress: served from the in-memory index.
+    Open(Arc<OpenLedger>),
+    /// Sealed, offloaded or deleted, as the metadata store records it.
+    Closed(LedgerRecord),
+}
+
+/// Append-side state.
+#[derive(Debug)]
+struct WriterState {
+    /// Invariant: `Some` only for a ledger in `Open` state in the metadata store.
+    current: Option<Arc<OpenLedger>>,
+    /// Invariant: next entry id of `current` (= entries submitted to it).
+    next_entry: u64,
+    bytes: u64,
+    opened_at: Instant,
+}
+
+#[derive(Debug)]
+pub(crate) struct TopicInner {
+    pub name: String,
+    pub id: TopicId,
+    shared: Arc<LogShared>,
+    writer: Mutex<WriterState>,
+    /// Serialises ledger creation and sealing of this topic.
+    roll_lock: tokio::sync::Mutex<()>,
+    /// Invariant: ordered by ledger id, which is the topic's ledger order.
+    ledgers: Mutex<BTreeMap<LedgerId, LedgerView>>,
+    cache: Mutex<TailCache>,
+    lac: Arc<watch::Sender<Option<Position>>>,
+}
+
+/// Handle to one topic partition's log. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct TopicLog {
+    pub(crate) inner: Arc<TopicInner>,
+}
+
+/// Resolves when the append is durable (per the sync policy), giving its position.
+#[derive(Debug)]
+pub struct AppendReceipt {
+    rx: oneshot::Receiver<Result<Position, AppendError>>,
+    position: Position,
+}
+
+impl AppendReceipt {
+    /// The position the entry was assigned (valid once the receipt resolves `Ok`).
+    pub fn position(&self) -> Position {
+        self.position
+    }
+
+    /// Waits until the entry is durable.
+    pub async fn durable(self) -> Result<Position, AppendError> {
+        self.rx.await.map_err(|_| AppendError::Closed)?
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl TopicLog {
+    pub(crate) fn new(
+        shared: Arc<LogShared>,
+        id: TopicId,
+        name: String,
+        records: Vec<LedgerRecord>,
+    ) -> TopicLog {
+        let last = records
+            .iter()
+            .rev()
+            .filter_map(|r| match r.seal {
+                Some(s) if s.entry_count > 0 => Some(Position::new(r.id, s.entry_count - 1)),
+                _ => None,
+            })
+            .next();
+        let ledgers = records
+            .into_iter()
+            .map(|r| (r.id, LedgerView::Closed(r)))
+            .collect();
+        let cache = TailCache::new(
+            shared.config.tail_cache_topic_size.as_u64() as usize,
+            shared.cache_budget.clone(),
+        );
+        TopicLog {
+            inner: Arc::new(TopicInner {
+                name,
+                id,
+                writer: Mutex::new(WriterState {
+                    current: None,
+                    next_entry: 0,
+                    bytes: 0,
+                    opened_at: Instant::now(),
+                }),
+                roll_lock: tokio::sync::Mutex::new(()),
+                ledgers: Mutex::new(ledgers),
+                cache: Mutex::new(cache),
+                lac: Arc::new(watch::channel(last).0),
+                shared,
+            }),
+        }
+    }
+
+    /// Full topic name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Appends one entry. Returns once the entry is queued (waiting only for backpressure or a
+    /// ledger rollover); the receipt resolves when it is durable. Entries of one topic are
+    /// assigned dense ids in call order and become durable in that order.
+    pub async fn append(
+        &self,
+        publish_time_ms: i64,
+        payload: Bytes,
+    ) -> Result<AppendReceipt, AppendError> {
+        let shared = &self.inner.shared;
+        let max = shared.config.max_entry_size.as_u64() as usize;
+        if payload.len() > max {
+            return Err(AppendError::TooLarge {
+                size: payload.len(),
+                max,
+            });
+        }
+        let cost = (payload.len() + super::record::RECORD_OVERHEAD) as u32;
+        let permit = shared
+            .pending
+            .clone()
+            .acquire_many_owned(cost)
+            .await
+            .map_err(|_| AppendError::Closed)?;
+        loop {
+            {
+                let mut w = lock(&self.inner.writer);
+                if let Some(current) = w.current.clone() {
+                    if !self.should_roll(&w, payload.len()) {
+                        let entry_id = w.next_entry;
+                        w.next_entry += 1;
+                        w.bytes += payload.len() as u64;
+                        let position = Position::new(current.id, entry_id);
+                        lock(&self.inner.cache).insert(position, publish_time_ms, payload.clone());
+                        let (tx, rx) = oneshot::channel();
+                        shared.journal.submit(AppendRequest {
+                            ledger: current,
+                            entry_id,
+                            publish_time_ms,
+                            payload,
+                            reply: tx,
+                            _permit: permit,
+                        })?;
+                        return Ok(AppendReceipt { rx, position });
+                    }
+                }
+            }
+            self.roll(payload.len()).await?;
+        }
+    }
+
+    fn should_roll(&self, w: &WriterState, next_len: usize) -> bool {
+        let c = &self.inner.shared.config;
+        w.next_entry > 0
+            && (w.bytes + next_len as u64 > c.rollover_size.as_u64()
+                || w.next_entry >= c.rollover_entries
+                || w.opened_at.elapsed() >= c.rollover_age)
+    }
+
+    /// Opens a new ledger if there is none or the current one is due; seals the old one in the
+    /// background once its entries are durable.
+    async fn roll(&self, next_len: usize) -> Result<(), AppendError> {
+        let _guard = self.inner.roll_lock.lock().await;
+        {
+            let w = lock(&self.inner.writer);
+            if w.current.is_some() && !self.should_roll(&w, next_len) {
+                return Ok(());
+            }
+        }
+        let shared = &self.inner.shared;
+        let record = shared
+            .meta
+            .create_ledger(self.inner.id, shared.journal.current_segment(), now_ms())
+            .await
+            .map_err(|e| AppendError::Metadata(Arc::new(e)))?;
+        let ledger = Arc::new(OpenLedger::new(
+            record.id,
+            record.first_segment,
+            self.inner.lac.clone(),
+        ));
+        lock(&self.inner.ledgers).insert(record.id, LedgerView::Open(ledger.clone()));
+        let old = {
+            let mut w = lock(&self.inner.writer);
+            let old = w.current.replace(ledger);
+            w.next_entry = 0;
+            w.bytes = 0;
+            w.opened_at = Instant::now();
+            old
+        };
+        tracing::debug!(topic = %self.inner.name, ledger = record.id, "opened ledger");
+        if let Some(old) = old {
+            let topic = self.clone();
+            shared.tasks.spawn(async move {
+                if let Err(e) = topic.seal(old.clone()).await {
+                    tracing::error!(topic = %topic.inner.name, ledger = old.id, error = %e,
+                        "sealing ledger failed; it will be sealed by recovery at next start");
+                }
+            });
+        }
+        Ok(())
+    }
+
+    /// Seals the open ledger now (if it has entries), so that everything appended so far is in
+    /// sealed ledgers. The next append opens a new ledger. Returns the sealed ledger.
+    pub async fn seal_current(&self) -> Result<Option<LedgerRecord>, LifecycleError> {
+        let _guard = self.inner.roll_lock.lock().await;
+        let old = {
+            let mut w = lock(&self.inner.writer);
+            if w.current.is_none() {
+                return Ok(None);
+            }
+            w.next_entry = 0;
+            w.bytes = 0;
+            w.current.take()
+        };
+        match old {
+            Some(old) => self.seal(old).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Seals the open ledger if it is older than the rollover age (idle topics).
+    pub(crate) async fn seal_if_aged(&self) -> Result<(), LifecycleError> {
+        let aged = {
+            let w = lock(&self.inner.writer);
+            w.current.is_some()
+                && w.next_entry > 0
+                && w.opened_at.elapsed() >= self.inner.shared.config.rollover_age
+        };
+        if aged {
+            self.seal_current().await?;
+        }
+        Ok(())
+    }
+
+    /// Seals `old`: waits until its entries are durable, writes its index file, records the seal.
+    async fn seal(&self, old: Arc<OpenLedger>) -> Result<LedgerRecord, LifecycleError> {
+        let shared = self.inner.shared.clone();
+        shared.journal.barrier().await?;
+        let (entries, info) = {
+            let w = old.written();
+            (w.entries.clone(), w.seal_info(old.first_segment))
+        };
+        let record = seal_ledger(&shared, old.id, entries, info).await?;
+        lock(&self.inner.ledgers).insert(record.id, LedgerView::Closed(record.clone()));
+        tracing::debug!(topic = %self.inner.name, ledger = record.id,
+            entries = info.entry_count, "sealed ledger");
+        Ok(record)
+    }
+
+    /// The topic's ledgers in order, deleted ones included.
+    pub fn ledgers(&self) -> Vec<LedgerInfo> {
+        lock(&self.inner.ledgers)
+            .values()
+            .map(|v| match v {
+                LedgerView::Open(o) => {
+                    let w = o.written();
+                    let info = w.seal_info(o.first_segment);
+                    LedgerInfo {
+                        id: o.id,
+                        state: LedgerState::Open,
+                        entry_count: o.confirmed(),
+                        size_bytes: info.size_bytes,
+                        min_publish_ms: info.min_publish_ms,
+                        max_publish_ms: info.max_publish_ms,
+                    }
+                }
+                LedgerView::Closed(r) => LedgerInfo {
+                    id: r.id,
+                    state: r.state,
+                    entry_count: r.seal.map_or(0, |s| s.entry_count),
+                    size_bytes: r.seal.map_or(0, |s| s.size_bytes),
+                    min_publish_ms: r.seal.and_then(|s| s.min_publish_ms),
+                    max_publish_ms: r.seal.and_then(|s| s.max_publish_ms),
+                },
+            })
+            .collect()
+    }
+
+    /// Position of the last durable entry of the topic, `None` when it has none.
+    pub fn last_confirmed(&self) -> Option<Position> {
+        *self.inner.lac.borrow()
+    }
+
+    /// A watch that changes whenever a new entry becomes durable (for tailing readers).
+    pub fn watch_confirmed(&self) -> watch::Receiver<Option<Position>> {
+        self.inner.lac.subscribe()
+    }
+
+    /// Updates the topic's view after the service changed a ledger's state.
+    pub(crate) fn set_record(&self, record: LedgerRecord) {
+        let mut ledgers = lock(&self.inner.ledgers);
+        if let Some(v) = ledgers.get_mut(&record.id) {
+            *v = LedgerView::Closed(record);
+        }
+    }
+
+    fn view(&self, ledger: LedgerId) -> Result<LedgerView, ReadError> {
+        lock(&self.inner.ledgers)
+            .get(&ledger)
+            .cloned()
+            .ok_or_else(|| ReadError::UnknownLedger {
+                topic: self.inner.name.clone(),
+                ledger,
+            })
+    }
+
+    /// Locations of entries `first..=last` of `ledger`, clipped to what exists.
+    pub(crate) async fn locate(
+        &self,
+        ledger: LedgerId,
+        first: u64,
+        last: u64,
+    ) -> Result<Vec<IndexEntry>, ReadError> {
+        match self.view(ledger)? {
+            LedgerView::Open(o) => {
+                let located = o.locate_range(first, last);
+                if located.is_empty() {
+                    return Err(ReadError::NoSuchEntry {
+                        ledger,
+                        entry: first,
+                        available: o.confirmed(),
+                    });
+                }
+                Ok(located)
+            }
+            LedgerView::Closed(r) => {
+                if r.state == LedgerState::Deleted {
+                    return Err(ReadError::Deleted(ledger));
+                }
+                let count = r.seal.map_or(0, |s| s.entry_count);
+                if first >= count {
+                    return Err(ReadError::NoSuchEntry {
+                        ledger,
+                        entry: first,
+                        available: count,
+                    });
+                }
+                let index = self.inner.shared.sealed_index(ledger).await?;
+                let end = last.saturating_add(1).min(count).min(index.len() as u64);
+                Ok(index[first as usize..end as usize].to_vec())
+            }
+        }
+    }
+
+    /// Reads one durable entry.
+    pub async fn read_entry(&self, pos: Position) -> Result<Entry, ReadError> {
+        if let Some((publish_time_ms, payload)) = lock(&self.inner.cache).get(pos) {
+            if self.last_confirmed().is_some_and(|lac| pos <= lac) {
+                return Ok(Entry {
+                    position: pos,
+                    publish_time_ms,
+                    payload,
+                });
+            }
+        }
+        let located = self.locate(pos.ledger, pos.entry, pos.entry).await?;
+        let at = located[0];
+        read_one(&self.inner.shared, pos, at).await
+    }
+
+    /// Reads the durable entries `first..=last` of `ledger` in order (fewer if the ledger ends
+    /// sooner). Neighbouring records are fetched with one read.
+    pub async fn read_entries(
+        &self,
+        ledger: LedgerId,
+        first: u64,
+        last: u64,
+    ) -> Result<Vec<Entry>, ReadError> {
+        if last < first {
+            return Ok(Vec::new());
+        }
+        let located = self.locate(ledger, first, last).await?;
+        // Serve from the tail cache when it holds the whole range.
+        {
+            let cache = lock(&self.inner.cache);
+            let cached: Option<Vec<Entry>> = (0..located.len() as u64)
+                .map(|i| {
+                    let pos = Position::new(ledger, first + i);
+                    cache.get(pos).map(|(t, p)| Entry {
+                        position: pos,
+                        publish_time_ms: t,
+                        payload: p,
+                    })
+                })
+                .collect();
+            if let Some(entries) = cached {
+                return Ok(entries);
+            }
+        }
+        read_located(&self.inner.shared, ledger, first, located).await
+    }
+}
+
+/// Writes the index file and records the seal (open → sealed); shared with recovery.
+pub(crate) async fn seal_ledger(
+    shared: &Arc<LogShared>,
+    ledger: LedgerId,
+    entries: Vec<IndexEntry>,
+    info: super::metadata::SealInfo,
+) -> Result<LedgerRecord, LifecycleError> {
+    let dir = shared.index_dir.clone();
+    let entries: Arc<[IndexEntry]> = entries.into();
+    let to_write = entries.clone();
+    tokio::task::spawn_blocking(move || write_index_file(&dir, ledger, &to_write))
+        .await
+        .map_err(|_| LifecycleError::Cancelled)??;
+    let record = shared
+        .meta
+        .transition_ledger(ledger, LedgerTransition::Seal(info), now_ms())
+        .await?;
+    shared.index_cache.insert(ledger, entries);
+    Ok(record)
+}

@@ -1,0 +1,44 @@
+//! # ledgerlake
+//!
+//! A single-binary streaming service for infinite-retention topics: Pulsar clients produce and
+//! consume through a built-in broker, every message is written durably to a built-in segmented
+//! log, sealed ledgers are offloaded to Apache Iceberg tables, and SQL reads lake and live tail
+//! together.
+//!
+//! # Architecture map
+//!
+//! ```text
+//!  Pulsar clients ──► protocol/ ──► broker/ ──append──► ledger/ (journal + segments + index)
+//!                                     │  ▲                  │ sealed ledgers
+//!                                     │  └──── replay/ ◄────┤
+//!                                     │          ▲          ▼
+//!  psql / HTTP / CLI ──► sql/ ────────┘          └──── lake/ ◄── offload/
+//!                                                   (Iceberg on S3 or local disk)
+//!  admin/ (HTTP: health, admin API)   config/ (typed, layered)   cli/ (clap)   telemetry
+//! ```
+//!
+//! Modules present today:
+//! - [`config`]: the typed configuration tree and its layered loading.
+//! - [`ledger`]: the durable segmented log (journal with group commit, segments, indexes,
+//!   recovery, metadata store seam).
+//! - [`admin`]: the HTTP surface (health endpoints today).
+//! - [`cli`]: the `ledgerlake` command line.
+//! - [`perf`]: load generators behind `ledgerlake perf`.
+//! - [`service`]: wiring of a running service and its ordered shutdown.
+//! - [`telemetry`]: logging setup.
+//!
+//! Later modules (`protocol/`, `broker/`, `offload/`, `lake/`, `replay/`, `sql/`) plug in as
+//! described in `ARCHITECTURE.md`.
+//!
+//! # Errors
+//! Each module has its own `thiserror` enums (one per operation where callers act differently);
+//! `anyhow` appears only in `main.rs` and [`cli`]. Errors map to a wire surface in one place per
+//! surface.
+
+pub mod admin;
+pub mod cli;
+pub mod config;
+pub mod ledger;
+pub mod perf;
+pub mod service;
+pub mod telemetry;

@@ -1,0 +1,138 @@
+//! The running service: wires the metadata store, the log and the HTTP surface together, and
+//! shuts them down in order (stop serving → drain → flush and fsync the log → close the store).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::admin::{self, Health};
+use crate::config::Config;
+use crate::ledger::metadata::sqlite::SqliteMetadataStore;
+use crate::ledger::{Log, MetadataStore};
+
+/// Why the service failed to start or stop cleanly.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServiceError {
+    /// The data directory could not be created.
+    #[error("cannot create data directory {}: {source}", path.display())]
+    DataDir {
+        /// Directory.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A listener could not bind.
+    #[error("cannot listen on {addr} ({what}): {source}")]
+    Bind {
+        /// Address.
+        addr: SocketAddr,
+        /// Which surface.
+        what: &'static str,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The metadata store failed to open.
+    #[error("metadata store: {0}")]
+    Metadata(#[from] crate::ledger::metadata::MetadataError),
+    /// The log failed to open (recovery).
+    #[error("log recovery failed: {0}")]
+    Log(#[from] crate::ledger::OpenError),
+    /// Flushing the log at shutdown failed.
+    #[error("log shutdown: {0}")]
+    Shutdown(#[from] crate::ledger::AppendError),
+    /// The HTTP server failed.
+    #[error("http server: {0}")]
+    Http(std::io::Error),
+}
+
+/// A started service.
+#[derive(Debug)]
+pub struct Service {
+    /// The log.
+    pub log: Arc<Log>,
+    /// Address the HTTP surface listens on.
+    pub http_addr: SocketAddr,
+    health: Arc<Health>,
+    stop: CancellationToken,
+    http: tokio::task::JoinHandle<Result<(), std::io::Error>>,
+    meta: SqliteMetadataStore,
+}
+
+impl Service {
+    /// Starts the service: HTTP first (liveness answers during recovery), then recovery of the
+    /// log, then readiness.
+    pub async fn start(config: &Config) -> Result<Service, ServiceError> {
+        std::fs::create_dir_all(&config.data_dir).map_err(|source| ServiceError::DataDir {
+            path: config.data_dir.clone(),
+            source,
+        })?;
+        let health = Health::new();
+        let stop = CancellationToken::new();
+        let http_listener = TcpListener::bind(config.server.http_addr)
+            .await
+            .map_err(|source| ServiceError::Bind {
+                addr: config.server.http_addr,
+                what: "http",
+                source,
+            })?;
+        let http_addr = http_listener.local_addr().map_err(ServiceError::Http)?;
+        let http_stop = stop.clone();
+        let app = admin::router(health.clone());
+        let http = tokio::spawn(async move {
+            axum::serve(http_listener, app)
+                .with_graceful_shutdown(async move { http_stop.cancelled().await })
+                .await
+        });
+        tracing::info!(%http_addr, "http listening (health, admin)");
+
+        let meta = if config.metadata.url.is_empty() {
+            SqliteMetadataStore::open(&config.data_dir.join("metadata.db")).await?
+        } else {
+            SqliteMetadataStore::open_url(&config.metadata.url).await?
+        };
+        let store: Arc<dyn MetadataStore> = Arc::new(meta.clone());
+        let log = Arc::new(Log::open(&config.ledger_dir(), config.ledger.clone(), store).await?);
+        health.set_ready(true);
+        tracing::info!(data_dir = %config.data_dir.display(), "ready");
+        Ok(Service {
+            log,
+            http_addr,
+            health,
+            stop,
+            http,
+            meta,
+        })
+    }
+
+    /// Graceful stop: not ready → stop HTTP → flush and fsync the log → close the store.
+    pub async fn shutdown(self) -> Result<(), ServiceError> {
+        self.health.set_ready(false);
+        self.stop.cancel();
+        match self.http.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "http server ended with an error"),
+            Err(e) => tracing::warn!(error = %e, "http task failed"),
+        }
+        self.log.shutdown().await?;
+        self.meta.close().await;
+        tracing::info!("shutdown complete: log flushed and fsynced");
+        Ok(())
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() -> std::io::Result<&'static str> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    })
+}
