@@ -27,7 +27,7 @@ use super::error::AppendError;
 use super::index::IndexEntry;
 use super::open_ledger::OpenLedger;
 use super::record::{encode_record, RECORD_OVERHEAD, SEGMENT_HEADER_LEN};
-use super::segment::create_segment;
+use super::segment::{create_segment, write_clean_marker};
 use super::Position;
 use crate::config::SyncPolicy;
 
@@ -208,7 +208,9 @@ impl Writer {
                 }
                 let result = match &self.failed {
                     Some(e) => Err(AppendError::JournalFailed(e.clone())),
-                    None => Ok(()),
+                    None => self.finish_clean().map_err(|e| {
+                        AppendError::JournalFailed(format!("clean shutdown: {e}").into())
+                    }),
                 };
                 let _ = tx.send(result);
                 return;
@@ -385,6 +387,17 @@ impl Writer {
             self.dirty_since = Some(Instant::now());
         }
         Ok(())
+    }
+
+    /// Clean shutdown: trims the active segment to its written length, fsyncs it and records the
+    /// durable end in the clean-shutdown marker, so recovery treats any bad byte before it as
+    /// corruption rather than a torn tail.
+    fn finish_clean(&mut self) -> std::io::Result<()> {
+        self.file.sync_data()?;
+        self.dirty_since = None;
+        self.file.set_len(self.offset)?;
+        self.file.sync_all()?;
+        write_clean_marker(&self.settings.dir, self.segment, self.offset)
     }
 
     /// Seals the active segment (fsync, trim the preallocated tail) and opens the next one.

@@ -159,6 +159,9 @@ pub struct RecoveryReport {
     pub truncated_bytes: u64,
     /// Segment files reclaimed.
     pub reclaimed_segments: usize,
+    /// (segment, offset) of records that failed their checksum with intact framing; skipped by
+    /// recovery, reported on every read of them.
+    pub corrupt_records: Vec<(u32, u64)>,
 }
 
 /// The log service: owns the journal, the metadata store handle and every topic's log.
@@ -197,11 +200,36 @@ impl Log {
             .into_iter()
             .map(|l| (l.id, l.first_segment))
             .collect();
+        // Offsets below which the newest segment is known durable: the end of sealed ledgers'
+        // entries in it, and the clean-shutdown marker.
+        let sealed: Vec<(LedgerId, u32)> = meta
+            .ledgers_in_states(&[LedgerState::Sealed, LedgerState::Offloaded])
+            .await?
+            .into_iter()
+            .filter_map(|l| l.seal.map(|s| (l.id, s.last_segment)))
+            .collect();
+        let marker = segment::read_clean_marker(&segments_dir);
         let scan_dir = segments_dir.clone();
-        let scan =
-            tokio::task::spawn_blocking(move || recovery::scan(&scan_dir, &open, max_record_body))
-                .await
-                .map_err(|e| OpenError::Journal(e.to_string()))??;
+        let floor_index_dir = index_dir.clone();
+        let scan = tokio::task::spawn_blocking(move || {
+            let floor = |last: u32| -> Result<u64, OpenError> {
+                let mut floor = match marker {
+                    Some((segment, offset)) if segment == last => offset,
+                    _ => 0,
+                };
+                for (id, _) in sealed.iter().filter(|(_, s)| *s == last) {
+                    for e in read_index_file(&floor_index_dir, *id)? {
+                        if e.segment == last {
+                            floor = floor.max(u64::from(e.offset) + u64::from(e.len));
+                        }
+                    }
+                }
+                Ok(floor)
+            };
+            recovery::scan(&scan_dir, &open, max_record_body, floor)
+        })
+        .await
+        .map_err(|e| OpenError::Journal(e.to_string()))??;
 
         let journal = Journal::start(
             JournalSettings {
@@ -215,6 +243,10 @@ impl Log {
             scan.next_segment,
         )
         .map_err(|e| OpenError::Journal(e.to_string()))?;
+        segment::remove_clean_marker(&segments_dir).map_err(|source| OpenError::Io {
+            path: segments_dir.clone(),
+            source,
+        })?;
         let shared = Arc::new(LogShared {
             index_dir,
             meta,
@@ -230,6 +262,7 @@ impl Log {
 
         let mut report = RecoveryReport {
             truncated_bytes: scan.truncated.map_or(0, |t| t.2),
+            corrupt_records: scan.corrupt_records.clone(),
             ..Default::default()
         };
         for (id, written) in scan.ledgers {

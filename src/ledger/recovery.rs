@@ -18,7 +18,10 @@ use super::error::OpenError;
 use super::index::IndexEntry;
 use super::metadata::LedgerId;
 use super::open_ledger::Written;
-use super::record::{check_segment_header, decode_record, Decoded, SEGMENT_HEADER_LEN};
+use super::record::{
+    check_segment_header, decode_record, Decoded, InvalidRecord, RECORD_HEADER_LEN,
+    SEGMENT_HEADER_LEN,
+};
 use super::segment::{list_segments, segment_path, sync_dir};
 
 const SCAN_CHUNK: usize = 8 << 20;
@@ -32,13 +35,19 @@ pub(crate) struct Scan {
     pub ledgers: BTreeMap<LedgerId, Written>,
     /// Segment and offset where a torn tail was cut, with the bytes dropped.
     pub truncated: Option<(u32, u64, u64)>,
+    /// Records that failed their checksum but whose framing was intact (skipped, reported).
+    pub corrupt_records: Vec<(u32, u64)>,
 }
 
 /// Scans `dir` for the entries of the open ledgers (`open`: id → first segment).
+/// `durable_floor(last_segment)` gives the offset below which the newest segment is known to be
+/// durable (end of sealed ledgers' entries in it, or a clean-shutdown marker): bad bytes below it
+/// are corruption, never a torn tail.
 pub(crate) fn scan(
     dir: &Path,
     open: &BTreeMap<LedgerId, u32>,
     max_body: usize,
+    durable_floor: impl Fn(u32) -> Result<u64, OpenError>,
 ) -> Result<Scan, OpenError> {
     let io_err = |path: &Path| {
         let path = path.to_path_buf();
@@ -49,24 +58,31 @@ pub(crate) fn scan(
         next_segment: segments.last().map_or(1, |l| l + 1),
         ledgers: open.keys().map(|id| (*id, Written::default())).collect(),
         truncated: None,
+        corrupt_records: Vec::new(),
     };
     let Some(&last) = segments.last() else {
         return Ok(result);
     };
     let start = open.values().min().copied().unwrap_or(last);
+    let floor = durable_floor(last)?;
     for &segment in segments.iter().filter(|s| **s >= start || **s == last) {
-        scan_segment(dir, segment, segment == last, max_body, &mut result)?;
+        let tail = (segment == last).then_some(floor);
+        scan_segment(dir, segment, tail, max_body, &mut result)?;
     }
     Ok(result)
 }
 
+/// Scans one segment. `tail` is `Some(durable floor)` for the newest segment, the only one that
+/// may end in a torn write (at or after the floor).
 fn scan_segment(
     dir: &Path,
     segment: u32,
-    is_last: bool,
+    tail: Option<u64>,
     max_body: usize,
     result: &mut Scan,
 ) -> Result<(), OpenError> {
+    let is_last = tail.is_some();
+    let floor = tail.unwrap_or(u64::MAX);
     let path = segment_path(dir, segment);
     let io_err = |source| OpenError::Io {
         path: path.clone(),
@@ -88,7 +104,7 @@ fn scan_segment(
         && file.read_exact(&mut header).is_ok()
         && check_segment_header(&header, segment).is_ok();
     if !header_ok {
-        if is_last {
+        if is_last && floor <= SEGMENT_HEADER_LEN {
             // Created but never made durable with its header: nothing in it was acknowledged.
             tracing::warn!(path = %path.display(), "removing segment with incomplete header");
             drop(file);
@@ -108,6 +124,7 @@ fn scan_segment(
     let mut base = SEGMENT_HEADER_LEN; // file offset of buf[0]
     let mut pos = 0usize; // cursor in buf
     let mut eof = false;
+    let mut last_skipped: Option<u64> = None;
     let end = loop {
         // Keep at least one record header, or the needed bytes, in the buffer.
         if !eof && buf.len() - pos < SCAN_CHUNK / 2 {
@@ -125,13 +142,16 @@ fn scan_segment(
                 if let Some(w) = result.ledgers.get_mut(&record.ledger_id) {
                     let expected = w.entries.len() as u64;
                     if record.entry_id != expected {
-                        return Err(corrupt(
-                            offset,
-                            format!(
-                                "ledger {} entry {} found where entry {expected} was expected",
-                                record.ledger_id, record.entry_id
-                            ),
-                        ));
+                        let msg = format!(
+                            "ledger {} entry {} found at offset {offset} where entry {expected} \
+                             was expected",
+                            record.ledger_id, record.entry_id
+                        );
+                        return Err(match last_skipped {
+                            // The missing entry is most likely the corrupt record skipped before.
+                            Some(at) => corrupt(at, format!("checksum mismatch; {msg}")),
+                            None => corrupt(offset, msg),
+                        });
                     }
                     w.push(
                         IndexEntry {
@@ -146,10 +166,19 @@ fn scan_segment(
                 }
                 pos += len;
             }
-            Decoded::End => break offset,
+            Decoded::End if offset >= floor => break offset,
+            Decoded::End => {
+                if is_last {
+                    return Err(corrupt(
+                        offset,
+                        format!("zeros before the durable end ({floor})"),
+                    ));
+                }
+                break offset;
+            }
             Decoded::NeedMore { needed } => {
                 if eof {
-                    if is_last {
+                    if offset >= floor {
                         break offset;
                     }
                     return Err(corrupt(
@@ -162,7 +191,24 @@ fn scan_segment(
                 eof = fill(&mut file, &mut buf, missing.max(SCAN_CHUNK)).map_err(io_err)?;
             }
             Decoded::Invalid { reason } => {
-                if is_last {
+                // A record whose framing is intact but whose body fails its checksum, followed
+                // by a valid record, is a corrupt record in the middle: skip it and report it
+                // (reads of it fail; a gap in an open ledger fails the dense check below).
+                if let InvalidRecord::ChecksumMismatch { .. } = reason {
+                    let len = record_len(&buf[pos..]);
+                    let next = buf
+                        .get(pos + len..)
+                        .map(|rest| decode_record(rest, max_body));
+                    if matches!(next, Some(Decoded::Record { .. })) {
+                        tracing::error!(path = %path.display(), offset, %reason,
+                            "corrupt record skipped during recovery");
+                        result.corrupt_records.push((segment, offset));
+                        last_skipped = Some(offset);
+                        pos += len;
+                        continue;
+                    }
+                }
+                if offset >= floor {
                     break offset;
                 }
                 return Err(corrupt(offset, reason.to_string()));
@@ -181,6 +227,11 @@ fn scan_segment(
         }
     }
     Ok(())
+}
+
+/// Total length declared by the record header at the start of `buf` (which holds a header).
+fn record_len(buf: &[u8]) -> usize {
+    RECORD_HEADER_LEN + u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize
 }
 
 /// Reads up to `want` more bytes onto `buf`; returns true at end of file.

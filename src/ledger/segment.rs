@@ -126,3 +126,72 @@ impl SegmentReaders {
         self.lock().remove(&id);
     }
 }
+
+/// Name of the clean-shutdown marker in the segment directory.
+const CLEAN_MARKER: &str = "clean-shutdown";
+const CLEAN_MAGIC: [u8; 4] = *b"LLCS";
+const CLEAN_VERSION: u8 = 1;
+
+/// Records that segment `segment` was fsynced and trimmed to `offset` by a clean shutdown:
+/// `b"LLCS" | version u8 | segment u32 | offset u64 | crc32c u32` (little-endian).
+pub fn write_clean_marker(dir: &Path, segment: u32, offset: u64) -> io::Result<()> {
+    let mut image = Vec::with_capacity(21);
+    image.extend_from_slice(&CLEAN_MAGIC);
+    image.push(CLEAN_VERSION);
+    image.extend_from_slice(&segment.to_le_bytes());
+    image.extend_from_slice(&offset.to_le_bytes());
+    let crc = crc32c::crc32c(&image);
+    image.extend_from_slice(&crc.to_le_bytes());
+    let tmp = dir.join(format!("{CLEAN_MARKER}.tmp"));
+    let mut f = File::create(&tmp)?;
+    f.write_all(&image)?;
+    f.sync_all()?;
+    fs::rename(&tmp, dir.join(CLEAN_MARKER))?;
+    sync_dir(dir)
+}
+
+/// The clean-shutdown marker, if present and valid: (segment, durable end offset).
+pub fn read_clean_marker(dir: &Path) -> Option<(u32, u64)> {
+    let image = fs::read(dir.join(CLEAN_MARKER)).ok()?;
+    if image.len() != 21 || image[0..4] != CLEAN_MAGIC || image[4] != CLEAN_VERSION {
+        return None;
+    }
+    let crc = u32::from_le_bytes(image[17..21].try_into().ok()?);
+    if crc32c::crc32c(&image[..17]) != crc {
+        return None;
+    }
+    let segment = u32::from_le_bytes(image[5..9].try_into().ok()?);
+    let offset = u64::from_le_bytes(image[9..17].try_into().ok()?);
+    Some((segment, offset))
+}
+
+/// Removes the clean-shutdown marker (once a new segment has been started).
+pub fn remove_clean_marker(dir: &Path) -> io::Result<()> {
+    match fs::remove_file(dir.join(CLEAN_MARKER)) {
+        Ok(()) => sync_dir(dir),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clean_marker_round_trips_and_rejects_damage() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        assert_eq!(read_clean_marker(dir.path()), None);
+        write_clean_marker(dir.path(), 7, 123_456)?;
+        assert_eq!(read_clean_marker(dir.path()), Some((7, 123_456)));
+        let path = dir.path().join(CLEAN_MARKER);
+        let mut image = fs::read(&path)?;
+        image[10] ^= 1;
+        fs::write(&path, image)?;
+        assert_eq!(read_clean_marker(dir.path()), None);
+        remove_clean_marker(dir.path())?;
+        remove_clean_marker(dir.path())?;
+        assert!(!path.exists());
+        Ok(())
+    }
+}

@@ -237,6 +237,76 @@ async fn interval_and_never_policies_acknowledge_and_persist_on_shutdown() -> Te
     Ok(())
 }
 
+#[tokio::test]
+async fn torn_tail_is_cut_but_bad_bytes_below_the_durable_end_are_corruption() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let meta: Arc<dyn MetadataStore> = Arc::new(MemoryMetadataStore::new());
+    let config = LedgerConfig {
+        segment_size: ByteSize::mib(1),
+        ..small_config()
+    };
+    let log = Log::open(dir.path(), config.clone(), meta.clone()).await?;
+    let t = log.topic("t").await?;
+    t.append(0, Bytes::from_static(b"0123456789"))
+        .await?
+        .durable()
+        .await?;
+    t.append(0, Bytes::from_static(b"abcdefghij"))
+        .await?
+        .durable()
+        .await?;
+    log.shutdown().await?;
+    drop((t, log));
+    let seg = segment::segment_path(&dir.path().join("segments"), 1);
+    let clean_len = std::fs::metadata(&seg)?.len();
+
+    // 1. After a clean shutdown, a flipped byte in the last record is corruption, not a tear.
+    let original = std::fs::read(&seg)?;
+    let mut bytes = original.clone();
+    let victim = bytes.len() - 3;
+    bytes[victim] ^= 0xFF;
+    std::fs::write(&seg, &bytes)?;
+    let err = Log::open(dir.path(), config.clone(), meta.clone())
+        .await
+        .err();
+    assert!(
+        matches!(err, Some(OpenError::Corrupt { .. })),
+        "expected corruption, got {err:?}"
+    );
+    assert_eq!(
+        std::fs::metadata(&seg)?.len(),
+        clean_len,
+        "durable bytes were cut"
+    );
+
+    // 2. Without a clean marker (a crash), garbage after the last whole record is a torn tail.
+    std::fs::write(&seg, &original)?;
+    segment::remove_clean_marker(&dir.path().join("segments"))?;
+    let mut bytes = original.clone();
+    bytes.extend_from_slice(&[0x30, 0, 0, 0, 1, 2, 3, 4, 5, 6]);
+    std::fs::write(&seg, &bytes)?;
+    let log = Log::open(dir.path(), config.clone(), meta.clone()).await?;
+    assert_eq!(log.recovery_report().truncated_bytes, 10);
+    assert_eq!(std::fs::metadata(&seg)?.len(), clean_len);
+    let t = log.topic("t").await?;
+    assert_eq!(read_all(&t).await?.len(), 2);
+    log.shutdown().await?;
+    drop((t, log));
+
+    // 3. Segment 1 is now sealed data behind a newer segment: corruption in it is reported on
+    //    read, never returned, and recovery leaves the file alone.
+    std::fs::write(&seg, &bytes[..clean_len as usize])?;
+    let mut bytes = std::fs::read(&seg)?;
+    bytes[victim] ^= 0xFF;
+    std::fs::write(&seg, &bytes)?;
+    let log = Log::open(dir.path(), config, meta).await?;
+    let t = log.topic("t").await?;
+    assert!(matches!(read_all(&t).await, Err(ReadError::Corrupt { .. })));
+    assert_eq!(std::fs::metadata(&seg)?.len(), clean_len);
+    log.shutdown().await?;
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------------------------
 // Property test: random appends, rollovers, reads and crashes with torn tails.
 
@@ -278,6 +348,8 @@ fn tear_tail(dir: &Path, acked_end: u64, keep: u16, garbage: &[u8]) -> std::io::
     let Some(&last) = segments.last() else {
         return Ok(());
     };
+    // A crash leaves no clean-shutdown marker.
+    segment::remove_clean_marker(dir)?;
     let path = segment::segment_path(dir, last);
     let mut bytes = std::fs::read(&path)?;
     let written = bytes.iter().rposition(|b| *b != 0).map_or(0, |i| i + 1) as u64;
