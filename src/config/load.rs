@@ -142,6 +142,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail API fixes the closure's error type
     fn layers_apply_in_order_and_unknown_keys_are_named() {
         figment::Jail::expect_with(|jail| {
             jail.create_file(

@@ -133,11 +133,15 @@ impl Drop for TailCache {
     }
 }
 
+/// Cached indexes plus their insertion order.
+type IndexMap = (HashMap<LedgerId, Arc<[IndexEntry]>>, VecDeque<LedgerId>);
+
 /// Indexes of sealed ledgers, bounded by count (oldest-inserted evicted first).
 #[derive(Debug)]
 pub(crate) struct IndexCache {
     capacity: usize,
-    inner: Mutex<(HashMap<LedgerId, Arc<[IndexEntry]>>, VecDeque<LedgerId>)>,
+    /// Invariant: the deque lists exactly the map's keys, oldest first.
+    inner: Mutex<IndexMap>,
 }
 
 impl IndexCache {

@@ -404,7 +404,7 @@ async fn run_ops(ops: Vec<Op>) -> TestResult {
                 if !mine.is_empty() {
                     let ((_, pos), p) = mine[pick.index(mine.len())];
                     let e = topics[topic].read_entry(*pos).await?;
-                    if &e.payload != p {
+                    if e.payload != *p {
                         return Err(format!("read of {pos} returned other bytes").into());
                     }
                 }
@@ -413,7 +413,7 @@ async fn run_ops(ops: Vec<Op>) -> TestResult {
                 // Locate the end of acknowledged data in the newest segment.
                 let newest = log.shared.journal.current_segment();
                 let mut acked_end = 0u64;
-                for ((t, pos), _) in &acked {
+                for (t, pos) in acked.keys() {
                     if let Ok(at) = topics[*t].locate(pos.ledger, pos.entry, pos.entry).await {
                         if let Some(at) = at.first() {
                             if at.segment == newest {
