@@ -189,6 +189,10 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(ProptestConfig {
+            failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("regressions"))),
+            ..ProptestConfig::default()
+        })]
         #[test]
         fn index_round_trips(ledger in any::<u64>(), entries in proptest::collection::vec(entry(), 0..200)) {
             let image = encode_index(ledger, &entries);

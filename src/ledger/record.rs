@@ -216,6 +216,10 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
+        #![proptest_config(ProptestConfig {
+            failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("regressions"))),
+            ..ProptestConfig::default()
+        })]
         #[test]
         fn record_round_trips(ledger in any::<u64>(), entry in any::<u64>(), t in any::<i64>(),
                               payload in proptest::collection::vec(any::<u8>(), 0..512)) {

@@ -478,7 +478,11 @@ async fn check_recovered(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig {
+        cases: 48,
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("regressions"))),
+        ..ProptestConfig::default()
+    })]
     #[test]
     fn random_ops_with_crashes_keep_every_acknowledged_entry(ops in proptest::collection::vec(op(), 1..80)) {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()

@@ -6,4 +6,5 @@
 mod common;
 mod ledger_corruption;
 mod ledger_crash;
+mod perf_cli;
 mod serve;

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The whole test suite, on a fresh Debian machine: installs what the tests need, then runs the
+# lints, builds every test once and runs them. `.ci/run` calls exactly this script.
+#
+#   tests/run.sh
+#
+# Environment:
+#   CARGO_TARGET_DIR   build directory (default /var/tmp/ledgerlake-target, outside the clone,
+#                      so CI reuses the previous build; a cold build also fits CI's limit)
+#   LEDGERLAKE_SKIP_INSTALL=1   do not try to install system packages
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/ledgerlake-target}"
+export CARGO_TERM_COLOR=never
+export CARGO_INCREMENTAL=0
+export RUST_BACKTRACE=1
+
+step() { printf '\n==> %s (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
+
+# --- 1. System packages (only what is missing) --------------------------------------------
+if [ "${LEDGERLAKE_SKIP_INSTALL:-0}" != 1 ]; then
+  missing=()
+  command -v cc >/dev/null 2>&1 || missing+=(build-essential)
+  command -v git >/dev/null 2>&1 || missing+=(git)
+  if [ ${#missing[@]} -gt 0 ]; then
+    step "installing system packages: ${missing[*]}"
+    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+  fi
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "cargo not found: install the Rust toolchain (https://rustup.rs) first" >&2
+  exit 1
+fi
+
+# --- 2. Lints -----------------------------------------------------------------------------
+step "cargo fmt --check"
+cargo fmt --all -- --check
+step "cargo clippy -D warnings"
+cargo clippy --locked --all-targets -- -D warnings
+
+# --- 3. Build once, then run everything ------------------------------------------------------
+step "cargo test --no-run"
+cargo test --locked --no-run
+step "cargo test"
+cargo test --locked -- --test-threads 2
+step "done"
