@@ -58,7 +58,11 @@ fn log_append(c: &mut Criterion) {
             let topics = rt.block_on(async {
                 let mut t = Vec::new();
                 for w in 0..writers {
-                    t.push(log.topic(&format!("bench-{size}-{w}")).await.expect("topic"));
+                    t.push(
+                        log.topic(&format!("bench-{size}-{w}"))
+                            .await
+                            .expect("topic"),
+                    );
                 }
                 t
             });
@@ -78,7 +82,10 @@ fn log_append(c: &mut Criterion) {
                                     let mut receipts = Vec::with_capacity(per_writer);
                                     for _ in 0..per_writer {
                                         receipts.push(
-                                            topic.append(now_ms(), payload.clone()).await.expect("append"),
+                                            topic
+                                                .append(now_ms(), payload.clone())
+                                                .await
+                                                .expect("append"),
                                         );
                                     }
                                     for r in receipts {

@@ -24,6 +24,7 @@
 //! - [`admin`]: the HTTP surface (health endpoints today).
 //! - [`cli`]: the `ledgerlake` command line.
 //! - [`perf`]: load generators behind `ledgerlake perf`.
+//! - [`protocol`]: the Pulsar binary protocol (generated types, framing).
 //! - [`service`]: wiring of a running service and its ordered shutdown.
 //! - [`telemetry`]: logging setup.
 //!
@@ -40,5 +41,6 @@ pub mod cli;
 pub mod config;
 pub mod ledger;
 pub mod perf;
+pub mod protocol;
 pub mod service;
 pub mod telemetry;

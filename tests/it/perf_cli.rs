@@ -11,11 +11,24 @@ fn perf_log_reports_throughput_latency_and_baseline() -> TestResult {
         .args(["perf", "log", "--dir"])
         .arg(dir.path())
         .args([
-            "--writers", "1,4", "--size", "100", "--duration", "1s", "--warmup", "200ms",
-            "--window", "64", "--json",
+            "--writers",
+            "1,4",
+            "--size",
+            "100",
+            "--duration",
+            "1s",
+            "--warmup",
+            "200ms",
+            "--window",
+            "64",
+            "--json",
         ])
         .output()?;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout)?;
     let runs = report["runs"].as_array().ok_or("no runs")?;
     assert_eq!(runs.len(), 2);
@@ -26,7 +39,12 @@ fn perf_log_reports_throughput_latency_and_baseline() -> TestResult {
         assert!(run["latency"]["p99_us"].as_u64() >= run["latency"]["p50_us"].as_u64());
         assert_eq!(run["sync"], "always");
     }
-    assert!(report["baseline"]["bandwidth"]["mb_per_s"].as_f64().ok_or("baseline")? > 0.0);
+    assert!(
+        report["baseline"]["bandwidth"]["mb_per_s"]
+            .as_f64()
+            .ok_or("baseline")?
+            > 0.0
+    );
     // The run directories are removed afterwards.
     let left: Vec<_> = std::fs::read_dir(dir.path())?.collect();
     assert!(left.is_empty(), "perf left files behind: {left:?}");

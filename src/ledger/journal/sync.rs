@@ -59,7 +59,10 @@ impl WrittenBatch {
     /// Fails every append and barrier of the batch.
     pub fn fail(self, err: &Arc<str>) {
         for p in self.placed {
-            let _ = p.req.reply.send(Err(AppendError::JournalFailed(err.clone())));
+            let _ = p
+                .req
+                .reply
+                .send(Err(AppendError::JournalFailed(err.clone())));
         }
         for b in self.barriers {
             let _ = b.send(Err(AppendError::JournalFailed(err.clone())));
@@ -200,11 +203,7 @@ impl Pipeline {
         st.stopping = true;
         self.inner.cond.notify_all();
         while st.failed.is_none() && st.durable < st.written {
-            st = self
-                .inner
-                .cond
-                .wait(st)
-                .unwrap_or_else(|p| p.into_inner());
+            st = self.inner.cond.wait(st).unwrap_or_else(|p| p.into_inner());
         }
         match &st.failed {
             Some(e) => Err(e.clone()),
@@ -238,11 +237,7 @@ impl Pipeline {
                     }
                 }
             } else {
-                st = self
-                    .inner
-                    .cond
-                    .wait(st)
-                    .unwrap_or_else(|p| p.into_inner());
+                st = self.inner.cond.wait(st).unwrap_or_else(|p| p.into_inner());
             }
         }
     }

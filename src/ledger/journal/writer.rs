@@ -89,7 +89,12 @@ impl Writer {
         }
     }
 
-    fn process(&mut self, batch: Vec<AppendRequest>, barriers: Vec<BarrierReply>, force_sync: bool) {
+    fn process(
+        &mut self,
+        batch: Vec<AppendRequest>,
+        barriers: Vec<BarrierReply>,
+        force_sync: bool,
+    ) {
         if let Some(err) = self.pipeline.failed() {
             fail_requests(batch, barriers, &err);
             return;
@@ -144,7 +149,11 @@ impl Writer {
         let mut buf_start = self.offset;
         let mut pending = batch.into_iter();
         let unplaced = |placed: Vec<Placed>, rest: &mut dyn Iterator<Item = AppendRequest>| {
-            placed.into_iter().map(|p| p.req).chain(rest).collect::<Vec<_>>()
+            placed
+                .into_iter()
+                .map(|p| p.req)
+                .chain(rest)
+                .collect::<Vec<_>>()
         };
         while let Some(req) = pending.next() {
             let len = (RECORD_OVERHEAD + req.payload.len()) as u64;

@@ -1,0 +1,17 @@
+//! The Pulsar binary protocol: the only place that touches protocol bytes.
+//!
+//! - [`proto`]: types generated from `schemas/pulsar/PulsarApi.proto` (our description of the
+//!   wire protocol, compatible with Apache Pulsar).
+//! - [`frame`]: framing: a cheap check for a complete frame, then parsing into the command and a
+//!   checksum-verified payload; encoders for outgoing frames.
+//!
+//! Invariant: nothing outside this module reads or writes raw frames; the broker receives typed
+//! commands and hands back typed responses.
+
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod proto {
+    //! Generated protobuf types of the Pulsar protocol.
+    include!(concat!(env!("OUT_DIR"), "/pulsar.proto.rs"));
+}
+
+pub mod frame;
