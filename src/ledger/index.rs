@@ -176,6 +176,7 @@ pub fn read_index_file(dir: &Path, ledger_id: u64) -> Result<Vec<IndexEntry>, In
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use proptest::test_runner::FileFailurePersistence;
 
     fn entry() -> impl Strategy<Value = IndexEntry> {
         (any::<u32>(), any::<u32>(), any::<u32>(), any::<i64>()).prop_map(|(s, o, l, t)| {

@@ -214,6 +214,7 @@ pub fn decode_record(buf: &[u8], max_body: usize) -> Decoded {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use proptest::test_runner::FileFailurePersistence;
 
     proptest! {
         #![proptest_config(ProptestConfig {

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use bytesize::ByteSize;
 use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
 
 use super::metadata::memory::MemoryMetadataStore;
 use super::*;

@@ -14,4 +14,6 @@ pub mod proto {
     include!(concat!(env!("OUT_DIR"), "/pulsar.proto.rs"));
 }
 
+pub mod codec;
+pub mod command;
 pub mod frame;
