@@ -5,7 +5,7 @@
 //! - `raw_file/...`: the physical comparison in the same run: sequential `write` + `fdatasync` of
 //!   a plain file on the same disk, with 4 KiB and 1 MiB writes.
 //!
-//! Set `LEDGERLAKE_BENCH_DIR` to benchmark another disk (default: the system temp dir).
+//! Set `LL_BENCH_DIR` to benchmark another disk (default: the system temp dir).
 
 use std::io::Write;
 use std::sync::Arc;
@@ -20,7 +20,7 @@ use ledgerlake::ledger::{now_ms, Log, MetadataStore};
 const ENTRIES_PER_ITER: usize = 20_000;
 
 fn bench_dir() -> tempfile::TempDir {
-    let base = std::env::var_os("LEDGERLAKE_BENCH_DIR")
+    let base = std::env::var_os("LL_BENCH_DIR")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(std::env::temp_dir);
     #[allow(clippy::expect_used)]

@@ -37,6 +37,7 @@
 //! surface.
 
 pub mod admin;
+pub mod broker;
 pub mod cli;
 pub mod config;
 pub mod ledger;

@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::{self, Health};
+use crate::broker::Broker;
 use crate::config::Config;
 use crate::ledger::metadata::sqlite::SqliteMetadataStore;
 use crate::ledger::{Log, MetadataStore};
@@ -58,6 +59,9 @@ pub struct Service {
     pub log: Arc<Log>,
     /// Address the HTTP surface listens on.
     pub http_addr: SocketAddr,
+    /// Address the Pulsar listener is bound to.
+    pub pulsar_addr: SocketAddr,
+    broker: Arc<Broker>,
     health: Arc<Health>,
     stop: CancellationToken,
     http: tokio::task::JoinHandle<Result<(), std::io::Error>>,
@@ -98,11 +102,35 @@ impl Service {
         };
         let store: Arc<dyn MetadataStore> = Arc::new(meta.clone());
         let log = Arc::new(Log::open(&config.ledger_dir(), config.ledger.clone(), store).await?);
+
+        let pulsar_listener =
+            TcpListener::bind(config.server.pulsar_addr)
+                .await
+                .map_err(|source| ServiceError::Bind {
+                    addr: config.server.pulsar_addr,
+                    what: "pulsar",
+                    source,
+                })?;
+        let pulsar_addr = pulsar_listener.local_addr().map_err(ServiceError::Http)?;
+        let advertised = if config.broker.advertised_address.is_empty() {
+            pulsar_addr.to_string()
+        } else {
+            config.broker.advertised_address.clone()
+        };
+        let broker = Broker::new(
+            config.broker.clone(),
+            log.clone(),
+            format!("pulsar://{advertised}"),
+        );
+        broker.serve(pulsar_listener);
+        tracing::info!(%pulsar_addr, "pulsar listening");
         health.set_ready(true);
         tracing::info!(data_dir = %config.data_dir.display(), "ready");
         Ok(Service {
             log,
             http_addr,
+            pulsar_addr,
+            broker,
             health,
             stop,
             http,
@@ -110,10 +138,12 @@ impl Service {
         })
     }
 
-    /// Graceful stop: not ready → stop HTTP → flush and fsync the log → close the store.
+    /// Graceful stop: not ready → stop HTTP and the broker (connections close) → flush and
+    /// fsync the log → close the store.
     pub async fn shutdown(self) -> Result<(), ServiceError> {
         self.health.set_ready(false);
         self.stop.cancel();
+        self.broker.shutdown().await;
         match self.http.await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "http server ended with an error"),

@@ -23,6 +23,8 @@ if [ "${LEDGERLAKE_SKIP_INSTALL:-0}" != 1 ]; then
   missing=()
   command -v cc >/dev/null 2>&1 || missing+=(build-essential)
   command -v git >/dev/null 2>&1 || missing+=(git)
+  command -v python3 >/dev/null 2>&1 || missing+=(python3)
+  python3 -m venv --help >/dev/null 2>&1 || missing+=(python3-venv)
   if [ ${#missing[@]} -gt 0 ]; then
     step "installing system packages: ${missing[*]}"
     if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
@@ -35,15 +37,27 @@ if ! command -v cargo >/dev/null 2>&1; then
   exit 1
 fi
 
-# --- 2. Lints -----------------------------------------------------------------------------
+# --- 2. Python side: the official Pulsar client and pytest, in a venv inside the clone --------
+VENV=".venv"
+if [ ! -x "$VENV/bin/python" ]; then
+  step "creating $VENV"
+  python3 -m venv "$VENV"
+fi
+step "installing Python test packages"
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r tests/interop/requirements.txt
+
+# --- 3. Lints -----------------------------------------------------------------------------
 step "cargo fmt --check"
 cargo fmt --all -- --check
 step "cargo clippy -D warnings"
 cargo clippy --locked --all-targets -- -D warnings
 
-# --- 3. Build once, then run everything ------------------------------------------------------
+# --- 4. Build once, then run everything ------------------------------------------------------
 step "cargo test --no-run"
 cargo test --locked --no-run
 step "cargo test"
 cargo test --locked -- --test-threads 2
+step "interop tests (official Python pulsar-client against ledgerlake serve)"
+LL_TEST_BIN="$CARGO_TARGET_DIR/debug/ledgerlake" "$VENV/bin/python" -m pytest -q -p no:logging \
+  -p no:cacheprovider tests/interop
 step "done"

@@ -27,8 +27,7 @@ pub struct ServeArgs {
     /// Root of all local state (log, metadata.db, catalog.db, warehouse/). Default: ./data.
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
-    /// Pulsar binary-protocol listen address. Default: 127.0.0.1:6650. (The broker that serves
-    /// it arrives with the broker issue; until then nothing listens here.)
+    /// Pulsar binary-protocol listen address. Default: 127.0.0.1:6650.
     #[arg(long)]
     pub pulsar_addr: Option<SocketAddr>,
     /// HTTP listen address for health, admin, metrics and SQL. Default: 127.0.0.1:8080.

@@ -28,6 +28,8 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Listen addresses.
     pub server: ServerConfig,
+    /// The Pulsar-protocol broker.
+    pub broker: BrokerConfig,
     /// Logging.
     pub telemetry: TelemetryConfig,
     /// The durable segmented log.
@@ -41,6 +43,7 @@ impl Default for Config {
         Self {
             data_dir: PathBuf::from("./data"),
             server: ServerConfig::default(),
+            broker: BrokerConfig::default(),
             telemetry: TelemetryConfig::default(),
             ledger: LedgerConfig::default(),
             metadata: MetadataConfig::default(),
@@ -66,6 +69,35 @@ impl Default for ServerConfig {
             pulsar_addr: SocketAddr::from(([127, 0, 0, 1], 6650)),
             http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
             pg_addr: SocketAddr::from(([127, 0, 0, 1], 5433)),
+        }
+    }
+}
+
+/// The Pulsar-protocol broker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct BrokerConfig {
+    /// Largest message (a batch with its metadata) accepted, advertised to clients in CONNECTED.
+    /// A larger SEND gets a SEND_ERROR; a frame beyond it plus 64 KiB closes the connection.
+    #[schemars(with = "String")]
+    pub max_message_size: ByteSize,
+    /// Create topics on first use by a producer or consumer.
+    pub allow_auto_topic_creation: bool,
+    /// `host:port` clients are told to connect to in LOOKUP answers. Empty: `server.pulsar_addr`.
+    pub advertised_address: String,
+    /// Interval of broker PINGs; a connection silent for twice this long is closed.
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub keepalive: Duration,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        Self {
+            max_message_size: ByteSize::mib(5),
+            allow_auto_topic_creation: true,
+            advertised_address: String::new(),
+            keepalive: Duration::from_secs(30),
         }
     }
 }
@@ -256,6 +288,18 @@ impl Config {
                 "ledger.max_open_segments",
                 "max_open_segments and index_cache_ledgers must be at least 1".into(),
             );
+        }
+        if self.broker.max_message_size.as_u64() + 64 * 1024 > l.max_entry_size.as_u64() {
+            return invalid(
+                "broker.max_message_size",
+                format!(
+                    "{} plus 64 KiB of metadata must fit in ledger.max_entry_size ({})",
+                    self.broker.max_message_size, l.max_entry_size
+                ),
+            );
+        }
+        if self.broker.keepalive.is_zero() {
+            return invalid("broker.keepalive", "must be positive".into());
         }
         if !self.metadata.url.is_empty() && !self.metadata.url.starts_with("sqlite:") {
             return invalid(

@@ -342,6 +342,20 @@ impl Log {
         Ok(t)
     }
 
+    /// Whether a topic of that name exists (loaded or in the metadata store).
+    pub async fn topic_exists(&self, name: &str) -> Result<bool, metadata::MetadataError> {
+        if self.topics.lock().await.contains_key(name) {
+            return Ok(true);
+        }
+        Ok(self
+            .shared
+            .meta
+            .list_topics()
+            .await?
+            .iter()
+            .any(|t| t.name == name))
+    }
+
     fn loaded_topic(&self, topic_id: metadata::TopicId) -> Option<TopicLog> {
         self.loaded
             .lock()

@@ -491,3 +491,57 @@ proptest! {
         rt.block_on(run_ops(ops)).map_err(|e| TestCaseError::fail(e.to_string()))?;
     }
 }
+
+#[tokio::test]
+async fn read_from_crosses_ledgers_and_stops_at_the_tail() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let log = Log::open(
+        dir.path(),
+        small_config(),
+        Arc::new(MemoryMetadataStore::new()),
+    )
+    .await?;
+    let t = log.topic("t").await?;
+    assert!(t.read_from(Position::new(0, 0), 10).await?.is_empty());
+    let mut positions = Vec::new();
+    for i in 0..30u64 {
+        positions.push(t.append(0, payload(0, i, 40)).await?.durable().await?);
+    }
+    let mut from = t.first_position();
+    let mut seen = Vec::new();
+    loop {
+        let batch = t.read_from(from, 4).await?;
+        let Some(last) = batch.last() else { break };
+        from = Position::new(last.position.ledger, last.position.entry + 1);
+        seen.extend(batch.into_iter().map(|e| e.position));
+    }
+    assert_eq!(seen, positions);
+    log.shutdown().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_from_the_middle_of_an_open_ledger() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let log = Log::open(
+        dir.path(),
+        LedgerConfig::default(),
+        Arc::new(MemoryMetadataStore::new()),
+    )
+    .await?;
+    let t = log.topic("t").await?;
+    let mut receipts = Vec::new();
+    for i in 0..2000u64 {
+        receipts.push(t.append(0, payload(0, i, 12)).await?);
+    }
+    for r in receipts {
+        r.durable().await?;
+    }
+    let l = t.ledgers()[0].id;
+    assert_eq!(t.ledgers()[0].entry_count, 2000);
+    let got = t.read_from(Position::new(l, 1006), 256).await?;
+    assert_eq!(got.len(), 256);
+    assert_eq!(got[0].position, Position::new(l, 1006));
+    log.shutdown().await?;
+    Ok(())
+}

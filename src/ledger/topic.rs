@@ -441,6 +441,44 @@ impl TopicLog {
     }
 }
 
+impl TopicLog {
+    /// Reads up to `max` durable entries from `from` (inclusive) onward, crossing ledger
+    /// boundaries and skipping empty ledgers. Empty when nothing is durable there yet;
+    /// [`ReadError::Deleted`] when the range was offloaded and deleted locally.
+    pub async fn read_from(&self, from: Position, max: usize) -> Result<Vec<Entry>, ReadError> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        let ledgers = self.ledgers();
+        let newest = ledgers.last().map(|l| l.id);
+        for l in ledgers.into_iter().filter(|l| l.id >= from.ledger) {
+            let start = if l.id == from.ledger { from.entry } else { 0 };
+            if start >= l.entry_count {
+                if l.state == LedgerState::Open && Some(l.id) == newest {
+                    // Nothing newer can exist beyond the open ledger's confirmed entries.
+                    return Ok(Vec::new());
+                }
+                continue;
+            }
+            if l.state == LedgerState::Deleted {
+                return Err(ReadError::Deleted(l.id));
+            }
+            let last = (start + max as u64 - 1).min(l.entry_count - 1);
+            return self.read_entries(l.id, start, last).await;
+        }
+        Ok(Vec::new())
+    }
+
+    /// Position of the first entry at or after `from` that exists or will exist: the next
+    /// position after the last durable entry when `from` is past the end.
+    pub fn first_position(&self) -> Position {
+        self.ledgers()
+            .into_iter()
+            .find(|l| l.entry_count > 0)
+            .map_or(Position::new(0, 0), |l| Position::new(l.id, 0))
+    }
+}
+
 /// Writes the index file and records the seal (open → sealed); shared with recovery.
 pub(crate) async fn seal_ledger(
     shared: &Arc<LogShared>,

@@ -22,13 +22,13 @@ pub enum Inbound {
     /// LOOKUP.
     Lookup(proto::CommandLookupTopic),
     /// PRODUCER.
-    Producer(proto::CommandProducer),
+    Producer(Box<proto::CommandProducer>),
     /// SEND with its payload.
-    Send(proto::CommandSend, Payload),
+    Send(proto::CommandSend, Box<Payload>),
     /// CLOSE_PRODUCER.
     CloseProducer(proto::CommandCloseProducer),
     /// SUBSCRIBE.
-    Subscribe(proto::CommandSubscribe),
+    Subscribe(Box<proto::CommandSubscribe>),
     /// FLOW.
     Flow(proto::CommandFlow),
     /// ACK.
@@ -72,18 +72,18 @@ impl TryFrom<Frame> for Inbound {
                 Inbound::PartitionedMetadata(body!(c, partition_metadata, "PARTITIONED_METADATA"))
             }
             Ok(Type::Lookup) => Inbound::Lookup(body!(c, lookup_topic, "LOOKUP")),
-            Ok(Type::Producer) => Inbound::Producer(body!(c, producer, "PRODUCER")),
+            Ok(Type::Producer) => Inbound::Producer(Box::new(body!(c, producer, "PRODUCER"))),
             Ok(Type::Send) => {
                 let send = body!(c, send, "SEND");
                 let payload = frame
                     .payload
                     .ok_or(FrameError::MissingBody("SEND payload"))?;
-                Inbound::Send(send, payload)
+                Inbound::Send(send, Box::new(payload))
             }
             Ok(Type::CloseProducer) => {
                 Inbound::CloseProducer(body!(c, close_producer, "CLOSE_PRODUCER"))
             }
-            Ok(Type::Subscribe) => Inbound::Subscribe(body!(c, subscribe, "SUBSCRIBE")),
+            Ok(Type::Subscribe) => Inbound::Subscribe(Box::new(body!(c, subscribe, "SUBSCRIBE"))),
             Ok(Type::Flow) => Inbound::Flow(body!(c, flow, "FLOW")),
             Ok(Type::Ack) => Inbound::Ack(body!(c, ack, "ACK")),
             Ok(Type::CloseConsumer) => {

@@ -210,3 +210,31 @@ pub fn encode_payload_command(command: &BaseCommand, entry: &[u8], out: &mut Byt
     let _ = command.encode(out);
     out.extend_from_slice(entry);
 }
+
+/// The metadata of a stored entry (`[0x0e01][crc][meta_size][metadata][payload]`).
+pub fn entry_metadata(entry: &[u8]) -> Result<MessageMetadata, FrameError> {
+    let body = if entry.len() >= 6 && u16::from_be_bytes([entry[0], entry[1]]) == MAGIC_CRC32C {
+        &entry[6..]
+    } else {
+        entry
+    };
+    if body.len() < 4 {
+        return Err(FrameError::Malformed("entry without metadata size"));
+    }
+    let meta_size = read_u32(&body[0..4]) as usize;
+    if 4 + meta_size > body.len() {
+        return Err(FrameError::Malformed("metadata size exceeds the entry"));
+    }
+    MessageMetadata::decode(&body[4..4 + meta_size]).map_err(|source| FrameError::Protobuf {
+        what: "message metadata",
+        source,
+    })
+}
+
+/// Messages in a stored entry: `num_messages_in_batch`, or 1 for an unbatched message.
+pub fn entry_message_count(entry: &[u8]) -> u32 {
+    entry_metadata(entry)
+        .ok()
+        .and_then(|m| m.num_messages_in_batch)
+        .map_or(1, |n| n.max(1) as u32)
+}

@@ -1,0 +1,540 @@
+//! One client connection: handshake, keepalive, and the mapping of typed commands onto topics
+//! and subscriptions. Errors map to Pulsar's `ServerError` here, in [`server_error`].
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::{SinkExt, StreamExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::codec::{FramedRead, FramedWrite};
+
+use super::subscription::{self, SubscriptionCommand, SubscriptionHandle};
+use super::topic_name::TopicName;
+use super::{Broker, BrokerError, BrokerTopic, PROTOCOL_VERSION, SERVER_VERSION};
+use crate::ledger::{AppendError, AppendReceipt, Position};
+use crate::protocol::codec::PulsarCodec;
+use crate::protocol::command::{self, Inbound, Outbound};
+use crate::protocol::frame::{entry_message_count, FrameError};
+use crate::protocol::proto::{self, command_ack::AckType, command_subscribe, ServerError};
+
+/// Outbound frames queued per connection before the dispatcher waits.
+const OUTBOUND_QUEUE: usize = 1024;
+/// Receipts in flight per producer before the connection stops reading.
+const RECEIPT_QUEUE: usize = 4096;
+
+/// Maps broker errors to the wire (the one place for this surface).
+fn server_error(e: &BrokerError) -> ServerError {
+    match e {
+        BrokerError::InvalidTopic(_) => ServerError::InvalidTopicName,
+        BrokerError::TopicNotFound(_) => ServerError::TopicNotFound,
+        BrokerError::Metadata(_) => ServerError::MetadataError,
+        BrokerError::Busy(_) => ServerError::ProducerBusy,
+        BrokerError::NotSupported(_) => ServerError::NotAllowedError,
+    }
+}
+
+struct ProducerState {
+    topic: Arc<BrokerTopic>,
+    name: String,
+    receipts: mpsc::Sender<(u64, Result<AppendReceipt, AppendError>)>,
+}
+
+struct ConsumerState {
+    topic: Arc<BrokerTopic>,
+    subscription: SubscriptionHandle,
+}
+
+/// A client connection.
+pub struct Connection {
+    broker: Arc<Broker>,
+    id: u64,
+    out: mpsc::Sender<Outbound>,
+    producers: HashMap<u64, ProducerState>,
+    consumers: HashMap<u64, ConsumerState>,
+    connected: bool,
+}
+
+impl Connection {
+    /// Serves one connection until it closes, fails, or the broker stops.
+    pub async fn run(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr) {
+        let max = broker.config.max_message_size.as_u64() as usize;
+        let (read, write) = stream.into_split();
+        let mut frames = FramedRead::new(read, PulsarCodec::new(max));
+        let (out, mut out_rx) = mpsc::channel::<Outbound>(OUTBOUND_QUEUE);
+        let writer = tokio::spawn(async move {
+            let mut sink = FramedWrite::new(write, PulsarCodec::new(max));
+            while let Some(first) = out_rx.recv().await {
+                if sink.feed(first).await.is_err() {
+                    return;
+                }
+                while let Ok(more) = out_rx.try_recv() {
+                    if sink.feed(more).await.is_err() {
+                        return;
+                    }
+                }
+                if sink.flush().await.is_err() {
+                    return;
+                }
+            }
+        });
+        let mut conn = Connection {
+            id: broker.next_id(),
+            broker: broker.clone(),
+            out,
+            producers: HashMap::new(),
+            consumers: HashMap::new(),
+            connected: false,
+        };
+        tracing::debug!(peer = %peer, conn = conn.id, "connection opened");
+        let keepalive = broker.config.keepalive;
+        let mut ping = tokio::time::interval(keepalive);
+        ping.tick().await;
+        let mut last_heard = Instant::now();
+        let reason = loop {
+            tokio::select! {
+                _ = broker.stop.cancelled() => break "broker shutting down".to_string(),
+                _ = ping.tick() => {
+                    if last_heard.elapsed() > keepalive * 2 {
+                        break "keepalive timeout".to_string();
+                    }
+                    if conn.connected {
+                        let _ = conn.out.send(command::ping()).await;
+                    }
+                }
+                frame = frames.next() => {
+                    last_heard = Instant::now();
+                    match frame {
+                        None => break "closed by client".to_string(),
+                        Some(Err(e)) => break format!("protocol error: {e}"),
+                        Some(Ok(cmd)) => {
+                            if let Err(e) = conn.handle(cmd).await {
+                                break format!("protocol error: {e}");
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        tracing::debug!(peer = %peer, conn = conn.id, %reason, "connection closed");
+        conn.close().await;
+        drop(conn);
+        let _ = writer.await;
+    }
+
+    async fn send(&self, o: Outbound) {
+        let _ = self.out.send(o).await;
+    }
+
+    async fn close(&mut self) {
+        for (consumer_id, c) in self.consumers.drain() {
+            let _ = c
+                .subscription
+                .tx
+                .send(SubscriptionCommand::RemoveConsumer((self.id, consumer_id)));
+            if !c.subscription.durable {
+                c.topic
+                    .subscriptions
+                    .lock()
+                    .await
+                    .remove(&c.subscription.name);
+            }
+        }
+        for (pid, p) in self.producers.drain() {
+            p.topic
+                .producers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|_, v| !(v.0 == self.id && v.1 == pid));
+        }
+    }
+
+    async fn handle(&mut self, cmd: Inbound) -> Result<(), FrameError> {
+        if !self.connected && !matches!(cmd, Inbound::Connect(_)) {
+            return Err(FrameError::Malformed("command before CONNECT"));
+        }
+        match cmd {
+            Inbound::Connect(c) => {
+                let version = c.protocol_version.unwrap_or(0).min(PROTOCOL_VERSION);
+                self.connected = true;
+                let max = self.broker.config.max_message_size.as_u64() as i32;
+                self.send(command::connected(SERVER_VERSION, version, max))
+                    .await;
+            }
+            Inbound::Ping => self.send(command::pong()).await,
+            Inbound::Pong => {}
+            Inbound::PartitionedMetadata(m) => {
+                let reply = match m.topic.parse::<TopicName>() {
+                    Ok(_) => command::partitioned_metadata(m.request_id, 0),
+                    Err(e) => command::partitioned_metadata_failed(
+                        m.request_id,
+                        ServerError::InvalidTopicName,
+                        e.to_string(),
+                    ),
+                };
+                self.send(reply).await;
+            }
+            Inbound::Lookup(l) => {
+                let reply = match l.topic.parse::<TopicName>() {
+                    Ok(_) => command::lookup_connect(l.request_id, &self.broker.service_url),
+                    Err(e) => command::lookup_failed(
+                        l.request_id,
+                        ServerError::InvalidTopicName,
+                        e.to_string(),
+                    ),
+                };
+                self.send(reply).await;
+            }
+            Inbound::Producer(p) => self.add_producer(*p).await,
+            Inbound::Send(send, payload) => {
+                let Some(producer) = self.producers.get(&send.producer_id) else {
+                    self.send(command::send_error(
+                        send.producer_id,
+                        send.sequence_id,
+                        ServerError::NotAllowedError,
+                        "unknown producer id",
+                    ))
+                    .await;
+                    return Ok(());
+                };
+                if !payload.checksum_ok {
+                    self.send(command::send_error(
+                        send.producer_id,
+                        send.sequence_id,
+                        ServerError::ChecksumError,
+                        "payload checksum mismatch",
+                    ))
+                    .await;
+                    return Ok(());
+                }
+                let max = self.broker.config.max_message_size.as_u64() as usize;
+                if payload.entry.len() > max {
+                    self.send(command::send_error(
+                        send.producer_id,
+                        send.sequence_id,
+                        ServerError::NotAllowedError,
+                        format!(
+                            "message of {} bytes exceeds the limit of {max}",
+                            payload.entry.len()
+                        ),
+                    ))
+                    .await;
+                    return Ok(());
+                }
+                let publish_time = payload.metadata.publish_time as i64;
+                // Awaiting here is the backpressure: while the log is full this connection is
+                // not read.
+                let receipt = producer
+                    .topic
+                    .log
+                    .append(publish_time, payload.entry.clone())
+                    .await;
+                let _ = producer.receipts.send((send.sequence_id, receipt)).await;
+            }
+            Inbound::CloseProducer(c) => {
+                if let Some(p) = self.producers.remove(&c.producer_id) {
+                    p.topic
+                        .producers
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&p.name);
+                }
+                self.send(command::success(c.request_id)).await;
+            }
+            Inbound::Subscribe(s) => self.subscribe(*s).await,
+            Inbound::Flow(f) => {
+                if let Some(c) = self.consumers.get(&f.consumer_id) {
+                    let _ = c.subscription.tx.send(SubscriptionCommand::Flow(
+                        (self.id, f.consumer_id),
+                        f.message_permits,
+                    ));
+                }
+            }
+            Inbound::Ack(a) => {
+                if let Some(c) = self.consumers.get(&a.consumer_id) {
+                    let positions = a
+                        .message_id
+                        .iter()
+                        .map(|m| Position::new(m.ledger_id, m.entry_id))
+                        .collect();
+                    let _ = c.subscription.tx.send(SubscriptionCommand::Ack {
+                        key: (self.id, a.consumer_id),
+                        positions,
+                        cumulative: a.ack_type == AckType::Cumulative as i32,
+                    });
+                }
+            }
+            Inbound::Redeliver(r) => {
+                if let Some(c) = self.consumers.get(&r.consumer_id) {
+                    let _ = c
+                        .subscription
+                        .tx
+                        .send(SubscriptionCommand::Redeliver((self.id, r.consumer_id)));
+                }
+            }
+            Inbound::CloseConsumer(c) => {
+                self.remove_consumer(c.consumer_id, false).await;
+                self.send(command::success(c.request_id)).await;
+            }
+            Inbound::Unsubscribe(u) => {
+                self.remove_consumer(u.consumer_id, true).await;
+                self.send(command::success(u.request_id)).await;
+            }
+            Inbound::GetLastMessageId(g) => self.last_message_id(g).await,
+            Inbound::Seek(s) => {
+                self.send(command::error(
+                    s.request_id,
+                    ServerError::NotAllowedError,
+                    "seek is not supported by this broker yet",
+                ))
+                .await;
+            }
+            Inbound::Unsupported { kind, request_id } => {
+                tracing::debug!(conn = self.id, kind, "unsupported command");
+                if let Some(id) = request_id {
+                    self.send(command::error(
+                        id,
+                        ServerError::NotAllowedError,
+                        format!("command type {kind} is not supported by this broker"),
+                    ))
+                    .await;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn add_producer(&mut self, p: proto::CommandProducer) {
+        let topic = match p.topic.parse::<TopicName>() {
+            Ok(name) => self.broker.topic(&name).await,
+            Err(e) => Err(BrokerError::from(e)),
+        };
+        let topic = match topic {
+            Ok(t) => t,
+            Err(e) => {
+                self.send(command::error(
+                    p.request_id,
+                    server_error(&e),
+                    e.to_string(),
+                ))
+                .await;
+                return;
+            }
+        };
+        let name = p
+            .producer_name
+            .clone()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| self.broker.generate_producer_name());
+        let exclusive = p
+            .producer_access_mode
+            .is_some_and(|m| m != proto::ProducerAccessMode::Shared as i32);
+        let refused = {
+            let mut producers = topic.producers.lock().unwrap_or_else(|e| e.into_inner());
+            let busy =
+                producers.values().any(|(_, _, ex)| *ex) || (exclusive && !producers.is_empty());
+            if busy {
+                Some("topic has an exclusive producer")
+            } else if producers.contains_key(&name) {
+                Some("a producer with this name is already connected")
+            } else {
+                producers.insert(name.clone(), (self.id, p.producer_id, exclusive));
+                None
+            }
+        };
+        if let Some(why) = refused {
+            self.send(command::error(p.request_id, ServerError::ProducerBusy, why))
+                .await;
+            return;
+        }
+        let (tx, mut rx) =
+            mpsc::channel::<(u64, Result<AppendReceipt, AppendError>)>(RECEIPT_QUEUE);
+        let out = self.out.clone();
+        let producer_id = p.producer_id;
+        let partition = topic.partition;
+        tokio::spawn(async move {
+            // Receipts resolve in append order; forwarding them in arrival order keeps
+            // SEND_RECEIPTs in SEND order.
+            while let Some((seq, receipt)) = rx.recv().await {
+                let result = match receipt {
+                    Ok(r) => r.durable().await,
+                    Err(e) => Err(e),
+                };
+                let frame = match result {
+                    Ok(pos) => command::send_receipt(
+                        producer_id,
+                        seq,
+                        command::message_id(pos.ledger, pos.entry, partition, None),
+                    ),
+                    Err(e) => command::send_error(
+                        producer_id,
+                        seq,
+                        ServerError::PersistenceError,
+                        e.to_string(),
+                    ),
+                };
+                if out.send(frame).await.is_err() {
+                    return;
+                }
+            }
+        });
+        self.producers.insert(
+            p.producer_id,
+            ProducerState {
+                topic,
+                name: name.clone(),
+                receipts: tx,
+            },
+        );
+        self.send(command::producer_success(p.request_id, &name, -1))
+            .await;
+    }
+
+    async fn subscribe(&mut self, s: proto::CommandSubscribe) {
+        let topic = match s.topic.parse::<TopicName>() {
+            Ok(name) => self.broker.topic(&name).await,
+            Err(e) => Err(BrokerError::from(e)),
+        };
+        let topic = match topic {
+            Ok(t) => t,
+            Err(e) => {
+                self.send(command::error(
+                    s.request_id,
+                    server_error(&e),
+                    e.to_string(),
+                ))
+                .await;
+                return;
+            }
+        };
+        let sub_type = command_subscribe::SubType::try_from(s.sub_type)
+            .unwrap_or(command_subscribe::SubType::Exclusive);
+        let durable = s.durable.unwrap_or(true);
+        let handle = {
+            let mut subs = topic.subscriptions.lock().await;
+            match subs.get(&s.subscription) {
+                Some(h) => h.clone(),
+                None => {
+                    let start = start_position(&topic, &s);
+                    let h = subscription::spawn(
+                        topic.clone(),
+                        s.subscription.clone(),
+                        sub_type,
+                        durable,
+                        start,
+                    );
+                    subs.insert(s.subscription.clone(), h.clone());
+                    h
+                }
+            }
+        };
+        let (reply, result) = oneshot::channel();
+        let _ = handle.tx.send(SubscriptionCommand::AddConsumer {
+            key: (self.id, s.consumer_id),
+            sub_type,
+            out: self.out.clone(),
+            reply,
+        });
+        match result.await {
+            Ok(Ok(())) => {
+                self.consumers.insert(
+                    s.consumer_id,
+                    ConsumerState {
+                        topic,
+                        subscription: handle,
+                    },
+                );
+                self.send(command::success(s.request_id)).await;
+            }
+            Ok(Err(why)) => {
+                self.send(command::error(s.request_id, ServerError::ConsumerBusy, why))
+                    .await;
+            }
+            Err(_) => {
+                self.send(command::error(
+                    s.request_id,
+                    ServerError::ServiceNotReady,
+                    "subscription stopped",
+                ))
+                .await;
+            }
+        }
+    }
+
+    async fn remove_consumer(&mut self, consumer_id: u64, unsubscribe: bool) {
+        let Some(c) = self.consumers.remove(&consumer_id) else {
+            return;
+        };
+        let _ = c
+            .subscription
+            .tx
+            .send(SubscriptionCommand::RemoveConsumer((self.id, consumer_id)));
+        if unsubscribe || !c.subscription.durable {
+            c.topic
+                .subscriptions
+                .lock()
+                .await
+                .remove(&c.subscription.name);
+        }
+    }
+
+    async fn last_message_id(&mut self, g: proto::CommandGetLastMessageId) {
+        let Some(c) = self.consumers.get(&g.consumer_id) else {
+            self.send(command::error(
+                g.request_id,
+                ServerError::ConsumerNotFound,
+                "unknown consumer id",
+            ))
+            .await;
+            return;
+        };
+        let partition = c.topic.partition;
+        let last = match c.topic.log.last_confirmed() {
+            None => command::message_id(u64::MAX, u64::MAX, partition, Some(-1)),
+            Some(pos) => {
+                let batch_index = match c.topic.log.read_entry(pos).await {
+                    Ok(e) => {
+                        let n = entry_message_count(&e.payload) as i32;
+                        Some(if n > 1 { n - 1 } else { -1 })
+                    }
+                    Err(_) => Some(-1),
+                };
+                command::message_id(pos.ledger, pos.entry, partition, batch_index)
+            }
+        };
+        let (tx, rx) = oneshot::channel();
+        let _ = c.subscription.tx.send(SubscriptionCommand::MarkDelete(tx));
+        let mark = rx
+            .await
+            .ok()
+            .flatten()
+            .map(|p| command::message_id(p.ledger, p.entry, partition, None));
+        self.send(command::last_message_id(g.request_id, last, mark))
+            .await;
+    }
+}
+
+/// Where a new subscription starts: a reader's start message id, else the initial position.
+fn start_position(topic: &BrokerTopic, s: &proto::CommandSubscribe) -> Position {
+    let after_last = || {
+        topic.log.last_confirmed().map_or(Position::new(0, 0), |p| {
+            Position::new(p.ledger, p.entry + 1)
+        })
+    };
+    if let Some(id) = &s.start_message_id {
+        return match (id.ledger_id, id.entry_id) {
+            (u64::MAX, u64::MAX) => topic.log.first_position(),
+            (l, e) if l == i64::MAX as u64 && e == i64::MAX as u64 => after_last(),
+            // The broker redelivers the whole start entry; the client filters by batch index.
+            (l, e) => Position::new(l, e),
+        };
+    }
+    match s.initial_position {
+        Some(p) if p == command_subscribe::InitialPosition::Earliest as i32 => {
+            topic.log.first_position()
+        }
+        _ => after_last(),
+    }
+}

@@ -1,0 +1,170 @@
+//! The Pulsar-protocol broker: accepts connections, answers lookups as a single broker, appends
+//! producers' messages to the log and dispatches them to subscriptions.
+//!
+//! Structure:
+//! - [`connection`]: one task per client connection; it owns the socket, turns typed inbound
+//!   commands into calls on topics and subscriptions, and writes responses through one outbound
+//!   queue (so frames never interleave).
+//! - [`subscription`]: one task per subscription, the only owner of its cursor and consumers;
+//!   it reads the log and sends MESSAGE frames within the consumers' permits.
+//! - [`topic_name`]: Pulsar's topic-name rules.
+//!
+//! Invariants:
+//! - SEND_RECEIPTs of a producer leave in the order of its SENDs and only after the append is
+//!   durable; a failed append gets a SEND_ERROR, never a receipt.
+//! - A connection whose appends cannot keep up stops being read (the log's backpressure), so
+//!   memory stays bounded whatever clients send.
+//! - Malformed input closes only the connection that sent it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::BrokerConfig;
+use crate::ledger::{Log, TopicLog};
+
+pub mod connection;
+pub mod subscription;
+pub mod topic_name;
+
+use subscription::SubscriptionHandle;
+use topic_name::TopicName;
+
+/// Version string sent in CONNECTED.
+pub const SERVER_VERSION: &str = concat!("ledgerlake-", env!("CARGO_PKG_VERSION"));
+/// Highest protocol version this broker speaks.
+pub const PROTOCOL_VERSION: i32 = 21;
+
+/// A topic partition as the broker sees it.
+#[derive(Debug)]
+pub struct BrokerTopic {
+    /// Full name.
+    pub name: TopicName,
+    /// Partition index, -1 when the topic is not partitioned.
+    pub partition: i32,
+    /// Its log.
+    pub log: TopicLog,
+    /// Producers by name → (connection id, producer id, exclusive).
+    /// Invariant: at most one entry when any producer is exclusive.
+    producers: Mutex<HashMap<String, (u64, u64, bool)>>,
+    /// Subscriptions by name.
+    subscriptions: tokio::sync::Mutex<HashMap<String, SubscriptionHandle>>,
+}
+
+/// Shared broker state.
+#[derive(Debug)]
+pub struct Broker {
+    config: BrokerConfig,
+    log: Arc<Log>,
+    /// URL put in LOOKUP answers.
+    service_url: String,
+    topics: tokio::sync::Mutex<HashMap<String, Arc<BrokerTopic>>>,
+    next_id: AtomicU64,
+    boot_id: u32,
+    stop: CancellationToken,
+    tasks: TaskTracker,
+}
+
+/// Why the broker could not serve a request; mapped to Pulsar's ServerError in `connection`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BrokerError {
+    /// The topic name is invalid.
+    #[error(transparent)]
+    InvalidTopic(#[from] topic_name::TopicNameError),
+    /// The topic does not exist and auto-creation is off.
+    #[error("topic {0} does not exist")]
+    TopicNotFound(String),
+    /// The metadata store failed.
+    #[error("metadata store: {0}")]
+    Metadata(#[from] crate::ledger::metadata::MetadataError),
+    /// An exclusive producer or consumer holds the resource.
+    #[error("{0}")]
+    Busy(String),
+    /// Feature not supported (yet) by this broker.
+    #[error("{0}")]
+    NotSupported(String),
+}
+
+impl Broker {
+    /// Creates the broker state. `service_url` is what LOOKUP answers point clients to.
+    pub fn new(config: BrokerConfig, log: Arc<Log>, service_url: String) -> Arc<Broker> {
+        Arc::new(Broker {
+            config,
+            log,
+            service_url,
+            topics: tokio::sync::Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            boot_id: rand::random::<u32>() % 100_000,
+            stop: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+        })
+    }
+
+    /// Accepts connections on `listener` until [`Broker::shutdown`].
+    pub fn serve(self: &Arc<Self>, listener: TcpListener) {
+        let broker = self.clone();
+        self.tasks.spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = broker.stop.cancelled() => return,
+                    accepted = listener.accept() => match accepted {
+                        Ok((stream, peer)) => {
+                            let _ = stream.set_nodelay(true);
+                            let b = broker.clone();
+                            broker.tasks.spawn(async move {
+                                connection::Connection::run(b, stream, peer).await;
+                            });
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "accept failed");
+                            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        }
+                    },
+                }
+            }
+        });
+    }
+
+    /// Stops accepting, closes connections and waits for their tasks.
+    pub async fn shutdown(&self) {
+        self.stop.cancel();
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
+
+    fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A producer name unique across this service's lifetime.
+    fn generate_producer_name(&self) -> String {
+        format!("ledgerlake-{}-{}", self.boot_id, self.next_id())
+    }
+
+    /// The topic partition named `name`, loading or (if allowed) creating it.
+    pub async fn topic(&self, name: &TopicName) -> Result<Arc<BrokerTopic>, BrokerError> {
+        let key = name.to_string();
+        let mut topics = self.topics.lock().await;
+        if let Some(t) = topics.get(&key) {
+            return Ok(t.clone());
+        }
+        if !self.config.allow_auto_topic_creation && !self.log.topic_exists(&key).await? {
+            return Err(BrokerError::TopicNotFound(key));
+        }
+        let log = self.log.topic(&key).await?;
+        let t = Arc::new(BrokerTopic {
+            partition: name.partition().map_or(-1, |p| p as i32),
+            name: name.clone(),
+            log,
+            producers: Mutex::new(HashMap::new()),
+            subscriptions: tokio::sync::Mutex::new(HashMap::new()),
+        });
+        topics.insert(key, t.clone());
+        Ok(t)
+    }
+}

@@ -1,0 +1,310 @@
+//! A subscription: one task owns its cursor and its consumers, reads the topic's log and sends
+//! MESSAGE frames within each consumer's permits.
+//!
+//! Cursor model (Pulsar's managed cursor): `read_position` is the next entry to dispatch;
+//! `pending` holds dispatched, unacknowledged entries with the consumer that has them; entries
+//! of a consumer that leaves, or that asks for redelivery, go to `redeliver` and are sent again
+//! (first) with an incremented redelivery count. The mark-delete position is everything before
+//! the oldest unacknowledged entry.
+//!
+//! Not yet: persistence of cursors (they live in memory and restart from the initial position),
+//! Key_Shared hash ranges, batch-index acknowledgement, seek.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::BrokerTopic;
+use crate::ledger::{Entry, Position};
+use crate::protocol::command::{self, Outbound};
+use crate::protocol::frame::entry_message_count;
+use crate::protocol::proto::command_subscribe::SubType;
+
+/// Identifies a consumer: (connection id, consumer id on that connection).
+pub type ConsumerKey = (u64, u64);
+
+/// Requests to a subscription task.
+#[derive(Debug)]
+pub enum SubscriptionCommand {
+    /// Attach a consumer; replies with an error text if the subscription refuses it.
+    AddConsumer {
+        /// Consumer.
+        key: ConsumerKey,
+        /// Its subscription type (must match the subscription's).
+        sub_type: SubType,
+        /// Where its MESSAGE frames go.
+        out: mpsc::Sender<Outbound>,
+        /// Reply.
+        reply: oneshot::Sender<Result<(), String>>,
+    },
+    /// FLOW: more permits.
+    Flow(ConsumerKey, u32),
+    /// ACK of positions (cumulative: everything up to the position).
+    Ack {
+        /// Consumer.
+        key: ConsumerKey,
+        /// Positions.
+        positions: Vec<Position>,
+        /// Cumulative ack.
+        cumulative: bool,
+    },
+    /// REDELIVER_UNACKNOWLEDGED_MESSAGES for a consumer.
+    Redeliver(ConsumerKey),
+    /// Detach a consumer; its unacknowledged entries are redelivered to others.
+    RemoveConsumer(ConsumerKey),
+    /// The mark-delete position (for GET_LAST_MESSAGE_ID).
+    MarkDelete(oneshot::Sender<Option<Position>>),
+}
+
+/// Handle to a subscription task.
+#[derive(Debug, Clone)]
+pub struct SubscriptionHandle {
+    /// Subscription name.
+    pub name: String,
+    /// Type fixed by the first consumer.
+    pub sub_type: SubType,
+    /// Whether it survives its consumers (durable) or is a reader's.
+    pub durable: bool,
+    /// Commands.
+    pub tx: mpsc::UnboundedSender<SubscriptionCommand>,
+}
+
+struct Consumer {
+    key: ConsumerKey,
+    out: mpsc::Sender<Outbound>,
+    permits: i64,
+}
+
+struct State {
+    topic: Arc<BrokerTopic>,
+    sub_type: SubType,
+    /// Invariant: no position in `pending` or `redeliver` is at or after `read_position`.
+    read_position: Position,
+    pending: BTreeMap<Position, ConsumerKey>,
+    redeliver: BTreeSet<Position>,
+    redelivery_count: HashMap<Position, u32>,
+    /// Invariant: in attach order; for Exclusive/Failover the first is the active consumer.
+    consumers: Vec<Consumer>,
+    next_shared: usize,
+}
+
+/// Starts a subscription task positioned at `start` and returns its handle.
+pub fn spawn(
+    topic: Arc<BrokerTopic>,
+    name: String,
+    sub_type: SubType,
+    durable: bool,
+    start: Position,
+) -> SubscriptionHandle {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let state = State {
+        topic,
+        sub_type,
+        read_position: start,
+        pending: BTreeMap::new(),
+        redeliver: BTreeSet::new(),
+        redelivery_count: HashMap::new(),
+        consumers: Vec::new(),
+        next_shared: 0,
+    };
+    tokio::spawn(async move {
+        run(state, rx).await;
+        tracing::debug!("subscription task ended");
+    });
+    SubscriptionHandle {
+        name,
+        sub_type,
+        durable,
+        tx,
+    }
+}
+
+async fn run(mut st: State, mut rx: mpsc::UnboundedReceiver<SubscriptionCommand>) {
+    let mut confirmed = st.topic.log.watch_confirmed();
+    loop {
+        let waiting = st.dispatch().await;
+        tokio::select! {
+            cmd = rx.recv() => match cmd {
+                Some(cmd) => st.handle(cmd),
+                None => return,
+            },
+            changed = confirmed.changed(), if waiting => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl State {
+    fn handle(&mut self, cmd: SubscriptionCommand) {
+        match cmd {
+            SubscriptionCommand::AddConsumer {
+                key,
+                sub_type,
+                out,
+                reply,
+            } => {
+                let result = if sub_type != self.sub_type {
+                    Err(format!(
+                        "subscription is {:?}; a {:?} consumer cannot join",
+                        self.sub_type, sub_type
+                    ))
+                } else if self.sub_type == SubType::Exclusive && !self.consumers.is_empty() {
+                    Err("exclusive subscription already has a consumer".to_string())
+                } else {
+                    self.consumers.push(Consumer {
+                        key,
+                        out,
+                        permits: 0,
+                    });
+                    Ok(())
+                };
+                let _ = reply.send(result);
+            }
+            SubscriptionCommand::Flow(key, permits) => {
+                if let Some(c) = self.consumers.iter_mut().find(|c| c.key == key) {
+                    c.permits += i64::from(permits);
+                    tracing::debug!(topic = %self.topic.name, ?key, permits = c.permits, "flow");
+                }
+            }
+            SubscriptionCommand::Ack {
+                key: _,
+                positions,
+                cumulative,
+            } => {
+                for p in positions {
+                    if cumulative {
+                        let acked: Vec<Position> =
+                            self.pending.range(..=p).map(|(pos, _)| *pos).collect();
+                        for a in acked {
+                            self.pending.remove(&a);
+                            self.redelivery_count.remove(&a);
+                        }
+                        self.redeliver.retain(|r| *r > p);
+                    } else {
+                        self.pending.remove(&p);
+                        self.redeliver.remove(&p);
+                        self.redelivery_count.remove(&p);
+                    }
+                }
+            }
+            SubscriptionCommand::Redeliver(key) => self.requeue(|owner| owner == key),
+            SubscriptionCommand::RemoveConsumer(key) => {
+                self.consumers.retain(|c| c.key != key);
+                self.requeue(|owner| owner == key);
+            }
+            SubscriptionCommand::MarkDelete(reply) => {
+                let oldest = self
+                    .pending
+                    .keys()
+                    .next()
+                    .copied()
+                    .into_iter()
+                    .chain(self.redeliver.iter().next().copied())
+                    .min()
+                    .unwrap_or(self.read_position);
+                // Everything before `oldest` is acknowledged.
+                let mark =
+                    (oldest.entry > 0).then(|| Position::new(oldest.ledger, oldest.entry - 1));
+                let _ = reply.send(mark);
+            }
+        }
+    }
+
+    /// Moves the unacknowledged entries of matching consumers to the redelivery queue.
+    fn requeue(&mut self, owned: impl Fn(ConsumerKey) -> bool) {
+        let moved: Vec<Position> = self
+            .pending
+            .iter()
+            .filter(|(_, owner)| owned(**owner))
+            .map(|(p, _)| *p)
+            .collect();
+        for p in moved {
+            self.pending.remove(&p);
+            *self.redelivery_count.entry(p).or_insert(0) += 1;
+            self.redeliver.insert(p);
+        }
+    }
+
+    /// Index of the consumer that gets the next entry, if any has permits.
+    fn pick_consumer(&mut self) -> Option<usize> {
+        match self.sub_type {
+            SubType::Shared | SubType::KeyShared => {
+                let n = self.consumers.len();
+                for i in 0..n {
+                    let idx = (self.next_shared + i) % n;
+                    if self.consumers[idx].permits > 0 {
+                        self.next_shared = idx + 1;
+                        return Some(idx);
+                    }
+                }
+                None
+            }
+            _ => self
+                .consumers
+                .first()
+                .and_then(|c| (c.permits > 0).then_some(0)),
+        }
+    }
+
+    /// Sends entries while consumers have permits. Returns true when it stopped for lack of
+    /// entries (so the task should wait for new ones).
+    async fn dispatch(&mut self) -> bool {
+        loop {
+            let Some(_) = self.pick_consumer() else {
+                return false;
+            };
+            let budget: i64 = self.consumers.iter().map(|c| c.permits.max(0)).sum();
+            let entries = match self.next_entries(budget.clamp(1, 256) as usize).await {
+                Ok(e) => e,
+                Err(e) => {
+                    tracing::error!(topic = %self.topic.name, error = %e, "subscription read failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                    return false;
+                }
+            };
+            if entries.is_empty() {
+                tracing::debug!(topic = %self.topic.name, read = %self.read_position,
+                    redeliver = self.redeliver.len(), "caught up");
+                return true;
+            }
+            for entry in entries {
+                let Some(idx) = self.pick_consumer() else {
+                    // No permits left: put it back for later.
+                    self.redeliver.insert(entry.position);
+                    continue;
+                };
+                let pos = entry.position;
+                let count = entry_message_count(&entry.payload);
+                let redeliveries = self.redelivery_count.get(&pos).copied().unwrap_or(0);
+                let id = command::message_id(pos.ledger, pos.entry, self.topic.partition, None);
+                let consumer = &mut self.consumers[idx];
+                let msg = command::message(consumer.key.1, id, redeliveries, entry.payload);
+                if consumer.out.send(msg).await.is_err() {
+                    // The connection is gone; it will remove the consumer.
+                    self.redeliver.insert(pos);
+                    consumer.permits = 0;
+                    continue;
+                }
+                consumer.permits -= i64::from(count);
+                self.pending.insert(pos, consumer.key);
+            }
+        }
+    }
+
+    /// Up to `max` entries: redeliveries first, then new entries from the read position.
+    async fn next_entries(&mut self, max: usize) -> Result<Vec<Entry>, crate::ledger::ReadError> {
+        if let Some(&p) = self.redeliver.iter().next() {
+            self.redeliver.remove(&p);
+            return Ok(vec![self.topic.log.read_entry(p).await?]);
+        }
+        let entries = self.topic.log.read_from(self.read_position, max).await?;
+        if let Some(last) = entries.last() {
+            self.read_position = Position::new(last.position.ledger, last.position.entry + 1);
+        }
+        Ok(entries)
+    }
+}

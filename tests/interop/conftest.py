@@ -1,0 +1,69 @@
+"""Fixtures for interop tests: a real `ledgerlake serve` process per test module, driven by the
+official Python client. Binds only 127.0.0.1; the process is stopped by PID."""
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+import pytest
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Service:
+    def __init__(self, binary, data_dir):
+        self.binary = binary
+        self.data_dir = data_dir
+        self.proc = None
+        self.log_path = os.path.join(data_dir, "serve.log")
+
+    def start(self):
+        self.pulsar_port = _free_port()
+        self.http_port = _free_port()
+        self.url = f"pulsar://127.0.0.1:{self.pulsar_port}"
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [self.binary, "serve", "--data-dir", os.path.join(self.data_dir, "data"),
+             "--pulsar-addr", f"127.0.0.1:{self.pulsar_port}",
+             "--http-addr", f"127.0.0.1:{self.http_port}"],
+            stdout=subprocess.DEVNULL, stderr=log)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                break
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/health/ready", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("ledgerlake did not become ready:\n" + open(self.log_path).read())
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc and self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+            self.proc.wait(timeout=30)
+        code = self.proc.returncode if self.proc else 0
+        self.proc = None
+        return code
+
+
+@pytest.fixture(scope="module")
+def service():
+    binary = os.environ.get("LL_TEST_BIN")
+    if not binary:
+        pytest.fail("LL_TEST_BIN must point at the ledgerlake binary (tests/run.sh sets it)")
+    with tempfile.TemporaryDirectory() as d:
+        svc = Service(binary, d)
+        svc.start()
+        try:
+            yield svc
+        finally:
+            assert svc.stop() == 0, open(svc.log_path).read()

@@ -1,0 +1,133 @@
+"""Produce and consume with the official Python client (C++ client inside), unchanged."""
+import uuid
+
+import pulsar
+import pytest
+
+CODECS = {
+    "none": pulsar.CompressionType.NONE,
+    "lz4": pulsar.CompressionType.LZ4,
+    "zlib": pulsar.CompressionType.ZLib,
+    "zstd": pulsar.CompressionType.ZSTD,
+    "snappy": pulsar.CompressionType.SNAPPY,
+}
+
+
+@pytest.fixture
+def client(service):
+    c = pulsar.Client(service.url, operation_timeout_seconds=15)
+    yield c
+    c.close()
+
+
+def topic():
+    return f"persistent://public/default/t-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.mark.parametrize("batched", [False, True])
+@pytest.mark.parametrize("codec", list(CODECS))
+def test_round_trip_every_codec(client, codec, batched):
+    t = topic()
+    n = 2000
+    producer = client.create_producer(
+        t, batching_enabled=batched, batching_max_messages=100, block_if_queue_full=True,
+        batching_max_publish_delay_ms=5, compression_type=CODECS[codec])
+    consumer = client.subscribe(t, "s", initial_position=pulsar.InitialPosition.Earliest)
+    sent = []
+    for i in range(n):
+        payload = f"{codec}-{i}-".encode() + bytes(range(i % 200))
+        producer.send_async(payload, None, properties={"i": str(i)},
+                            partition_key=f"k{i % 7}")
+        sent.append(payload)
+    producer.flush()
+    received = []
+    for _ in range(n):
+        m = consumer.receive(timeout_millis=10000)
+        received.append((m.data(), m.properties()["i"], m.partition_key()))
+        consumer.acknowledge(m)
+    assert [r[0] for r in received] == sent
+    assert [r[1] for r in received] == [str(i) for i in range(n)]
+    assert [r[2] for r in received] == [f"k{i % 7}" for i in range(n)]
+    with pytest.raises(pulsar.Timeout):
+        consumer.receive(timeout_millis=300)
+
+
+def test_receipts_carry_increasing_message_ids(client):
+    t = topic()
+    producer = client.create_producer(t, batching_enabled=False)
+    ids = [producer.send(f"m{i}".encode()) for i in range(50)]
+    pairs = [(i.ledger_id(), i.entry_id()) for i in ids]
+    assert pairs == sorted(pairs) and len(set(pairs)) == 50
+
+
+def test_shared_subscription_splits_messages(client):
+    t = topic()
+    producer = client.create_producer(t, batching_enabled=False)
+    c1 = client.subscribe(t, "shared", consumer_type=pulsar.ConsumerType.Shared,
+                          initial_position=pulsar.InitialPosition.Earliest, receiver_queue_size=10)
+    c2 = client.subscribe(t, "shared", consumer_type=pulsar.ConsumerType.Shared,
+                          initial_position=pulsar.InitialPosition.Earliest, receiver_queue_size=10)
+    for i in range(200):
+        producer.send(f"m{i}".encode())
+    got = {1: [], 2: []}
+    for _ in range(400):
+        for k, c in ((1, c1), (2, c2)):
+            try:
+                m = c.receive(timeout_millis=50)
+                got[k].append(m.data())
+                c.acknowledge(m)
+            except pulsar.Timeout:
+                pass
+        if len(got[1]) + len(got[2]) == 200:
+            break
+    assert sorted(got[1] + got[2]) == sorted(f"m{i}".encode() for i in range(200))
+    assert got[1] and got[2], "both shared consumers must receive messages"
+
+
+def test_exclusive_subscription_refuses_a_second_consumer(client):
+    t = topic()
+    client.subscribe(t, "ex")
+    with pytest.raises(Exception):
+        client.subscribe(t, "ex")
+
+
+def test_unacked_messages_are_redelivered_to_the_next_consumer(client):
+    t = topic()
+    producer = client.create_producer(t, batching_enabled=False)
+    c1 = client.subscribe(t, "f", consumer_type=pulsar.ConsumerType.Shared,
+                          initial_position=pulsar.InitialPosition.Earliest)
+    for i in range(5):
+        producer.send(f"m{i}".encode())
+    first = [c1.receive(timeout_millis=5000) for _ in range(5)]
+    c1.acknowledge(first[0])
+    c1.close()
+    c2 = client.subscribe(t, "f", consumer_type=pulsar.ConsumerType.Shared)
+    again = sorted(c2.receive(timeout_millis=5000).data() for _ in range(4))
+    assert again == [b"m1", b"m2", b"m3", b"m4"]
+
+
+def test_reader_from_earliest_latest_and_has_message_available(client):
+    t = topic()
+    producer = client.create_producer(t, batching_enabled=False)
+    for i in range(10):
+        producer.send(f"m{i}".encode())
+    r = client.create_reader(t, pulsar.MessageId.earliest)
+    assert [r.read_next(5000).data() for _ in range(10)] == [f"m{i}".encode() for i in range(10)]
+    assert not r.has_message_available()
+    latest = client.create_reader(t, pulsar.MessageId.latest)
+    assert not latest.has_message_available()
+    producer.send(b"new")
+    assert latest.read_next(5000).data() == b"new"
+    assert r.has_message_available()
+
+
+def test_empty_topic_has_no_message_available(client):
+    t = topic()
+    client.create_producer(t)
+    r = client.create_reader(t, pulsar.MessageId.earliest)
+    assert not r.has_message_available()
+
+
+def test_invalid_topic_name_is_a_clean_error(client):
+    with pytest.raises(Exception):
+        client.create_producer("persistent://bad tenant!/ns/x")
