@@ -57,10 +57,27 @@ fn verify(
     }
 }
 
-fn io_error(shared: &LogShared, at: IndexEntry, source: std::io::Error) -> ReadError {
+fn io_error(
+    shared: &LogShared,
+    pos: Position,
+    at: IndexEntry,
+    source: std::io::Error,
+) -> ReadError {
+    let path = segment_path(shared.segments.dir(), at.segment);
+    let offset = u64::from(at.offset);
+    if source.kind() == std::io::ErrorKind::UnexpectedEof {
+        // The index points past the end of the file: the segment was truncated.
+        return ReadError::Corrupt {
+            ledger: pos.ledger,
+            entry: pos.entry,
+            path,
+            offset,
+            reason: "segment file ends before the record (truncated)".into(),
+        };
+    }
     ReadError::Io {
-        path: segment_path(shared.segments.dir(), at.segment),
-        offset: u64::from(at.offset),
+        path,
+        offset,
         source,
     }
 }
@@ -76,7 +93,7 @@ pub(crate) async fn read_one(
         let bytes = shared
             .segments
             .read_at(at.segment, u64::from(at.offset), at.len as usize)
-            .map_err(|e| io_error(&shared, at, e))?;
+            .map_err(|e| io_error(&shared, pos, at, e))?;
         verify(&shared, pos, at, &bytes)
     })
     .await
@@ -115,7 +132,9 @@ pub(crate) async fn read_located(
             let bytes = shared
                 .segments
                 .read_at(start.segment, base, (end - base) as usize)
-                .map_err(|e| io_error(&shared, start, e))?;
+                .map_err(|e| {
+                    io_error(&shared, Position::new(ledger, first + i as u64), start, e)
+                })?;
             for (k, at) in located[i..j].iter().enumerate() {
                 let rel = (u64::from(at.offset) - base) as usize;
                 let pos = Position::new(ledger, first + (i + k) as u64);

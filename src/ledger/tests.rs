@@ -399,6 +399,11 @@ async fn run_ops(ops: Vec<Op>) -> TestResult {
             }
             Op::Seal { topic } => {
                 topics[topic].seal_current().await?;
+                // Sealing waits for a journal barrier: every earlier append is durable now.
+                for (topic, p, r) in pending.drain(..) {
+                    let pos = r.durable().await?;
+                    acked.insert((topic, pos), p);
+                }
             }
             Op::Read { topic, pick } => {
                 let mine: Vec<_> = acked.iter().filter(|((t, _), _)| *t == topic).collect();

@@ -150,11 +150,37 @@ async fn concurrent_creates_get_distinct_ids(
     Ok(())
 }
 
+async fn cursors_are_saved_whole_and_deleted(store: &dyn MetadataStore) -> TestResult {
+    let t = store.get_or_create_topic("c", 0).await?;
+    let other = store.get_or_create_topic("d", 0).await?;
+    assert!(store.topic_cursors(t.id).await?.is_empty());
+    store.save_cursor(t.id, "b", b"one", 1).await?;
+    store.save_cursor(t.id, "a", b"two", 2).await?;
+    store.save_cursor(t.id, "b", b"three", 3).await?;
+    store.save_cursor(other.id, "a", b"other", 4).await?;
+    assert_eq!(
+        store.topic_cursors(t.id).await?,
+        vec![
+            ("a".to_string(), b"two".to_vec()),
+            ("b".to_string(), b"three".to_vec())
+        ]
+    );
+    store.delete_cursor(t.id, "a").await?;
+    store.delete_cursor(t.id, "missing").await?;
+    assert_eq!(
+        store.topic_cursors(t.id).await?,
+        vec![("b".to_string(), b"three".to_vec())]
+    );
+    assert!(store.save_cursor(t.id + 1000, "x", b"", 5).await.is_err());
+    Ok(())
+}
+
 async fn run_all(make: impl Fn() -> std::sync::Arc<dyn MetadataStore>) -> TestResult {
     topics_are_idempotent_and_increasing(&*make()).await?;
     ledger_ids_increase_and_lifecycle_is_enforced(&*make()).await?;
     sealed_can_be_deleted_by_retention(&*make()).await?;
     concurrent_creates_get_distinct_ids(make()).await?;
+    cursors_are_saved_whole_and_deleted(&*make()).await?;
     Ok(())
 }
 
@@ -167,7 +193,7 @@ async fn memory_store_conforms() -> TestResult {
 async fn sqlite_store_conforms() -> TestResult {
     let dir = tempfile::tempdir()?;
     let mut stores = Vec::new();
-    for i in 0..4 {
+    for i in 0..5 {
         stores.push(SqliteMetadataStore::open(&dir.path().join(format!("m{i}.db"))).await?);
     }
     let next = std::sync::Mutex::new(stores.into_iter());

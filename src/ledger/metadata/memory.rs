@@ -25,6 +25,7 @@ struct State {
     next_ledger_id: LedgerId,
     topics: BTreeMap<TopicId, TopicRecord>,
     ledgers: BTreeMap<LedgerId, LedgerRecord>,
+    cursors: BTreeMap<(TopicId, String), Vec<u8>>,
 }
 
 impl MemoryMetadataStore {
@@ -144,5 +145,45 @@ impl MetadataStore for MemoryMetadataStore {
         l.state = to;
         l.state_changed_at_ms = now_ms;
         Ok(l.clone())
+    }
+
+    async fn save_cursor(
+        &self,
+        topic_id: TopicId,
+        subscription: &str,
+        state: &[u8],
+        _now_ms: i64,
+    ) -> Result<(), MetadataError> {
+        let mut s = self.lock();
+        if !s.topics.contains_key(&topic_id) {
+            return Err(MetadataError::TopicNotFound(topic_id));
+        }
+        s.cursors
+            .insert((topic_id, subscription.to_string()), state.to_vec());
+        Ok(())
+    }
+
+    async fn topic_cursors(
+        &self,
+        topic_id: TopicId,
+    ) -> Result<Vec<(String, Vec<u8>)>, MetadataError> {
+        Ok(self
+            .lock()
+            .cursors
+            .iter()
+            .filter(|((t, _), _)| *t == topic_id)
+            .map(|((_, name), state)| (name.clone(), state.clone()))
+            .collect())
+    }
+
+    async fn delete_cursor(
+        &self,
+        topic_id: TopicId,
+        subscription: &str,
+    ) -> Result<(), MetadataError> {
+        self.lock()
+            .cursors
+            .remove(&(topic_id, subscription.to_string()));
+        Ok(())
     }
 }

@@ -11,6 +11,8 @@
 //!   that was never offloaded). [`MetadataStore::transition_ledger`] is a compare-and-set on the
 //!   current state: a transition from the wrong state fails with
 //!   [`MetadataError::InvalidTransition`] and changes nothing.
+//! - **Cursors** are stored whole per (topic, subscription): a save replaces the previous state
+//!   atomically; a read returns the last saved state.
 //! - **Rows are kept.** Deleted ledgers stay listed (state `Deleted`) so the full history of a topic
 //!   (and what the lake holds of it) can always be explained.
 //!
@@ -247,4 +249,27 @@ pub trait MetadataStore: Send + Sync + fmt::Debug + 'static {
         transition: LedgerTransition,
         now_ms: i64,
     ) -> Result<LedgerRecord, MetadataError>;
+
+    /// Stores (creates or replaces) the state of a durable subscription's cursor. The state is
+    /// an opaque, versioned blob owned by the broker.
+    async fn save_cursor(
+        &self,
+        topic_id: TopicId,
+        subscription: &str,
+        state: &[u8],
+        now_ms: i64,
+    ) -> Result<(), MetadataError>;
+
+    /// Every cursor of a topic: (subscription, state), by subscription name.
+    async fn topic_cursors(
+        &self,
+        topic_id: TopicId,
+    ) -> Result<Vec<(String, Vec<u8>)>, MetadataError>;
+
+    /// Removes a cursor (unsubscribe). Removing an absent cursor is not an error.
+    async fn delete_cursor(
+        &self,
+        topic_id: TopicId,
+        subscription: &str,
+    ) -> Result<(), MetadataError>;
 }

@@ -47,6 +47,12 @@ const SCHEMA: &[&str] = &[
         state_changed_at_ms BIGINT NOT NULL,
         offload_ref TEXT)",
     "CREATE INDEX IF NOT EXISTS ll_ledgers_topic ON ll_ledgers(topic_id, ledger_id)",
+    "CREATE TABLE IF NOT EXISTS ll_cursors (
+        topic_id BIGINT NOT NULL REFERENCES ll_topics(topic_id),
+        subscription TEXT NOT NULL,
+        state BLOB NOT NULL,
+        updated_at_ms BIGINT NOT NULL,
+        PRIMARY KEY (topic_id, subscription))",
     "CREATE INDEX IF NOT EXISTS ll_ledgers_state ON ll_ledgers(state)",
     "INSERT OR IGNORE INTO ll_meta(key, value) VALUES ('schema_version', 1)",
     "INSERT OR IGNORE INTO ll_meta(key, value) VALUES ('next_topic_id', 1)",
@@ -398,5 +404,69 @@ impl MetadataStore for SqliteMetadataStore {
         current.state = to;
         current.state_changed_at_ms = now_ms;
         Ok(current)
+    }
+
+    async fn save_cursor(
+        &self,
+        topic_id: TopicId,
+        subscription: &str,
+        state: &[u8],
+        now_ms: i64,
+    ) -> Result<(), MetadataError> {
+        let result = sqlx::query(
+            "INSERT INTO ll_cursors(topic_id, subscription, state, updated_at_ms) VALUES (?, ?, ?, ?)
+             ON CONFLICT(topic_id, subscription) DO UPDATE SET state = excluded.state,
+                 updated_at_ms = excluded.updated_at_ms",
+        )
+        .bind(topic_id as i64)
+        .bind(subscription)
+        .bind(state)
+        .bind(now_ms)
+        .execute(&self.pool)
+        .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(sqlx::Error::Database(e)) if e.is_foreign_key_violation() => {
+                Err(MetadataError::TopicNotFound(topic_id))
+            }
+            Err(e) => Err(backend("save cursor")(e)),
+        }
+    }
+
+    async fn topic_cursors(
+        &self,
+        topic_id: TopicId,
+    ) -> Result<Vec<(String, Vec<u8>)>, MetadataError> {
+        sqlx::query(
+            "SELECT subscription, state FROM ll_cursors WHERE topic_id = ? ORDER BY subscription",
+        )
+        .bind(topic_id as i64)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend("list cursors"))?
+        .iter()
+        .map(|row| {
+            Ok((
+                row.try_get::<String, _>("subscription")
+                    .map_err(backend("decode cursor"))?,
+                row.try_get::<Vec<u8>, _>("state")
+                    .map_err(backend("decode cursor"))?,
+            ))
+        })
+        .collect()
+    }
+
+    async fn delete_cursor(
+        &self,
+        topic_id: TopicId,
+        subscription: &str,
+    ) -> Result<(), MetadataError> {
+        sqlx::query("DELETE FROM ll_cursors WHERE topic_id = ? AND subscription = ?")
+            .bind(topic_id as i64)
+            .bind(subscription)
+            .execute(&self.pool)
+            .await
+            .map_err(backend("delete cursor"))?;
+        Ok(())
     }
 }
