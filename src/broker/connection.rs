@@ -424,6 +424,8 @@ impl Connection {
                         sub_type,
                         durable,
                         start,
+                        None,
+                        self.broker.config.cursor_persist_interval,
                     );
                     subs.insert(s.subscription.clone(), h.clone());
                     h
@@ -477,6 +479,16 @@ impl Connection {
                 .lock()
                 .await
                 .remove(&c.subscription.name);
+            if unsubscribe {
+                let (done, wait) = oneshot::channel();
+                if c.subscription
+                    .tx
+                    .send(SubscriptionCommand::Delete(done))
+                    .is_ok()
+                {
+                    let _ = wait.await;
+                }
+            }
         }
     }
 

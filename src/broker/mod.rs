@@ -28,9 +28,11 @@ use crate::config::BrokerConfig;
 use crate::ledger::{Log, TopicLog};
 
 pub mod connection;
+pub mod cursor;
 pub mod subscription;
 pub mod topic_name;
 
+use crate::protocol::proto::command_subscribe::SubType;
 use subscription::SubscriptionHandle;
 use topic_name::TopicName;
 
@@ -130,11 +132,25 @@ impl Broker {
         });
     }
 
-    /// Stops accepting, closes connections and waits for their tasks.
+    /// Stops accepting, closes connections, waits for their tasks, then saves every durable
+    /// subscription's cursor.
     pub async fn shutdown(&self) {
         self.stop.cancel();
         self.tasks.close();
         self.tasks.wait().await;
+        let topics: Vec<_> = self.topics.lock().await.values().cloned().collect();
+        for t in topics {
+            let subs: Vec<_> = t.subscriptions.lock().await.values().cloned().collect();
+            for s in subs {
+                let (done, wait) = tokio::sync::oneshot::channel();
+                if s.tx
+                    .send(subscription::SubscriptionCommand::Flush(done))
+                    .is_ok()
+                {
+                    let _ = wait.await;
+                }
+            }
+        }
     }
 
     fn next_id(&self) -> u64 {
@@ -164,6 +180,26 @@ impl Broker {
             producers: Mutex::new(HashMap::new()),
             subscriptions: tokio::sync::Mutex::new(HashMap::new()),
         });
+        // Durable subscriptions resume where they were.
+        for (sub, blob) in t.log.cursors().await? {
+            match cursor::CursorState::decode(&blob) {
+                Ok(state) => {
+                    let sub_type = SubType::try_from(state.sub_type).unwrap_or(SubType::Exclusive);
+                    let h = subscription::spawn(
+                        t.clone(),
+                        sub.clone(),
+                        sub_type,
+                        true,
+                        state.first_unacked,
+                        Some(state),
+                        self.config.cursor_persist_interval,
+                    );
+                    t.subscriptions.lock().await.insert(sub, h);
+                }
+                Err(e) => tracing::error!(topic = %key, subscription = %sub, error = %e,
+                    "ignoring unreadable cursor"),
+            }
+        }
         topics.insert(key, t.clone());
         Ok(t)
     }

@@ -7,14 +7,20 @@
 //! (first) with an incremented redelivery count. The mark-delete position is everything before
 //! the oldest unacknowledged entry.
 //!
-//! Not yet: persistence of cursors (they live in memory and restart from the initial position),
-//! Key_Shared hash ranges, batch-index acknowledgement, seek.
+//! Durable subscriptions save their cursor ([`CursorState`]: the oldest unacknowledged entry and
+//! the entries acknowledged after it) to the metadata store every `cursor_persist_interval` when
+//! it changed, when the task stops and on [`SubscriptionCommand::Flush`]; after a restart they
+//! resume there, skipping what was acknowledged (at-least-once for the last interval).
+//!
+//! Not yet: Key_Shared hash ranges, batch-index acknowledgement, seek.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::cursor::CursorState;
 use super::BrokerTopic;
 use crate::ledger::{Entry, Position};
 use crate::protocol::command::{self, Outbound};
@@ -55,6 +61,10 @@ pub enum SubscriptionCommand {
     RemoveConsumer(ConsumerKey),
     /// The mark-delete position (for GET_LAST_MESSAGE_ID).
     MarkDelete(oneshot::Sender<Option<Position>>),
+    /// Save the cursor now (graceful shutdown).
+    Flush(oneshot::Sender<()>),
+    /// Delete the stored cursor and stop (unsubscribe).
+    Delete(oneshot::Sender<()>),
 }
 
 /// Handle to a subscription task.
@@ -78,7 +88,14 @@ struct Consumer {
 
 struct State {
     topic: Arc<BrokerTopic>,
+    name: String,
+    durable: bool,
     sub_type: SubType,
+    /// Acknowledged entries after the oldest unacknowledged one.
+    /// Invariant: every member is after `first_unacked()`.
+    acked: BTreeSet<Position>,
+    /// The cursor changed since it was last saved.
+    dirty: bool,
     /// Invariant: no position in `pending` or `redeliver` is at or after `read_position`.
     read_position: Position,
     pending: BTreeMap<Position, ConsumerKey>,
@@ -89,17 +106,29 @@ struct State {
     next_shared: usize,
 }
 
-/// Starts a subscription task positioned at `start` and returns its handle.
+/// Starts a subscription task positioned at `start` (or at a restored cursor) and returns its
+/// handle.
 pub fn spawn(
     topic: Arc<BrokerTopic>,
     name: String,
     sub_type: SubType,
     durable: bool,
     start: Position,
+    restored: Option<CursorState>,
+    persist_every: Duration,
 ) -> SubscriptionHandle {
     let (tx, rx) = mpsc::unbounded_channel();
+    let (start, acked) = match restored {
+        Some(c) => (c.first_unacked, c.acked_after.into_iter().collect()),
+        None => (start, BTreeSet::new()),
+    };
     let state = State {
         topic,
+        name: name.clone(),
+        durable,
+        acked,
+        // A new durable subscription is saved at once so it survives a restart.
+        dirty: durable,
         sub_type,
         read_position: start,
         pending: BTreeMap::new(),
@@ -108,10 +137,7 @@ pub fn spawn(
         consumers: Vec::new(),
         next_shared: 0,
     };
-    tokio::spawn(async move {
-        run(state, rx).await;
-        tracing::debug!("subscription task ended");
-    });
+    tokio::spawn(run(state, rx, persist_every));
     SubscriptionHandle {
         name,
         sub_type,
@@ -120,25 +146,87 @@ pub fn spawn(
     }
 }
 
-async fn run(mut st: State, mut rx: mpsc::UnboundedReceiver<SubscriptionCommand>) {
+async fn run(
+    mut st: State,
+    mut rx: mpsc::UnboundedReceiver<SubscriptionCommand>,
+    persist_every: Duration,
+) {
     let mut confirmed = st.topic.log.watch_confirmed();
+    let mut persist = tokio::time::interval(persist_every);
+    persist.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let waiting = st.dispatch().await;
         tokio::select! {
             cmd = rx.recv() => match cmd {
+                Some(SubscriptionCommand::Flush(done)) => {
+                    st.persist().await;
+                    let _ = done.send(());
+                }
+                Some(SubscriptionCommand::Delete(done)) => {
+                    if let Err(e) = st.topic.log.delete_cursor(&st.name).await {
+                        tracing::error!(topic = %st.topic.name, subscription = %st.name,
+                            error = %e, "deleting cursor failed");
+                    }
+                    let _ = done.send(());
+                    return;
+                }
                 Some(cmd) => st.handle(cmd),
-                None => return,
+                None => break,
             },
+            _ = persist.tick() => st.persist().await,
             changed = confirmed.changed(), if waiting => {
                 if changed.is_err() {
-                    return;
+                    break;
                 }
             }
         }
     }
+    st.persist().await;
 }
 
 impl State {
+    /// The oldest entry not acknowledged (the next to read when all are).
+    fn first_unacked(&self) -> Position {
+        let mut first = self.read_position;
+        if let Some(p) = self.pending.keys().next() {
+            first = first.min(*p);
+        }
+        if let Some(p) = self.redeliver.iter().next() {
+            first = first.min(*p);
+        }
+        first
+    }
+
+    /// Drops acknowledged positions that are no longer after the oldest unacknowledged entry.
+    fn prune_acked(&mut self) {
+        let first = self.first_unacked();
+        self.acked = self.acked.split_off(&first);
+        self.acked.remove(&first);
+        self.dirty = true;
+    }
+
+    /// Saves the cursor if it changed (durable subscriptions only).
+    async fn persist(&mut self) {
+        if !self.durable || !self.dirty {
+            return;
+        }
+        let state = CursorState {
+            sub_type: self.sub_type as i32,
+            first_unacked: self.first_unacked(),
+            acked_after: self.acked.iter().copied().collect(),
+        };
+        match self
+            .topic
+            .log
+            .save_cursor(&self.name, &state.encode())
+            .await
+        {
+            Ok(()) => self.dirty = false,
+            Err(e) => tracing::error!(topic = %self.topic.name, subscription = %self.name,
+                error = %e, "saving cursor failed; will retry"),
+        }
+    }
+
     fn handle(&mut self, cmd: SubscriptionCommand) {
         match cmd {
             SubscriptionCommand::AddConsumer {
@@ -188,8 +276,10 @@ impl State {
                         self.pending.remove(&p);
                         self.redeliver.remove(&p);
                         self.redelivery_count.remove(&p);
+                        self.acked.insert(p);
                     }
                 }
+                self.prune_acked();
             }
             SubscriptionCommand::Redeliver(key) => self.requeue(|owner| owner == key),
             SubscriptionCommand::RemoveConsumer(key) => {
@@ -197,19 +287,12 @@ impl State {
                 self.requeue(|owner| owner == key);
             }
             SubscriptionCommand::MarkDelete(reply) => {
-                let oldest = self
-                    .pending
-                    .keys()
-                    .next()
-                    .copied()
-                    .into_iter()
-                    .chain(self.redeliver.iter().next().copied())
-                    .min()
-                    .unwrap_or(self.read_position);
-                // Everything before `oldest` is acknowledged.
-                let mark =
-                    (oldest.entry > 0).then(|| Position::new(oldest.ledger, oldest.entry - 1));
-                let _ = reply.send(mark);
+                // Everything before the oldest unacknowledged entry is acknowledged.
+                let _ = reply.send(self.topic.log.position_before(self.first_unacked()));
+            }
+            // Handled by the task loop.
+            SubscriptionCommand::Flush(done) | SubscriptionCommand::Delete(done) => {
+                let _ = done.send(());
             }
         }
     }
@@ -272,6 +355,10 @@ impl State {
                 return true;
             }
             for entry in entries {
+                if self.acked.contains(&entry.position) {
+                    // Acknowledged before a restart: never deliver it again.
+                    continue;
+                }
                 let Some(idx) = self.pick_consumer() else {
                     // No permits left: put it back for later.
                     self.redeliver.insert(entry.position);

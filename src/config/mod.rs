@@ -89,6 +89,11 @@ pub struct BrokerConfig {
     #[serde(with = "humantime_serde")]
     #[schemars(with = "String")]
     pub keepalive: Duration,
+    /// How often a durable subscription's acknowledgements are saved to the metadata store.
+    /// After a crash, acknowledgements of the last interval may be redelivered (at least once).
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub cursor_persist_interval: Duration,
 }
 
 impl Default for BrokerConfig {
@@ -98,6 +103,7 @@ impl Default for BrokerConfig {
             allow_auto_topic_creation: true,
             advertised_address: String::new(),
             keepalive: Duration::from_secs(30),
+            cursor_persist_interval: Duration::from_secs(1),
         }
     }
 }
@@ -297,6 +303,9 @@ impl Config {
                     self.broker.max_message_size, l.max_entry_size
                 ),
             );
+        }
+        if self.broker.cursor_persist_interval.is_zero() {
+            return invalid("broker.cursor_persist_interval", "must be positive".into());
         }
         if self.broker.keepalive.is_zero() {
             return invalid("broker.keepalive", "must be positive".into());

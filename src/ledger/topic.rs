@@ -16,7 +16,9 @@ use super::cache::TailCache;
 use super::error::{AppendError, LifecycleError, ReadError};
 use super::index::{write_index_file, IndexEntry};
 use super::journal::AppendRequest;
-use super::metadata::{LedgerId, LedgerRecord, LedgerState, LedgerTransition, TopicId};
+use super::metadata::{
+    LedgerId, LedgerRecord, LedgerState, LedgerTransition, MetadataError, TopicId,
+};
 use super::open_ledger::OpenLedger;
 use super::read::{read_located, read_one};
 use super::{now_ms, Entry, LogShared, Position};
@@ -469,8 +471,42 @@ impl TopicLog {
         Ok(Vec::new())
     }
 
-    /// Position of the first entry at or after `from` that exists or will exist: the next
-    /// position after the last durable entry when `from` is past the end.
+    /// Saves the state of durable subscription `name` in the metadata store.
+    pub async fn save_cursor(&self, name: &str, state: &[u8]) -> Result<(), MetadataError> {
+        self.inner
+            .shared
+            .meta
+            .save_cursor(self.inner.id, name, state, super::now_ms())
+            .await
+    }
+
+    /// The stored cursors of this topic: (subscription, state).
+    pub async fn cursors(&self) -> Result<Vec<(String, Vec<u8>)>, MetadataError> {
+        self.inner.shared.meta.topic_cursors(self.inner.id).await
+    }
+
+    /// Removes the stored cursor of `name`.
+    pub async fn delete_cursor(&self, name: &str) -> Result<(), MetadataError> {
+        self.inner
+            .shared
+            .meta
+            .delete_cursor(self.inner.id, name)
+            .await
+    }
+
+    /// The position just before `pos` in this topic (across ledgers), if any.
+    pub fn position_before(&self, pos: Position) -> Option<Position> {
+        if pos.entry > 0 {
+            return Some(Position::new(pos.ledger, pos.entry - 1));
+        }
+        self.ledgers()
+            .into_iter()
+            .filter(|l| l.id < pos.ledger && l.entry_count > 0)
+            .last()
+            .map(|l| Position::new(l.id, l.entry_count - 1))
+    }
+
+    /// Position of the topic's first entry; `(0, 0)` (before any ledger) when it has none.
     pub fn first_position(&self) -> Position {
         self.ledgers()
             .into_iter()

@@ -23,11 +23,12 @@ class Service:
         self.data_dir = data_dir
         self.proc = None
         self.log_path = os.path.join(data_dir, "serve.log")
-
-    def start(self):
+        # Ports stay the same across restarts, so clients reconnect to the same URL.
         self.pulsar_port = _free_port()
         self.http_port = _free_port()
         self.url = f"pulsar://127.0.0.1:{self.pulsar_port}"
+
+    def start(self):
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [self.binary, "serve", "--data-dir", os.path.join(self.data_dir, "data"),
@@ -55,11 +56,27 @@ class Service:
         return code
 
 
-@pytest.fixture(scope="module")
-def service():
+def _binary():
     binary = os.environ.get("LL_TEST_BIN")
     if not binary:
         pytest.fail("LL_TEST_BIN must point at the ledgerlake binary (tests/run.sh sets it)")
+    return binary
+
+
+@pytest.fixture
+def fresh_service():
+    """A service of its own, for tests that stop and restart it."""
+    with tempfile.TemporaryDirectory() as d:
+        svc = Service(_binary(), d)
+        try:
+            yield svc
+        finally:
+            svc.stop(signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def service():
+    binary = _binary()
     with tempfile.TemporaryDirectory() as d:
         svc = Service(binary, d)
         svc.start()
