@@ -11,7 +11,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
-use super::subscription::{self, SubscriptionCommand, SubscriptionHandle};
+use super::subscription::{self, SeekTarget, SubscriptionCommand, SubscriptionHandle};
 use super::topic_name::TopicName;
 use super::{Broker, BrokerError, BrokerTopic, PROTOCOL_VERSION, SERVER_VERSION};
 use crate::ledger::{AppendError, AppendReceipt, Position};
@@ -283,14 +283,7 @@ impl Connection {
                 self.send(command::success(u.request_id)).await;
             }
             Inbound::GetLastMessageId(g) => self.last_message_id(g).await,
-            Inbound::Seek(s) => {
-                self.send(command::error(
-                    s.request_id,
-                    ServerError::NotAllowedError,
-                    "seek is not supported by this broker yet",
-                ))
-                .await;
-            }
+            Inbound::Seek(s) => self.seek(s).await,
             Inbound::Unsupported { kind, request_id } => {
                 tracing::debug!(conn = self.id, kind, "unsupported command");
                 if let Some(id) = request_id {
@@ -488,6 +481,51 @@ impl Connection {
                 {
                     let _ = wait.await;
                 }
+            }
+        }
+    }
+
+    async fn seek(&mut self, s: proto::CommandSeek) {
+        let Some(c) = self.consumers.remove(&s.consumer_id) else {
+            self.send(command::error(
+                s.request_id,
+                ServerError::ConsumerNotFound,
+                "unknown consumer id",
+            ))
+            .await;
+            return;
+        };
+        let to = match (&s.message_id, s.message_publish_time) {
+            (Some(id), _) => SeekTarget::Position(Position::new(id.ledger_id, id.entry_id)),
+            (None, Some(t)) => SeekTarget::PublishTime(t as i64),
+            (None, None) => {
+                self.send(command::error(
+                    s.request_id,
+                    ServerError::MetadataError,
+                    "SEEK needs a message id or a publish time",
+                ))
+                .await;
+                return;
+            }
+        };
+        let (reply, result) = oneshot::channel();
+        let _ = c
+            .subscription
+            .tx
+            .send(SubscriptionCommand::Seek { to, reply });
+        match result.await {
+            Ok(Ok(())) => self.send(command::success(s.request_id)).await,
+            Ok(Err(why)) => {
+                self.send(command::error(s.request_id, ServerError::UnknownError, why))
+                    .await
+            }
+            Err(_) => {
+                self.send(command::error(
+                    s.request_id,
+                    ServerError::ServiceNotReady,
+                    "subscription stopped",
+                ))
+                .await
             }
         }
     }

@@ -61,10 +61,26 @@ pub enum SubscriptionCommand {
     RemoveConsumer(ConsumerKey),
     /// The mark-delete position (for GET_LAST_MESSAGE_ID).
     MarkDelete(oneshot::Sender<Option<Position>>),
+    /// Reset the cursor (SEEK): every consumer is disconnected (CLOSE_CONSUMER), then the reply.
+    Seek {
+        /// New read position.
+        to: SeekTarget,
+        /// Reply once consumers were told to reconnect.
+        reply: oneshot::Sender<Result<(), String>>,
+    },
     /// Save the cursor now (graceful shutdown).
     Flush(oneshot::Sender<()>),
     /// Delete the stored cursor and stop (unsubscribe).
     Delete(oneshot::Sender<()>),
+}
+
+/// Where a SEEK moves a cursor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeekTarget {
+    /// To this entry (it is delivered next).
+    Position(Position),
+    /// To the first entry published at or after this time (ms).
+    PublishTime(i64),
 }
 
 /// Handle to a subscription task.
@@ -158,6 +174,10 @@ async fn run(
         let waiting = st.dispatch().await;
         tokio::select! {
             cmd = rx.recv() => match cmd {
+                Some(SubscriptionCommand::Seek { to, reply }) => {
+                    let result = st.seek(to).await;
+                    let _ = reply.send(result);
+                }
                 Some(SubscriptionCommand::Flush(done)) => {
                     st.persist().await;
                     let _ = done.send(());
@@ -294,7 +314,35 @@ impl State {
             SubscriptionCommand::Flush(done) | SubscriptionCommand::Delete(done) => {
                 let _ = done.send(());
             }
+            SubscriptionCommand::Seek { reply, .. } => {
+                let _ = reply.send(Err("seek handled by the task loop".into()));
+            }
         }
+    }
+
+    /// Resets the cursor to `to` and disconnects every consumer, as Pulsar does: clients then
+    /// re-subscribe and read from the new position.
+    async fn seek(&mut self, to: SeekTarget) -> Result<(), String> {
+        let position = match to {
+            SeekTarget::Position(p) => p,
+            SeekTarget::PublishTime(t) => self
+                .topic
+                .log
+                .find_by_publish_time(t)
+                .await
+                .map_err(|e| e.to_string())?,
+        };
+        self.read_position = position;
+        self.pending.clear();
+        self.redeliver.clear();
+        self.redelivery_count.clear();
+        self.acked.clear();
+        self.dirty = true;
+        for c in self.consumers.drain(..) {
+            let _ = c.out.send(command::close_consumer(c.key.1)).await;
+        }
+        self.persist().await;
+        Ok(())
     }
 
     /// Moves the unacknowledged entries of matching consumers to the redelivery queue.

@@ -494,6 +494,32 @@ impl TopicLog {
             .await
     }
 
+    /// The first entry published at or after `publish_time_ms`, or the position after the last
+    /// entry when there is none. Uses each ledger's publish-time range and a binary search of
+    /// its index (publish times of a topic are expected to be non-decreasing, as in Pulsar).
+    pub async fn find_by_publish_time(&self, publish_time_ms: i64) -> Result<Position, ReadError> {
+        for l in self.ledgers() {
+            if l.entry_count == 0 || l.max_publish_ms.is_some_and(|m| m < publish_time_ms) {
+                continue;
+            }
+            if l.state == LedgerState::Deleted {
+                return Err(ReadError::Deleted(l.id));
+            }
+            let index: Arc<[IndexEntry]> = match self.view(l.id)? {
+                LedgerView::Open(o) => o.written().entries.clone().into(),
+                LedgerView::Closed(_) => self.inner.shared.sealed_index(l.id).await?,
+            };
+            let count = (l.entry_count as usize).min(index.len());
+            let i = index[..count].partition_point(|e| e.publish_time_ms < publish_time_ms);
+            if i < count {
+                return Ok(Position::new(l.id, i as u64));
+            }
+        }
+        Ok(self.last_confirmed().map_or(Position::new(0, 0), |p| {
+            Position::new(p.ledger, p.entry + 1)
+        }))
+    }
+
     /// The position just before `pos` in this topic (across ledgers), if any.
     pub fn position_before(&self, pos: Position) -> Option<Position> {
         if pos.entry > 0 {
@@ -501,8 +527,8 @@ impl TopicLog {
         }
         self.ledgers()
             .into_iter()
-            .filter(|l| l.id < pos.ledger && l.entry_count > 0)
-            .last()
+            .rev()
+            .find(|l| l.id < pos.ledger && l.entry_count > 0)
             .map(|l| Position::new(l.id, l.entry_count - 1))
     }
 
