@@ -87,7 +87,11 @@ impl Service {
             })?;
         let http_addr = http_listener.local_addr().map_err(ServiceError::Http)?;
         let http_stop = stop.clone();
-        let app = admin::router(health.clone());
+        let meta_cell = Arc::new(tokio::sync::OnceCell::new());
+        let app = admin::router(admin::AdminState {
+            health: health.clone(),
+            meta: meta_cell.clone(),
+        });
         let http = tokio::spawn(async move {
             axum::serve(http_listener, app)
                 .with_graceful_shutdown(async move { http_stop.cancelled().await })
@@ -101,6 +105,7 @@ impl Service {
             SqliteMetadataStore::open_url(&config.metadata.url).await?
         };
         let store: Arc<dyn MetadataStore> = Arc::new(meta.clone());
+        let _ = meta_cell.set(store.clone());
         let log = Arc::new(Log::open(&config.ledger_dir(), config.ledger.clone(), store).await?);
 
         let pulsar_listener =

@@ -1,5 +1,6 @@
-//! The HTTP surface on `server.http_addr`: health today; the Pulsar admin API, metrics and
-//! HTTP SQL join it in later issues. Errors map to HTTP statuses here and only here.
+//! The HTTP surface on `server.http_addr`: health and the first Pulsar admin API paths (topic
+//! partitions); metrics, the rest of the admin API and HTTP SQL join it in later issues. Errors
+//! map to HTTP statuses in [`error`] and only there.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -9,6 +10,11 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
+
+use crate::ledger::MetadataStore;
+
+pub mod error;
+mod topics;
 
 /// Readiness shared between the service and the HTTP handlers.
 #[derive(Debug, Default)]
@@ -34,20 +40,30 @@ impl Health {
     }
 }
 
+/// What the HTTP handlers share.
+#[derive(Debug, Clone)]
+pub struct AdminState {
+    /// Readiness.
+    pub health: Arc<Health>,
+    /// The metadata store, once recovery has opened it.
+    pub meta: Arc<tokio::sync::OnceCell<Arc<dyn MetadataStore>>>,
+}
+
 /// The router of the HTTP surface.
-pub fn router(health: Arc<Health>) -> Router {
+pub fn router(state: AdminState) -> Router {
     Router::new()
         .route("/health/live", get(live))
         .route("/health/ready", get(ready))
-        .with_state(health)
+        .merge(topics::routes())
+        .with_state(state)
 }
 
 async fn live() -> Json<serde_json::Value> {
     Json(json!({ "status": "live" }))
 }
 
-async fn ready(State(health): State<Arc<Health>>) -> (StatusCode, Json<serde_json::Value>) {
-    if health.is_ready() {
+async fn ready(State(state): State<AdminState>) -> (StatusCode, Json<serde_json::Value>) {
+    if state.health.is_ready() {
         (StatusCode::OK, Json(json!({ "status": "ready" })))
     } else {
         (

@@ -166,11 +166,17 @@ impl Connection {
             Inbound::Ping => self.send(command::pong()).await,
             Inbound::Pong => {}
             Inbound::PartitionedMetadata(m) => {
-                let reply = match m.topic.parse::<TopicName>() {
-                    Ok(_) => command::partitioned_metadata(m.request_id, 0),
+                let partitions = match m.topic.parse::<TopicName>() {
+                    Ok(name) => self.broker.partitions(&name).await,
+                    Err(e) => Err(BrokerError::from(e)),
+                };
+                let reply = match partitions {
+                    Ok(n) => command::partitioned_metadata(m.request_id, n),
+                    // Failures go inside the typed response: the C++ client matches a bare
+                    // ERROR only against its other pending requests.
                     Err(e) => command::partitioned_metadata_failed(
                         m.request_id,
-                        ServerError::InvalidTopicName,
+                        server_error(&e),
                         e.to_string(),
                     ),
                 };

@@ -162,6 +162,20 @@ impl Broker {
         format!("ledgerlake-{}-{}", self.boot_id, self.next_id())
     }
 
+    /// Partitions of `name` as PARTITIONED_METADATA reports them: the count of a partitioned
+    /// topic, 0 for a non-partitioned topic or a single partition.
+    pub async fn partitions(&self, name: &TopicName) -> Result<u32, BrokerError> {
+        if name.partition().is_some() {
+            return Ok(0);
+        }
+        Ok(self
+            .log
+            .metadata()
+            .get_partitions(&name.to_string())
+            .await?
+            .unwrap_or(0))
+    }
+
     /// The topic partition named `name`, loading or (if allowed) creating it.
     pub async fn topic(&self, name: &TopicName) -> Result<Arc<BrokerTopic>, BrokerError> {
         let key = name.to_string();

@@ -298,6 +298,11 @@ impl Log {
         Ok(log)
     }
 
+    /// The metadata store the log uses (shared with the broker and the admin API).
+    pub fn metadata(&self) -> Arc<dyn MetadataStore> {
+        self.shared.meta.clone()
+    }
+
     /// What recovery did when this log was opened.
     pub fn recovery_report(&self) -> &RecoveryReport {
         &self.report

@@ -175,12 +175,41 @@ async fn cursors_are_saved_whole_and_deleted(store: &dyn MetadataStore) -> TestR
     Ok(())
 }
 
+async fn partitioned_topics_are_created_once_and_only_grow(
+    store: &dyn MetadataStore,
+) -> TestResult {
+    let name = "persistent://t/n/p";
+    assert_eq!(store.get_partitions(name).await?, None);
+    assert!(
+        store.set_partitions(name, 4, true).await.is_err(),
+        "update of a missing topic"
+    );
+    store.set_partitions(name, 4, false).await?;
+    assert_eq!(store.get_partitions(name).await?, Some(4));
+    assert!(matches!(
+        store.set_partitions(name, 8, false).await,
+        Err(MetadataError::Conflict(_))
+    ));
+    assert!(
+        store.set_partitions(name, 2, true).await.is_err(),
+        "shrinking"
+    );
+    assert!(store
+        .set_partitions("persistent://t/n/z", 0, false)
+        .await
+        .is_err());
+    store.set_partitions(name, 6, true).await?;
+    assert_eq!(store.get_partitions(name).await?, Some(6));
+    Ok(())
+}
+
 async fn run_all(make: impl Fn() -> std::sync::Arc<dyn MetadataStore>) -> TestResult {
     topics_are_idempotent_and_increasing(&*make()).await?;
     ledger_ids_increase_and_lifecycle_is_enforced(&*make()).await?;
     sealed_can_be_deleted_by_retention(&*make()).await?;
     concurrent_creates_get_distinct_ids(make()).await?;
     cursors_are_saved_whole_and_deleted(&*make()).await?;
+    partitioned_topics_are_created_once_and_only_grow(&*make()).await?;
     Ok(())
 }
 
@@ -193,7 +222,7 @@ async fn memory_store_conforms() -> TestResult {
 async fn sqlite_store_conforms() -> TestResult {
     let dir = tempfile::tempdir()?;
     let mut stores = Vec::new();
-    for i in 0..5 {
+    for i in 0..6 {
         stores.push(SqliteMetadataStore::open(&dir.path().join(format!("m{i}.db"))).await?);
     }
     let next = std::sync::Mutex::new(stores.into_iter());

@@ -8,8 +8,8 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 
 use super::{
-    LedgerId, LedgerRecord, LedgerState, LedgerTransition, MetadataError, MetadataStore, TopicId,
-    TopicRecord,
+    check_partition_change, LedgerId, LedgerRecord, LedgerState, LedgerTransition, MetadataError,
+    MetadataStore, TopicId, TopicRecord,
 };
 
 /// In-memory metadata store.
@@ -26,6 +26,7 @@ struct State {
     topics: BTreeMap<TopicId, TopicRecord>,
     ledgers: BTreeMap<LedgerId, LedgerRecord>,
     cursors: BTreeMap<(TopicId, String), Vec<u8>>,
+    partitioned: BTreeMap<String, u32>,
 }
 
 impl MemoryMetadataStore {
@@ -185,5 +186,21 @@ impl MetadataStore for MemoryMetadataStore {
             .cursors
             .remove(&(topic_id, subscription.to_string()));
         Ok(())
+    }
+
+    async fn set_partitions(
+        &self,
+        name: &str,
+        partitions: u32,
+        update: bool,
+    ) -> Result<(), MetadataError> {
+        let mut s = self.lock();
+        check_partition_change(name, s.partitioned.get(name).copied(), partitions, update)?;
+        s.partitioned.insert(name.to_string(), partitions);
+        Ok(())
+    }
+
+    async fn get_partitions(&self, name: &str) -> Result<Option<u32>, MetadataError> {
+        Ok(self.lock().partitioned.get(name).copied())
     }
 }

@@ -195,6 +195,9 @@ pub enum MetadataError {
         /// Requested state.
         to: LedgerState,
     },
+    /// The object exists already, or the change would shrink it.
+    #[error("{0}")]
+    Conflict(String),
     /// A stored row could not be understood.
     #[error("metadata store holds an invalid value: {0}")]
     Corrupt(String),
@@ -207,6 +210,32 @@ pub enum MetadataError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+}
+
+/// Shared rule of [`MetadataStore::set_partitions`].
+pub(crate) fn check_partition_change(
+    name: &str,
+    existing: Option<u32>,
+    partitions: u32,
+    update: bool,
+) -> Result<(), MetadataError> {
+    if partitions == 0 {
+        return Err(MetadataError::Conflict(format!(
+            "{name}: a partitioned topic needs at least one partition"
+        )));
+    }
+    match (existing, update) {
+        (Some(n), false) => Err(MetadataError::Conflict(format!(
+            "{name} is already partitioned ({n} partitions)"
+        ))),
+        (None, true) => Err(MetadataError::Conflict(format!(
+            "{name} is not a partitioned topic"
+        ))),
+        (Some(n), true) if partitions < n => Err(MetadataError::Conflict(format!(
+            "{name}: partitions can only grow ({n} → {partitions})"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// The metadata store seam. See the module docs for the contract.
@@ -272,4 +301,17 @@ pub trait MetadataStore: Send + Sync + fmt::Debug + 'static {
         topic_id: TopicId,
         subscription: &str,
     ) -> Result<(), MetadataError>;
+
+    /// Records that `name` (a full topic name without partition suffix) is partitioned into
+    /// `partitions` partitions. Creating fails with [`MetadataError::Conflict`] when it exists
+    /// and `update` is false; updating may only increase the count.
+    async fn set_partitions(
+        &self,
+        name: &str,
+        partitions: u32,
+        update: bool,
+    ) -> Result<(), MetadataError>;
+
+    /// The partition count of a partitioned topic, `None` when `name` is not partitioned.
+    async fn get_partitions(&self, name: &str) -> Result<Option<u32>, MetadataError>;
 }

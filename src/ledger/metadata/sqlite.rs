@@ -19,8 +19,8 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Row, SqlitePool};
 
 use super::{
-    LedgerId, LedgerRecord, LedgerState, LedgerTransition, MetadataError, MetadataStore, SealInfo,
-    TopicId, TopicRecord,
+    check_partition_change, LedgerId, LedgerRecord, LedgerState, LedgerTransition, MetadataError,
+    MetadataStore, SealInfo, TopicId, TopicRecord,
 };
 
 /// Schema version this build writes and reads.
@@ -54,6 +54,9 @@ const SCHEMA: &[&str] = &[
         updated_at_ms BIGINT NOT NULL,
         PRIMARY KEY (topic_id, subscription))",
     "CREATE INDEX IF NOT EXISTS ll_ledgers_state ON ll_ledgers(state)",
+    "CREATE TABLE IF NOT EXISTS ll_partitioned_topics (
+        name TEXT PRIMARY KEY,
+        partitions BIGINT NOT NULL)",
     "INSERT OR IGNORE INTO ll_meta(key, value) VALUES ('schema_version', 1)",
     "INSERT OR IGNORE INTO ll_meta(key, value) VALUES ('next_topic_id', 1)",
     "INSERT OR IGNORE INTO ll_meta(key, value) VALUES ('next_ledger_id', 1)",
@@ -468,5 +471,46 @@ impl MetadataStore for SqliteMetadataStore {
             .await
             .map_err(backend("delete cursor"))?;
         Ok(())
+    }
+
+    async fn set_partitions(
+        &self,
+        name: &str,
+        partitions: u32,
+        update: bool,
+    ) -> Result<(), MetadataError> {
+        let mut tx = self.pool.begin().await.map_err(backend("begin"))?;
+        let existing: Option<i64> =
+            sqlx::query("SELECT partitions FROM ll_partitioned_topics WHERE name = ?")
+                .bind(name)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(backend("get partitions"))?
+                .map(|r| r.try_get(0))
+                .transpose()
+                .map_err(backend("get partitions"))?;
+        check_partition_change(name, existing.map(|n| n as u32), partitions, update)?;
+        sqlx::query(
+            "INSERT INTO ll_partitioned_topics(name, partitions) VALUES (?, ?)
+             ON CONFLICT(name) DO UPDATE SET partitions = excluded.partitions",
+        )
+        .bind(name)
+        .bind(i64::from(partitions))
+        .execute(&mut *tx)
+        .await
+        .map_err(backend("set partitions"))?;
+        tx.commit().await.map_err(backend("commit partitions"))?;
+        Ok(())
+    }
+
+    async fn get_partitions(&self, name: &str) -> Result<Option<u32>, MetadataError> {
+        sqlx::query("SELECT partitions FROM ll_partitioned_topics WHERE name = ?")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(backend("get partitions"))?
+            .map(|r| r.try_get::<i64, _>(0).map(|n| n as u32))
+            .transpose()
+            .map_err(backend("get partitions"))
     }
 }

@@ -1,0 +1,55 @@
+//! Admin API errors and their HTTP statuses (the one place this mapping lives). Bodies follow
+//! Pulsar's admin API: `{"reason": "..."}`.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use crate::broker::topic_name::TopicNameError;
+use crate::ledger::metadata::MetadataError;
+
+/// Why an admin request failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AdminError {
+    /// The request is malformed.
+    #[error("{0}")]
+    BadRequest(String),
+    /// The service is still recovering.
+    #[error("the service is not ready yet")]
+    NotReady,
+    /// A conflicting object exists.
+    #[error("{0}")]
+    Conflict(String),
+    /// The metadata store failed.
+    #[error("metadata store: {0}")]
+    Metadata(MetadataError),
+}
+
+impl From<MetadataError> for AdminError {
+    fn from(e: MetadataError) -> Self {
+        match e {
+            MetadataError::Conflict(m) => AdminError::Conflict(m),
+            other => AdminError::Metadata(other),
+        }
+    }
+}
+
+impl From<TopicNameError> for AdminError {
+    fn from(e: TopicNameError) -> Self {
+        AdminError::BadRequest(e.to_string())
+    }
+}
+
+impl IntoResponse for AdminError {
+    fn into_response(self) -> Response {
+        let status = match &self {
+            AdminError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            AdminError::NotReady => StatusCode::SERVICE_UNAVAILABLE,
+            AdminError::Conflict(_) => StatusCode::CONFLICT,
+            AdminError::Metadata(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        (status, Json(json!({ "reason": self.to_string() }))).into_response()
+    }
+}

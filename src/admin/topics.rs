@@ -1,0 +1,82 @@
+//! `/admin/v2/persistent/{tenant}/{namespace}/{topic}/partitions`: create (PUT), grow (POST) and
+//! read (GET) partitioned topics, as Pulsar's admin API does.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::put;
+use axum::{Json, Router};
+use serde_json::json;
+
+use super::error::AdminError;
+use super::AdminState;
+use crate::broker::topic_name::TopicName;
+use crate::ledger::MetadataStore;
+
+pub(super) fn routes() -> Router<AdminState> {
+    Router::new().route(
+        "/admin/v2/persistent/{tenant}/{namespace}/{topic}/partitions",
+        put(create).post(update).get(read),
+    )
+}
+
+fn meta(state: &AdminState) -> Result<std::sync::Arc<dyn MetadataStore>, AdminError> {
+    state.meta.get().cloned().ok_or(AdminError::NotReady)
+}
+
+fn topic_name(tenant: &str, namespace: &str, topic: &str) -> Result<TopicName, AdminError> {
+    let name: TopicName = format!("persistent://{tenant}/{namespace}/{topic}").parse()?;
+    if name.partition().is_some() {
+        return Err(AdminError::BadRequest(format!(
+            "{name} names a partition, not a topic"
+        )));
+    }
+    Ok(name)
+}
+
+fn partition_count(body: &str) -> Result<u32, AdminError> {
+    body.trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| {
+            AdminError::BadRequest(format!("expected a positive partition count, got '{body}'"))
+        })
+}
+
+async fn create(
+    State(state): State<AdminState>,
+    Path((tenant, namespace, topic)): Path<(String, String, String)>,
+    body: String,
+) -> Result<StatusCode, AdminError> {
+    let name = topic_name(&tenant, &namespace, &topic)?;
+    let n = partition_count(&body)?;
+    meta(&state)?
+        .set_partitions(&name.to_string(), n, false)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn update(
+    State(state): State<AdminState>,
+    Path((tenant, namespace, topic)): Path<(String, String, String)>,
+    body: String,
+) -> Result<StatusCode, AdminError> {
+    let name = topic_name(&tenant, &namespace, &topic)?;
+    let n = partition_count(&body)?;
+    meta(&state)?
+        .set_partitions(&name.to_string(), n, true)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn read(
+    State(state): State<AdminState>,
+    Path((tenant, namespace, topic)): Path<(String, String, String)>,
+) -> Result<Json<serde_json::Value>, AdminError> {
+    let name = topic_name(&tenant, &namespace, &topic)?;
+    let n = meta(&state)?
+        .get_partitions(&name.to_string())
+        .await?
+        .unwrap_or(0);
+    Ok(Json(json!({ "partitions": n })))
+}
