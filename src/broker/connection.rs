@@ -11,6 +11,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
+use super::dedup::Verdict;
 use super::subscription::{self, SeekTarget, SubscriptionCommand, SubscriptionHandle};
 use super::topic_name::TopicName;
 use super::{Broker, BrokerError, BrokerTopic, PROTOCOL_VERSION, SERVER_VERSION};
@@ -33,13 +34,32 @@ fn server_error(e: &BrokerError) -> ServerError {
         BrokerError::Metadata(_) => ServerError::MetadataError,
         BrokerError::Busy(_) => ServerError::ProducerBusy,
         BrokerError::NotSupported(_) => ServerError::NotAllowedError,
+        BrokerError::Storage(_) => ServerError::PersistenceError,
     }
+}
+
+/// What a producer's receipt task answers for one SEND, in SEND order.
+enum ReceiptItem {
+    /// An append: SEND_RECEIPT once durable, SEND_ERROR if it fails.
+    Append {
+        sequence_id: u64,
+        highest: i64,
+        receipt: Result<AppendReceipt, AppendError>,
+    },
+    /// A duplicate: SEND_RECEIPT with id (-1, -1) at once.
+    Duplicate { sequence_id: u64 },
+    /// A refusal: SEND_ERROR.
+    Refused {
+        sequence_id: u64,
+        error: ServerError,
+        message: String,
+    },
 }
 
 struct ProducerState {
     topic: Arc<BrokerTopic>,
     name: String,
-    receipts: mpsc::Sender<(u64, Result<AppendReceipt, AppendError>)>,
+    receipts: mpsc::Sender<ReceiptItem>,
 }
 
 struct ConsumerState {
@@ -229,6 +249,33 @@ impl Connection {
                     .await;
                     return Ok(());
                 }
+                let sequence_id = send.sequence_id;
+                let highest = (sequence_id as i64).max(
+                    send.highest_sequence_id
+                        .or(payload.metadata.highest_sequence_id)
+                        .map_or(-1, |h| h as i64),
+                );
+                if let Some((live, _)) = &producer.topic.dedup {
+                    let verdict = live
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .check(&producer.name, highest);
+                    let item = match verdict {
+                        Verdict::New => None,
+                        Verdict::Duplicate => Some(ReceiptItem::Duplicate { sequence_id }),
+                        Verdict::Unknown => Some(ReceiptItem::Refused {
+                            sequence_id,
+                            error: ServerError::PersistenceError,
+                            message:
+                                "Cannot determine whether the message is a duplicate at this time"
+                                    .into(),
+                        }),
+                    };
+                    if let Some(item) = item {
+                        let _ = producer.receipts.send(item).await;
+                        return Ok(());
+                    }
+                }
                 let publish_time = payload.metadata.publish_time as i64;
                 // Awaiting here is the backpressure: while the log is full this connection is
                 // not read.
@@ -237,7 +284,14 @@ impl Connection {
                     .log
                     .append(publish_time, payload.entry.clone())
                     .await;
-                let _ = producer.receipts.send((send.sequence_id, receipt)).await;
+                let _ = producer
+                    .receipts
+                    .send(ReceiptItem::Append {
+                        sequence_id,
+                        highest,
+                        receipt,
+                    })
+                    .await;
             }
             Inbound::CloseProducer(c) => {
                 if let Some(p) = self.producers.remove(&c.producer_id) {
@@ -348,31 +402,57 @@ impl Connection {
                 .await;
             return;
         }
-        let (tx, mut rx) =
-            mpsc::channel::<(u64, Result<AppendReceipt, AppendError>)>(RECEIPT_QUEUE);
+        let (tx, mut rx) = mpsc::channel::<ReceiptItem>(RECEIPT_QUEUE);
         let out = self.out.clone();
         let producer_id = p.producer_id;
-        let partition = topic.partition;
+        let receipt_topic = topic.clone();
+        let receipt_name = name.clone();
         tokio::spawn(async move {
-            // Receipts resolve in append order; forwarding them in arrival order keeps
+            // Receipts resolve in append order; answering items in arrival order keeps
             // SEND_RECEIPTs in SEND order.
-            while let Some((seq, receipt)) = rx.recv().await {
-                let result = match receipt {
-                    Ok(r) => r.durable().await,
-                    Err(e) => Err(e),
-                };
-                let frame = match result {
-                    Ok(pos) => command::send_receipt(
+            let partition = receipt_topic.partition;
+            while let Some(item) = rx.recv().await {
+                let frame = match item {
+                    ReceiptItem::Duplicate { sequence_id } => command::send_receipt(
                         producer_id,
-                        seq,
-                        command::message_id(pos.ledger, pos.entry, partition, None),
+                        sequence_id,
+                        command::message_id(u64::MAX, u64::MAX, partition, None),
                     ),
-                    Err(e) => command::send_error(
-                        producer_id,
-                        seq,
-                        ServerError::PersistenceError,
-                        e.to_string(),
-                    ),
+                    ReceiptItem::Refused {
+                        sequence_id,
+                        error,
+                        message,
+                    } => command::send_error(producer_id, sequence_id, error, message),
+                    ReceiptItem::Append {
+                        sequence_id,
+                        highest,
+                        receipt,
+                    } => {
+                        let result = match receipt {
+                            Ok(r) => r.durable().await,
+                            Err(e) => Err(e),
+                        };
+                        if let Some((live, _)) = &receipt_topic.dedup {
+                            let mut live = live.lock().unwrap_or_else(|e| e.into_inner());
+                            match &result {
+                                Ok(_) => live.persisted(&receipt_name, highest),
+                                Err(_) => live.failed(&receipt_name),
+                            }
+                        }
+                        match result {
+                            Ok(pos) => command::send_receipt(
+                                producer_id,
+                                sequence_id,
+                                command::message_id(pos.ledger, pos.entry, partition, None),
+                            ),
+                            Err(e) => command::send_error(
+                                producer_id,
+                                sequence_id,
+                                ServerError::PersistenceError,
+                                e.to_string(),
+                            ),
+                        }
+                    }
                 };
                 if out.send(frame).await.is_err() {
                     return;
@@ -387,8 +467,22 @@ impl Connection {
                 receipts: tx,
             },
         );
-        self.send(command::producer_success(p.request_id, &name, -1))
-            .await;
+        let last_sequence_id =
+            self.producers[&p.producer_id]
+                .topic
+                .dedup
+                .as_ref()
+                .map_or(-1, |(live, _)| {
+                    live.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .last_sequence_id(&name)
+                });
+        self.send(command::producer_success(
+            p.request_id,
+            &name,
+            last_sequence_id,
+        ))
+        .await;
     }
 
     async fn subscribe(&mut self, s: proto::CommandSubscribe) {

@@ -29,6 +29,7 @@ use crate::ledger::{Log, TopicLog};
 
 pub mod connection;
 pub mod cursor;
+pub mod dedup;
 pub mod subscription;
 pub mod topic_name;
 
@@ -55,6 +56,30 @@ pub struct BrokerTopic {
     producers: Mutex<HashMap<String, (u64, u64, bool)>>,
     /// Subscriptions by name.
     subscriptions: tokio::sync::Mutex<HashMap<String, SubscriptionHandle>>,
+    /// Deduplication, when enabled: live state and the persisted snapshot.
+    dedup: Option<(
+        Mutex<dedup::DedupState>,
+        tokio::sync::Mutex<dedup::DedupSnapshot>,
+    )>,
+}
+
+impl BrokerTopic {
+    /// Saves the deduplication snapshot if entries were appended since the last one.
+    async fn save_dedup_snapshot(&self) {
+        let Some((_, snapshot)) = &self.dedup else {
+            return;
+        };
+        let mut snap = snapshot.lock().await;
+        match snap.snapshot(&self.log).await {
+            Ok(Some(blob)) => {
+                if let Err(e) = self.log.save_cursor(dedup::SNAPSHOT_NAME, &blob).await {
+                    tracing::error!(topic = %self.name, error = %e, "saving dedup snapshot failed");
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::error!(topic = %self.name, error = %e, "dedup snapshot failed"),
+        }
+    }
 }
 
 /// Shared broker state.
@@ -90,6 +115,9 @@ pub enum BrokerError {
     /// Feature not supported (yet) by this broker.
     #[error("{0}")]
     NotSupported(String),
+    /// Reading the log failed.
+    #[error("storage: {0}")]
+    Storage(String),
 }
 
 impl Broker {
@@ -107,8 +135,25 @@ impl Broker {
         })
     }
 
-    /// Accepts connections on `listener` until [`Broker::shutdown`].
+    /// Accepts connections on `listener` until [`Broker::shutdown`]; also runs the periodic
+    /// deduplication snapshots.
     pub fn serve(self: &Arc<Self>, listener: TcpListener) {
+        if self.config.deduplication {
+            let broker = self.clone();
+            self.tasks.spawn(async move {
+                let mut tick = tokio::time::interval(broker.config.cursor_persist_interval);
+                loop {
+                    tokio::select! {
+                        _ = broker.stop.cancelled() => return,
+                        _ = tick.tick() => {}
+                    }
+                    let topics: Vec<_> = broker.topics.lock().await.values().cloned().collect();
+                    for t in topics {
+                        t.save_dedup_snapshot().await;
+                    }
+                }
+            });
+        }
         let broker = self.clone();
         self.tasks.spawn(async move {
             loop {
@@ -140,6 +185,7 @@ impl Broker {
         self.tasks.wait().await;
         let topics: Vec<_> = self.topics.lock().await.values().cloned().collect();
         for t in topics {
+            t.save_dedup_snapshot().await;
             let subs: Vec<_> = t.subscriptions.lock().await.values().cloned().collect();
             for s in subs {
                 let (done, wait) = tokio::sync::oneshot::channel();
@@ -187,15 +233,30 @@ impl Broker {
             return Err(BrokerError::TopicNotFound(key));
         }
         let log = self.log.topic(&key).await?;
+        let dedup = if self.config.deduplication {
+            let snapshot = dedup::DedupSnapshot::load(&log)
+                .await
+                .map_err(|e| BrokerError::Storage(e.to_string()))?;
+            Some((
+                Mutex::new(dedup::DedupState::from_snapshot(&snapshot)),
+                tokio::sync::Mutex::new(snapshot),
+            ))
+        } else {
+            None
+        };
         let t = Arc::new(BrokerTopic {
             partition: name.partition().map_or(-1, |p| p as i32),
             name: name.clone(),
             log,
             producers: Mutex::new(HashMap::new()),
             subscriptions: tokio::sync::Mutex::new(HashMap::new()),
+            dedup,
         });
         // Durable subscriptions resume where they were.
         for (sub, blob) in t.log.cursors().await? {
+            if sub == dedup::SNAPSHOT_NAME {
+                continue;
+            }
             match cursor::CursorState::decode(&blob) {
                 Ok(state) => {
                     let sub_type = SubType::try_from(state.sub_type).unwrap_or(SubType::Exclusive);

@@ -83,6 +83,9 @@ pub struct BrokerConfig {
     pub max_message_size: ByteSize,
     /// Create topics on first use by a producer or consumer.
     pub allow_auto_topic_creation: bool,
+    /// Broker-side deduplication by producer name and sequence id (Pulsar semantics), for
+    /// every topic. Off by default, as in Pulsar.
+    pub deduplication: bool,
     /// `host:port` clients are told to connect to in LOOKUP answers. Empty: `server.pulsar_addr`.
     pub advertised_address: String,
     /// Interval of broker PINGs; a connection silent for twice this long is closed.
@@ -101,6 +104,7 @@ impl Default for BrokerConfig {
         Self {
             max_message_size: ByteSize::mib(5),
             allow_auto_topic_creation: true,
+            deduplication: false,
             advertised_address: String::new(),
             keepalive: Duration::from_secs(30),
             cursor_persist_interval: Duration::from_secs(1),

@@ -18,8 +18,9 @@ def _free_port():
 
 
 class Service:
-    def __init__(self, binary, data_dir):
+    def __init__(self, binary, data_dir, env=None):
         self.binary = binary
+        self.env = dict(os.environ, **(env or {}))
         self.data_dir = data_dir
         self.proc = None
         self.log_path = os.path.join(data_dir, "serve.log")
@@ -34,7 +35,7 @@ class Service:
             [self.binary, "serve", "--data-dir", os.path.join(self.data_dir, "data"),
              "--pulsar-addr", f"127.0.0.1:{self.pulsar_port}",
              "--http-addr", f"127.0.0.1:{self.http_port}"],
-            stdout=subprocess.DEVNULL, stderr=log)
+            stdout=subprocess.DEVNULL, stderr=log, env=self.env)
         deadline = time.time() + 60
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -68,6 +69,17 @@ def fresh_service():
     """A service of its own, for tests that stop and restart it."""
     with tempfile.TemporaryDirectory() as d:
         svc = Service(_binary(), d)
+        try:
+            yield svc
+        finally:
+            svc.stop(signal.SIGKILL)
+
+
+@pytest.fixture
+def dedup_service():
+    """A service of its own with broker deduplication on."""
+    with tempfile.TemporaryDirectory() as d:
+        svc = Service(_binary(), d, env={"LEDGERLAKE_BROKER__DEDUPLICATION": "true"})
         try:
             yield svc
         finally:
