@@ -18,7 +18,7 @@ use super::{Broker, BrokerError, BrokerTopic, PROTOCOL_VERSION, SERVER_VERSION};
 use crate::ledger::{AppendError, AppendReceipt, Position};
 use crate::protocol::codec::PulsarCodec;
 use crate::protocol::command::{self, Inbound, Outbound};
-use crate::protocol::frame::{entry_message_count, FrameError};
+use crate::protocol::frame::entry_message_count;
 use crate::protocol::proto::{self, command_ack::AckType, command_subscribe, ServerError};
 
 /// Outbound frames queued per connection before the dispatcher waits.
@@ -130,8 +130,8 @@ impl Connection {
                         None => break "closed by client".to_string(),
                         Some(Err(e)) => break format!("protocol error: {e}"),
                         Some(Ok(cmd)) => {
-                            if let Err(e) = conn.handle(cmd).await {
-                                break format!("protocol error: {e}");
+                            if let Err(reason) = conn.handle(cmd).await {
+                                break reason;
                             }
                         }
                     }
@@ -171,12 +171,31 @@ impl Connection {
         }
     }
 
-    async fn handle(&mut self, cmd: Inbound) -> Result<(), FrameError> {
+    /// Handles one command; `Err(reason)` closes the connection.
+    async fn handle(&mut self, cmd: Inbound) -> Result<(), String> {
         if !self.connected && !matches!(cmd, Inbound::Connect(_)) {
-            return Err(FrameError::Malformed("command before CONNECT"));
+            return Err("protocol error: command before CONNECT".into());
         }
         match cmd {
             Inbound::Connect(c) => {
+                if let Some(auth) = &self.broker.authenticator {
+                    let method = c.auth_method_name.as_deref().unwrap_or("none");
+                    let data = c.auth_data.as_deref().unwrap_or(&[]);
+                    match auth.authenticate(method, data) {
+                        Ok(principal) => {
+                            tracing::debug!(conn = self.id, role = %principal.role, "authenticated");
+                        }
+                        Err(e) => {
+                            self.send(command::error(
+                                u64::MAX,
+                                ServerError::AuthenticationError,
+                                e.to_string(),
+                            ))
+                            .await;
+                            return Err(format!("authentication failed: {e}"));
+                        }
+                    }
+                }
                 let version = c.protocol_version.unwrap_or(0).min(PROTOCOL_VERSION);
                 self.connected = true;
                 let max = self.broker.config.max_message_size.as_u64() as i32;

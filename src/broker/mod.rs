@@ -27,6 +27,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::BrokerConfig;
 use crate::ledger::{Log, TopicLog};
 
+pub mod auth;
 pub mod connection;
 pub mod cursor;
 pub mod dedup;
@@ -94,6 +95,8 @@ pub struct Broker {
     boot_id: u32,
     stop: CancellationToken,
     tasks: TaskTracker,
+    /// `None` when authentication is off.
+    authenticator: Option<Box<dyn auth::Authenticator>>,
 }
 
 /// Why the broker could not serve a request; mapped to Pulsar's ServerError in `connection`.
@@ -123,7 +126,13 @@ pub enum BrokerError {
 impl Broker {
     /// Creates the broker state. `service_url` is what LOOKUP answers point clients to.
     pub fn new(config: BrokerConfig, log: Arc<Log>, service_url: String) -> Arc<Broker> {
+        let authenticator: Option<Box<dyn auth::Authenticator>> =
+            config.authentication.enabled.then(|| {
+                let tokens = config.authentication.tokens.clone().into_iter().collect();
+                Box::new(auth::StaticTokens::new(tokens)) as Box<dyn auth::Authenticator>
+            });
         Arc::new(Broker {
+            authenticator,
             config,
             log,
             service_url,

@@ -92,6 +92,8 @@ pub struct BrokerConfig {
     #[serde(with = "humantime_serde")]
     #[schemars(with = "String")]
     pub keepalive: Duration,
+    /// Client authentication on CONNECT.
+    pub authentication: AuthenticationConfig,
     /// How often a durable subscription's acknowledgements are saved to the metadata store.
     /// After a crash, acknowledgements of the last interval may be redelivered (at least once).
     #[serde(with = "humantime_serde")]
@@ -108,8 +110,19 @@ impl Default for BrokerConfig {
             advertised_address: String::new(),
             keepalive: Duration::from_secs(30),
             cursor_persist_interval: Duration::from_secs(1),
+            authentication: AuthenticationConfig::default(),
         }
     }
+}
+
+/// Client authentication (Pulsar's `token` method). Off by default for the embedded config.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthenticationConfig {
+    /// Refuse connections without valid credentials.
+    pub enabled: bool,
+    /// Accepted tokens and the role each authenticates as (`"<token>" = "<role>"`).
+    pub tokens: std::collections::BTreeMap<String, String>,
 }
 
 /// Log output.
@@ -306,6 +319,12 @@ impl Config {
                     "{} plus 64 KiB of metadata must fit in ledger.max_entry_size ({})",
                     self.broker.max_message_size, l.max_entry_size
                 ),
+            );
+        }
+        if self.broker.authentication.enabled && self.broker.authentication.tokens.is_empty() {
+            return invalid(
+                "broker.authentication.tokens",
+                "authentication is enabled but no token is configured".into(),
             );
         }
         if self.broker.cursor_persist_interval.is_zero() {

@@ -86,6 +86,20 @@ def dedup_service():
             svc.stop(signal.SIGKILL)
 
 
+@pytest.fixture
+def auth_service():
+    """A service of its own requiring token authentication (token 's3cret' → role 'app')."""
+    with tempfile.TemporaryDirectory() as d:
+        svc = Service(_binary(), d, env={
+            "LEDGERLAKE_BROKER__AUTHENTICATION__ENABLED": "true",
+            "LEDGERLAKE_BROKER__AUTHENTICATION__TOKENS": '{s3cret="app"}',
+        })
+        try:
+            yield svc
+        finally:
+            svc.stop(signal.SIGKILL)
+
+
 @pytest.fixture(scope="module")
 def service():
     binary = _binary()
