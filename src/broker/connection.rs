@@ -548,6 +548,8 @@ impl Connection {
         let _ = handle.tx.send(SubscriptionCommand::AddConsumer {
             key: (self.id, s.consumer_id),
             sub_type,
+            name: s.consumer_name.clone().unwrap_or_default(),
+            priority: s.priority_level.unwrap_or(0),
             out: self.out.clone(),
             reply,
         });

@@ -39,6 +39,10 @@ pub enum SubscriptionCommand {
         key: ConsumerKey,
         /// Its subscription type (must match the subscription's).
         sub_type: SubType,
+        /// Consumer name (orders Failover consumers).
+        name: String,
+        /// Priority level (lower first, for Failover).
+        priority: i32,
         /// Where its MESSAGE frames go.
         out: mpsc::Sender<Outbound>,
         /// Reply.
@@ -98,6 +102,8 @@ pub struct SubscriptionHandle {
 
 struct Consumer {
     key: ConsumerKey,
+    name: String,
+    priority: i32,
     out: mpsc::Sender<Outbound>,
     permits: i64,
 }
@@ -120,6 +126,9 @@ struct State {
     /// Invariant: in attach order; for Exclusive/Failover the first is the active consumer.
     consumers: Vec<Consumer>,
     next_shared: usize,
+    /// Failover: the consumer that receives messages (first by priority, then name; for a
+    /// partition, the partition index picks among them as Pulsar does).
+    active: Option<ConsumerKey>,
 }
 
 /// Starts a subscription task positioned at `start` (or at a restored cursor) and returns its
@@ -152,6 +161,7 @@ pub fn spawn(
         redelivery_count: HashMap::new(),
         consumers: Vec::new(),
         next_shared: 0,
+        active: None,
     };
     tokio::spawn(run(state, rx, persist_every));
     SubscriptionHandle {
@@ -190,7 +200,11 @@ async fn run(
                     let _ = done.send(());
                     return;
                 }
-                Some(cmd) => st.handle(cmd),
+                Some(cmd) => {
+                    if st.handle(cmd) {
+                        st.notify_active().await;
+                    }
+                }
                 None => break,
             },
             _ = persist.tick() => st.persist().await,
@@ -247,11 +261,50 @@ impl State {
         }
     }
 
-    fn handle(&mut self, cmd: SubscriptionCommand) {
+    /// Recomputes the Failover active consumer; true when it changed. The previous active
+    /// consumer's unacknowledged entries go to the new one (the cursor rewinds, as in Pulsar).
+    fn recompute_active(&mut self) -> bool {
+        if self.sub_type != SubType::Failover {
+            return false;
+        }
+        let mut order: Vec<&Consumer> = self.consumers.iter().collect();
+        order.sort_by(|a, b| (a.priority, &a.name).cmp(&(b.priority, &b.name)));
+        let chosen = if order.is_empty() {
+            None
+        } else {
+            let i = usize::try_from(self.topic.partition).map_or(0, |p| p % order.len());
+            Some(order[i].key)
+        };
+        if chosen == self.active {
+            return false;
+        }
+        if let Some(previous) = self.active {
+            self.requeue(|owner| owner == previous);
+        }
+        self.active = chosen;
+        true
+    }
+
+    /// Tells every consumer whether it is the active one (ACTIVE_CONSUMER_CHANGE).
+    async fn notify_active(&mut self) {
+        for c in &self.consumers {
+            let is_active = Some(c.key) == self.active;
+            let _ = c
+                .out
+                .send(command::active_consumer_change(c.key.1, is_active))
+                .await;
+        }
+    }
+
+    /// Applies a command; returns true when the Failover active consumer changed.
+    fn handle(&mut self, cmd: SubscriptionCommand) -> bool {
+        let mut changed = false;
         match cmd {
             SubscriptionCommand::AddConsumer {
                 key,
                 sub_type,
+                name,
+                priority,
                 out,
                 reply,
             } => {
@@ -265,12 +318,15 @@ impl State {
                 } else {
                     self.consumers.push(Consumer {
                         key,
+                        name,
+                        priority,
                         out,
                         permits: 0,
                     });
                     Ok(())
                 };
                 let _ = reply.send(result);
+                changed = self.recompute_active();
             }
             SubscriptionCommand::Flow(key, permits) => {
                 if let Some(c) = self.consumers.iter_mut().find(|c| c.key == key) {
@@ -305,6 +361,10 @@ impl State {
             SubscriptionCommand::RemoveConsumer(key) => {
                 self.consumers.retain(|c| c.key != key);
                 self.requeue(|owner| owner == key);
+                if self.active == Some(key) {
+                    self.active = None;
+                }
+                changed = self.recompute_active();
             }
             SubscriptionCommand::MarkDelete(reply) => {
                 // Everything before the oldest unacknowledged entry is acknowledged.
@@ -318,6 +378,7 @@ impl State {
                 let _ = reply.send(Err("seek handled by the task loop".into()));
             }
         }
+        changed
     }
 
     /// Resets the cursor to `to` and disconnects every consumer, as Pulsar does: clients then

@@ -333,6 +333,16 @@ pub fn close_consumer(consumer_id: u64) -> Outbound {
     Outbound::Command(c)
 }
 
+/// ACTIVE_CONSUMER_CHANGE (Failover subscriptions).
+pub fn active_consumer_change(consumer_id: u64, is_active: bool) -> Outbound {
+    let mut c = base(Type::ActiveConsumerChange);
+    c.active_consumer_change = Some(proto::CommandActiveConsumerChange {
+        consumer_id,
+        is_active: Some(is_active),
+    });
+    Outbound::Command(c)
+}
+
 /// GET_LAST_MESSAGE_ID_RESPONSE.
 pub fn last_message_id(
     request_id: u64,

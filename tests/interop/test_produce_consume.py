@@ -131,3 +131,23 @@ def test_empty_topic_has_no_message_available(client):
 def test_invalid_topic_name_is_a_clean_error(client):
     with pytest.raises(Exception):
         client.create_producer("persistent://bad tenant!/ns/x")
+
+
+def test_failover_switches_to_the_next_consumer(client):
+    # The broker also sends ACTIVE_CONSUMER_CHANGE to both consumers; the C++ client would drop
+    # the connection on a command it does not handle, so passing also shows it is accepted.
+    t = topic()
+    producer = client.create_producer(t, batching_enabled=False)
+    a = client.subscribe(t, "fo", consumer_type=pulsar.ConsumerType.Failover, consumer_name="a",
+                         initial_position=pulsar.InitialPosition.Earliest)
+    b = client.subscribe(t, "fo", consumer_type=pulsar.ConsumerType.Failover, consumer_name="b")
+    for i in range(10):
+        producer.send(f"m{i}".encode())
+    first = [a.receive(timeout_millis=5000) for _ in range(4)]
+    for m in first:
+        a.acknowledge(m)
+    with pytest.raises(pulsar.Timeout):
+        b.receive(timeout_millis=300)
+    a.close()
+    rest = [b.receive(timeout_millis=5000).data() for _ in range(6)]
+    assert rest == [f"m{i}".encode() for i in range(4, 10)]
