@@ -25,6 +25,8 @@ if [ "${LEDGERLAKE_SKIP_INSTALL:-0}" != 1 ]; then
   command -v git >/dev/null 2>&1 || missing+=(git)
   command -v python3 >/dev/null 2>&1 || missing+=(python3)
   python3 -m venv --help >/dev/null 2>&1 || missing+=(python3-venv)
+  # The pulsar crate (a test client) generates its protocol code with protoc at build time.
+  command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
   if [ ${#missing[@]} -gt 0 ]; then
     step "installing system packages: ${missing[*]}"
     if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi

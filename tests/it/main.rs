@@ -7,4 +7,5 @@ mod common;
 mod ledger_corruption;
 mod ledger_crash;
 mod perf_cli;
+mod pulsar_rs;
 mod serve;
