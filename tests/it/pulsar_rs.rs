@@ -2,7 +2,7 @@
 //! unbatched and batched/compressed messages, with ordered receipts and acks.
 
 use futures::TryStreamExt;
-use ledgerlake::config::Config;
+use ledgerlake::config::{Config, ServerConfig};
 use ledgerlake::service::Service;
 use pulsar::compression::{Compression, CompressionLz4, CompressionZstd};
 use pulsar::consumer::{ConsumerOptions, InitialPosition};
@@ -34,10 +34,15 @@ impl DeserializeMessage for Raw {
 
 async fn start() -> Result<(tempfile::TempDir, Service), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
-    let mut config = Config::default();
-    config.data_dir = dir.path().join("data");
-    config.server.pulsar_addr = "127.0.0.1:0".parse()?;
-    config.server.http_addr = "127.0.0.1:0".parse()?;
+    let config = Config {
+        data_dir: dir.path().join("data"),
+        server: ServerConfig {
+            pulsar_addr: "127.0.0.1:0".parse()?,
+            http_addr: "127.0.0.1:0".parse()?,
+            ..ServerConfig::default()
+        },
+        ..Config::default()
+    };
     let service = Service::start(&config).await?;
     Ok((dir, service))
 }
