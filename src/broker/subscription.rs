@@ -12,7 +12,12 @@
 //! it changed, when the task stops and on [`SubscriptionCommand::Flush`]; after a restart they
 //! resume there, skipping what was acknowledged (at-least-once for the last interval).
 //!
-//! Not yet: Key_Shared hash ranges, batch-index acknowledgement, seek.
+//! Key_Shared (auto-split): the 0..65536 hash space of routing keys is split evenly among the
+//! consumers; a key's entries are only ever unacknowledged on one consumer at a time, so when
+//! consumers join or leave, entries of a moved key wait until the previous owner acknowledged
+//! (or lost) the earlier ones: per-key order holds.
+//!
+//! Not yet: batch-index acknowledgement, sticky Key_Shared ranges.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -24,7 +29,7 @@ use super::cursor::CursorState;
 use super::BrokerTopic;
 use crate::ledger::{Entry, Position};
 use crate::protocol::command::{self, Outbound};
-use crate::protocol::frame::entry_message_count;
+use crate::protocol::frame::{entry_message_count, entry_routing_key};
 use crate::protocol::proto::command_subscribe::SubType;
 
 /// Identifies a consumer: (connection id, consumer id on that connection).
@@ -126,9 +131,20 @@ struct State {
     /// Invariant: in attach order; for Exclusive/Failover the first is the active consumer.
     consumers: Vec<Consumer>,
     next_shared: usize,
+    /// Key_Shared: key hash of each pending entry.
+    pending_hash: HashMap<Position, u16>,
+    /// Key_Shared: per key hash, the consumer holding its unacknowledged entries and how many.
+    /// Invariant: a hash is in flight on at most one consumer, so each key's entries are
+    /// delivered in order.
+    in_flight: HashMap<u16, (ConsumerKey, usize)>,
     /// Failover: the consumer that receives messages (first by priority, then name; for a
     /// partition, the partition index picks among them as Pulsar does).
     active: Option<ConsumerKey>,
+}
+
+/// Hash of an entry's routing key in Key_Shared's 0..65536 range.
+fn key_hash(entry: &Entry) -> u16 {
+    (crc32c::crc32c(&entry_routing_key(&entry.payload)) % 65536) as u16
 }
 
 /// Starts a subscription task positioned at `start` (or at a restored cursor) and returns its
@@ -162,6 +178,8 @@ pub fn spawn(
         consumers: Vec::new(),
         next_shared: 0,
         active: None,
+        pending_hash: HashMap::new(),
+        in_flight: HashMap::new(),
     };
     tokio::spawn(run(state, rx, persist_every));
     SubscriptionHandle {
@@ -344,12 +362,12 @@ impl State {
                         let acked: Vec<Position> =
                             self.pending.range(..=p).map(|(pos, _)| *pos).collect();
                         for a in acked {
-                            self.pending.remove(&a);
+                            self.take_pending(a);
                             self.redelivery_count.remove(&a);
                         }
                         self.redeliver.retain(|r| *r > p);
                     } else {
-                        self.pending.remove(&p);
+                        self.take_pending(p);
                         self.redeliver.remove(&p);
                         self.redelivery_count.remove(&p);
                         self.acked.insert(p);
@@ -395,6 +413,8 @@ impl State {
         };
         self.read_position = position;
         self.pending.clear();
+        self.pending_hash.clear();
+        self.in_flight.clear();
         self.redeliver.clear();
         self.redelivery_count.clear();
         self.acked.clear();
@@ -406,6 +426,131 @@ impl State {
         Ok(())
     }
 
+    /// Forgets a pending entry (acknowledged or requeued), releasing its key hash.
+    fn take_pending(&mut self, pos: Position) -> Option<ConsumerKey> {
+        let owner = self.pending.remove(&pos)?;
+        if let Some(h) = self.pending_hash.remove(&pos) {
+            if let Some((_, n)) = self.in_flight.get_mut(&h) {
+                *n -= 1;
+                if *n == 0 {
+                    self.in_flight.remove(&h);
+                }
+            }
+        }
+        Some(owner)
+    }
+
+    /// Key_Shared: the consumer that may receive an entry of key hash `h` now: the owner of
+    /// the hash range (ranges split evenly among consumers in join order), provided it has
+    /// permits and no other consumer still holds unacknowledged entries of that hash.
+    fn key_target(&self, h: u16) -> Option<usize> {
+        let n = self.consumers.len();
+        if n == 0 {
+            return None;
+        }
+        let idx = usize::from(h) * n / 65536;
+        let c = &self.consumers[idx];
+        if let Some((holder, _)) = self.in_flight.get(&h) {
+            if *holder != c.key {
+                return None;
+            }
+        }
+        (c.permits > 0).then_some(idx)
+    }
+
+    /// Sends one entry to consumer `idx`; false if its connection is gone.
+    async fn deliver(&mut self, idx: usize, entry: Entry, hash: Option<u16>) -> bool {
+        let pos = entry.position;
+        let count = entry_message_count(&entry.payload);
+        let redeliveries = self.redelivery_count.get(&pos).copied().unwrap_or(0);
+        let id = command::message_id(pos.ledger, pos.entry, self.topic.partition, None);
+        let consumer = &mut self.consumers[idx];
+        let msg = command::message(consumer.key.1, id, redeliveries, entry.payload);
+        if consumer.out.send(msg).await.is_err() {
+            self.redeliver.insert(pos);
+            consumer.permits = 0;
+            return false;
+        }
+        consumer.permits -= i64::from(count);
+        let key = consumer.key;
+        self.pending.insert(pos, key);
+        if let Some(h) = hash {
+            self.pending_hash.insert(pos, h);
+            self.in_flight.entry(h).or_insert((key, 0)).1 += 1;
+        }
+        true
+    }
+
+    /// Key_Shared dispatch: entries go to the owner of their key's hash range; an entry whose
+    /// key is held elsewhere (or whose owner has no permits) waits, and so does every later
+    /// entry of the same key. Returns true when it stopped for lack of entries.
+    async fn dispatch_key_shared(&mut self) -> bool {
+        loop {
+            if self.consumers.iter().all(|c| c.permits <= 0) {
+                return false;
+            }
+            let mut progressed = false;
+            let mut blocked: std::collections::HashSet<u16> = std::collections::HashSet::new();
+            let held: Vec<Position> = self.redeliver.iter().copied().collect();
+            for p in held {
+                let entry = match self.topic.log.read_entry(p).await {
+                    Ok(e) => e,
+                    Err(e) => {
+                        tracing::error!(topic = %self.topic.name, error = %e, "read failed");
+                        return false;
+                    }
+                };
+                let h = key_hash(&entry);
+                if blocked.contains(&h) {
+                    continue;
+                }
+                match self.key_target(h) {
+                    Some(idx) => {
+                        self.redeliver.remove(&p);
+                        progressed |= self.deliver(idx, entry, Some(h)).await;
+                    }
+                    None => {
+                        blocked.insert(h);
+                    }
+                }
+            }
+            let budget: i64 = self.consumers.iter().map(|c| c.permits.max(0)).sum();
+            let entries = match self
+                .topic
+                .log
+                .read_from(self.read_position, budget.clamp(1, 256) as usize)
+                .await
+            {
+                Ok(e) => e,
+                Err(e) => {
+                    tracing::error!(topic = %self.topic.name, error = %e, "read failed");
+                    return false;
+                }
+            };
+            if entries.is_empty() {
+                return !progressed && self.redeliver.is_empty();
+            }
+            for entry in entries {
+                let pos = entry.position;
+                self.read_position = Position::new(pos.ledger, pos.entry + 1);
+                if self.acked.contains(&pos) {
+                    continue;
+                }
+                let h = key_hash(&entry);
+                match (blocked.contains(&h), self.key_target(h)) {
+                    (false, Some(idx)) => progressed |= self.deliver(idx, entry, Some(h)).await,
+                    _ => {
+                        blocked.insert(h);
+                        self.redeliver.insert(pos);
+                    }
+                }
+            }
+            if !progressed {
+                return false;
+            }
+        }
+    }
+
     /// Moves the unacknowledged entries of matching consumers to the redelivery queue.
     fn requeue(&mut self, owned: impl Fn(ConsumerKey) -> bool) {
         let moved: Vec<Position> = self
@@ -415,7 +560,7 @@ impl State {
             .map(|(p, _)| *p)
             .collect();
         for p in moved {
-            self.pending.remove(&p);
+            self.take_pending(p);
             *self.redelivery_count.entry(p).or_insert(0) += 1;
             self.redeliver.insert(p);
         }
@@ -424,7 +569,7 @@ impl State {
     /// Index of the consumer that gets the next entry, if any has permits.
     fn pick_consumer(&mut self) -> Option<usize> {
         match self.sub_type {
-            SubType::Shared | SubType::KeyShared => {
+            SubType::Shared => {
                 let n = self.consumers.len();
                 for i in 0..n {
                     let idx = (self.next_shared + i) % n;
@@ -445,6 +590,9 @@ impl State {
     /// Sends entries while consumers have permits. Returns true when it stopped for lack of
     /// entries (so the task should wait for new ones).
     async fn dispatch(&mut self) -> bool {
+        if self.sub_type == SubType::KeyShared {
+            return self.dispatch_key_shared().await;
+        }
         loop {
             let Some(_) = self.pick_consumer() else {
                 return false;

@@ -238,3 +238,15 @@ pub fn entry_message_count(entry: &[u8]) -> u32 {
         .and_then(|m| m.num_messages_in_batch)
         .map_or(1, |n| n.max(1) as u32)
 }
+
+/// The key Key_Shared dispatch routes a stored entry by: its ordering key, else its partition
+/// key, else empty.
+pub fn entry_routing_key(entry: &[u8]) -> Vec<u8> {
+    match entry_metadata(entry) {
+        Ok(m) => m
+            .ordering_key
+            .or_else(|| m.partition_key.map(String::into_bytes))
+            .unwrap_or_default(),
+        Err(_) => Vec::new(),
+    }
+}

@@ -151,3 +151,44 @@ def test_failover_switches_to_the_next_consumer(client):
     a.close()
     rest = [b.receive(timeout_millis=5000).data() for _ in range(6)]
     assert rest == [f"m{i}".encode() for i in range(4, 10)]
+
+
+def test_key_shared_keeps_per_key_order(client):
+    t = topic()
+    producer = client.create_producer(t, batching_enabled=False)
+    c1 = client.subscribe(t, "ks", consumer_type=pulsar.ConsumerType.KeyShared,
+                          initial_position=pulsar.InitialPosition.Earliest, receiver_queue_size=20)
+    keys = [f"key-{k}" for k in range(16)]
+    received = {1: [], 2: []}
+
+    def drain(consumers, want):
+        idle = 0
+        while sum(len(v) for v in received.values()) < want and idle < 40:
+            progress = False
+            for n, c in consumers:
+                try:
+                    m = c.receive(timeout_millis=50)
+                except pulsar.Timeout:
+                    continue
+                received[n].append((m.partition_key(), int(m.data())))
+                c.acknowledge(m)
+                progress = True
+            idle = 0 if progress else idle + 1
+
+    for seq in range(30):
+        for k in keys:
+            producer.send(str(seq).encode(), partition_key=k)
+    drain([(1, c1)], 200)
+    c2 = client.subscribe(t, "ks", consumer_type=pulsar.ConsumerType.KeyShared, receiver_queue_size=20)
+    for seq in range(30, 60):
+        for k in keys:
+            producer.send(str(seq).encode(), partition_key=k)
+    drain([(1, c1), (2, c2)], 60 * len(keys))
+    everything = received[1] + received[2]
+    assert len(everything) == 60 * len(keys), "every message exactly once"
+    assert sorted(everything) == sorted((k, s) for k in keys for s in range(60))
+    for n in (1, 2):
+        for k in keys:
+            seqs = [s for key, s in received[n] if key == k]
+            assert seqs == sorted(seqs), f"consumer {n} got key {k} out of order"
+    assert received[2], "the second consumer must take over part of the key space"
