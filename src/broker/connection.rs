@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
 use super::dedup::Verdict;
+use super::schema;
 use super::subscription::{self, SeekTarget, SubscriptionCommand, SubscriptionHandle};
 use super::topic_name::TopicName;
 use super::{Broker, BrokerError, BrokerTopic, PROTOCOL_VERSION, SERVER_VERSION};
@@ -35,6 +36,10 @@ fn server_error(e: &BrokerError) -> ServerError {
         BrokerError::Busy(_) => ServerError::ProducerBusy,
         BrokerError::NotSupported(_) => ServerError::NotAllowedError,
         BrokerError::Storage(_) => ServerError::PersistenceError,
+        BrokerError::Schema(schema::SchemaError::Incompatible { .. }) => {
+            ServerError::IncompatibleSchema
+        }
+        BrokerError::Schema(_) => ServerError::MetadataError,
     }
 }
 
@@ -362,6 +367,34 @@ impl Connection {
                 self.send(command::success(u.request_id)).await;
             }
             Inbound::GetLastMessageId(g) => self.last_message_id(g).await,
+            Inbound::GetSchema(g) => {
+                let result = match g.topic.parse::<TopicName>() {
+                    Ok(name) => {
+                        let wanted = g
+                            .schema_version
+                            .as_deref()
+                            .and_then(schema::version_from_bytes);
+                        match schema::versions(&self.broker.metadata(), &name.base().to_string())
+                            .await
+                        {
+                            Ok(all) => {
+                                let found = match wanted {
+                                    Some(v) => all.into_iter().find(|(n, _)| *n == v),
+                                    None => all.into_iter().last(),
+                                };
+                                found.map(|(v, sc)| (sc, schema::version_bytes(v))).ok_or((
+                                    ServerError::TopicNotFound,
+                                    "schema not found".to_string(),
+                                ))
+                            }
+                            Err(e) => Err((ServerError::MetadataError, e.to_string())),
+                        }
+                    }
+                    Err(e) => Err((ServerError::InvalidTopicName, e.to_string())),
+                };
+                self.send(command::get_schema_response(g.request_id, result))
+                    .await;
+            }
             Inbound::Seek(s) => self.seek(s).await,
             Inbound::Unsupported { kind, request_id } => {
                 tracing::debug!(conn = self.id, kind, "unsupported command");
@@ -394,6 +427,26 @@ impl Connection {
                 .await;
                 return;
             }
+        };
+        let schema_version = match &p.schema {
+            Some(sc) => {
+                match schema::resolve(&self.broker.metadata(), &topic.name.base().to_string(), sc)
+                    .await
+                {
+                    Ok(v) => Some(schema::version_bytes(v)),
+                    Err(e) => {
+                        let e = BrokerError::from(e);
+                        self.send(command::error(
+                            p.request_id,
+                            server_error(&e),
+                            e.to_string(),
+                        ))
+                        .await;
+                        return;
+                    }
+                }
+            }
+            None => None,
         };
         let name = p
             .producer_name
@@ -500,6 +553,7 @@ impl Connection {
             p.request_id,
             &name,
             last_sequence_id,
+            schema_version,
         ))
         .await;
     }
@@ -521,6 +575,20 @@ impl Connection {
                 return;
             }
         };
+        if let Some(sc) = &s.schema {
+            if let Err(e) =
+                schema::resolve(&self.broker.metadata(), &topic.name.base().to_string(), sc).await
+            {
+                let e = BrokerError::from(e);
+                self.send(command::error(
+                    s.request_id,
+                    server_error(&e),
+                    e.to_string(),
+                ))
+                .await;
+                return;
+            }
+        }
         let sub_type = command_subscribe::SubType::try_from(s.sub_type)
             .unwrap_or(command_subscribe::SubType::Exclusive);
         let durable = s.durable.unwrap_or(true);

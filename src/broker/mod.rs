@@ -31,6 +31,7 @@ pub mod auth;
 pub mod connection;
 pub mod cursor;
 pub mod dedup;
+pub mod schema;
 pub mod subscription;
 pub mod topic_name;
 
@@ -121,6 +122,9 @@ pub enum BrokerError {
     /// Reading the log failed.
     #[error("storage: {0}")]
     Storage(String),
+    /// A schema was refused.
+    #[error(transparent)]
+    Schema(#[from] schema::SchemaError),
 }
 
 impl Broker {
@@ -229,6 +233,11 @@ impl Broker {
             .get_partitions(&name.to_string())
             .await?
             .unwrap_or(0))
+    }
+
+    /// The metadata store (schemas, partitions, cursors).
+    pub fn metadata(&self) -> Arc<dyn crate::ledger::MetadataStore> {
+        self.log.metadata()
     }
 
     /// The topic partition named `name`, loading or (if allowed) creating it.

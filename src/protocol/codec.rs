@@ -203,7 +203,7 @@ mod tests {
         #[test]
         fn responses_round_trip_through_the_frame_layer(request_id in any::<u64>(), name in "[a-z]{1,20}",
                                                           seq in any::<i64>()) {
-            for out in [command::producer_success(request_id, &name, seq), command::success(request_id),
+            for out in [command::producer_success(request_id, &name, seq, None), command::success(request_id),
                         command::lookup_connect(request_id, &name), command::partitioned_metadata(request_id, 3)] {
                 let Outbound::Command(expected) = out.clone() else { unreachable!() };
                 let buf = encode(out);

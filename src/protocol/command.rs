@@ -43,6 +43,8 @@ pub enum Inbound {
     Seek(proto::CommandSeek),
     /// GET_LAST_MESSAGE_ID.
     GetLastMessageId(proto::CommandGetLastMessageId),
+    /// GET_SCHEMA.
+    GetSchema(proto::CommandGetSchema),
     /// Any other command: answered with an error naming it, when it has a request id.
     Unsupported {
         /// Command type number.
@@ -99,6 +101,7 @@ impl TryFrom<Frame> for Inbound {
             Ok(Type::GetLastMessageId) => {
                 Inbound::GetLastMessageId(body!(c, get_last_message_id, "GET_LAST_MESSAGE_ID"))
             }
+            Ok(Type::GetSchema) => Inbound::GetSchema(body!(c, get_schema, "GET_SCHEMA")),
             _ => Inbound::Unsupported {
                 kind,
                 request_id: request_id_of(&c),
@@ -264,13 +267,19 @@ pub fn lookup_failed(
 }
 
 /// PRODUCER_SUCCESS.
-pub fn producer_success(request_id: u64, producer_name: &str, last_sequence_id: i64) -> Outbound {
+pub fn producer_success(
+    request_id: u64,
+    producer_name: &str,
+    last_sequence_id: i64,
+    schema_version: Option<Vec<u8>>,
+) -> Outbound {
     let mut c = base(Type::ProducerSuccess);
     c.producer_success = Some(proto::CommandProducerSuccess {
         request_id,
         producer_name: producer_name.to_string(),
         last_sequence_id: Some(last_sequence_id),
         producer_ready: Some(true),
+        schema_version,
         ..Default::default()
     });
     Outbound::Command(c)
@@ -339,6 +348,29 @@ pub fn active_consumer_change(consumer_id: u64, is_active: bool) -> Outbound {
     c.active_consumer_change = Some(proto::CommandActiveConsumerChange {
         consumer_id,
         is_active: Some(is_active),
+    });
+    Outbound::Command(c)
+}
+
+/// GET_SCHEMA_RESPONSE: the schema, or an error code.
+pub fn get_schema_response(
+    request_id: u64,
+    result: Result<(proto::Schema, Vec<u8>), (proto::ServerError, String)>,
+) -> Outbound {
+    let mut c = base(Type::GetSchemaResponse);
+    c.get_schema_response = Some(match result {
+        Ok((schema, version)) => proto::CommandGetSchemaResponse {
+            request_id,
+            schema: Some(schema),
+            schema_version: Some(version),
+            ..Default::default()
+        },
+        Err((code, message)) => proto::CommandGetSchemaResponse {
+            request_id,
+            error_code: Some(code as i32),
+            error_message: Some(message),
+            ..Default::default()
+        },
     });
     Outbound::Command(c)
 }

@@ -141,6 +141,37 @@ fn pulsar_rs_produces_and_consumes() -> TestResult {
             200,
         )
         .await?;
+        // A schema registered by a producer is returned by GET_SCHEMA.
+        let string_schema = pulsar::message::proto::Schema {
+            name: "s".into(),
+            r#type: pulsar::message::proto::schema::Type::String as i32,
+            ..Default::default()
+        };
+        round_trip(
+            &client,
+            "rs-schema",
+            producer::ProducerOptions {
+                schema: Some(string_schema),
+                ..Default::default()
+            },
+            10,
+        )
+        .await?;
+        let mut consumer: Consumer<Raw, _> = client
+            .consumer()
+            .with_topic("rs-schema")
+            .with_subscription("schema-reader")
+            .build()
+            .await?;
+        let schema = consumer
+            .get_schema("rs-schema", None)
+            .await?
+            .ok_or("no schema returned")?;
+        assert_eq!(
+            schema.r#type,
+            pulsar::message::proto::schema::Type::String as i32
+        );
+        drop(consumer);
         drop(client);
         service.shutdown().await?;
         Ok(())

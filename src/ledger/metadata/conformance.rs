@@ -203,6 +203,27 @@ async fn partitioned_topics_are_created_once_and_only_grow(
     Ok(())
 }
 
+async fn schema_versions_are_dense_and_first_writer_wins(store: &dyn MetadataStore) -> TestResult {
+    let t = "persistent://t/n/s";
+    assert!(store.schemas(t).await?.is_empty());
+    assert!(
+        store.add_schema(t, 1, b"x").await.is_err(),
+        "versions start at 0"
+    );
+    store.add_schema(t, 0, b"v0").await?;
+    assert!(matches!(
+        store.add_schema(t, 0, b"other").await,
+        Err(MetadataError::Conflict(_))
+    ));
+    store.add_schema(t, 1, b"v1").await?;
+    assert_eq!(
+        store.schemas(t).await?,
+        vec![(0, b"v0".to_vec()), (1, b"v1".to_vec())]
+    );
+    assert!(store.schemas("persistent://t/n/other").await?.is_empty());
+    Ok(())
+}
+
 async fn run_all(make: impl Fn() -> std::sync::Arc<dyn MetadataStore>) -> TestResult {
     topics_are_idempotent_and_increasing(&*make()).await?;
     ledger_ids_increase_and_lifecycle_is_enforced(&*make()).await?;
@@ -210,6 +231,7 @@ async fn run_all(make: impl Fn() -> std::sync::Arc<dyn MetadataStore>) -> TestRe
     concurrent_creates_get_distinct_ids(make()).await?;
     cursors_are_saved_whole_and_deleted(&*make()).await?;
     partitioned_topics_are_created_once_and_only_grow(&*make()).await?;
+    schema_versions_are_dense_and_first_writer_wins(&*make()).await?;
     Ok(())
 }
 
@@ -222,7 +244,7 @@ async fn memory_store_conforms() -> TestResult {
 async fn sqlite_store_conforms() -> TestResult {
     let dir = tempfile::tempdir()?;
     let mut stores = Vec::new();
-    for i in 0..6 {
+    for i in 0..7 {
         stores.push(SqliteMetadataStore::open(&dir.path().join(format!("m{i}.db"))).await?);
     }
     let next = std::sync::Mutex::new(stores.into_iter());

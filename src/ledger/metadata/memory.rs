@@ -27,6 +27,7 @@ struct State {
     ledgers: BTreeMap<LedgerId, LedgerRecord>,
     cursors: BTreeMap<(TopicId, String), Vec<u8>>,
     partitioned: BTreeMap<String, u32>,
+    schemas: BTreeMap<String, Vec<Vec<u8>>>,
 }
 
 impl MemoryMetadataStore {
@@ -202,5 +203,38 @@ impl MetadataStore for MemoryMetadataStore {
 
     async fn get_partitions(&self, name: &str) -> Result<Option<u32>, MetadataError> {
         Ok(self.lock().partitioned.get(name).copied())
+    }
+
+    async fn add_schema(
+        &self,
+        topic: &str,
+        version: u64,
+        schema: &[u8],
+    ) -> Result<(), MetadataError> {
+        let mut s = self.lock();
+        let versions = s.schemas.entry(topic.to_string()).or_default();
+        if versions.len() as u64 != version {
+            return Err(MetadataError::Conflict(format!(
+                "{topic}: schema version {version} is not the next one ({})",
+                versions.len()
+            )));
+        }
+        versions.push(schema.to_vec());
+        Ok(())
+    }
+
+    async fn schemas(&self, topic: &str) -> Result<Vec<(u64, Vec<u8>)>, MetadataError> {
+        Ok(self
+            .lock()
+            .schemas
+            .get(topic)
+            .map(|v| {
+                v.iter()
+                    .cloned()
+                    .enumerate()
+                    .map(|(i, b)| (i as u64, b))
+                    .collect()
+            })
+            .unwrap_or_default())
     }
 }

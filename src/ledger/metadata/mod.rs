@@ -314,4 +314,17 @@ pub trait MetadataStore: Send + Sync + fmt::Debug + 'static {
 
     /// The partition count of a partitioned topic, `None` when `name` is not partitioned.
     async fn get_partitions(&self, name: &str) -> Result<Option<u32>, MetadataError>;
+
+    /// Stores schema `version` of topic `topic` (an opaque, versioned blob owned by the broker).
+    /// Versions are dense from 0: storing a version that exists, or not the next one, fails
+    /// with [`MetadataError::Conflict`] (so concurrent registrations cannot both win).
+    async fn add_schema(
+        &self,
+        topic: &str,
+        version: u64,
+        schema: &[u8],
+    ) -> Result<(), MetadataError>;
+
+    /// Every schema version of `topic`, ascending.
+    async fn schemas(&self, topic: &str) -> Result<Vec<(u64, Vec<u8>)>, MetadataError>;
 }

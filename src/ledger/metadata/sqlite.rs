@@ -54,6 +54,11 @@ const SCHEMA: &[&str] = &[
         updated_at_ms BIGINT NOT NULL,
         PRIMARY KEY (topic_id, subscription))",
     "CREATE INDEX IF NOT EXISTS ll_ledgers_state ON ll_ledgers(state)",
+    "CREATE TABLE IF NOT EXISTS ll_schemas (
+        topic TEXT NOT NULL,
+        version BIGINT NOT NULL,
+        schema BLOB NOT NULL,
+        PRIMARY KEY (topic, version))",
     "CREATE TABLE IF NOT EXISTS ll_partitioned_topics (
         name TEXT PRIMARY KEY,
         partitions BIGINT NOT NULL)",
@@ -512,5 +517,52 @@ impl MetadataStore for SqliteMetadataStore {
             .map(|r| r.try_get::<i64, _>(0).map(|n| n as u32))
             .transpose()
             .map_err(backend("get partitions"))
+    }
+
+    async fn add_schema(
+        &self,
+        topic: &str,
+        version: u64,
+        schema: &[u8],
+    ) -> Result<(), MetadataError> {
+        let mut tx = self.pool.begin().await.map_err(backend("begin"))?;
+        let next: i64 = sqlx::query("SELECT COUNT(*) FROM ll_schemas WHERE topic = ?")
+            .bind(topic)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(backend("count schemas"))?
+            .try_get(0)
+            .map_err(backend("count schemas"))?;
+        if next as u64 != version {
+            return Err(MetadataError::Conflict(format!(
+                "{topic}: schema version {version} is not the next one ({next})"
+            )));
+        }
+        sqlx::query("INSERT INTO ll_schemas(topic, version, schema) VALUES (?, ?, ?)")
+            .bind(topic)
+            .bind(version as i64)
+            .bind(schema)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend("add schema"))?;
+        tx.commit().await.map_err(backend("commit schema"))?;
+        Ok(())
+    }
+
+    async fn schemas(&self, topic: &str) -> Result<Vec<(u64, Vec<u8>)>, MetadataError> {
+        sqlx::query("SELECT version, schema FROM ll_schemas WHERE topic = ? ORDER BY version")
+            .bind(topic)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(backend("list schemas"))?
+            .iter()
+            .map(|row| {
+                Ok((
+                    row.try_get::<i64, _>(0).map_err(backend("decode schema"))? as u64,
+                    row.try_get::<Vec<u8>, _>(1)
+                        .map_err(backend("decode schema"))?,
+                ))
+            })
+            .collect()
     }
 }
