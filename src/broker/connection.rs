@@ -341,7 +341,10 @@ impl Connection {
                     let positions = a
                         .message_id
                         .iter()
-                        .map(|m| Position::new(m.ledger_id, m.entry_id))
+                        .map(|m| {
+                            let partial = (!m.ack_set.is_empty()).then(|| m.ack_set.clone());
+                            (Position::new(m.ledger_id, m.entry_id), partial)
+                        })
                         .collect();
                     let _ = c.subscription.tx.send(SubscriptionCommand::Ack {
                         key: (self.id, a.consumer_id),

@@ -17,7 +17,11 @@
 //! consumers join or leave, entries of a moved key wait until the previous owner acknowledged
 //! (or lost) the earlier ones: per-key order holds.
 //!
-//! Not yet: batch-index acknowledgement, sticky Key_Shared ranges.
+//! Batch-index acknowledgements (`ack_set`) keep a partly acknowledged batch pending with its
+//! remaining indices, sent along when it is redelivered so the client skips the acknowledged
+//! ones. They are kept in memory: after a restart the whole batch is redelivered.
+//!
+//! Not yet: sticky Key_Shared ranges, partial batch acks in the persisted cursor.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -59,8 +63,9 @@ pub enum SubscriptionCommand {
     Ack {
         /// Consumer.
         key: ConsumerKey,
-        /// Positions.
-        positions: Vec<Position>,
+        /// Positions, each with the batch's still-unacknowledged indices when the client
+        /// acknowledged only part of a batch (batch-index ack: `ack_set` bit words).
+        positions: Vec<(Position, Option<Vec<i64>>)>,
         /// Cumulative ack.
         cumulative: bool,
     },
@@ -131,6 +136,9 @@ struct State {
     /// Invariant: in attach order; for Exclusive/Failover the first is the active consumer.
     consumers: Vec<Consumer>,
     next_shared: usize,
+    /// Batch-index acks: for partly acknowledged batch entries, the indices still
+    /// unacknowledged (bit words as the client sends them); sent along on redelivery.
+    partial: HashMap<Position, Vec<i64>>,
     /// Key_Shared: key hash of each pending entry.
     pending_hash: HashMap<Position, u16>,
     /// Key_Shared: per key hash, the consumer holding its unacknowledged entries and how many.
@@ -180,6 +188,7 @@ pub fn spawn(
         active: None,
         pending_hash: HashMap::new(),
         in_flight: HashMap::new(),
+        partial: HashMap::new(),
     };
     tokio::spawn(run(state, rx, persist_every));
     SubscriptionHandle {
@@ -357,7 +366,26 @@ impl State {
                 positions,
                 cumulative,
             } => {
-                for p in positions {
+                for (p, ack_set) in positions {
+                    if !cumulative {
+                        if let Some(remaining) = ack_set.filter(|w| w.iter().any(|x| *x != 0)) {
+                            // Part of a batch acknowledged: keep the entry pending with the
+                            // indices still unacknowledged (intersected with earlier acks).
+                            let merged = match self.partial.remove(&p) {
+                                Some(prev) => prev
+                                    .iter()
+                                    .zip(remaining.iter().chain(std::iter::repeat(&0)))
+                                    .map(|(a, b)| a & b)
+                                    .collect::<Vec<i64>>(),
+                                None => remaining,
+                            };
+                            if merged.iter().any(|x| *x != 0) {
+                                self.partial.insert(p, merged);
+                                continue;
+                            }
+                        }
+                    }
+                    self.partial.remove(&p);
                     if cumulative {
                         let acked: Vec<Position> =
                             self.pending.range(..=p).map(|(pos, _)| *pos).collect();
@@ -415,6 +443,7 @@ impl State {
         self.pending.clear();
         self.pending_hash.clear();
         self.in_flight.clear();
+        self.partial.clear();
         self.redeliver.clear();
         self.redelivery_count.clear();
         self.acked.clear();
@@ -464,8 +493,9 @@ impl State {
         let count = entry_message_count(&entry.payload);
         let redeliveries = self.redelivery_count.get(&pos).copied().unwrap_or(0);
         let id = command::message_id(pos.ledger, pos.entry, self.topic.partition, None);
+        let ack_set = self.partial.get(&pos).cloned().unwrap_or_default();
         let consumer = &mut self.consumers[idx];
-        let msg = command::message(consumer.key.1, id, redeliveries, entry.payload);
+        let msg = command::message(consumer.key.1, id, redeliveries, ack_set, entry.payload);
         if consumer.out.send(msg).await.is_err() {
             self.redeliver.insert(pos);
             consumer.permits = 0;
@@ -625,8 +655,10 @@ impl State {
                 let count = entry_message_count(&entry.payload);
                 let redeliveries = self.redelivery_count.get(&pos).copied().unwrap_or(0);
                 let id = command::message_id(pos.ledger, pos.entry, self.topic.partition, None);
+                let ack_set = self.partial.get(&pos).cloned().unwrap_or_default();
                 let consumer = &mut self.consumers[idx];
-                let msg = command::message(consumer.key.1, id, redeliveries, entry.payload);
+                let msg =
+                    command::message(consumer.key.1, id, redeliveries, ack_set, entry.payload);
                 if consumer.out.send(msg).await.is_err() {
                     // The connection is gone; it will remove the consumer.
                     self.redeliver.insert(pos);

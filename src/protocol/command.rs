@@ -314,11 +314,13 @@ pub fn send_error(
     Outbound::Command(c)
 }
 
-/// MESSAGE carrying a stored entry.
+/// MESSAGE carrying a stored entry; `ack_set` lists a partly acknowledged batch's remaining
+/// indices (empty when none were acknowledged).
 pub fn message(
     consumer_id: u64,
     id: proto::MessageIdData,
     redelivery_count: u32,
+    ack_set: Vec<i64>,
     entry: Bytes,
 ) -> Outbound {
     let mut c = base(Type::Message);
@@ -326,6 +328,7 @@ pub fn message(
         consumer_id,
         message_id: id,
         redelivery_count: (redelivery_count > 0).then_some(redelivery_count),
+        ack_set,
         ..Default::default()
     });
     Outbound::Message(c, entry)

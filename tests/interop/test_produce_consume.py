@@ -192,3 +192,26 @@ def test_key_shared_keeps_per_key_order(client):
             seqs = [s for key, s in received[n] if key == k]
             assert seqs == sorted(seqs), f"consumer {n} got key {k} out of order"
     assert received[2], "the second consumer must take over part of the key space"
+
+
+def test_batch_index_acks_redeliver_only_unacked_messages(client):
+    t = topic()
+    producer = client.create_producer(t, batching_enabled=True, batching_max_messages=5,
+                                      batching_max_publish_delay_ms=1000)
+    consumer = client.subscribe(t, "bia", consumer_type=pulsar.ConsumerType.Shared,
+                                initial_position=pulsar.InitialPosition.Earliest,
+                                batch_index_ack_enabled=True)
+    for i in range(5):
+        producer.send_async(f"m{i}".encode(), None)
+    producer.flush()
+    msgs = [consumer.receive(timeout_millis=5000) for _ in range(5)]
+    assert len({(m.message_id().ledger_id(), m.message_id().entry_id()) for m in msgs}) == 1
+    consumer.acknowledge(msgs[0])
+    consumer.acknowledge(msgs[1])
+    import time
+    time.sleep(0.5)  # let the grouped acks reach the broker
+    consumer.redeliver_unacknowledged_messages()
+    again = sorted(consumer.receive(timeout_millis=5000).data() for _ in range(3))
+    assert again == [b"m2", b"m3", b"m4"]
+    with pytest.raises(pulsar.Timeout):
+        consumer.receive(timeout_millis=500)
