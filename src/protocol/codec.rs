@@ -201,14 +201,116 @@ mod tests {
         }
 
         #[test]
-        fn responses_round_trip_through_the_frame_layer(request_id in any::<u64>(), name in "[a-z]{1,20}",
-                                                          seq in any::<i64>()) {
-            for out in [command::producer_success(request_id, &name, seq, None), command::success(request_id),
-                        command::lookup_connect(request_id, &name), command::partitioned_metadata(request_id, 3)] {
-                let Outbound::Command(expected) = out.clone() else { unreachable!() };
-                let buf = encode(out);
-                let frame = super::super::frame::parse(buf.freeze()).map_err(|e| TestCaseError::fail(e.to_string()))?;
-                prop_assert_eq!(frame.command, expected);
+        fn every_outbound_command_round_trips(request_id in any::<u64>(), id in any::<u64>(),
+                                              name in "[a-z]{1,20}", seq in any::<i64>(),
+                                              ledger in any::<u64>(), entry in any::<u64>(),
+                                              partition in -1i32..16, n in any::<u32>(),
+                                              flag in any::<bool>(),
+                                              version in proptest::collection::vec(any::<u8>(), 0..9),
+                                              payload in proptest::collection::vec(any::<u8>(), 0..300)) {
+            use proto::ServerError;
+            let mid = command::message_id(ledger, entry, partition, Some(partition));
+            let schema = proto::Schema { name: name.clone(), schema_data: version.clone(),
+                                         r#type: 2, properties: vec![] };
+            let outs = vec![
+                command::connected(&name, partition, n as i32),
+                command::ping(),
+                command::pong(),
+                command::success(request_id),
+                command::error(request_id, ServerError::ProducerBusy, name.clone()),
+                command::partitioned_metadata(request_id, n),
+                command::partitioned_metadata_failed(request_id, ServerError::TopicNotFound, name.clone()),
+                command::lookup_connect(request_id, &name),
+                command::lookup_failed(request_id, ServerError::InvalidTopicName, name.clone()),
+                command::producer_success(request_id, &name, seq, Some(version.clone())),
+                command::send_receipt(id, request_id, mid.clone()),
+                command::send_error(id, request_id, ServerError::ChecksumError, name.clone()),
+                command::close_consumer(id),
+                command::active_consumer_change(id, flag),
+                command::last_message_id(request_id, mid.clone(), flag.then(|| mid.clone())),
+                command::get_schema_response(request_id, Ok((schema, version.clone()))),
+                command::get_schema_response(request_id, Err((ServerError::TopicNotFound, name.clone()))),
+                command::message(id, mid.clone(), n % 5, vec![seq], build_entry(&proto::MessageMetadata {
+                    producer_name: name.clone(), sequence_id: id, publish_time: 7, ..Default::default()
+                }, &payload)),
+            ];
+            for out in outs {
+                let buf = encode(out.clone());
+                let frame = super::super::frame::parse(buf.freeze())
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                match out {
+                    Outbound::Command(expected) => {
+                        prop_assert_eq!(&frame.command, &expected);
+                        prop_assert!(frame.payload.is_none());
+                    }
+                    Outbound::Message(expected, entry) => {
+                        prop_assert_eq!(&frame.command, &expected);
+                        let p = frame.payload.ok_or_else(|| TestCaseError::fail("no payload"))?;
+                        prop_assert!(p.checksum_ok);
+                        prop_assert_eq!(&p.entry, &entry);
+                        prop_assert_eq!(&p.body()[..], &payload[..]);
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn every_inbound_command_parses_to_its_typed_form(request_id in any::<u64>(), id in any::<u64>(),
+                                                           topic in "[a-z]{1,12}", permits in any::<u32>()) {
+            let cases: Vec<(BaseCommand, fn(&Inbound) -> bool)> = vec![
+                (BaseCommand { r#type: Type::Connect as i32, connect: Some(proto::CommandConnect {
+                    client_version: topic.clone(), protocol_version: Some(20), ..Default::default() }),
+                    ..Default::default() }, |i| matches!(i, Inbound::Connect(_))),
+                (BaseCommand { r#type: Type::Lookup as i32, lookup_topic: Some(proto::CommandLookupTopic {
+                    topic: topic.clone(), request_id, ..Default::default() }), ..Default::default() },
+                    |i| matches!(i, Inbound::Lookup(_))),
+                (BaseCommand { r#type: Type::PartitionedMetadata as i32, partition_metadata: Some(
+                    proto::CommandPartitionedTopicMetadata { topic: topic.clone(), request_id, ..Default::default() }),
+                    ..Default::default() }, |i| matches!(i, Inbound::PartitionedMetadata(_))),
+                (BaseCommand { r#type: Type::Producer as i32, producer: Some(proto::CommandProducer {
+                    topic: topic.clone(), producer_id: id, request_id, ..Default::default() }),
+                    ..Default::default() }, |i| matches!(i, Inbound::Producer(_))),
+                (BaseCommand { r#type: Type::Subscribe as i32, subscribe: Some(proto::CommandSubscribe {
+                    topic: topic.clone(), subscription: topic.clone(), consumer_id: id, request_id,
+                    ..Default::default() }), ..Default::default() }, |i| matches!(i, Inbound::Subscribe(_))),
+                (BaseCommand { r#type: Type::Flow as i32, flow: Some(proto::CommandFlow {
+                    consumer_id: id, message_permits: permits }), ..Default::default() },
+                    |i| matches!(i, Inbound::Flow(_))),
+                (BaseCommand { r#type: Type::Ack as i32, ack: Some(proto::CommandAck {
+                    consumer_id: id, ..Default::default() }), ..Default::default() },
+                    |i| matches!(i, Inbound::Ack(_))),
+                (BaseCommand { r#type: Type::CloseProducer as i32, close_producer: Some(
+                    proto::CommandCloseProducer { producer_id: id, request_id, ..Default::default() }),
+                    ..Default::default() }, |i| matches!(i, Inbound::CloseProducer(_))),
+                (BaseCommand { r#type: Type::CloseConsumer as i32, close_consumer: Some(
+                    proto::CommandCloseConsumer { consumer_id: id, request_id, ..Default::default() }),
+                    ..Default::default() }, |i| matches!(i, Inbound::CloseConsumer(_))),
+                (BaseCommand { r#type: Type::Unsubscribe as i32, unsubscribe: Some(
+                    proto::CommandUnsubscribe { consumer_id: id, request_id, ..Default::default() }),
+                    ..Default::default() }, |i| matches!(i, Inbound::Unsubscribe(_))),
+                (BaseCommand { r#type: Type::RedeliverUnacknowledgedMessages as i32,
+                    redeliver_unacknowledged_messages: Some(proto::CommandRedeliverUnacknowledgedMessages {
+                        consumer_id: id, ..Default::default() }), ..Default::default() },
+                    |i| matches!(i, Inbound::Redeliver(_))),
+                (BaseCommand { r#type: Type::Seek as i32, seek: Some(proto::CommandSeek {
+                    consumer_id: id, request_id, ..Default::default() }), ..Default::default() },
+                    |i| matches!(i, Inbound::Seek(_))),
+                (BaseCommand { r#type: Type::GetLastMessageId as i32, get_last_message_id: Some(
+                    proto::CommandGetLastMessageId { consumer_id: id, request_id }), ..Default::default() },
+                    |i| matches!(i, Inbound::GetLastMessageId(_))),
+                (BaseCommand { r#type: Type::GetSchema as i32, get_schema: Some(proto::CommandGetSchema {
+                    request_id, topic: topic.clone(), schema_version: None }), ..Default::default() },
+                    |i| matches!(i, Inbound::GetSchema(_))),
+                (BaseCommand { r#type: Type::ConsumerStats as i32, consumer_stats: Some(
+                    proto::CommandConsumerStats { request_id, consumer_id: id }), ..Default::default() },
+                    |i| matches!(i, Inbound::Unsupported { request_id: Some(_), .. })),
+            ];
+            for (cmd, is) in cases {
+                let mut buf = encode(Outbound::Command(cmd));
+                let parsed = PulsarCodec::new(1 << 20).decode(&mut buf)
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?
+                    .ok_or_else(|| TestCaseError::fail("incomplete"))?;
+                prop_assert!(is(&parsed), "unexpected {:?}", parsed);
             }
         }
     }

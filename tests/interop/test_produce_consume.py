@@ -28,7 +28,7 @@ def topic():
 @pytest.mark.parametrize("codec", list(CODECS))
 def test_round_trip_every_codec(client, codec, batched):
     t = topic()
-    n = 2000
+    n = 100_000
     producer = client.create_producer(
         t, batching_enabled=batched, batching_max_messages=100, block_if_queue_full=True,
         batching_max_publish_delay_ms=5, compression_type=CODECS[codec])
