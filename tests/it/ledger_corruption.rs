@@ -136,3 +136,40 @@ fn corruption_inside_a_synced_segment_stops_recovery_with_its_location() -> Test
         Ok(())
     })
 }
+
+/// 10,000 topics with open ledgers share the journal: the process does not open a file per
+/// topic (or per ledger).
+#[test]
+fn ten_thousand_open_ledgers_do_not_need_ten_thousand_files() -> TestResult {
+    fn open_fds() -> std::io::Result<usize> {
+        Ok(std::fs::read_dir("/proc/self/fd")?.count())
+    }
+    runtime()?.block_on(async {
+        let dir = tempfile::tempdir()?;
+        let log = open(dir.path(), LedgerConfig::default()).await?;
+        let before = open_fds()?;
+        let mut receipts = Vec::new();
+        for i in 0..10_000u32 {
+            let t = log.topic(&format!("persistent://public/many/t{i}")).await?;
+            receipts.push(t.append(0, Bytes::from(format!("m{i}"))).await?);
+        }
+        for r in receipts {
+            r.durable().await?;
+        }
+        let during = open_fds()?;
+        assert!(
+            during < before + 64,
+            "10,000 open ledgers opened {} files",
+            during - before
+        );
+        // Every one of them is readable.
+        let t = log.topic("persistent://public/many/t9999").await?;
+        let l = t.ledgers()[0].id;
+        assert_eq!(
+            &t.read_entry(Position::new(l, 0)).await?.payload[..],
+            b"m9999"
+        );
+        log.shutdown().await?;
+        Ok(())
+    })
+}
