@@ -172,6 +172,9 @@ mod tests {
         ));
     }
 
+    /// Checks that a parsed command is the expected variant.
+    type IsVariant = fn(&Inbound) -> bool;
+
     proptest! {
         #![proptest_config(ProptestConfig {
             failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("regressions"))),
@@ -257,7 +260,7 @@ mod tests {
         #[test]
         fn every_inbound_command_parses_to_its_typed_form(request_id in any::<u64>(), id in any::<u64>(),
                                                            topic in "[a-z]{1,12}", permits in any::<u32>()) {
-            let cases: Vec<(BaseCommand, fn(&Inbound) -> bool)> = vec![
+            let cases: Vec<(BaseCommand, IsVariant)> = vec![
                 (BaseCommand { r#type: Type::Connect as i32, connect: Some(proto::CommandConnect {
                     client_version: topic.clone(), protocol_version: Some(20), ..Default::default() }),
                     ..Default::default() }, |i| matches!(i, Inbound::Connect(_))),
