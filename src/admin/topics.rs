@@ -48,12 +48,7 @@ async fn create(
     Path((tenant, namespace, topic)): Path<(String, String, String)>,
     body: String,
 ) -> Result<StatusCode, AdminError> {
-    let name = topic_name(&tenant, &namespace, &topic)?;
-    let n = partition_count(&body)?;
-    meta(&state)?
-        .set_partitions(&name.to_string(), n, false)
-        .await?;
-    Ok(StatusCode::NO_CONTENT)
+    set_partitions(&state, &tenant, &namespace, &topic, &body, false).await
 }
 
 async fn update(
@@ -61,10 +56,21 @@ async fn update(
     Path((tenant, namespace, topic)): Path<(String, String, String)>,
     body: String,
 ) -> Result<StatusCode, AdminError> {
-    let name = topic_name(&tenant, &namespace, &topic)?;
-    let n = partition_count(&body)?;
-    meta(&state)?
-        .set_partitions(&name.to_string(), n, true)
+    set_partitions(&state, &tenant, &namespace, &topic, &body, true).await
+}
+
+async fn set_partitions(
+    state: &AdminState,
+    tenant: &str,
+    namespace: &str,
+    topic: &str,
+    body: &str,
+    update: bool,
+) -> Result<StatusCode, AdminError> {
+    let name = topic_name(tenant, namespace, topic)?;
+    let n = partition_count(body)?;
+    meta(state)?
+        .set_partitions(&name.to_string(), n, update)
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }

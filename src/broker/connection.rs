@@ -414,22 +414,25 @@ impl Connection {
         Ok(())
     }
 
-    async fn add_producer(&mut self, p: proto::CommandProducer) {
-        let topic = match p.topic.parse::<TopicName>() {
+    /// The topic partition `name`, or `None` after answering ERROR for `request_id`.
+    async fn open_topic(&mut self, name: &str, request_id: u64) -> Option<Arc<BrokerTopic>> {
+        let topic = match name.parse::<TopicName>() {
             Ok(name) => self.broker.topic(&name).await,
             Err(e) => Err(BrokerError::from(e)),
         };
-        let topic = match topic {
-            Ok(t) => t,
+        match topic {
+            Ok(t) => Some(t),
             Err(e) => {
-                self.send(command::error(
-                    p.request_id,
-                    server_error(&e),
-                    e.to_string(),
-                ))
-                .await;
-                return;
+                self.send(command::error(request_id, server_error(&e), e.to_string()))
+                    .await;
+                None
             }
+        }
+    }
+
+    async fn add_producer(&mut self, p: proto::CommandProducer) {
+        let Some(topic) = self.open_topic(&p.topic, p.request_id).await else {
+            return;
         };
         let schema_version = match &p.schema {
             Some(sc) => {
@@ -562,21 +565,8 @@ impl Connection {
     }
 
     async fn subscribe(&mut self, s: proto::CommandSubscribe) {
-        let topic = match s.topic.parse::<TopicName>() {
-            Ok(name) => self.broker.topic(&name).await,
-            Err(e) => Err(BrokerError::from(e)),
-        };
-        let topic = match topic {
-            Ok(t) => t,
-            Err(e) => {
-                self.send(command::error(
-                    s.request_id,
-                    server_error(&e),
-                    e.to_string(),
-                ))
-                .await;
-                return;
-            }
+        let Some(topic) = self.open_topic(&s.topic, s.request_id).await else {
+            return;
         };
         if let Some(sc) = &s.schema {
             if let Err(e) =

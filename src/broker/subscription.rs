@@ -651,22 +651,9 @@ impl State {
                     self.redeliver.insert(entry.position);
                     continue;
                 };
-                let pos = entry.position;
-                let count = entry_message_count(&entry.payload);
-                let redeliveries = self.redelivery_count.get(&pos).copied().unwrap_or(0);
-                let id = command::message_id(pos.ledger, pos.entry, self.topic.partition, None);
-                let ack_set = self.partial.get(&pos).cloned().unwrap_or_default();
-                let consumer = &mut self.consumers[idx];
-                let msg =
-                    command::message(consumer.key.1, id, redeliveries, ack_set, entry.payload);
-                if consumer.out.send(msg).await.is_err() {
-                    // The connection is gone; it will remove the consumer.
-                    self.redeliver.insert(pos);
-                    consumer.permits = 0;
-                    continue;
-                }
-                consumer.permits -= i64::from(count);
-                self.pending.insert(pos, consumer.key);
+                // A failed send (connection gone) requeues the entry; the connection removes
+                // the consumer.
+                self.deliver(idx, entry, None).await;
             }
         }
     }
