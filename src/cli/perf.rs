@@ -11,6 +11,7 @@ use super::serve::GlobalLogFlags;
 use crate::config::{LedgerConfig, LogFormat, SyncPolicy};
 use crate::perf::disk::{self, Bandwidth, SyncLatency};
 use crate::perf::log_load::{self, LogLoadOptions, LogLoadResult};
+use crate::perf::pulsar_load;
 
 /// Load generators.
 #[derive(Debug, Subcommand)]
@@ -18,6 +19,76 @@ pub enum PerfCommand {
     /// Benchmark the durable log in-process (no running service needed) beside the disk's own
     /// limit measured by the same tool: sequential writes + fdatasync of a plain file.
     Log(LogArgs),
+    /// Produce to a running service over the Pulsar protocol; prints msg/s, MB/s and publish
+    /// latency percentiles every 2 s and a summary.
+    Produce(ProduceArgs),
+    /// Consume from a running service over the Pulsar protocol (from the earliest position).
+    Consume(ConsumeArgs),
+}
+
+/// Flags of `ledgerlake perf produce`.
+#[derive(Debug, Args)]
+pub struct ProduceArgs {
+    /// Pulsar service URL of the running service.
+    #[arg(long, default_value = "pulsar://127.0.0.1:6650")]
+    pub service_url: String,
+    /// Topic names; several may be given (comma-separated).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "persistent://public/default/perf"
+    )]
+    pub topic: Vec<String>,
+    /// Producers per topic, each on its own connection.
+    #[arg(long, default_value_t = 1)]
+    pub producers: usize,
+    /// Total messages per second across producers; omit for as fast as possible.
+    #[arg(long)]
+    pub rate: Option<u64>,
+    /// Payload size in bytes.
+    #[arg(long, default_value_t = 100)]
+    pub size: usize,
+    /// Messages per batch (1 disables batching).
+    #[arg(long, default_value_t = 1000)]
+    pub batch_max_messages: usize,
+    /// Messages in flight per producer.
+    #[arg(long, default_value_t = 10000)]
+    pub max_pending: usize,
+    /// Duration of the run.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// Print the summary as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Flags of `ledgerlake perf consume`.
+#[derive(Debug, Args)]
+pub struct ConsumeArgs {
+    /// Pulsar service URL of the running service.
+    #[arg(long, default_value = "pulsar://127.0.0.1:6650")]
+    pub service_url: String,
+    /// Topic to consume.
+    #[arg(long, default_value = "persistent://public/default/perf")]
+    pub topic: String,
+    /// Subscription name.
+    #[arg(long, default_value = "perf")]
+    pub subscription: String,
+    /// Consumers (a Shared subscription when more than one).
+    #[arg(long, default_value_t = 1)]
+    pub consumers: usize,
+    /// Duration of the run.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// Print the summary as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn service_addr(url: &str) -> anyhow::Result<String> {
+    url.strip_prefix("pulsar://")
+        .map(|s| s.trim_end_matches('/').to_string())
+        .ok_or_else(|| anyhow::anyhow!("service URL must look like pulsar://host:port, got {url}"))
 }
 
 /// Flags of `ledgerlake perf log`.
@@ -92,7 +163,68 @@ pub fn run(cmd: PerfCommand, global: GlobalLogFlags) -> anyhow::Result<()> {
     )?;
     match cmd {
         PerfCommand::Log(args) => perf_log(args),
+        PerfCommand::Produce(args) => perf_produce(args),
+        PerfCommand::Consume(args) => perf_consume(args),
     }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+fn perf_produce(args: ProduceArgs) -> anyhow::Result<()> {
+    let opts = pulsar_load::ProduceOptions {
+        addr: service_addr(&args.service_url)?,
+        topics: args.topic.clone(),
+        producers_per_topic: args.producers.max(1),
+        rate: args.rate,
+        size: args.size,
+        batch_max: args.batch_max_messages.max(1),
+        max_pending: args.max_pending.max(1),
+        duration: args.duration,
+    };
+    let result = runtime()?.block_on(pulsar_load::produce(opts, |rate| {
+        eprintln!("  produced {rate:>12.0} msg/s");
+    }))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&result)?);
+    } else {
+        println!(
+            "produced {} messages in {:.1} s: {:.0} msg/s, {:.1} MB/s; publish latency p50 {} µs, p99 {} µs, p999 {} µs",
+            result.messages, result.seconds, result.msgs_per_s, result.mb_per_s,
+            result.latency.p50_us, result.latency.p99_us, result.latency.p999_us
+        );
+    }
+    Ok(())
+}
+
+fn perf_consume(args: ConsumeArgs) -> anyhow::Result<()> {
+    let opts = pulsar_load::ConsumeOptions {
+        addr: service_addr(&args.service_url)?,
+        topic: args.topic.clone(),
+        subscription: args.subscription.clone(),
+        consumers: args.consumers.max(1),
+        duration: args.duration,
+    };
+    let result = runtime()?.block_on(pulsar_load::consume(opts, |rate| {
+        eprintln!("  consumed {rate:>12.0} msg/s");
+    }))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&result)?);
+    } else {
+        println!(
+            "consumed {} messages in {:.1} s: {:.0} msg/s; publish-to-receive p50 {} ms, p99 {} ms",
+            result.messages,
+            result.seconds,
+            result.msgs_per_s,
+            result.end_to_end.p50_us / 1000,
+            result.end_to_end.p99_us / 1000
+        );
+    }
+    Ok(())
 }
 
 fn perf_log(args: LogArgs) -> anyhow::Result<()> {

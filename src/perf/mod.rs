@@ -14,6 +14,7 @@ use serde::Serialize;
 
 pub mod disk;
 pub mod log_load;
+pub mod pulsar_load;
 
 /// Latency percentiles in microseconds.
 #[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]

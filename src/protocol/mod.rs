@@ -14,6 +14,7 @@ pub mod proto {
     include!(concat!(env!("OUT_DIR"), "/pulsar.proto.rs"));
 }
 
+pub mod client;
 pub mod codec;
 pub mod command;
 pub mod frame;

@@ -50,3 +50,70 @@ fn perf_log_reports_throughput_latency_and_baseline() -> TestResult {
     assert!(left.is_empty(), "perf left files behind: {left:?}");
     Ok(())
 }
+
+#[test]
+fn perf_produce_and_consume_against_a_running_service() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let http = free_addr()?;
+    let pulsar = free_addr()?;
+    let mut service = spawn_serve(
+        &dir.path().join("data"),
+        http,
+        &["--pulsar-addr", &pulsar.to_string()],
+        &dir.path().join("serve.log"),
+    )?;
+    assert!(wait_for_status(
+        http,
+        "/health/ready",
+        200,
+        std::time::Duration::from_secs(60)
+    ));
+    let url = format!("pulsar://{pulsar}");
+    let out = Command::new(ledgerlake_bin())
+        .args([
+            "perf",
+            "produce",
+            "--service-url",
+            &url,
+            "--duration",
+            "1s",
+            "--rate",
+            "5000",
+        ])
+        .args(["--batch-max-messages", "10", "--json"])
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let produced: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let sent = produced["messages"].as_u64().ok_or("messages")?;
+    assert!(sent >= 1000, "{produced}");
+    assert!(produced["latency"]["count"].as_u64() > Some(0));
+
+    let out = Command::new(ledgerlake_bin())
+        .args([
+            "perf",
+            "consume",
+            "--service-url",
+            &url,
+            "--duration",
+            "2s",
+            "--json",
+        ])
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let consumed: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(consumed["messages"].as_u64(), Some(sent), "{consumed}");
+
+    signal(&service.0, rustix::process::Signal::TERM)?;
+    assert!(
+        wait_exit(&mut service.0, std::time::Duration::from_secs(30))?.is_some_and(|s| s.success())
+    );
+    Ok(())
+}

@@ -1,0 +1,402 @@
+//! `ledgerlake perf produce|consume`: load over the Pulsar protocol against a running service,
+//! in the spirit of pulsar-perf. Producers batch like Pulsar clients (several messages per
+//! entry), keep a window of messages in flight, and measure publish latency from each message's
+//! scheduled send time (so client-side batching and any lag count) to its SEND_RECEIPT.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
+use tokio_util::codec::{FramedRead, FramedWrite};
+
+use super::{latency_histogram, record, Latency};
+use crate::protocol::client::{self, ClientCodec};
+use crate::protocol::frame::Frame;
+use crate::protocol::proto::base_command::Type;
+use crate::protocol::proto::command_subscribe::SubType;
+
+/// Why a load run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PulsarLoadError {
+    /// Connecting or talking to the service failed.
+    #[error("connection to {addr}: {source}")]
+    Io {
+        /// Address.
+        addr: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The service answered something unexpected.
+    #[error("{0}")]
+    Protocol(String),
+}
+
+/// Producer load parameters.
+#[derive(Debug, Clone)]
+pub struct ProduceOptions {
+    /// `host:port` of the Pulsar listener.
+    pub addr: String,
+    /// Topics (each gets `producers_per_topic` producers).
+    pub topics: Vec<String>,
+    /// Producers per topic, each on its own connection.
+    pub producers_per_topic: usize,
+    /// Total messages per second across producers; `None` = as fast as possible.
+    pub rate: Option<u64>,
+    /// Payload size.
+    pub size: usize,
+    /// Messages per batch (1 = no batching).
+    pub batch_max: usize,
+    /// Messages in flight per producer.
+    pub max_pending: usize,
+    /// Measured duration.
+    pub duration: Duration,
+}
+
+/// Result of a producer run.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProduceResult {
+    /// Messages acknowledged by the service.
+    pub messages: u64,
+    /// Seconds measured.
+    pub seconds: f64,
+    /// Messages per second.
+    pub msgs_per_s: f64,
+    /// Payload MB/s.
+    pub mb_per_s: f64,
+    /// Publish latency (scheduled send → SEND_RECEIPT).
+    pub latency: Latency,
+}
+
+async fn connect(
+    addr: &str,
+) -> Result<
+    (
+        FramedRead<tokio::net::tcp::OwnedReadHalf, ClientCodec>,
+        FramedWrite<tokio::net::tcp::OwnedWriteHalf, ClientCodec>,
+    ),
+    PulsarLoadError,
+> {
+    let io = |source| PulsarLoadError::Io {
+        addr: addr.to_string(),
+        source,
+    };
+    let stream = TcpStream::connect(addr).await.map_err(io)?;
+    stream.set_nodelay(true).map_err(io)?;
+    let (r, w) = stream.into_split();
+    let mut rd = FramedRead::new(r, ClientCodec::new(64 << 20));
+    let mut wr = FramedWrite::new(w, ClientCodec::new(64 << 20));
+    wr.send(client::connect(concat!(
+        "ledgerlake-perf-",
+        env!("CARGO_PKG_VERSION")
+    )))
+    .await
+    .map_err(io)?;
+    expect(&mut rd, Type::Connected).await?;
+    Ok((rd, wr))
+}
+
+async fn expect(
+    rd: &mut FramedRead<tokio::net::tcp::OwnedReadHalf, ClientCodec>,
+    want: Type,
+) -> Result<Frame, PulsarLoadError> {
+    loop {
+        match rd.next().await {
+            Some(Ok(f)) if f.command.r#type == want as i32 => return Ok(f),
+            Some(Ok(f)) if f.command.r#type == Type::Error as i32 => {
+                return Err(PulsarLoadError::Protocol(format!(
+                    "service refused: {:?}",
+                    f.command.error
+                )))
+            }
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => return Err(PulsarLoadError::Protocol(e.to_string())),
+            None => return Err(PulsarLoadError::Protocol("connection closed".into())),
+        }
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Runs producers; `progress(msgs_per_s)` is called every 2 s.
+pub async fn produce(
+    opts: ProduceOptions,
+    progress: impl Fn(f64) + Send + 'static,
+) -> Result<ProduceResult, PulsarLoadError> {
+    let acked = Arc::new(AtomicU64::new(0));
+    let hist = Arc::new(Mutex::new(latency_histogram()));
+    let producers = opts.topics.len() * opts.producers_per_topic;
+    let per_rate = opts.rate.map(|r| r as f64 / producers.max(1) as f64);
+    let start = Instant::now();
+    let end = start + opts.duration;
+    let payload = Bytes::from(super::pseudo_random_bytes(opts.size.max(1)));
+    let mut tasks = Vec::new();
+    for topic in &opts.topics {
+        for _ in 0..opts.producers_per_topic {
+            let (mut rd, mut wr) = connect(&opts.addr).await?;
+            wr.send(client::producer(topic, 0, 1))
+                .await
+                .map_err(|e| PulsarLoadError::Protocol(e.to_string()))?;
+            let ok = expect(&mut rd, Type::ProducerSuccess).await?;
+            let name = ok
+                .command
+                .producer_success
+                .map(|p| p.producer_name)
+                .unwrap_or_default();
+            let window = Arc::new(Semaphore::new(opts.max_pending.max(opts.batch_max)));
+            // (first sequence id, message count, scheduled time of each message)
+            let inflight: Arc<Mutex<VecDeque<(u64, Vec<Instant>)>>> = Arc::default();
+            let (acked_r, hist_r, window_r, inflight_r) = (
+                acked.clone(),
+                hist.clone(),
+                window.clone(),
+                inflight.clone(),
+            );
+            let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
+            let receiver = tokio::spawn(async move {
+                let mut h = latency_histogram();
+                loop {
+                    let frame = tokio::select! {
+                        f = rd.next() => f,
+                        _ = &mut stop_rx => None,
+                    };
+                    let Some(Ok(frame)) = frame else { break };
+                    if frame.command.r#type == Type::SendReceipt as i32 {
+                        let Some((_, times)) = inflight_r
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .pop_front()
+                        else {
+                            break;
+                        };
+                        let now = Instant::now();
+                        for t in &times {
+                            if *t < end {
+                                record(&mut h, now.saturating_duration_since(*t));
+                            }
+                        }
+                        acked_r.fetch_add(times.len() as u64, Ordering::Relaxed);
+                        window_r.add_permits(times.len());
+                    } else if frame.command.r#type == Type::SendError as i32 {
+                        break;
+                    }
+                }
+                let _ = hist_r.lock().unwrap_or_else(|p| p.into_inner()).add(&h);
+            });
+            let opts = opts.clone();
+            let payload = payload.clone();
+            let sender = tokio::spawn(async move {
+                let mut seq = 0u64;
+                let started = Instant::now();
+                loop {
+                    let now = Instant::now();
+                    if now >= end {
+                        break;
+                    }
+                    // Messages due now (rate) or a full batch (unlimited), with their
+                    // scheduled times.
+                    let times: Vec<Instant> = match per_rate {
+                        Some(rate) => {
+                            let due = (now.duration_since(started).as_secs_f64() * rate) as u64;
+                            let k = (due.saturating_sub(seq) as usize).min(opts.batch_max);
+                            if k == 0 {
+                                tokio::time::sleep(Duration::from_millis(1)).await;
+                                continue;
+                            }
+                            (0..k as u64)
+                                .map(|i| started + Duration::from_secs_f64((seq + i) as f64 / rate))
+                                .collect()
+                        }
+                        None => vec![now; opts.batch_max],
+                    };
+                    let n = times.len();
+                    let Ok(permit) = window.clone().acquire_many_owned(n as u32).await else {
+                        break;
+                    };
+                    permit.forget();
+                    let msgs = vec![payload.clone(); n];
+                    inflight
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push_back((seq, times));
+                    if wr
+                        .send(client::send(0, &name, seq, now_ms(), &msgs))
+                        .await
+                        .is_err()
+                    {
+                        break;
+                    }
+                    seq += n as u64;
+                }
+                // Let outstanding receipts arrive.
+                let _ = window
+                    .acquire_many(opts.max_pending.max(opts.batch_max) as u32)
+                    .await;
+                drop(wr);
+            });
+            tasks.push((sender, stop_tx, receiver));
+        }
+    }
+    let reporter_acked = acked.clone();
+    let reporter = tokio::spawn(async move {
+        let mut last = 0;
+        let mut tick = tokio::time::interval(Duration::from_secs(2));
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            let now = reporter_acked.load(Ordering::Relaxed);
+            progress((now - last) as f64 / 2.0);
+            last = now;
+        }
+    });
+    for (sender, stop, receiver) in tasks {
+        // The sender returns once every receipt arrived (or after a grace period).
+        let _ = tokio::time::timeout(opts.duration + Duration::from_secs(30), sender).await;
+        let _ = stop.send(());
+        let _ = receiver.await;
+    }
+    reporter.abort();
+    let messages = acked.load(Ordering::Relaxed);
+    let seconds = opts.duration.as_secs_f64();
+    let latency = Latency::from_histogram(&hist.lock().unwrap_or_else(|p| p.into_inner()));
+    Ok(ProduceResult {
+        messages,
+        seconds,
+        msgs_per_s: messages as f64 / seconds,
+        mb_per_s: messages as f64 * opts.size as f64 / seconds / 1e6,
+        latency,
+    })
+}
+
+/// Consumer load parameters.
+#[derive(Debug, Clone)]
+pub struct ConsumeOptions {
+    /// `host:port` of the Pulsar listener.
+    pub addr: String,
+    /// Topic.
+    pub topic: String,
+    /// Subscription name.
+    pub subscription: String,
+    /// Consumers (Shared when more than one).
+    pub consumers: usize,
+    /// Measured duration.
+    pub duration: Duration,
+}
+
+/// Result of a consumer run.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConsumeResult {
+    /// Messages received.
+    pub messages: u64,
+    /// Seconds measured.
+    pub seconds: f64,
+    /// Messages per second.
+    pub msgs_per_s: f64,
+    /// Publish-to-receive latency (ms resolution, from the message's publish time).
+    pub end_to_end: Latency,
+}
+
+/// Runs consumers from the earliest position; `progress(msgs_per_s)` every 2 s.
+pub async fn consume(
+    opts: ConsumeOptions,
+    progress: impl Fn(f64) + Send + 'static,
+) -> Result<ConsumeResult, PulsarLoadError> {
+    let received = Arc::new(AtomicU64::new(0));
+    let hist: Arc<Mutex<Histogram<u64>>> = Arc::new(Mutex::new(latency_histogram()));
+    let end = Instant::now() + opts.duration;
+    let sub_type = if opts.consumers > 1 {
+        SubType::Shared
+    } else {
+        SubType::Exclusive
+    };
+    let mut tasks = Vec::new();
+    for i in 0..opts.consumers {
+        let (mut rd, mut wr) = connect(&opts.addr).await?;
+        let consumer_id = i as u64;
+        wr.send(client::subscribe(
+            &opts.topic,
+            &opts.subscription,
+            sub_type,
+            consumer_id,
+            1,
+            true,
+        ))
+        .await
+        .map_err(|e| PulsarLoadError::Protocol(e.to_string()))?;
+        expect(&mut rd, Type::Success).await?;
+        let (received, hist) = (received.clone(), hist.clone());
+        tasks.push(tokio::spawn(async move {
+            let _ = wr.send(client::flow(consumer_id, 1000)).await;
+            let mut since_flow = 0u32;
+            let mut h = latency_histogram();
+            loop {
+                let next = tokio::time::timeout_at(end.into(), rd.next()).await;
+                let Ok(Some(Ok(frame))) = next else { break };
+                if frame.command.r#type == Type::Ping as i32 {
+                    let _ = wr.send(client::pong()).await;
+                    continue;
+                }
+                let (Some(msg), Some(payload)) = (frame.command.message, frame.payload) else {
+                    continue;
+                };
+                let n = payload.metadata.num_messages_in_batch.unwrap_or(1).max(1) as u32;
+                let age = now_ms().saturating_sub(payload.metadata.publish_time);
+                for _ in 0..n {
+                    record(&mut h, Duration::from_millis(age));
+                }
+                received.fetch_add(u64::from(n), Ordering::Relaxed);
+                since_flow += n;
+                if since_flow >= 500 {
+                    let send = async {
+                        if sub_type == SubType::Exclusive {
+                            wr.send(client::ack_cumulative(consumer_id, msg.message_id.clone()))
+                                .await?;
+                        }
+                        wr.send(client::flow(consumer_id, since_flow)).await
+                    };
+                    if send.await.is_err() {
+                        break;
+                    }
+                    since_flow = 0;
+                }
+            }
+            let _ = hist.lock().unwrap_or_else(|p| p.into_inner()).add(&h);
+        }));
+    }
+    let reporter_received = received.clone();
+    let reporter = tokio::spawn(async move {
+        let mut last = 0;
+        let mut tick = tokio::time::interval(Duration::from_secs(2));
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            let now = reporter_received.load(Ordering::Relaxed);
+            progress((now - last) as f64 / 2.0);
+            last = now;
+        }
+    });
+    for t in tasks {
+        let _ = t.await;
+    }
+    reporter.abort();
+    let messages = received.load(Ordering::Relaxed);
+    let seconds = opts.duration.as_secs_f64();
+    let end_to_end = Latency::from_histogram(&hist.lock().unwrap_or_else(|p| p.into_inner()));
+    Ok(ConsumeResult {
+        messages,
+        seconds,
+        msgs_per_s: messages as f64 / seconds,
+        end_to_end,
+    })
+}
