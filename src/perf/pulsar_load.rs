@@ -22,6 +22,9 @@ use crate::protocol::frame::Frame;
 use crate::protocol::proto::base_command::Type;
 use crate::protocol::proto::command_subscribe::SubType;
 
+/// Sends awaiting their receipt, in order: (first sequence id, scheduled time of each message).
+type InFlight = Arc<Mutex<VecDeque<(u64, Vec<Instant>)>>>;
+
 /// Why a load run failed.
 #[derive(Debug, thiserror::Error)]
 pub enum PulsarLoadError {
@@ -155,8 +158,7 @@ pub async fn produce(
                 .map(|p| p.producer_name)
                 .unwrap_or_default();
             let window = Arc::new(Semaphore::new(opts.max_pending.max(opts.batch_max)));
-            // (first sequence id, message count, scheduled time of each message)
-            let inflight: Arc<Mutex<VecDeque<(u64, Vec<Instant>)>>> = Arc::default();
+            let inflight: InFlight = Arc::default();
             let (acked_r, hist_r, window_r, inflight_r) = (
                 acked.clone(),
                 hist.clone(),
