@@ -177,3 +177,43 @@ fn pulsar_rs_produces_and_consumes() -> TestResult {
         Ok(())
     })
 }
+
+/// Malformed or oversized frames close only the connection that sent them.
+#[test]
+fn bad_frames_close_only_their_connection() -> TestResult {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let (_dir, service) = start().await?;
+        let url = format!("pulsar://{}", service.pulsar_addr);
+        let client: Pulsar<_> = Pulsar::builder(url, TokioExecutor).build().await?;
+        let mut producer = client.producer().with_topic("isolation").build().await?;
+        producer.send_non_blocking(Raw(b"before".to_vec())).await?.await?;
+
+        for garbage in [
+            // A frame declaring 1 GiB: refused before any allocation.
+            vec![0x40, 0, 0, 0, 0, 0, 0, 4, 1, 2, 3, 4],
+            // A well-sized frame whose command is not protobuf.
+            vec![0, 0, 0, 8, 0, 0, 0, 4, 0xff, 0xff, 0xff, 0xff],
+            // A command size larger than the frame.
+            vec![0, 0, 0, 6, 0, 0, 0, 99, 8, 2],
+        ] {
+            let mut raw = tokio::net::TcpStream::connect(service.pulsar_addr).await?;
+            raw.write_all(&garbage).await?;
+            let mut buf = [0u8; 64];
+            let n = tokio::time::timeout(std::time::Duration::from_secs(5), raw.read(&mut buf))
+                .await??;
+            assert_eq!(n, 0, "the broker must close a connection that sent {garbage:?}");
+        }
+
+        // The well-behaved client's connection is untouched.
+        producer.send_non_blocking(Raw(b"after".to_vec())).await?.await?;
+        drop(producer);
+        drop(client);
+        service.shutdown().await?;
+        Ok(())
+    })
+}
