@@ -191,7 +191,10 @@ fn bad_frames_close_only_their_connection() -> TestResult {
         let url = format!("pulsar://{}", service.pulsar_addr);
         let client: Pulsar<_> = Pulsar::builder(url, TokioExecutor).build().await?;
         let mut producer = client.producer().with_topic("isolation").build().await?;
-        producer.send_non_blocking(Raw(b"before".to_vec())).await?.await?;
+        producer
+            .send_non_blocking(Raw(b"before".to_vec()))
+            .await?
+            .await?;
 
         for garbage in [
             // A frame declaring 1 GiB: refused before any allocation.
@@ -206,11 +209,17 @@ fn bad_frames_close_only_their_connection() -> TestResult {
             let mut buf = [0u8; 64];
             let n = tokio::time::timeout(std::time::Duration::from_secs(5), raw.read(&mut buf))
                 .await??;
-            assert_eq!(n, 0, "the broker must close a connection that sent {garbage:?}");
+            assert_eq!(
+                n, 0,
+                "the broker must close a connection that sent {garbage:?}"
+            );
         }
 
         // The well-behaved client's connection is untouched.
-        producer.send_non_blocking(Raw(b"after".to_vec())).await?.await?;
+        producer
+            .send_non_blocking(Raw(b"after".to_vec()))
+            .await?
+            .await?;
         drop(producer);
         drop(client);
         service.shutdown().await?;
