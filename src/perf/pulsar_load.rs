@@ -126,6 +126,24 @@ async fn expect(
     }
 }
 
+/// Calls `progress` with the rate of `counter` every 2 s until aborted.
+fn spawn_reporter(
+    counter: Arc<AtomicU64>,
+    progress: impl Fn(f64) + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut last = 0;
+        let mut tick = tokio::time::interval(Duration::from_secs(2));
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            let now = counter.load(Ordering::Relaxed);
+            progress((now - last) as f64 / 2.0);
+            last = now;
+        }
+    })
+}
+
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -250,18 +268,7 @@ pub async fn produce(
             tasks.push((sender, stop_tx, receiver));
         }
     }
-    let reporter_acked = acked.clone();
-    let reporter = tokio::spawn(async move {
-        let mut last = 0;
-        let mut tick = tokio::time::interval(Duration::from_secs(2));
-        tick.tick().await;
-        loop {
-            tick.tick().await;
-            let now = reporter_acked.load(Ordering::Relaxed);
-            progress((now - last) as f64 / 2.0);
-            last = now;
-        }
-    });
+    let reporter = spawn_reporter(acked.clone(), progress);
     for (sender, stop, receiver) in tasks {
         // The sender returns once every receipt arrived (or after a grace period).
         let _ = tokio::time::timeout(opts.duration + Duration::from_secs(30), sender).await;
@@ -376,18 +383,7 @@ pub async fn consume(
             let _ = hist.lock().unwrap_or_else(|p| p.into_inner()).add(&h);
         }));
     }
-    let reporter_received = received.clone();
-    let reporter = tokio::spawn(async move {
-        let mut last = 0;
-        let mut tick = tokio::time::interval(Duration::from_secs(2));
-        tick.tick().await;
-        loop {
-            tick.tick().await;
-            let now = reporter_received.load(Ordering::Relaxed);
-            progress((now - last) as f64 / 2.0);
-            last = now;
-        }
-    });
+    let reporter = spawn_reporter(received.clone(), progress);
     for t in tasks {
         let _ = t.await;
     }
