@@ -64,40 +64,35 @@ def _binary():
     return binary
 
 
-@pytest.fixture
-def fresh_service():
-    """A service of its own, for tests that stop and restart it."""
+def _own_service(env=None):
+    """A service of its own (not shared with other tests), killed by PID at the end."""
     with tempfile.TemporaryDirectory() as d:
-        svc = Service(_binary(), d)
+        svc = Service(_binary(), d, env=env)
         try:
             yield svc
         finally:
             svc.stop(signal.SIGKILL)
+
+
+@pytest.fixture
+def fresh_service():
+    """A service of its own, for tests that stop and restart it."""
+    yield from _own_service()
 
 
 @pytest.fixture
 def dedup_service():
     """A service of its own with broker deduplication on."""
-    with tempfile.TemporaryDirectory() as d:
-        svc = Service(_binary(), d, env={"LEDGERLAKE_BROKER__DEDUPLICATION": "true"})
-        try:
-            yield svc
-        finally:
-            svc.stop(signal.SIGKILL)
+    yield from _own_service({"LEDGERLAKE_BROKER__DEDUPLICATION": "true"})
 
 
 @pytest.fixture
 def auth_service():
     """A service of its own requiring token authentication (token 's3cret' → role 'app')."""
-    with tempfile.TemporaryDirectory() as d:
-        svc = Service(_binary(), d, env={
-            "LEDGERLAKE_BROKER__AUTHENTICATION__ENABLED": "true",
-            "LEDGERLAKE_BROKER__AUTHENTICATION__TOKENS": '{s3cret="app"}',
-        })
-        try:
-            yield svc
-        finally:
-            svc.stop(signal.SIGKILL)
+    yield from _own_service({
+        "LEDGERLAKE_BROKER__AUTHENTICATION__ENABLED": "true",
+        "LEDGERLAKE_BROKER__AUTHENTICATION__TOKENS": '{s3cret="app"}',
+    })
 
 
 @pytest.fixture(scope="module")

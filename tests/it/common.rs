@@ -8,6 +8,14 @@ use std::time::{Duration, Instant};
 
 pub type TestResult = Result<(), Box<dyn std::error::Error>>;
 
+/// A two-worker runtime for tests that drive async code from a plain `#[test]`.
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+}
+
 /// Path of the `ledgerlake` binary built for these tests.
 pub fn ledgerlake_bin() -> &'static str {
     env!("CARGO_BIN_EXE_ledgerlake")

@@ -10,14 +10,7 @@ use ledgerlake::ledger::metadata::sqlite::SqliteMetadataStore;
 use ledgerlake::ledger::segment::segment_path;
 use ledgerlake::ledger::{Log, MetadataStore, OpenError, Position, ReadError};
 
-use crate::common::TestResult;
-
-fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-}
+use crate::common::{runtime, TestResult};
 
 async fn open(
     dir: &std::path::Path,

@@ -160,10 +160,7 @@ fn crash_child_writer() -> TestResult {
 #[test]
 fn crash_sigkill_rounds_keep_every_acknowledged_entry() -> TestResult {
     let dir = tempfile::tempdir()?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let rt = runtime()?;
     // Per topic: position of the last verified entry and the next expected seq.
     let mut verified: HashMap<usize, (Option<Position>, u64)> = HashMap::new();
     let mut total_acked = 0usize;

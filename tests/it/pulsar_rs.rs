@@ -10,7 +10,7 @@ use pulsar::message::proto::command_subscribe::SubType;
 use pulsar::message::Payload;
 use pulsar::{producer, Consumer, DeserializeMessage, Pulsar, SerializeMessage, TokioExecutor};
 
-use crate::common::TestResult;
+use crate::common::{runtime, TestResult};
 
 /// Raw bytes in and out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,11 +105,7 @@ async fn round_trip(
 
 #[test]
 fn pulsar_rs_produces_and_consumes() -> TestResult {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    rt.block_on(async {
+    runtime()?.block_on(async {
         let (_dir, service) = start().await?;
         let url = format!("pulsar://{}", service.pulsar_addr);
         let client: Pulsar<_> = Pulsar::builder(url, TokioExecutor).build().await?;
@@ -182,11 +178,7 @@ fn pulsar_rs_produces_and_consumes() -> TestResult {
 #[test]
 fn bad_frames_close_only_their_connection() -> TestResult {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    rt.block_on(async {
+    runtime()?.block_on(async {
         let (_dir, service) = start().await?;
         let url = format!("pulsar://{}", service.pulsar_addr);
         let client: Pulsar<_> = Pulsar::builder(url, TokioExecutor).build().await?;
