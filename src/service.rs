@@ -11,8 +11,11 @@ use tokio_util::sync::CancellationToken;
 use crate::admin::{self, Health};
 use crate::broker::Broker;
 use crate::config::Config;
+use crate::lake::Lake;
 use crate::ledger::metadata::sqlite::SqliteMetadataStore;
 use crate::ledger::{Log, MetadataStore};
+use crate::offload::OffloadEngine;
+use crate::policies::PolicyStore;
 
 /// Why the service failed to start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +53,12 @@ pub enum ServiceError {
     /// The HTTP server failed.
     #[error("http server: {0}")]
     Http(std::io::Error),
+    /// The lake (catalog or warehouse) could not be opened.
+    #[error("lake: {0}")]
+    Lake(#[from] crate::lake::LakeError),
+    /// The lake runtime could not start.
+    #[error("lake runtime: {0}")]
+    LakeRuntime(std::io::Error),
 }
 
 /// A started service.
@@ -66,6 +75,10 @@ pub struct Service {
     stop: CancellationToken,
     http: tokio::task::JoinHandle<Result<(), std::io::Error>>,
     meta: SqliteMetadataStore,
+    /// The offload engine (`None` when the lake is disabled).
+    pub offload: Option<OffloadEngine>,
+    /// Invariant: `Some` exactly when `offload` is; dropped only by `shutdown`.
+    lake_runtime: Option<tokio::runtime::Runtime>,
 }
 
 impl Service {
@@ -88,9 +101,11 @@ impl Service {
         let http_addr = http_listener.local_addr().map_err(ServiceError::Http)?;
         let http_stop = stop.clone();
         let meta_cell = Arc::new(tokio::sync::OnceCell::new());
+        let services_cell = Arc::new(tokio::sync::OnceCell::new());
         let app = admin::router(admin::AdminState {
             health: health.clone(),
             meta: meta_cell.clone(),
+            services: services_cell.clone(),
         });
         let http = tokio::spawn(async move {
             axum::serve(http_listener, app)
@@ -106,7 +121,23 @@ impl Service {
         };
         let store: Arc<dyn MetadataStore> = Arc::new(meta.clone());
         let _ = meta_cell.set(store.clone());
-        let log = Arc::new(Log::open(&config.ledger_dir(), config.ledger.clone(), store).await?);
+        let log =
+            Arc::new(Log::open(&config.ledger_dir(), config.ledger.clone(), store.clone()).await?);
+        let policies = Arc::new(PolicyStore::new(
+            store.clone(),
+            config.lake.policy_defaults.clone(),
+        ));
+        let (offload, lake_runtime) = if config.lake.enabled {
+            let (engine, rt) = start_offload(config, log.clone(), policies.clone()).await?;
+            (Some(engine), Some(rt))
+        } else {
+            (None, None)
+        };
+        let _ = services_cell.set(admin::Services {
+            log: log.clone(),
+            offload: offload.clone(),
+            policies,
+        });
 
         let pulsar_listener =
             TcpListener::bind(config.server.pulsar_addr)
@@ -140,6 +171,8 @@ impl Service {
             stop,
             http,
             meta,
+            offload,
+            lake_runtime,
         })
     }
 
@@ -154,11 +187,57 @@ impl Service {
             Ok(Err(e)) => tracing::warn!(error = %e, "http server ended with an error"),
             Err(e) => tracing::warn!(error = %e, "http task failed"),
         }
+        if let Some(engine) = &self.offload {
+            engine.shutdown().await;
+        }
+        if let Some(rt) = self.lake_runtime {
+            rt.shutdown_background();
+        }
         self.log.shutdown().await?;
         self.meta.close().await;
         tracing::info!("shutdown complete: log flushed and fsynced");
         Ok(())
     }
+}
+
+/// Starts the lake runtime (its own threads: Parquet encoding and catalog I/O never run on the
+/// broker's workers), connects to the lake and starts the offload engine on it.
+async fn start_offload(
+    config: &Config,
+    log: Arc<Log>,
+    policies: Arc<PolicyStore>,
+) -> Result<(OffloadEngine, tokio::runtime::Runtime), ServiceError> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("ll-lake")
+        .enable_all()
+        .build()
+        .map_err(ServiceError::LakeRuntime)?;
+    let cfg = config.clone();
+    let lake = match rt.spawn(async move { Lake::open(&cfg).await }).await {
+        Ok(Ok(lake)) => Arc::new(lake),
+        Ok(Err(e)) => {
+            rt.shutdown_background();
+            return Err(e.into());
+        }
+        Err(_) => {
+            rt.shutdown_background();
+            return Err(crate::lake::LakeError::Stopped.into());
+        }
+    };
+    tracing::info!(
+        catalog = lake.catalog_name(),
+        warehouse = lake.warehouse(),
+        "lake connected"
+    );
+    let engine = OffloadEngine::start(
+        lake,
+        log,
+        policies,
+        config.lake.clone(),
+        rt.handle().clone(),
+    );
+    Ok((engine, rt))
 }
 
 /// Resolves on SIGINT or SIGTERM.

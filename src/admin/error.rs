@@ -25,6 +25,35 @@ pub enum AdminError {
     /// The metadata store failed.
     #[error("metadata store: {0}")]
     Metadata(MetadataError),
+    /// The object does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// The feature is switched off in this service's configuration.
+    #[error("{0}")]
+    Disabled(String),
+    /// A dependency (lake, catalog, object store) failed.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl From<crate::offload::OffloadError> for AdminError {
+    fn from(e: crate::offload::OffloadError) -> Self {
+        use crate::offload::OffloadError;
+        match e {
+            OffloadError::TopicNotFound(t) => AdminError::NotFound(format!("Topic {t} not found")),
+            OffloadError::Metadata(m) => AdminError::Metadata(m),
+            other => AdminError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<crate::policies::PoliciesError> for AdminError {
+    fn from(e: crate::policies::PoliciesError) -> Self {
+        match e {
+            crate::policies::PoliciesError::Metadata(m) => AdminError::Metadata(m),
+            other => AdminError::Internal(other.to_string()),
+        }
+    }
 }
 
 impl From<MetadataError> for AdminError {
@@ -48,7 +77,9 @@ impl IntoResponse for AdminError {
             AdminError::BadRequest(_) => StatusCode::BAD_REQUEST,
             AdminError::NotReady => StatusCode::SERVICE_UNAVAILABLE,
             AdminError::Conflict(_) => StatusCode::CONFLICT,
-            AdminError::Metadata(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            AdminError::Metadata(_) | AdminError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            AdminError::NotFound(_) => StatusCode::NOT_FOUND,
+            AdminError::Disabled(_) => StatusCode::PRECONDITION_FAILED,
         };
         (status, Json(json!({ "reason": self.to_string() }))).into_response()
     }

@@ -1,6 +1,7 @@
 //! The HTTP surface on `server.http_addr`: health and the first Pulsar admin API paths (topic
-//! partitions); metrics, the rest of the admin API and HTTP SQL join it in later issues. Errors
-//! map to HTTP statuses in [`error`] and only there.
+//! partitions, offload and stats, namespace offload policies); metrics, the rest of the admin
+//! API and HTTP SQL join it in later issues. Errors map to HTTP statuses in [`error`] and only
+//! there.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -14,6 +15,8 @@ use serde_json::json;
 use crate::ledger::MetadataStore;
 
 pub mod error;
+mod lake;
+mod namespaces;
 mod topics;
 
 /// Readiness shared between the service and the HTTP handlers.
@@ -47,6 +50,27 @@ pub struct AdminState {
     pub health: Arc<Health>,
     /// The metadata store, once recovery has opened it.
     pub meta: Arc<tokio::sync::OnceCell<Arc<dyn MetadataStore>>>,
+    /// The log, the offload engine (`None` when the lake is disabled) and the namespace
+    /// policies, once recovery has finished.
+    pub services: Arc<tokio::sync::OnceCell<Services>>,
+}
+
+/// Parts of the running service the admin API drives.
+#[derive(Debug, Clone)]
+pub struct Services {
+    /// The log.
+    pub log: Arc<crate::ledger::Log>,
+    /// The offload engine, `None` when `lake.enabled = false`.
+    pub offload: Option<crate::offload::OffloadEngine>,
+    /// Namespace policies.
+    pub policies: Arc<crate::policies::PolicyStore>,
+}
+
+impl AdminState {
+    /// The running services, or 503 while recovering.
+    pub fn services(&self) -> Result<&Services, error::AdminError> {
+        self.services.get().ok_or(error::AdminError::NotReady)
+    }
 }
 
 /// The router of the HTTP surface.
@@ -55,6 +79,8 @@ pub fn router(state: AdminState) -> Router {
         .route("/health/live", get(live))
         .route("/health/ready", get(ready))
         .merge(topics::routes())
+        .merge(lake::routes())
+        .merge(namespaces::routes())
         .with_state(state)
 }
 

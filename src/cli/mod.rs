@@ -1,8 +1,9 @@
 //! The `ledgerlake` command line (clap derive). `anyhow` is allowed here and in `main.rs` only.
 //!
 //! Subcommands: `serve` runs the service; `config` shows, checks and describes configuration;
-//! `perf` runs load generators. Client subcommands (`offload`, `sql`, `admin`, `verify`, and
-//! `perf produce|consume`) join as their issues land; they talk to a running service through
+//! `perf` runs load generators; `offload` asks a running service to offload a topic; `lake`
+//! prints the lake layout. Client subcommands (`sql`, `admin`, `verify`) join as their issues
+//! land; they talk to a running service through
 //! `--url http://127.0.0.1:8080` / `--service-url pulsar://127.0.0.1:6650`.
 
 use clap::{Parser, Subcommand};
@@ -10,6 +11,8 @@ use clap::{Parser, Subcommand};
 use crate::config::LogFormat;
 
 mod config_cmd;
+mod lake_cmd;
+mod offload;
 mod perf;
 mod serve;
 
@@ -41,6 +44,11 @@ pub enum Command {
     /// Load generators and benchmarks.
     #[command(subcommand)]
     Perf(perf::PerfCommand),
+    /// Offload everything written to a topic so far into its lake table (running service).
+    Offload(offload::OffloadArgs),
+    /// Lake layout helpers.
+    #[command(subcommand)]
+    Lake(lake_cmd::LakeCommand),
 }
 
 /// Parses the command line and runs the chosen subcommand.
@@ -54,5 +62,7 @@ pub fn run() -> anyhow::Result<()> {
         Command::Serve(args) => serve::run(args, global),
         Command::Config(cmd) => config_cmd::run(cmd, global),
         Command::Perf(cmd) => perf::run(cmd, global),
+        Command::Offload(args) => offload::run(args),
+        Command::Lake(cmd) => lake_cmd::run(cmd),
     }
 }

@@ -15,7 +15,12 @@ use bytesize::ByteSize;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+mod lake;
 mod load;
+
+pub use lake::{
+    CatalogConfig, CatalogKind, LakeConfig, LakePartitioning, PolicyDefaults, S3Config,
+};
 
 pub use load::{load, ConfigError, Overrides, ServerOverrides, TelemetryOverrides, ENV_PREFIX};
 
@@ -36,6 +41,8 @@ pub struct Config {
     pub ledger: LedgerConfig,
     /// The metadata store.
     pub metadata: MetadataConfig,
+    /// The lake (Iceberg) and the offload engine.
+    pub lake: LakeConfig,
 }
 
 impl Default for Config {
@@ -47,6 +54,7 @@ impl Default for Config {
             telemetry: TelemetryConfig::default(),
             ledger: LedgerConfig::default(),
             metadata: MetadataConfig::default(),
+            lake: LakeConfig::default(),
         }
     }
 }
@@ -255,6 +263,32 @@ impl Config {
         self.data_dir.join("ledger")
     }
 
+    /// Root of the lake's warehouse as a location Iceberg understands (`file:/abs/path` or
+    /// `s3://bucket/prefix`).
+    pub fn warehouse_location(&self) -> String {
+        let w = self.lake.warehouse.trim_end_matches('/');
+        if w.starts_with("s3://") || w.starts_with("s3a://") || w.starts_with("file:") {
+            return w.to_string();
+        }
+        let dir = if w.is_empty() {
+            self.data_dir.join("warehouse")
+        } else {
+            PathBuf::from(w)
+        };
+        let abs = std::path::absolute(&dir).unwrap_or(dir);
+        format!("file:{}", abs.display())
+    }
+
+    /// URI of the SQL catalog (`sqlite:` or `postgres://`), defaulted under `data_dir`.
+    pub fn catalog_uri(&self) -> String {
+        if !self.lake.catalog.uri.is_empty() {
+            return self.lake.catalog.uri.clone();
+        }
+        let path = self.data_dir.join("catalog.db");
+        let abs = std::path::absolute(&path).unwrap_or(path);
+        format!("sqlite:{}?mode=rwc", abs.display())
+    }
+
     /// Checks values that are individually well-typed but inconsistent or out of range.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let l = &self.ledger;
@@ -341,6 +375,65 @@ impl Config {
                     self.metadata.url
                 ),
             );
+        }
+        self.validate_lake()
+    }
+
+    fn validate_lake(&self) -> Result<(), ConfigError> {
+        let lake = &self.lake;
+        let invalid = |key: &str, why: String| {
+            Err(ConfigError::Invalid {
+                key: key.to_string(),
+                reason: why,
+            })
+        };
+        let w = lake.warehouse.as_str();
+        if w.contains("://") && !(w.starts_with("s3://") || w.starts_with("s3a://")) {
+            return invalid(
+                "lake.warehouse",
+                format!("'{w}': use a local path or an s3:// location"),
+            );
+        }
+        if lake.target_file_size.as_u64() < ByteSize::kib(64).as_u64() {
+            return invalid("lake.target_file_size", "must be at least 64 KiB".into());
+        }
+        if lake.batch_rows == 0 {
+            return invalid("lake.batch_rows", "must be at least 1".into());
+        }
+        if lake.check_interval.is_zero() || lake.orphan_check_interval.is_zero() {
+            return invalid(
+                "lake.check_interval",
+                "check_interval and orphan_check_interval must be positive".into(),
+            );
+        }
+        if lake.max_concurrent_tables == 0 {
+            return invalid("lake.max_concurrent_tables", "must be at least 1".into());
+        }
+        if lake.catalog.name.trim().is_empty() {
+            return invalid("lake.catalog.name", "must not be empty".into());
+        }
+        let uri = lake.catalog.uri.as_str();
+        match lake.catalog.kind {
+            CatalogKind::Sql => {
+                if !(uri.is_empty()
+                    || uri.starts_with("sqlite:")
+                    || uri.starts_with("postgres://")
+                    || uri.starts_with("postgresql://"))
+                {
+                    return invalid(
+                        "lake.catalog.uri",
+                        format!("'{uri}': the SQL catalog takes sqlite: or postgres:// URIs"),
+                    );
+                }
+            }
+            CatalogKind::Rest => {
+                if !(uri.starts_with("http://") || uri.starts_with("https://")) {
+                    return invalid(
+                        "lake.catalog.uri",
+                        format!("'{uri}': the REST catalog needs an http(s):// URI"),
+                    );
+                }
+            }
         }
         Ok(())
     }

@@ -49,7 +49,7 @@ pub mod segment;
 mod topic;
 
 pub use error::{AppendError, LifecycleError, OpenError, ReadError};
-pub use metadata::{LedgerId, LedgerRecord, LedgerState, MetadataStore};
+pub use metadata::{LedgerId, LedgerRecord, LedgerState, MetadataError, MetadataStore};
 pub use topic::{AppendReceipt, LedgerInfo, TopicLog};
 
 use crate::config::LedgerConfig;

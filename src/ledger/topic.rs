@@ -150,6 +150,11 @@ impl TopicLog {
         &self.inner.name
     }
 
+    /// Id of the topic in the metadata store.
+    pub fn id(&self) -> TopicId {
+        self.inner.id
+    }
+
     /// Appends one entry. Returns once the entry is queued (waiting only for backpressure or a
     /// ledger rollover); the receipt resolves when it is durable. Entries of one topic are
     /// assigned dense ids in call order and become durable in that order.

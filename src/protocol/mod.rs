@@ -17,4 +17,5 @@ pub mod proto {
 pub mod client;
 pub mod codec;
 pub mod command;
+pub mod entry;
 pub mod frame;

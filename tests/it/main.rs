@@ -6,6 +6,7 @@
 mod common;
 mod ledger_corruption;
 mod ledger_crash;
+mod offload;
 mod perf_cli;
 mod pulsar_rs;
 mod serve;

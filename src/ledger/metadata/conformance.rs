@@ -224,6 +224,25 @@ async fn schema_versions_are_dense_and_first_writer_wins(store: &dyn MetadataSto
     Ok(())
 }
 
+async fn policies_are_replaced_and_removed(store: &dyn MetadataStore) -> TestResult {
+    assert_eq!(store.get_policies("namespace:a/b").await?, None);
+    store.set_policies("namespace:a/b", Some(b"one")).await?;
+    store.set_policies("namespace:a/b", Some(b"two")).await?;
+    store.set_policies("namespace:a/c", Some(b"other")).await?;
+    assert_eq!(
+        store.get_policies("namespace:a/b").await?.as_deref(),
+        Some(&b"two"[..])
+    );
+    store.set_policies("namespace:a/b", None).await?;
+    store.set_policies("namespace:a/b", None).await?;
+    assert_eq!(store.get_policies("namespace:a/b").await?, None);
+    assert_eq!(
+        store.get_policies("namespace:a/c").await?.as_deref(),
+        Some(&b"other"[..])
+    );
+    Ok(())
+}
+
 async fn run_all(make: impl Fn() -> std::sync::Arc<dyn MetadataStore>) -> TestResult {
     topics_are_idempotent_and_increasing(&*make()).await?;
     ledger_ids_increase_and_lifecycle_is_enforced(&*make()).await?;
@@ -232,6 +251,7 @@ async fn run_all(make: impl Fn() -> std::sync::Arc<dyn MetadataStore>) -> TestRe
     cursors_are_saved_whole_and_deleted(&*make()).await?;
     partitioned_topics_are_created_once_and_only_grow(&*make()).await?;
     schema_versions_are_dense_and_first_writer_wins(&*make()).await?;
+    policies_are_replaced_and_removed(&*make()).await?;
     Ok(())
 }
 
@@ -244,7 +264,7 @@ async fn memory_store_conforms() -> TestResult {
 async fn sqlite_store_conforms() -> TestResult {
     let dir = tempfile::tempdir()?;
     let mut stores = Vec::new();
-    for i in 0..7 {
+    for i in 0..8 {
         stores.push(SqliteMetadataStore::open(&dir.path().join(format!("m{i}.db"))).await?);
     }
     let next = std::sync::Mutex::new(stores.into_iter());

@@ -27,6 +27,7 @@ struct State {
     ledgers: BTreeMap<LedgerId, LedgerRecord>,
     cursors: BTreeMap<(TopicId, String), Vec<u8>>,
     partitioned: BTreeMap<String, u32>,
+    policies: BTreeMap<String, Vec<u8>>,
     schemas: BTreeMap<String, Vec<Vec<u8>>>,
 }
 
@@ -236,5 +237,22 @@ impl MetadataStore for MemoryMetadataStore {
                     .collect()
             })
             .unwrap_or_default())
+    }
+
+    async fn get_policies(&self, scope: &str) -> Result<Option<Vec<u8>>, MetadataError> {
+        Ok(self.lock().policies.get(scope).cloned())
+    }
+
+    async fn set_policies(
+        &self,
+        scope: &str,
+        policies: Option<&[u8]>,
+    ) -> Result<(), MetadataError> {
+        let mut s = self.lock();
+        match policies {
+            Some(p) => s.policies.insert(scope.to_string(), p.to_vec()),
+            None => s.policies.remove(scope),
+        };
+        Ok(())
     }
 }

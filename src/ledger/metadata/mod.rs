@@ -327,4 +327,12 @@ pub trait MetadataStore: Send + Sync + fmt::Debug + 'static {
 
     /// Every schema version of `topic`, ascending.
     async fn schemas(&self, topic: &str) -> Result<Vec<(u64, Vec<u8>)>, MetadataError>;
+
+    /// The policies blob stored under `scope` (e.g. `namespace:public/default`), `None` when
+    /// none is set. The blob is opaque and versioned by its owner.
+    async fn get_policies(&self, scope: &str) -> Result<Option<Vec<u8>>, MetadataError>;
+
+    /// Replaces (or with `None` removes) the policies blob of `scope`.
+    async fn set_policies(&self, scope: &str, policies: Option<&[u8]>)
+        -> Result<(), MetadataError>;
 }

@@ -62,6 +62,10 @@ const SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS ll_partitioned_topics (
         name TEXT PRIMARY KEY,
         partitions BIGINT NOT NULL)",
+    // Added after schema version 1 shipped; additive (older builds ignore it): ADR 0002.
+    "CREATE TABLE IF NOT EXISTS ll_policies (
+        scope TEXT PRIMARY KEY,
+        policies BLOB NOT NULL)",
     "INSERT OR IGNORE INTO ll_meta(key, value) VALUES ('schema_version', 1)",
     "INSERT OR IGNORE INTO ll_meta(key, value) VALUES ('next_topic_id', 1)",
     "INSERT OR IGNORE INTO ll_meta(key, value) VALUES ('next_ledger_id', 1)",
@@ -564,5 +568,36 @@ impl MetadataStore for SqliteMetadataStore {
                 ))
             })
             .collect()
+    }
+
+    async fn get_policies(&self, scope: &str) -> Result<Option<Vec<u8>>, MetadataError> {
+        sqlx::query("SELECT policies FROM ll_policies WHERE scope = ?")
+            .bind(scope)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(backend("get policies"))?
+            .map(|r| r.try_get::<Vec<u8>, _>(0))
+            .transpose()
+            .map_err(backend("get policies"))
+    }
+
+    async fn set_policies(
+        &self,
+        scope: &str,
+        policies: Option<&[u8]>,
+    ) -> Result<(), MetadataError> {
+        let q = match policies {
+            Some(p) => sqlx::query(
+                "INSERT INTO ll_policies(scope, policies) VALUES (?, ?) \
+                 ON CONFLICT(scope) DO UPDATE SET policies = excluded.policies",
+            )
+            .bind(scope)
+            .bind(p),
+            None => sqlx::query("DELETE FROM ll_policies WHERE scope = ?").bind(scope),
+        };
+        q.execute(&self.pool)
+            .await
+            .map_err(backend("set policies"))?;
+        Ok(())
     }
 }

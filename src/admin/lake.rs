@@ -1,0 +1,108 @@
+//! Offload and stats of a topic (Pulsar's paths):
+//! - `PUT /admin/v2/persistent/{tenant}/{namespace}/{topic}/offload`: offload everything written
+//!   so far (the open ledger is sealed first). Answers `{"requestedAfterRun": n}`: the request
+//!   is done once `GET .../offload` shows `runs > n` and `requestPending = false`.
+//! - `GET .../offload`: `OffloadProcessStatus` (`status`, `lastError`,
+//!   `firstUnoffloadedMessage`) plus lag and progress.
+//! - `GET .../stats`: storage and ledgers, and a `lake` object naming the Iceberg table.
+
+use axum::extract::{Path, State};
+use axum::routing::{get, put};
+use axum::{Json, Router};
+use serde_json::json;
+
+use super::error::AdminError;
+use super::AdminState;
+use crate::broker::topic_name::TopicName;
+use crate::offload::OffloadEngine;
+
+pub(super) fn routes() -> Router<AdminState> {
+    Router::new()
+        .route(
+            "/admin/v2/persistent/{tenant}/{namespace}/{topic}/offload",
+            put(trigger).get(status),
+        )
+        .route(
+            "/admin/v2/persistent/{tenant}/{namespace}/{topic}/stats",
+            get(stats),
+        )
+}
+
+fn topic(tenant: &str, namespace: &str, topic: &str) -> Result<TopicName, AdminError> {
+    Ok(format!("persistent://{tenant}/{namespace}/{topic}").parse()?)
+}
+
+fn engine(state: &AdminState) -> Result<OffloadEngine, AdminError> {
+    state.services()?.offload.clone().ok_or_else(|| {
+        AdminError::Disabled("the lake is disabled in this service (lake.enabled = false)".into())
+    })
+}
+
+async fn trigger(
+    State(state): State<AdminState>,
+    Path((tenant, namespace, name)): Path<(String, String, String)>,
+) -> Result<Json<serde_json::Value>, AdminError> {
+    let t = topic(&tenant, &namespace, &name)?;
+    let runs = engine(&state)?.request(&t).await?;
+    Ok(Json(json!({ "requestedAfterRun": runs })))
+}
+
+async fn status(
+    State(state): State<AdminState>,
+    Path((tenant, namespace, name)): Path<(String, String, String)>,
+) -> Result<Json<crate::offload::OffloadStatus>, AdminError> {
+    let t = topic(&tenant, &namespace, &name)?;
+    Ok(Json(engine(&state)?.status(&t).await?))
+}
+
+async fn stats(
+    State(state): State<AdminState>,
+    Path((tenant, namespace, name)): Path<(String, String, String)>,
+) -> Result<Json<serde_json::Value>, AdminError> {
+    let t = topic(&tenant, &namespace, &name)?;
+    let services = state.services()?;
+    let base = t.base();
+    let mut ledgers = Vec::new();
+    let mut storage = 0u64;
+    let mut entries = 0u64;
+    for rec in services.log.metadata().list_topics().await? {
+        let Ok(n) = rec.name.parse::<TopicName>() else {
+            continue;
+        };
+        let wanted = if t.partition().is_some() {
+            n == t
+        } else {
+            n.base() == base
+        };
+        if !wanted {
+            continue;
+        }
+        let log = services.log.topic(&rec.name).await?;
+        for l in log.ledgers() {
+            if matches!(
+                l.state,
+                crate::ledger::LedgerState::Open
+                    | crate::ledger::LedgerState::Sealed
+                    | crate::ledger::LedgerState::Offloaded
+            ) {
+                storage += l.size_bytes;
+            }
+            entries += l.entry_count;
+            ledgers.push(json!({ "topic": rec.name, "ledger": l }));
+        }
+    }
+    if ledgers.is_empty() && !services.log.topic_exists(&t.to_string()).await? {
+        return Err(AdminError::NotFound(format!("Topic {t} not found")));
+    }
+    let lake = match &services.offload {
+        Some(e) => serde_json::to_value(e.lake_stats(&t).await?)
+            .map_err(|e| AdminError::Internal(e.to_string()))?,
+        None => serde_json::Value::Null,
+    };
+    Ok(Json(json!({
+        "storageSize": storage,
+        "entries": entries,
+        "ledgers": ledgers,
+        "lake": lake,
+    })))
+}

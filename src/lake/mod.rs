@@ -1,0 +1,422 @@
+//! The lake: Iceberg tables (one per topic) in a catalog, with data on local disk or S3.
+//!
+//! Owns the connection to the catalog (SQL on SQLite or PostgreSQL, or REST), the warehouse's
+//! storage (Iceberg FileIO through OpenDAL for table files; `object_store` for listing and
+//! deleting orphans), the table layout ([`schema`], [`naming`]) and the conversion of log
+//! entries into rows ([`rows`], [`typed`]). The offload engine (`crate::offload`) decides what
+//! to write and when; [`commit`] writes and commits exactly once.
+//!
+//! Invariants:
+//! - Every catalog call runs on the lake runtime (its own threads), so Parquet encoding and
+//!   catalog I/O never run on the broker's async workers.
+//! - Local and S3 warehouses go through the same code path; only the storage factory and its
+//!   properties differ.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use iceberg::io::StorageFactory;
+use iceberg::table::Table;
+use iceberg::{Catalog, CatalogBuilder, NamespaceIdent, TableCreation, TableIdent};
+use iceberg_catalog_rest::RestCatalogBuilder;
+use iceberg_catalog_sql::{SqlBindStyle, SqlCatalogBuilder};
+use iceberg_storage_opendal::OpenDalStorageFactory;
+use object_store::ObjectStore;
+
+use crate::broker::topic_name::TopicName;
+use crate::config::{CatalogKind, Config, LakePartitioning};
+
+pub mod commit;
+pub mod naming;
+pub mod orphans;
+pub mod rows;
+pub mod schema;
+pub mod typed;
+
+/// Errors of lake operations, with the operation that failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LakeError {
+    /// The lake configuration cannot be used.
+    #[error("lake configuration: {0}")]
+    Config(String),
+    /// An Iceberg (catalog, FileIO, writer) call failed.
+    #[error("{op}: {source}")]
+    Iceberg {
+        /// What was being done.
+        op: String,
+        /// The error.
+        #[source]
+        source: Box<iceberg::Error>,
+    },
+    /// An object-store call failed.
+    #[error("{op}: {source}")]
+    ObjectStore {
+        /// What was being done.
+        op: String,
+        /// The error.
+        #[source]
+        source: Box<object_store::Error>,
+    },
+    /// Rows could not be assembled.
+    #[error(transparent)]
+    Rows(#[from] rows::RowsError),
+    /// Reading the log failed.
+    #[error("reading ledger {ledger}: {source}")]
+    Read {
+        /// Ledger.
+        ledger: u64,
+        /// Error.
+        #[source]
+        source: crate::ledger::ReadError,
+    },
+    /// The table holds something this build does not understand.
+    #[error("table {table}: {reason}")]
+    Table {
+        /// Table.
+        table: String,
+        /// Why.
+        reason: String,
+    },
+    /// The lake runtime is gone (shutdown).
+    #[error("the lake runtime stopped")]
+    Stopped,
+}
+
+impl LakeError {
+    /// Wraps an Iceberg error with the operation.
+    pub fn iceberg(op: impl Into<String>) -> impl FnOnce(iceberg::Error) -> LakeError {
+        let op = op.into();
+        move |source| LakeError::Iceberg {
+            op,
+            source: Box::new(source),
+        }
+    }
+
+    /// Wraps an object-store error with the operation.
+    pub fn store(op: impl Into<String>) -> impl FnOnce(object_store::Error) -> LakeError {
+        let op = op.into();
+        move |source| LakeError::ObjectStore {
+            op,
+            source: Box::new(source),
+        }
+    }
+}
+
+/// Connection to the catalog and warehouse.
+pub struct Lake {
+    catalog: Arc<dyn Catalog>,
+    catalog_name: String,
+    warehouse: String,
+    /// Invariant: rooted so that [`Lake::object_path`] maps every table file location into it.
+    store: Arc<dyn ObjectStore>,
+    /// Invariant: prefix stripped from a location to get its object-store path.
+    location_prefix: String,
+}
+
+impl std::fmt::Debug for Lake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lake")
+            .field("catalog", &self.catalog_name)
+            .field("warehouse", &self.warehouse)
+            .finish()
+    }
+}
+
+/// FileIO properties for the warehouse (S3 keys only for an s3:// warehouse).
+fn file_io_props(config: &Config, warehouse: &str) -> HashMap<String, String> {
+    let mut props = HashMap::new();
+    if !is_s3(warehouse) {
+        return props;
+    }
+    let s3 = &config.lake.s3;
+    let mut set = |k: &str, v: &str| {
+        if !v.is_empty() {
+            props.insert(k.to_string(), v.to_string());
+        }
+    };
+    set("s3.endpoint", &s3.endpoint);
+    set("s3.region", &s3.region);
+    set("s3.access-key-id", &s3.access_key_id);
+    set("s3.secret-access-key", &s3.secret_access_key);
+    set("s3.session-token", &s3.session_token);
+    set(
+        "s3.path-style-access",
+        if s3.path_style { "true" } else { "" },
+    );
+    set(
+        "s3.allow-anonymous",
+        if s3.allow_anonymous { "true" } else { "" },
+    );
+    if !s3.access_key_id.is_empty() {
+        // Explicit credentials: do not let the machine's AWS config or EC2 metadata override.
+        set("s3.disable-config-load", "true");
+        set("s3.disable-ec2-metadata", "true");
+    }
+    props
+}
+
+fn is_s3(location: &str) -> bool {
+    location.starts_with("s3://") || location.starts_with("s3a://")
+}
+
+fn env_or(value: &str, var: &str) -> Option<String> {
+    if !value.is_empty() {
+        return Some(value.to_string());
+    }
+    std::env::var(var).ok().filter(|v| !v.is_empty())
+}
+
+/// The object store of the warehouse and the location prefix its paths are relative to.
+fn object_store_for(
+    config: &Config,
+    warehouse: &str,
+) -> Result<(Arc<dyn ObjectStore>, String), LakeError> {
+    if let Some(rest) = warehouse
+        .strip_prefix("s3://")
+        .or_else(|| warehouse.strip_prefix("s3a://"))
+    {
+        let bucket = rest.split('/').next().unwrap_or_default();
+        if bucket.is_empty() {
+            return Err(LakeError::Config(format!("'{warehouse}' names no bucket")));
+        }
+        let scheme = &warehouse[..warehouse.find("://").unwrap_or(0) + 3];
+        let s3 = &config.lake.s3;
+        let mut b = object_store::aws::AmazonS3Builder::new()
+            .with_bucket_name(bucket)
+            .with_region(env_or(&s3.region, "AWS_REGION").unwrap_or_else(|| "us-east-1".into()))
+            .with_virtual_hosted_style_request(!s3.path_style)
+            .with_skip_signature(s3.allow_anonymous);
+        if !s3.endpoint.is_empty() {
+            b = b
+                .with_endpoint(&s3.endpoint)
+                .with_allow_http(s3.endpoint.starts_with("http://"));
+        }
+        if let Some(k) = env_or(&s3.access_key_id, "AWS_ACCESS_KEY_ID") {
+            b = b.with_access_key_id(k);
+        }
+        if let Some(k) = env_or(&s3.secret_access_key, "AWS_SECRET_ACCESS_KEY") {
+            b = b.with_secret_access_key(k);
+        }
+        if let Some(k) = env_or(&s3.session_token, "AWS_SESSION_TOKEN") {
+            b = b.with_token(k);
+        }
+        let store = b.build().map_err(LakeError::store("configure S3"))?;
+        return Ok((Arc::new(store), format!("{scheme}{bucket}/")));
+    }
+    let store = object_store::local::LocalFileSystem::new();
+    Ok((Arc::new(store), "file:/".into()))
+}
+
+impl Lake {
+    /// Connects to the configured catalog and warehouse. Must run on the lake runtime (the
+    /// catalog's connection pool lives there).
+    pub async fn open(config: &Config) -> Result<Lake, LakeError> {
+        let warehouse = config.warehouse_location();
+        if let Some(dir) = warehouse.strip_prefix("file:") {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| LakeError::Config(format!("creating warehouse {dir}: {e}")))?;
+        }
+        let factory: Arc<dyn StorageFactory> = if is_s3(&warehouse) {
+            Arc::new(OpenDalStorageFactory::S3 {
+                customized_credential_load: None,
+            })
+        } else {
+            Arc::new(OpenDalStorageFactory::Fs)
+        };
+        let mut props = file_io_props(config, &warehouse);
+        for (k, v) in &config.lake.catalog.properties {
+            props.insert(k.clone(), v.clone());
+        }
+        let name = config.lake.catalog.name.clone();
+        let catalog: Arc<dyn Catalog> = match config.lake.catalog.kind {
+            CatalogKind::Sql => {
+                let uri = config.catalog_uri();
+                if let Some(path) = uri
+                    .strip_prefix("sqlite:")
+                    .map(|p| p.split('?').next().unwrap_or(p))
+                {
+                    if let Some(parent) = std::path::Path::new(path).parent() {
+                        std::fs::create_dir_all(parent).map_err(|e| {
+                            LakeError::Config(format!("creating {}: {e}", parent.display()))
+                        })?;
+                    }
+                }
+                let style = if uri.starts_with("sqlite:") {
+                    SqlBindStyle::QMark
+                } else {
+                    SqlBindStyle::DollarNumeric
+                };
+                let c = SqlCatalogBuilder::default()
+                    .uri(uri.clone())
+                    .warehouse_location(warehouse.clone())
+                    .sql_bind_style(style)
+                    .props(props)
+                    .with_storage_factory(factory)
+                    .load(name.clone(), HashMap::new())
+                    .await
+                    .map_err(LakeError::iceberg(format!(
+                        "opening SQL catalog {}",
+                        redact(&uri)
+                    )))?;
+                Arc::new(c)
+            }
+            CatalogKind::Rest => {
+                props.insert("uri".into(), config.lake.catalog.uri.clone());
+                if !config.lake.warehouse.is_empty() {
+                    props.entry("warehouse".into()).or_insert(warehouse.clone());
+                }
+                let c = RestCatalogBuilder::default()
+                    .with_storage_factory(factory)
+                    .load(name.clone(), props)
+                    .await
+                    .map_err(LakeError::iceberg(format!(
+                        "opening REST catalog {}",
+                        config.lake.catalog.uri
+                    )))?;
+                Arc::new(c)
+            }
+        };
+        let (store, location_prefix) = object_store_for(config, &warehouse)?;
+        Ok(Lake {
+            catalog,
+            catalog_name: name,
+            warehouse,
+            store,
+            location_prefix,
+        })
+    }
+
+    /// The catalog.
+    pub fn catalog(&self) -> &Arc<dyn Catalog> {
+        &self.catalog
+    }
+
+    /// The catalog's name.
+    pub fn catalog_name(&self) -> &str {
+        &self.catalog_name
+    }
+
+    /// The warehouse location.
+    pub fn warehouse(&self) -> &str {
+        &self.warehouse
+    }
+
+    /// The warehouse's object store.
+    pub fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
+    /// The object-store path of a table file location, `None` when outside the warehouse's
+    /// store (another bucket or scheme).
+    pub fn object_path(&self, location: &str) -> Option<object_store::path::Path> {
+        let rest = location.strip_prefix(&self.location_prefix)?;
+        object_store::path::Path::parse(rest.trim_start_matches('/')).ok()
+    }
+
+    /// The location of an object-store path (inverse of [`Lake::object_path`]).
+    pub fn location_of(&self, path: &object_store::path::Path) -> String {
+        format!("{}{}", self.location_prefix, path)
+    }
+
+    /// Loads a table; `None` when it does not exist.
+    pub async fn load_table(&self, ident: &TableIdent) -> Result<Option<Table>, LakeError> {
+        match self.catalog.load_table(ident).await {
+            Ok(t) => Ok(Some(t)),
+            Err(e) if e.kind() == iceberg::ErrorKind::TableNotFound => Ok(None),
+            Err(e) if e.kind() == iceberg::ErrorKind::NamespaceNotFound => Ok(None),
+            Err(e) => Err(LakeError::iceberg(format!("loading table {ident}"))(e)),
+        }
+    }
+
+    /// Loads the table of `topic`, creating it (and its namespaces) with the envelope schema
+    /// and `partitioning` when absent.
+    pub async fn load_or_create_table(
+        &self,
+        topic: &TopicName,
+        partitioning: LakePartitioning,
+    ) -> Result<Table, LakeError> {
+        let ident = naming::table_ident(topic);
+        if let Some(t) = self.load_table(&ident).await? {
+            return Ok(t);
+        }
+        let ns = ident.namespace().clone();
+        self.ensure_namespace(&ns).await?;
+        let base = topic.base().to_string();
+        let creation = TableCreation::builder()
+            .name(ident.name().to_string())
+            .schema(schema::envelope_schema())
+            .partition_spec(schema::partition_spec(partitioning))
+            .sort_order(schema::sort_order())
+            .properties(schema::table_properties(&base))
+            .build();
+        match self.catalog.create_table(&ns, creation).await {
+            Ok(t) => {
+                tracing::info!(table = %ident, topic = %base, "created lake table");
+                Ok(t)
+            }
+            // Created concurrently (another process sharing the catalog): use it.
+            Err(e) if e.kind() == iceberg::ErrorKind::TableAlreadyExists => self
+                .load_table(&ident)
+                .await?
+                .ok_or_else(|| LakeError::Table {
+                    table: ident.to_string(),
+                    reason: "exists but cannot be loaded".into(),
+                }),
+            Err(e) => Err(LakeError::iceberg(format!("creating table {ident}"))(e)),
+        }
+    }
+
+    async fn ensure_namespace(&self, ns: &NamespaceIdent) -> Result<(), LakeError> {
+        let levels = ns.as_ref();
+        for depth in 1..=levels.len() {
+            let prefix = NamespaceIdent::from_strs(&levels[..depth])
+                .map_err(LakeError::iceberg("namespace name"))?;
+            let exists = self
+                .catalog
+                .namespace_exists(&prefix)
+                .await
+                .map_err(LakeError::iceberg(format!("checking namespace {prefix:?}")))?;
+            if exists {
+                continue;
+            }
+            match self.catalog.create_namespace(&prefix, HashMap::new()).await {
+                Ok(_) => {}
+                Err(e) if e.kind() == iceberg::ErrorKind::NamespaceAlreadyExists => {}
+                Err(e) => {
+                    return Err(LakeError::iceberg(format!("creating namespace {prefix:?}"))(e))
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A connection URI with any password removed (for messages and logs).
+pub fn redact(uri: &str) -> String {
+    match (uri.find("://"), uri.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &uri[s + 3..at];
+            match creds.split_once(':') {
+                Some((user, _)) => format!("{}{}:***{}", &uri[..s + 3], user, &uri[at..]),
+                None => uri.to_string(),
+            }
+        }
+        _ => uri.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            super::redact("postgres://u:secret@127.0.0.1:5432/db"),
+            "postgres://u:***@127.0.0.1:5432/db"
+        );
+        assert_eq!(
+            super::redact("sqlite:/x/catalog.db"),
+            "sqlite:/x/catalog.db"
+        );
+    }
+}

@@ -1,0 +1,158 @@
+//! From Pulsar names to Iceberg identifiers, reversibly.
+//!
+//! A topic `persistent://<tenant>/<namespace>/<local>` (a partitioned topic's partitions all
+//! share the table of the base name) becomes the table `<local'>` in the nested Iceberg
+//! namespace `[<tenant'>, <namespace'>]`, where `'` is this sanitising rule, applied to the
+//! UTF-8 bytes of each part:
+//!
+//! - `a`–`z` and `0`–`9` stay as they are;
+//! - `-` becomes `_` when the next byte stays as it is or the name ends there;
+//! - every other byte (including `_`, `.`, upper-case letters and a `-` before such a byte)
+//!   becomes `__` followed by its two lower-case hex digits.
+//!
+//! So `orders` → `orders`, `my-topic` → `my_topic`, `my_topic` → `my__5ftopic`,
+//! `Orders.v1` → `__4frders__2ev1`. Decoding reads `__hh` as one byte and a lone `_` as `-`,
+//! which is unambiguous because a lone `_` is never followed by `_`. The output is always a
+//! lower-case identifier that every SQL engine accepts unquoted, and contains no `.` (the SQL
+//! catalog joins namespace levels with `.`).
+
+use iceberg::{NamespaceIdent, TableIdent};
+
+use crate::broker::topic_name::TopicName;
+
+fn keeps(b: u8) -> bool {
+    b.is_ascii_lowercase() || b.is_ascii_digit()
+}
+
+/// Encodes one name part with the rule above.
+pub fn encode_part(part: &str) -> String {
+    let bytes = part.as_bytes();
+    let mut out = String::with_capacity(bytes.len() + 8);
+    for (i, &b) in bytes.iter().enumerate() {
+        if keeps(b) {
+            out.push(b as char);
+        } else if b == b'-' && bytes.get(i + 1).is_none_or(|&n| keeps(n)) {
+            out.push('_');
+        } else {
+            out.push_str(&format!("__{b:02x}"));
+        }
+    }
+    out
+}
+
+/// Why an identifier is not the encoding of any name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{0}' is not a ledgerlake-encoded name")]
+pub struct NotEncoded(pub String);
+
+/// Decodes one part; the inverse of [`encode_part`].
+pub fn decode_part(encoded: &str) -> Result<String, NotEncoded> {
+    let bad = || NotEncoded(encoded.to_string());
+    let b = encoded.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            c if keeps(c) => {
+                out.push(c);
+                i += 1;
+            }
+            b'_' if b.get(i + 1) == Some(&b'_') => {
+                let hex = encoded.get(i + 2..i + 4).ok_or_else(bad)?;
+                if hex.bytes().any(|h| h.is_ascii_uppercase()) {
+                    return Err(bad());
+                }
+                let byte = u8::from_str_radix(hex, 16).map_err(|_| bad())?;
+                // Canonical form only: bytes that have a shorter spelling are not escaped.
+                let next_keeps = b.get(i + 4).is_none_or(|&n| keeps(n));
+                if keeps(byte) || (byte == b'-' && next_keeps) {
+                    return Err(bad());
+                }
+                out.push(byte);
+                i += 4;
+            }
+            b'_' => {
+                out.push(b'-');
+                i += 1;
+            }
+            _ => return Err(bad()),
+        }
+    }
+    String::from_utf8(out).map_err(|_| bad())
+}
+
+/// The Iceberg namespace of a Pulsar namespace.
+pub fn namespace_ident(tenant: &str, namespace: &str) -> NamespaceIdent {
+    // Both parts are non-empty, so the identifier is valid.
+    NamespaceIdent::from_vec(vec![encode_part(tenant), encode_part(namespace)])
+        .unwrap_or_else(|_| NamespaceIdent::new(encode_part(tenant)))
+}
+
+/// The Iceberg table of a topic (the base topic of a partition).
+pub fn table_ident(topic: &TopicName) -> TableIdent {
+    let base = topic.base();
+    TableIdent::new(
+        namespace_ident(&base.tenant, &base.namespace),
+        encode_part(&base.local),
+    )
+}
+
+/// The topic (base name, `persistent://`) a table identifier stands for.
+pub fn topic_of(ident: &TableIdent) -> Result<String, NotEncoded> {
+    let levels = ident.namespace().as_ref();
+    if levels.len() != 2 {
+        return Err(NotEncoded(levels.join(".")));
+    }
+    Ok(format!(
+        "persistent://{}/{}/{}",
+        decode_part(&levels[0])?,
+        decode_part(&levels[1])?,
+        decode_part(ident.name())?
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn documented_examples() {
+        assert_eq!(encode_part("orders"), "orders");
+        assert_eq!(encode_part("my-topic"), "my_topic");
+        assert_eq!(encode_part("my_topic"), "my__5ftopic");
+        assert_eq!(encode_part("Orders.v1"), "__4frders__2ev1");
+        assert_eq!(encode_part("a--b"), "a__2d_b");
+        assert_eq!(encode_part("end-"), "end_");
+        assert_eq!(decode_part("my_topic").as_deref(), Ok("my-topic"));
+    }
+
+    #[test]
+    fn non_canonical_spellings_are_refused() {
+        for bad in ["__61", "a__2db", "x.y", "A", "__zz", "__5"] {
+            assert!(decode_part(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn table_of_a_partition_is_the_table_of_its_base() -> Result<(), Box<dyn std::error::Error>> {
+        let p: TopicName = "persistent://acme/eu-west/clicks-partition-3".parse()?;
+        let t = table_ident(&p);
+        assert_eq!(
+            t.namespace().as_ref(),
+            &vec!["acme".to_string(), "eu_west".into()]
+        );
+        assert_eq!(t.name(), "clicks");
+        assert_eq!(topic_of(&t)?, "persistent://acme/eu-west/clicks");
+        Ok(())
+    }
+
+    proptest! {
+        #[test]
+        fn round_trip(s in "[a-zA-Z0-9_.=:-]{1,24}|\\PC{1,8}") {
+            let e = encode_part(&s);
+            prop_assert!(e.bytes().all(|b| keeps(b) || b == b'_'), "{}", e);
+            prop_assert_eq!(decode_part(&e), Ok(s));
+        }
+    }
+}

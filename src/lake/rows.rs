@@ -1,0 +1,308 @@
+//! Log entries → Arrow record batches in the lake table's schema (one row per message).
+//!
+//! CPU-bound: callers run it on a blocking thread, never on an async worker.
+//!
+//! Invariants:
+//! - Rows are appended in message-id order of the entries given; nothing is dropped. An entry
+//!   that cannot be unrolled still becomes one row (`batch_index = -1`, the stored bytes after
+//!   the metadata in `payload`, the reason in `decode_error`).
+//! - Arrays are built with the exact Arrow types of the table's Iceberg schema
+//!   (`iceberg::arrow::schema_to_arrow_schema`), so the Parquet writer accepts them.
+
+use std::sync::Arc;
+
+use arrow::array::{
+    ArrayBuilder, ArrayRef, Int32Builder, Int64Builder, LargeBinaryBuilder, MapArray, RecordBatch,
+    StringArray, StringBuilder, StructArray, TimestampMicrosecondBuilder,
+};
+use arrow::buffer::{NullBuffer, OffsetBuffer};
+use arrow::datatypes::{DataType, SchemaRef};
+use bytes::Bytes;
+
+use super::typed::TypedColumns;
+use crate::broker::schema::version_from_bytes;
+use crate::ledger::Entry;
+use crate::protocol::entry::{unroll_entry, UnrolledEntry};
+
+/// Why a batch could not be assembled (a schema mismatch: a bug, not bad input).
+#[derive(Debug, thiserror::Error)]
+pub enum RowsError {
+    /// Arrow refused the arrays.
+    #[error("building the record batch failed: {0}")]
+    Arrow(#[from] arrow::error::ArrowError),
+    /// The table schema lacks an envelope column.
+    #[error("table schema has no usable column '{0}'")]
+    MissingColumn(&'static str),
+    /// The typed-column decoder failed on an empty row (a schema the decoder cannot build).
+    #[error("typed columns: {0}")]
+    Typed(String),
+}
+
+/// Accumulates rows of one table.
+pub struct RowBuilder {
+    schema: SchemaRef,
+    partition: i32,
+    ledger_id: Int64Builder,
+    entry_id: Int64Builder,
+    batch_index: Int32Builder,
+    batch_size: Int32Builder,
+    partition_col: Int32Builder,
+    publish_time: TimestampMicrosecondBuilder,
+    event_time: TimestampMicrosecondBuilder,
+    key: StringBuilder,
+    ordering_key: LargeBinaryBuilder,
+    prop_keys: StringBuilder,
+    prop_values: StringBuilder,
+    prop_offsets: Vec<i32>,
+    producer_name: StringBuilder,
+    sequence_id: Int64Builder,
+    schema_version: Int64Builder,
+    payload: LargeBinaryBuilder,
+    /// Invariant: one element per row accumulated.
+    decode_error: Vec<Option<String>>,
+    entry_metadata: LargeBinaryBuilder,
+    message_metadata: LargeBinaryBuilder,
+    typed: Option<TypedColumns>,
+    rows: usize,
+    /// Publish time (µs) of each row, for partitioning.
+    publish_us: Vec<i64>,
+}
+
+impl std::fmt::Debug for RowBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RowBuilder")
+            .field("rows", &self.rows)
+            .finish()
+    }
+}
+
+fn ms_to_us(ms: u64) -> i64 {
+    (ms as i64).saturating_mul(1000)
+}
+
+impl RowBuilder {
+    /// A builder for rows of `partition` (-1: not partitioned) in the table schema `schema`,
+    /// with `typed` decoding the payload into the schema's typed columns (if any).
+    pub fn new(schema: SchemaRef, partition: i32, typed: Option<TypedColumns>) -> Self {
+        Self {
+            schema,
+            partition,
+            ledger_id: Int64Builder::new(),
+            entry_id: Int64Builder::new(),
+            batch_index: Int32Builder::new(),
+            batch_size: Int32Builder::new(),
+            partition_col: Int32Builder::new(),
+            publish_time: TimestampMicrosecondBuilder::new().with_timezone("+00:00"),
+            event_time: TimestampMicrosecondBuilder::new().with_timezone("+00:00"),
+            key: StringBuilder::new(),
+            ordering_key: LargeBinaryBuilder::new(),
+            prop_keys: StringBuilder::new(),
+            prop_values: StringBuilder::new(),
+            prop_offsets: vec![0],
+            producer_name: StringBuilder::new(),
+            sequence_id: Int64Builder::new(),
+            schema_version: Int64Builder::new(),
+            payload: LargeBinaryBuilder::new(),
+            decode_error: Vec::new(),
+            entry_metadata: LargeBinaryBuilder::new(),
+            message_metadata: LargeBinaryBuilder::new(),
+            typed,
+            rows: 0,
+            publish_us: Vec::new(),
+        }
+    }
+
+    /// Rows accumulated since the last [`RowBuilder::finish`].
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Appends the messages of one entry.
+    pub fn push_entry(&mut self, entry: &Entry) {
+        match unroll_entry(&entry.payload) {
+            Ok(u) => self.push_unrolled(entry, &u),
+            Err(e) => self.push_undecodable(entry, &e.to_string()),
+        }
+    }
+
+    fn push_unrolled(&mut self, entry: &Entry, u: &UnrolledEntry) {
+        let m = &u.metadata;
+        let publish = ms_to_us(m.publish_time);
+        let schema_version = m.schema_version.as_deref().and_then(version_from_bytes);
+        for (i, msg) in u.messages.iter().enumerate() {
+            self.ids(entry, u, msg.batch_index, publish);
+            let single = msg.single.as_ref();
+            let event_ms = single.and_then(|s| s.event_time).or(m.event_time);
+            match event_ms.filter(|t| *t > 0) {
+                Some(t) => self.event_time.append_value(ms_to_us(t)),
+                None => self.event_time.append_null(),
+            }
+            let key = match single {
+                Some(s) => s.partition_key.as_deref(),
+                None => m.partition_key.as_deref(),
+            };
+            self.key.append_option(key);
+            let ordering = match single {
+                Some(s) => s.ordering_key.as_deref(),
+                None => m.ordering_key.as_deref(),
+            };
+            self.ordering_key.append_option(ordering);
+            let props = single.map_or(&m.properties, |s| &s.properties);
+            for kv in props {
+                self.prop_keys.append_value(&kv.key);
+                self.prop_values.append_value(&kv.value);
+            }
+            self.prop_offsets.push(self.prop_keys.len() as i32);
+            self.producer_name.append_value(&m.producer_name);
+            let seq = single
+                .and_then(|s| s.sequence_id)
+                .unwrap_or_else(|| m.sequence_id.wrapping_add(msg.batch_index as u64));
+            self.sequence_id.append_value(seq as i64);
+            self.schema_version
+                .append_option(schema_version.map(|v| v as i64));
+            let null_value = single
+                .map_or(m.null_value, |s| s.null_value)
+                .unwrap_or(false);
+            if null_value {
+                self.payload.append_null();
+            } else {
+                self.payload.append_value(&msg.payload);
+            }
+            if let Some(t) = &mut self.typed {
+                if u.opaque || null_value {
+                    t.push_null();
+                } else {
+                    t.push(&msg.payload, schema_version);
+                }
+            }
+            self.decode_error.push(None);
+            if i == 0 {
+                self.entry_metadata.append_value(&u.metadata_raw);
+            } else {
+                self.entry_metadata.append_null();
+            }
+            self.message_metadata
+                .append_option(msg.single_raw.as_ref().map(Bytes::as_ref));
+            self.rows += 1;
+        }
+    }
+
+    fn ids(&mut self, entry: &Entry, u: &UnrolledEntry, batch_index: u32, publish_us: i64) {
+        self.ledger_id.append_value(entry.position.ledger as i64);
+        self.entry_id.append_value(entry.position.entry as i64);
+        match (u.batch_size, u.opaque) {
+            (Some(n), false) => {
+                self.batch_index.append_value(batch_index as i32);
+                self.batch_size.append_value(n as i32);
+            }
+            (Some(n), true) => {
+                self.batch_index.append_value(-1);
+                self.batch_size.append_value(n as i32);
+            }
+            (None, _) => {
+                self.batch_index.append_value(-1);
+                self.batch_size.append_value(0);
+            }
+        }
+        self.partition_col.append_value(self.partition);
+        self.publish_time.append_value(publish_us);
+        self.publish_us.push(publish_us);
+    }
+
+    fn push_undecodable(&mut self, entry: &Entry, why: &str) {
+        let publish = entry.publish_time_ms.saturating_mul(1000);
+        self.ledger_id.append_value(entry.position.ledger as i64);
+        self.entry_id.append_value(entry.position.entry as i64);
+        self.batch_index.append_value(-1);
+        self.batch_size.append_value(0);
+        self.partition_col.append_value(self.partition);
+        self.publish_time.append_value(publish);
+        self.publish_us.push(publish);
+        self.event_time.append_null();
+        self.key.append_null();
+        self.ordering_key.append_null();
+        self.prop_offsets.push(self.prop_keys.len() as i32);
+        self.producer_name.append_value("");
+        self.sequence_id.append_value(-1);
+        self.schema_version.append_null();
+        self.payload.append_value(&entry.payload);
+        self.decode_error
+            .push(Some(format!("entry does not decode: {why}")));
+        self.entry_metadata.append_null();
+        self.message_metadata.append_null();
+        if let Some(t) = &mut self.typed {
+            t.push_null();
+        }
+        self.rows += 1;
+    }
+
+    /// Takes the accumulated rows as one record batch, with each row's publish time (µs) and
+    /// the number of rows whose payload did not decode against the topic schema.
+    pub fn finish(&mut self) -> Result<(RecordBatch, Vec<i64>, usize), RowsError> {
+        let mut typed_columns = Vec::new();
+        let mut decode_errors = std::mem::take(&mut self.decode_error);
+        let mut bad_payloads = 0;
+        if let Some(t) = &mut self.typed {
+            let (columns, errors) = t.finish()?;
+            typed_columns = columns;
+            for (row, why) in errors {
+                if let Some(slot) = decode_errors.get_mut(row) {
+                    bad_payloads += 1;
+                    *slot = Some(why);
+                }
+            }
+        }
+        let decode_error: StringArray = decode_errors.iter().map(Option::as_deref).collect();
+        let field_type = |name: &'static str| -> Result<DataType, RowsError> {
+            self.schema
+                .field_with_name(name)
+                .map(|f| f.data_type().clone())
+                .map_err(|_| RowsError::MissingColumn(name))
+        };
+        let properties = {
+            let DataType::Map(entries_field, sorted) = field_type("properties")? else {
+                return Err(RowsError::MissingColumn("properties"));
+            };
+            let DataType::Struct(kv_fields) = entries_field.data_type().clone() else {
+                return Err(RowsError::MissingColumn("properties"));
+            };
+            let keys: ArrayRef = Arc::new(self.prop_keys.finish());
+            let values: ArrayRef = Arc::new(self.prop_values.finish());
+            let entries = StructArray::try_new(kv_fields, vec![keys, values], None)?;
+            let offsets =
+                OffsetBuffer::new(std::mem::replace(&mut self.prop_offsets, vec![0]).into());
+            let nulls: Option<NullBuffer> = None;
+            Arc::new(MapArray::try_new(
+                entries_field,
+                offsets,
+                entries,
+                nulls,
+                sorted,
+            )?) as ArrayRef
+        };
+        let mut columns: Vec<ArrayRef> = vec![
+            Arc::new(self.ledger_id.finish()),
+            Arc::new(self.entry_id.finish()),
+            Arc::new(self.batch_index.finish()),
+            Arc::new(self.batch_size.finish()),
+            Arc::new(self.partition_col.finish()),
+            Arc::new(self.publish_time.finish()),
+            Arc::new(self.event_time.finish()),
+            Arc::new(self.key.finish()),
+            Arc::new(self.ordering_key.finish()),
+            properties,
+            Arc::new(self.producer_name.finish()),
+            Arc::new(self.sequence_id.finish()),
+            Arc::new(self.schema_version.finish()),
+            Arc::new(self.payload.finish()),
+            Arc::new(decode_error),
+            Arc::new(self.entry_metadata.finish()),
+            Arc::new(self.message_metadata.finish()),
+        ];
+        columns.extend(typed_columns);
+        self.rows = 0;
+        let publish = std::mem::take(&mut self.publish_us);
+        let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
+        Ok((batch, publish, bad_payloads))
+    }
+}

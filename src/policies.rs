@@ -1,0 +1,231 @@
+//! Namespace policies: what a namespace sets for itself (Pulsar's `/admin/v2/namespaces/...`
+//! policies), stored in the metadata store, cached in memory, and combined with the configured
+//! defaults into the [`EffectivePolicies`] the offload engine reads on every pass.
+//!
+//! Invariants:
+//! - A policy a namespace did not set is `None` and follows the configured default, so changing
+//!   the config changes every namespace that has not overridden it.
+//! - Writes go to the metadata store first, then to the cache: a reader never sees a value that
+//!   a crash could take back. Changes take effect without restart.
+//! - The persisted blob is `[version = 1][JSON]`; see `docs/adr/0002-lake-layout.md`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{LakePartitioning, PolicyDefaults};
+use crate::ledger::{MetadataError, MetadataStore};
+
+/// Version byte of the persisted policies blob.
+pub const POLICIES_FORMAT_VERSION: u8 = 1;
+
+/// What one namespace has set. `None` = follow the default.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespacePolicies {
+    /// `offloadThreshold` (bytes; 0 = as soon as possible; negative = off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offload_threshold_bytes: Option<i64>,
+    /// `offloadThresholdInSeconds` (negative = off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offload_threshold_seconds: Option<i64>,
+    /// `offloadDeletionLagMs`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offload_deletion_lag_ms: Option<u64>,
+    /// Partition granularity of tables created from now on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lake_partitioning: Option<LakePartitioning>,
+}
+
+/// Why a policies blob could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum PoliciesError {
+    /// The metadata store failed.
+    #[error(transparent)]
+    Metadata(#[from] MetadataError),
+    /// The stored blob is not understood.
+    #[error("namespace {namespace}: stored policies are invalid: {reason}")]
+    Corrupt {
+        /// Namespace (`tenant/namespace`).
+        namespace: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl NamespacePolicies {
+    /// The persisted form: version byte, then JSON.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![POLICIES_FORMAT_VERSION];
+        // Serialising a struct of options and integers cannot fail.
+        out.extend(serde_json::to_vec(self).unwrap_or_default());
+        out
+    }
+
+    /// Parses the persisted form.
+    pub fn decode(bytes: &[u8]) -> Result<Self, String> {
+        match bytes.split_first() {
+            Some((&POLICIES_FORMAT_VERSION, json)) => {
+                serde_json::from_slice(json).map_err(|e| e.to_string())
+            }
+            Some((v, _)) => Err(format!("unknown policies format version {v}")),
+            None => Err("empty policies blob".into()),
+        }
+    }
+}
+
+/// The policies in force for one namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EffectivePolicies {
+    /// See [`NamespacePolicies::offload_threshold_bytes`].
+    pub offload_threshold_bytes: i64,
+    /// See [`NamespacePolicies::offload_threshold_seconds`].
+    pub offload_threshold_seconds: i64,
+    /// See [`NamespacePolicies::offload_deletion_lag_ms`].
+    pub offload_deletion_lag: Duration,
+    /// Partition granularity for new tables.
+    pub lake_partitioning: LakePartitioning,
+}
+
+/// Cached access to namespace policies.
+#[derive(Debug)]
+pub struct PolicyStore {
+    meta: Arc<dyn MetadataStore>,
+    defaults: PolicyDefaults,
+    /// Invariant: equal to what the metadata store holds for every namespace present.
+    cache: RwLock<HashMap<String, NamespacePolicies>>,
+    /// Serialises read-modify-write updates.
+    update_lock: tokio::sync::Mutex<()>,
+}
+
+fn scope(namespace: &str) -> String {
+    format!("namespace:{namespace}")
+}
+
+impl PolicyStore {
+    /// A store over `meta` with the configured defaults.
+    pub fn new(meta: Arc<dyn MetadataStore>, defaults: PolicyDefaults) -> Self {
+        Self {
+            meta,
+            defaults,
+            cache: RwLock::new(HashMap::new()),
+            update_lock: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// What `namespace` (`tenant/namespace`) has set.
+    pub async fn namespace(&self, namespace: &str) -> Result<NamespacePolicies, PoliciesError> {
+        if let Some(p) = self
+            .cache
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(namespace)
+        {
+            return Ok(p.clone());
+        }
+        let policies = match self.meta.get_policies(&scope(namespace)).await? {
+            Some(blob) => {
+                NamespacePolicies::decode(&blob).map_err(|reason| PoliciesError::Corrupt {
+                    namespace: namespace.to_string(),
+                    reason,
+                })?
+            }
+            None => NamespacePolicies::default(),
+        };
+        self.cache
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(namespace.to_string(), policies.clone());
+        Ok(policies)
+    }
+
+    /// The policies in force for `namespace`.
+    pub async fn effective(&self, namespace: &str) -> Result<EffectivePolicies, PoliciesError> {
+        let p = self.namespace(namespace).await?;
+        let d = &self.defaults;
+        Ok(EffectivePolicies {
+            offload_threshold_bytes: p
+                .offload_threshold_bytes
+                .unwrap_or(d.offload_threshold_bytes),
+            offload_threshold_seconds: p
+                .offload_threshold_seconds
+                .unwrap_or(d.offload_threshold_seconds),
+            offload_deletion_lag: p
+                .offload_deletion_lag_ms
+                .map_or(d.offload_deletion_lag, Duration::from_millis),
+            lake_partitioning: p.lake_partitioning.unwrap_or(d.lake_partitioning),
+        })
+    }
+
+    /// Applies `change` to the namespace's policies and stores the result.
+    pub async fn update(
+        &self,
+        namespace: &str,
+        change: impl FnOnce(&mut NamespacePolicies),
+    ) -> Result<NamespacePolicies, PoliciesError> {
+        let _guard = self.update_lock.lock().await;
+        let mut p = self.namespace(namespace).await?;
+        change(&mut p);
+        let blob = (p != NamespacePolicies::default()).then(|| p.encode());
+        self.meta
+            .set_policies(&scope(namespace), blob.as_deref())
+            .await?;
+        self.cache
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(namespace.to_string(), p.clone());
+        Ok(p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::metadata::memory::MemoryMetadataStore;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn policies_round_trip(
+            a in proptest::option::of(any::<i64>()),
+            b in proptest::option::of(any::<i64>()),
+            c in proptest::option::of(any::<u64>()),
+            hour in proptest::option::of(any::<bool>()),
+        ) {
+            let p = NamespacePolicies {
+                offload_threshold_bytes: a,
+                offload_threshold_seconds: b,
+                offload_deletion_lag_ms: c,
+                lake_partitioning: hour.map(|h| if h { LakePartitioning::Hour } else { LakePartitioning::Day }),
+            };
+            prop_assert_eq!(NamespacePolicies::decode(&p.encode()), Ok(p));
+        }
+    }
+
+    #[test]
+    fn unknown_version_is_refused() {
+        assert!(NamespacePolicies::decode(&[9, b'{', b'}']).is_err());
+        assert!(NamespacePolicies::decode(&[]).is_err());
+    }
+
+    #[tokio::test]
+    async fn updates_override_defaults_and_persist() -> Result<(), PoliciesError> {
+        let meta: Arc<dyn MetadataStore> = Arc::new(MemoryMetadataStore::new());
+        let store = PolicyStore::new(meta.clone(), PolicyDefaults::default());
+        let e = store.effective("public/default").await?;
+        assert_eq!(e.offload_threshold_bytes, 0);
+        assert_eq!(e.offload_deletion_lag, Duration::from_secs(3600));
+        store
+            .update("public/default", |p| p.offload_deletion_lag_ms = Some(5))
+            .await?;
+        let fresh = PolicyStore::new(meta, PolicyDefaults::default());
+        let e = fresh.effective("public/default").await?;
+        assert_eq!(e.offload_deletion_lag, Duration::from_millis(5));
+        assert_eq!(
+            fresh.effective("other/ns").await?.offload_threshold_bytes,
+            0
+        );
+        Ok(())
+    }
+}
