@@ -27,6 +27,10 @@ if [ "${LEDGERLAKE_SKIP_INSTALL:-0}" != 1 ]; then
   python3 -m venv --help >/dev/null 2>&1 || missing+=(python3-venv)
   # The pulsar crate (a test client) generates its protocol code with protoc at build time.
   command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
+  # A real PostgreSQL server (Iceberg SQL catalog tests) and psql.
+  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+  command -v psql >/dev/null 2>&1 || missing+=(postgresql-client)
+  command -v runuser >/dev/null 2>&1 || missing+=(util-linux)
   if [ ${#missing[@]} -gt 0 ]; then
     step "installing system packages: ${missing[*]}"
     if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
@@ -59,7 +63,7 @@ step "cargo test --no-run"
 cargo test --locked --no-run
 step "cargo test"
 cargo test --locked -- --test-threads 2
-step "interop tests (official Python pulsar-client against ledgerlake serve)"
-LL_TEST_BIN="$CARGO_TARGET_DIR/debug/ledgerlake" "$VENV/bin/python" -m pytest -q -p no:logging \
+step "interop tests (official Python pulsar-client, PyIceberg, DuckDB, S3 and PostgreSQL servers)"
+PATH="$PWD/$VENV/bin:$PATH" LL_TEST_BIN="$CARGO_TARGET_DIR/debug/ledgerlake" "$VENV/bin/python" -m pytest -q -p no:logging \
   -p no:cacheprovider tests/interop
 step "done"

