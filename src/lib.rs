@@ -21,15 +21,22 @@
 //! - [`config`]: the typed configuration tree and its layered loading.
 //! - [`ledger`]: the durable segmented log (journal with group commit, segments, indexes,
 //!   recovery, metadata store seam).
-//! - [`admin`]: the HTTP surface (health endpoints today).
+//! - [`admin`]: the HTTP surface (health, topic partitions, offload and stats, namespace
+//!   offload policies).
+//! - [`lake`]: Iceberg tables of topics: catalog, warehouse storage, layout, rows, the
+//!   exactly-once commit protocol and orphan cleanup.
+//! - [`offload`]: the engine that moves sealed ledgers into the lake by namespace policy.
+//! - [`policies`]: namespace policies (stored, cached, with configured defaults).
+//! - [`failpoint`]: named crash points for tests (debug builds only).
 //! - [`cli`]: the `ledgerlake` command line.
 //! - [`perf`]: load generators behind `ledgerlake perf`.
 //! - [`protocol`]: the Pulsar binary protocol (generated types, framing).
 //! - [`service`]: wiring of a running service and its ordered shutdown.
 //! - [`telemetry`]: logging setup.
 //!
-//! Later modules (`protocol/`, `broker/`, `offload/`, `lake/`, `replay/`, `sql/`) plug in as
-//! described in `ARCHITECTURE.md`.
+//! - [`broker`]: the Pulsar-protocol broker (topics, producers, subscriptions, cursors, schemas).
+//!
+//! Later modules (`replay/`, `sql/`) plug in as described in `ARCHITECTURE.md`.
 //!
 //! # Errors
 //! Each module has its own `thiserror` enums (one per operation where callers act differently);

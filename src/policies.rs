@@ -1,6 +1,7 @@
 //! Namespace policies: what a namespace sets for itself (Pulsar's `/admin/v2/namespaces/...`
 //! policies), stored in the metadata store, cached in memory, and combined with the configured
-//! defaults into the [`EffectivePolicies`] the offload engine reads on every pass.
+//! defaults into the [`EffectivePolicies`] the offload engine reads on every pass. A topic may
+//! override some of them (today: deduplication) with the same structure at topic scope.
 //!
 //! Invariants:
 //! - A policy a namespace did not set is `None` and follows the configured default, so changing
@@ -36,6 +37,10 @@ pub struct NamespacePolicies {
     /// Partition granularity of tables created from now on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lake_partitioning: Option<LakePartitioning>,
+    /// Broker deduplication (`/namespaces/{t}/{ns}/deduplication`; at topic scope
+    /// `.../{topic}/deduplicationEnabled`, which wins over the namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deduplication_enabled: Option<bool>,
 }
 
 /// Why a policies blob could not be read.
@@ -103,6 +108,12 @@ fn scope(namespace: &str) -> String {
     format!("namespace:{namespace}")
 }
 
+/// Cache key and store scope of a topic's own policies (keys never collide with namespaces,
+/// which contain no `://`).
+fn topic_scope(topic: &str) -> String {
+    format!("topic:{topic}")
+}
+
 impl PolicyStore {
     /// A store over `meta` with the configured defaults.
     pub fn new(meta: Arc<dyn MetadataStore>, defaults: PolicyDefaults) -> Self {
@@ -116,15 +127,43 @@ impl PolicyStore {
 
     /// What `namespace` (`tenant/namespace`) has set.
     pub async fn namespace(&self, namespace: &str) -> Result<NamespacePolicies, PoliciesError> {
+        self.scoped(&scope(namespace), namespace).await
+    }
+
+    /// What topic `topic` (full name of the base topic) has set for itself.
+    pub async fn topic(&self, topic: &str) -> Result<NamespacePolicies, PoliciesError> {
+        self.scoped(&topic_scope(topic), topic).await
+    }
+
+    /// Whether broker deduplication is on for `topic` (base topic name) in `namespace`: the
+    /// topic's own setting, else the namespace's, else `default`.
+    pub async fn deduplication(
+        &self,
+        namespace: &str,
+        topic: &str,
+        default: bool,
+    ) -> Result<bool, PoliciesError> {
+        if let Some(v) = self.topic(topic).await?.deduplication_enabled {
+            return Ok(v);
+        }
+        Ok(self
+            .namespace(namespace)
+            .await?
+            .deduplication_enabled
+            .unwrap_or(default))
+    }
+
+    async fn scoped(&self, key: &str, owner: &str) -> Result<NamespacePolicies, PoliciesError> {
         if let Some(p) = self
             .cache
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .get(namespace)
+            .get(key)
         {
             return Ok(p.clone());
         }
-        let policies = match self.meta.get_policies(&scope(namespace)).await? {
+        let namespace = owner;
+        let policies = match self.meta.get_policies(key).await? {
             Some(blob) => {
                 NamespacePolicies::decode(&blob).map_err(|reason| PoliciesError::Corrupt {
                     namespace: namespace.to_string(),
@@ -136,7 +175,7 @@ impl PolicyStore {
         self.cache
             .write()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(namespace.to_string(), policies.clone());
+            .insert(key.to_string(), policies.clone());
         Ok(policies)
     }
 
@@ -164,17 +203,34 @@ impl PolicyStore {
         namespace: &str,
         change: impl FnOnce(&mut NamespacePolicies),
     ) -> Result<NamespacePolicies, PoliciesError> {
+        self.update_scoped(&scope(namespace), namespace, change)
+            .await
+    }
+
+    /// Applies `change` to a topic's own policies and stores the result.
+    pub async fn update_topic(
+        &self,
+        topic: &str,
+        change: impl FnOnce(&mut NamespacePolicies),
+    ) -> Result<NamespacePolicies, PoliciesError> {
+        self.update_scoped(&topic_scope(topic), topic, change).await
+    }
+
+    async fn update_scoped(
+        &self,
+        key: &str,
+        owner: &str,
+        change: impl FnOnce(&mut NamespacePolicies),
+    ) -> Result<NamespacePolicies, PoliciesError> {
         let _guard = self.update_lock.lock().await;
-        let mut p = self.namespace(namespace).await?;
+        let mut p = self.scoped(key, owner).await?;
         change(&mut p);
         let blob = (p != NamespacePolicies::default()).then(|| p.encode());
-        self.meta
-            .set_policies(&scope(namespace), blob.as_deref())
-            .await?;
+        self.meta.set_policies(key, blob.as_deref()).await?;
         self.cache
             .write()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(namespace.to_string(), p.clone());
+            .insert(key.to_string(), p.clone());
         Ok(p)
     }
 }
@@ -192,12 +248,14 @@ mod tests {
             b in proptest::option::of(any::<i64>()),
             c in proptest::option::of(any::<u64>()),
             hour in proptest::option::of(any::<bool>()),
+            dedup in proptest::option::of(any::<bool>()),
         ) {
             let p = NamespacePolicies {
                 offload_threshold_bytes: a,
                 offload_threshold_seconds: b,
                 offload_deletion_lag_ms: c,
                 lake_partitioning: hour.map(|h| if h { LakePartitioning::Hour } else { LakePartitioning::Day }),
+                deduplication_enabled: dedup,
             };
             prop_assert_eq!(NamespacePolicies::decode(&p.encode()), Ok(p));
         }

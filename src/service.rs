@@ -133,11 +133,6 @@ impl Service {
         } else {
             (None, None)
         };
-        let _ = services_cell.set(admin::Services {
-            log: log.clone(),
-            offload: offload.clone(),
-            policies,
-        });
 
         let pulsar_listener =
             TcpListener::bind(config.server.pulsar_addr)
@@ -156,8 +151,15 @@ impl Service {
         let broker = Broker::new(
             config.broker.clone(),
             log.clone(),
+            policies.clone(),
             format!("pulsar://{advertised}"),
         );
+        let _ = services_cell.set(admin::Services {
+            log: log.clone(),
+            offload: offload.clone(),
+            policies,
+            broker: broker.clone(),
+        });
         broker.serve(pulsar_listener);
         tracing::info!(%pulsar_addr, "pulsar listening");
         health.set_ready(true);

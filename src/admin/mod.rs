@@ -64,6 +64,8 @@ pub struct Services {
     pub offload: Option<crate::offload::OffloadEngine>,
     /// Namespace policies.
     pub policies: Arc<crate::policies::PolicyStore>,
+    /// The broker (policy changes it must apply at once).
+    pub broker: Arc<crate::broker::Broker>,
 }
 
 impl AdminState {

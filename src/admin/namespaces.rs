@@ -6,7 +6,10 @@
 //!   off),
 //! - `GET|PUT|DELETE /admin/v2/namespaces/{tenant}/{namespace}/offloadDeletionLagMs`,
 //! - `GET|PUT /admin/v2/namespaces/{tenant}/{namespace}/lakePartitioning` (`"day"` or
-//!   `"hour"`, for tables created afterwards; ledgerlake's own).
+//!   `"hour"`, for tables created afterwards; ledgerlake's own),
+//! - `GET|POST|DELETE /admin/v2/namespaces/{tenant}/{namespace}/deduplication` (`true`/`false`),
+//!   and per topic `GET|POST|DELETE /admin/v2/persistent/{t}/{ns}/{topic}/deduplicationEnabled`
+//!   (wins over the namespace); applied to loaded topics before the answer.
 //!
 //! GET answers the value in force (the namespace's own, else the configured default).
 
@@ -40,6 +43,116 @@ pub(super) fn routes() -> Router<AdminState> {
             &format!("{base}/lakePartitioning"),
             get(get_partitioning).put(put_partitioning),
         )
+        .route(
+            &format!("{base}/deduplication"),
+            get(get_dedup).post(set_dedup).delete(delete_dedup),
+        )
+        .route(
+            "/admin/v2/persistent/{tenant}/{namespace}/{topic}/deduplicationEnabled",
+            get(get_topic_dedup)
+                .post(set_topic_dedup)
+                .delete(delete_topic_dedup),
+        )
+}
+
+fn boolean(body: &str) -> Result<bool, AdminError> {
+    body.trim()
+        .parse::<bool>()
+        .map_err(|_| AdminError::BadRequest(format!("expected true or false, got '{body}'")))
+}
+
+fn base_topic(tenant: &str, ns: &str, topic: &str) -> Result<String, AdminError> {
+    let name: crate::broker::topic_name::TopicName =
+        format!("persistent://{tenant}/{ns}/{topic}").parse()?;
+    Ok(name.base().to_string())
+}
+
+async fn get_dedup(
+    State(s): State<AdminState>,
+    Path((t, n)): Path<(String, String)>,
+) -> Result<Json<serde_json::Value>, AdminError> {
+    let ns = namespace(&t, &n)?;
+    let services = s.services()?;
+    let set = services
+        .policies
+        .namespace(&ns)
+        .await?
+        .deduplication_enabled;
+    Ok(Json(json!(set.unwrap_or(services.broker.dedup_default()))))
+}
+
+async fn set_dedup_value(
+    s: &AdminState,
+    t: &str,
+    n: &str,
+    value: Option<bool>,
+) -> Result<StatusCode, AdminError> {
+    let status = update(s, t, n, |p| p.deduplication_enabled = value).await?;
+    s.services()?.broker.apply_dedup_policies().await;
+    Ok(status)
+}
+
+async fn set_dedup(
+    State(s): State<AdminState>,
+    Path((t, n)): Path<(String, String)>,
+    body: String,
+) -> Result<StatusCode, AdminError> {
+    let v = boolean(&body)?;
+    set_dedup_value(&s, &t, &n, Some(v)).await
+}
+
+async fn delete_dedup(
+    State(s): State<AdminState>,
+    Path((t, n)): Path<(String, String)>,
+) -> Result<StatusCode, AdminError> {
+    set_dedup_value(&s, &t, &n, None).await
+}
+
+async fn get_topic_dedup(
+    State(s): State<AdminState>,
+    Path((t, n, topic)): Path<(String, String, String)>,
+) -> Result<Json<serde_json::Value>, AdminError> {
+    let base = base_topic(&t, &n, &topic)?;
+    let ns = namespace(&t, &n)?;
+    let services = s.services()?;
+    let v = services
+        .policies
+        .deduplication(&ns, &base, services.broker.dedup_default())
+        .await?;
+    Ok(Json(json!(v)))
+}
+
+async fn set_topic_dedup_value(
+    s: &AdminState,
+    t: &str,
+    n: &str,
+    topic: &str,
+    value: Option<bool>,
+) -> Result<StatusCode, AdminError> {
+    let base = base_topic(t, n, topic)?;
+    let services = s.services()?;
+    services
+        .policies
+        .update_topic(&base, |p| p.deduplication_enabled = value)
+        .await?;
+    services.broker.apply_dedup_policies().await;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn set_topic_dedup(
+    State(s): State<AdminState>,
+    Path((t, n, topic)): Path<(String, String, String)>,
+    body: String,
+) -> Result<StatusCode, AdminError> {
+    let v = boolean(&body)?;
+    set_topic_dedup_value(&s, &t, &n, &topic, Some(v)).await
+}
+
+async fn delete_topic_dedup(
+    State(s): State<AdminState>,
+    Path((t, n, topic)): Path<(String, String, String)>,
+) -> Result<StatusCode, AdminError> {
+    set_topic_dedup_value(&s, &t, &n, &topic, None).await
 }
 
 fn namespace(tenant: &str, namespace: &str) -> Result<String, AdminError> {

@@ -279,8 +279,9 @@ impl Connection {
                         .or(payload.metadata.highest_sequence_id)
                         .map_or(-1, |h| h as i64),
                 );
-                if let Some((live, _)) = &producer.topic.dedup {
-                    let verdict = live
+                if let Some(parts) = producer.topic.dedup() {
+                    let verdict = parts
+                        .live
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .check(&producer.name, highest);
@@ -510,8 +511,8 @@ impl Connection {
                             Ok(r) => r.durable().await,
                             Err(e) => Err(e),
                         };
-                        if let Some((live, _)) = &receipt_topic.dedup {
-                            let mut live = live.lock().unwrap_or_else(|e| e.into_inner());
+                        if let Some(parts) = receipt_topic.dedup() {
+                            let mut live = parts.live.lock().unwrap_or_else(|e| e.into_inner());
                             match &result {
                                 Ok(_) => live.persisted(&receipt_name, highest),
                                 Err(_) => live.failed(&receipt_name),
@@ -545,16 +546,16 @@ impl Connection {
                 receipts: tx,
             },
         );
-        let last_sequence_id =
-            self.producers[&p.producer_id]
-                .topic
-                .dedup
-                .as_ref()
-                .map_or(-1, |(live, _)| {
-                    live.lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .last_sequence_id(&name)
-                });
+        let last_sequence_id = self.producers[&p.producer_id]
+            .topic
+            .dedup()
+            .map_or(-1, |parts| {
+                parts
+                    .live
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .last_sequence_id(&name)
+            });
         self.send(command::producer_success(
             p.request_id,
             &name,

@@ -26,6 +26,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::BrokerConfig;
 use crate::ledger::{Log, TopicLog};
+use crate::policies::PolicyStore;
 
 pub mod auth;
 pub mod connection;
@@ -58,20 +59,45 @@ pub struct BrokerTopic {
     producers: Mutex<HashMap<String, (u64, u64, bool)>>,
     /// Subscriptions by name.
     subscriptions: tokio::sync::Mutex<HashMap<String, SubscriptionHandle>>,
-    /// Deduplication, when enabled: live state and the persisted snapshot.
-    dedup: Option<(
-        Mutex<dedup::DedupState>,
-        tokio::sync::Mutex<dedup::DedupSnapshot>,
-    )>,
+    /// Deduplication while enabled (topic, namespace or broker setting): live state and the
+    /// persisted snapshot. Invariant: `Some` only while enabled; dropped (and its snapshot
+    /// deleted) when disabled, so re-enabling rebuilds it from the log.
+    dedup: std::sync::RwLock<Option<Arc<DedupParts>>>,
+}
+
+/// Deduplication state of one topic partition.
+#[derive(Debug)]
+pub(crate) struct DedupParts {
+    /// Consulted on every SEND.
+    pub live: Mutex<dedup::DedupState>,
+    /// What is persisted.
+    pub snapshot: tokio::sync::Mutex<dedup::DedupSnapshot>,
+}
+
+impl DedupParts {
+    async fn load(log: &TopicLog) -> Result<DedupParts, BrokerError> {
+        let snapshot = dedup::DedupSnapshot::load(log)
+            .await
+            .map_err(|e| BrokerError::Storage(e.to_string()))?;
+        Ok(DedupParts {
+            live: Mutex::new(dedup::DedupState::from_snapshot(&snapshot)),
+            snapshot: tokio::sync::Mutex::new(snapshot),
+        })
+    }
 }
 
 impl BrokerTopic {
+    /// The deduplication state, when deduplication is on for this topic.
+    pub(crate) fn dedup(&self) -> Option<Arc<DedupParts>> {
+        self.dedup.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// Saves the deduplication snapshot if entries were appended since the last one.
     async fn save_dedup_snapshot(&self) {
-        let Some((_, snapshot)) = &self.dedup else {
+        let Some(parts) = self.dedup() else {
             return;
         };
-        let mut snap = snapshot.lock().await;
+        let mut snap = parts.snapshot.lock().await;
         match snap.snapshot(&self.log).await {
             Ok(Some(blob)) => {
                 if let Err(e) = self.log.save_cursor(dedup::SNAPSHOT_NAME, &blob).await {
@@ -98,6 +124,8 @@ pub struct Broker {
     tasks: TaskTracker,
     /// `None` when authentication is off.
     authenticator: Option<Box<dyn auth::Authenticator>>,
+    /// Namespace and topic policies (deduplication).
+    policies: Arc<PolicyStore>,
 }
 
 /// Why the broker could not serve a request; mapped to Pulsar's ServerError in `connection`.
@@ -129,7 +157,12 @@ pub enum BrokerError {
 
 impl Broker {
     /// Creates the broker state. `service_url` is what LOOKUP answers point clients to.
-    pub fn new(config: BrokerConfig, log: Arc<Log>, service_url: String) -> Arc<Broker> {
+    pub fn new(
+        config: BrokerConfig,
+        log: Arc<Log>,
+        policies: Arc<PolicyStore>,
+        service_url: String,
+    ) -> Arc<Broker> {
         let authenticator: Option<Box<dyn auth::Authenticator>> =
             config.authentication.enabled.then(|| {
                 let tokens = config.authentication.tokens.clone().into_iter().collect();
@@ -145,28 +178,81 @@ impl Broker {
             boot_id: rand::random::<u32>() % 100_000,
             stop: CancellationToken::new(),
             tasks: TaskTracker::new(),
+            policies,
         })
     }
 
-    /// Accepts connections on `listener` until [`Broker::shutdown`]; also runs the periodic
-    /// deduplication snapshots.
-    pub fn serve(self: &Arc<Self>, listener: TcpListener) {
-        if self.config.deduplication {
-            let broker = self.clone();
-            self.tasks.spawn(async move {
-                let mut tick = tokio::time::interval(broker.config.cursor_persist_interval);
-                loop {
-                    tokio::select! {
-                        _ = broker.stop.cancelled() => return,
-                        _ = tick.tick() => {}
+    /// The broker-wide deduplication default (`broker.deduplication`).
+    pub fn dedup_default(&self) -> bool {
+        self.config.deduplication
+    }
+
+    /// Whether deduplication is on for `name`: topic setting, else namespace, else
+    /// `broker.deduplication`. A policy that cannot be read keeps the broker setting.
+    async fn dedup_wanted(&self, name: &TopicName) -> bool {
+        let namespace = format!("{}/{}", name.tenant, name.namespace);
+        match self
+            .policies
+            .deduplication(
+                &namespace,
+                &name.base().to_string(),
+                self.config.deduplication,
+            )
+            .await
+        {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(topic = %name, error = %e, "reading deduplication policy failed");
+                self.config.deduplication
+            }
+        }
+    }
+
+    /// Brings every loaded topic's deduplication in line with the policies: builds the state of
+    /// newly enabled topics from the log, drops (and forgets the snapshot of) disabled ones.
+    pub async fn apply_dedup_policies(&self) {
+        let topics: Vec<_> = self.topics.lock().await.values().cloned().collect();
+        for t in topics {
+            let wanted = self.dedup_wanted(&t.name).await;
+            let present = t.dedup().is_some();
+            if wanted && !present {
+                match DedupParts::load(&t.log).await {
+                    Ok(parts) => {
+                        *t.dedup.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(parts));
+                        tracing::info!(topic = %t.name, "deduplication enabled");
                     }
-                    let topics: Vec<_> = broker.topics.lock().await.values().cloned().collect();
-                    for t in topics {
-                        t.save_dedup_snapshot().await;
+                    Err(e) => {
+                        tracing::error!(topic = %t.name, error = %e, "enabling deduplication failed")
                     }
                 }
-            });
+            } else if !wanted && present {
+                *t.dedup.write().unwrap_or_else(|e| e.into_inner()) = None;
+                if let Err(e) = t.log.delete_cursor(dedup::SNAPSHOT_NAME).await {
+                    tracing::warn!(topic = %t.name, error = %e, "deleting dedup snapshot failed");
+                }
+                tracing::info!(topic = %t.name, "deduplication disabled");
+            }
         }
+    }
+
+    /// Accepts connections on `listener` until [`Broker::shutdown`]; also applies
+    /// deduplication policy changes and saves deduplication snapshots periodically.
+    pub fn serve(self: &Arc<Self>, listener: TcpListener) {
+        let broker = self.clone();
+        self.tasks.spawn(async move {
+            let mut tick = tokio::time::interval(broker.config.cursor_persist_interval);
+            loop {
+                tokio::select! {
+                    _ = broker.stop.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                broker.apply_dedup_policies().await;
+                let topics: Vec<_> = broker.topics.lock().await.values().cloned().collect();
+                for t in topics {
+                    t.save_dedup_snapshot().await;
+                }
+            }
+        });
         let broker = self.clone();
         self.tasks.spawn(async move {
             loop {
@@ -251,14 +337,8 @@ impl Broker {
             return Err(BrokerError::TopicNotFound(key));
         }
         let log = self.log.topic(&key).await?;
-        let dedup = if self.config.deduplication {
-            let snapshot = dedup::DedupSnapshot::load(&log)
-                .await
-                .map_err(|e| BrokerError::Storage(e.to_string()))?;
-            Some((
-                Mutex::new(dedup::DedupState::from_snapshot(&snapshot)),
-                tokio::sync::Mutex::new(snapshot),
-            ))
+        let dedup = if self.dedup_wanted(name).await {
+            Some(Arc::new(DedupParts::load(&log).await?))
         } else {
             None
         };
@@ -268,7 +348,7 @@ impl Broker {
             log,
             producers: Mutex::new(HashMap::new()),
             subscriptions: tokio::sync::Mutex::new(HashMap::new()),
-            dedup,
+            dedup: std::sync::RwLock::new(dedup),
         });
         // Durable subscriptions resume where they were.
         for (sub, blob) in t.log.cursors().await? {

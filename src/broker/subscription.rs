@@ -19,9 +19,10 @@
 //!
 //! Batch-index acknowledgements (`ack_set`) keep a partly acknowledged batch pending with its
 //! remaining indices, sent along when it is redelivered so the client skips the acknowledged
-//! ones. They are kept in memory: after a restart the whole batch is redelivered.
+//! ones. They are saved with the cursor (version 2), so after a restart only the unacknowledged
+//! messages of the batch are delivered again.
 //!
-//! Not yet: sticky Key_Shared ranges, partial batch acks in the persisted cursor.
+//! Not yet: sticky Key_Shared ranges.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -167,9 +168,13 @@ pub fn spawn(
     persist_every: Duration,
 ) -> SubscriptionHandle {
     let (tx, rx) = mpsc::unbounded_channel();
-    let (start, acked) = match restored {
-        Some(c) => (c.first_unacked, c.acked_after.into_iter().collect()),
-        None => (start, BTreeSet::new()),
+    let (start, acked, partial) = match restored {
+        Some(c) => (
+            c.first_unacked,
+            c.acked_after.into_iter().collect(),
+            c.partial.into_iter().collect(),
+        ),
+        None => (start, BTreeSet::new(), HashMap::new()),
     };
     let state = State {
         topic,
@@ -188,7 +193,7 @@ pub fn spawn(
         active: None,
         pending_hash: HashMap::new(),
         in_flight: HashMap::new(),
-        partial: HashMap::new(),
+        partial,
     };
     tokio::spawn(run(state, rx, persist_every));
     SubscriptionHandle {
@@ -271,10 +276,19 @@ impl State {
         if !self.durable || !self.dirty {
             return;
         }
+        let first_unacked = self.first_unacked();
+        let mut partial: Vec<(Position, Vec<i64>)> = self
+            .partial
+            .iter()
+            .filter(|(p, _)| **p >= first_unacked)
+            .map(|(p, w)| (*p, w.clone()))
+            .collect();
+        partial.sort_by_key(|(p, _)| *p);
         let state = CursorState {
             sub_type: self.sub_type as i32,
-            first_unacked: self.first_unacked(),
+            first_unacked,
             acked_after: self.acked.iter().copied().collect(),
+            partial,
         };
         match self
             .topic
@@ -381,6 +395,7 @@ impl State {
                             };
                             if merged.iter().any(|x| *x != 0) {
                                 self.partial.insert(p, merged);
+                                self.dirty = true;
                                 continue;
                             }
                         }

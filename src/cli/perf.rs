@@ -24,6 +24,37 @@ pub enum PerfCommand {
     Produce(ProduceArgs),
     /// Consume from a running service over the Pulsar protocol (from the earliest position).
     Consume(ConsumeArgs),
+    /// Offload throughput in-process: realistic JSON messages in Pulsar batches, sealed, then
+    /// written and committed to the configured lake; beside plain parquet-rs encoding of the same
+    /// rows to memory. The lake comes from the configuration (file and LEDGERLAKE_LAKE__* env).
+    Offload(OffloadArgs),
+}
+
+/// Flags of `ledgerlake perf offload`.
+#[derive(Debug, Args)]
+pub struct OffloadArgs {
+    /// Working directory (log, and the local warehouse and catalog unless configured).
+    #[arg(long, default_value = "./data/perf-offload")]
+    pub dir: PathBuf,
+    /// Configuration file for the lake (warehouse, catalog, S3); env applies on top.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Message sizes in bytes; a comma-separated list runs each in turn.
+    #[arg(long, value_delimiter = ',', default_value = "100,1024")]
+    pub size: Vec<usize>,
+    /// Raw payload bytes per run.
+    #[arg(long, default_value = "256MiB")]
+    pub total: bytesize::ByteSize,
+    /// Messages per Pulsar batch.
+    #[arg(long, default_value_t = 100)]
+    pub batch: usize,
+    /// Also write each run's rows as Arrow IPC (`<dir>/rows-<size>.arrow`) for
+    /// benches/pyiceberg_append.py.
+    #[arg(long)]
+    pub dump_arrow: bool,
+    /// Print the results as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Flags of `ledgerlake perf produce`.
@@ -165,7 +196,60 @@ pub fn run(cmd: PerfCommand, global: GlobalLogFlags) -> anyhow::Result<()> {
         PerfCommand::Log(args) => perf_log(args),
         PerfCommand::Produce(args) => perf_produce(args),
         PerfCommand::Consume(args) => perf_consume(args),
+        PerfCommand::Offload(args) => perf_offload(args, &global),
     }
+}
+
+fn perf_offload(args: OffloadArgs, global: &GlobalLogFlags) -> anyhow::Result<()> {
+    let config = super::serve::load_config(
+        args.config.as_deref(),
+        None,
+        crate::config::ServerOverrides::default(),
+        global,
+    )?;
+    let mut reports = Vec::new();
+    for size in &args.size {
+        let dir = args.dir.join(format!("run-{size}"));
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
+        }
+        std::fs::create_dir_all(&dir)?;
+        let mut run_config = config.clone();
+        if run_config.lake.warehouse.starts_with("s3") {
+            run_config.lake.warehouse = format!(
+                "{}/run-{size}-{}",
+                run_config.lake.warehouse.trim_end_matches('/'),
+                crate::lake::commit::attempt_id()
+            );
+        }
+        let opts = crate::perf::offload_bench::OffloadBenchOptions {
+            dir: dir.clone(),
+            config: run_config,
+            message_size: *size,
+            total_bytes: args.total.as_u64(),
+            batch: args.batch.max(1),
+            dump_arrow: args
+                .dump_arrow
+                .then(|| args.dir.join(format!("rows-{size}.arrow"))),
+        };
+        eprintln!("offload benchmark: {size} B messages, {} raw", args.total);
+        let report = runtime()?
+            .block_on(crate::perf::offload_bench::run(opts))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        if !args.json {
+            println!(
+                "{:>5} B: {} msgs, pipeline {:.1} MB/s ({:.0} rows/s, lake/raw {:.3}); parquet-rs to memory {:.1} MB/s (ratio {:.3}); pipeline/parquet-rs {:.2}",
+                report.message_size, report.messages, report.pipeline_mb_per_s,
+                report.pipeline_rows_per_s, report.lake_ratio, report.parquet_rs_mb_per_s,
+                report.parquet_rs_ratio, report.pipeline_vs_parquet_rs
+            );
+        }
+        reports.push(report);
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+    }
+    Ok(())
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {

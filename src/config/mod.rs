@@ -91,8 +91,9 @@ pub struct BrokerConfig {
     pub max_message_size: ByteSize,
     /// Create topics on first use by a producer or consumer.
     pub allow_auto_topic_creation: bool,
-    /// Broker-side deduplication by producer name and sequence id (Pulsar semantics), for
-    /// every topic. Off by default, as in Pulsar.
+    /// Broker-side deduplication by producer name and sequence id (Pulsar semantics) for every
+    /// namespace and topic that does not set its own (`/admin/v2/namespaces/{t}/{ns}/
+    /// deduplication`, `.../{topic}/deduplicationEnabled`). Off by default, as in Pulsar.
     pub deduplication: bool,
     /// `host:port` clients are told to connect to in LOOKUP answers. Empty: `server.pulsar_addr`.
     pub advertised_address: String,

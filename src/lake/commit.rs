@@ -146,7 +146,9 @@ type DataWriter = <DataFileWriterBuilder<
     DefaultFileNameGenerator,
 > as IcebergWriterBuilder>::R;
 
-fn parquet_properties(schema: &SchemaRef) -> WriterProperties {
+/// Writer properties of lake data files: ZSTD, statistics per column chunk, page statistics on
+/// the id and time columns.
+pub fn parquet_properties(schema: &SchemaRef) -> WriterProperties {
     let mut b = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
         .set_statistics_enabled(EnabledStatistics::Chunk)
@@ -432,7 +434,10 @@ type RowBatch = (RecordBatch, Vec<i64>, usize);
 /// What the feeder hands to the encoder.
 type BatchResult = Result<RowBatch, LakeError>;
 
-/// Entries read from the log per call (bounded by bytes too).
+/// Payload bytes that end an Arrow batch early (bounds memory with large messages).
+const MAX_BATCH_PAYLOAD: usize = 32 << 20;
+
+/// Entries read from the log per call.
 const READ_CHUNK_ENTRIES: u64 = 4096;
 
 async fn feed(
@@ -487,7 +492,7 @@ async fn feed(
                 let mut finished = Vec::new();
                 for e in &entries {
                     b.push_entry(e);
-                    if b.rows() >= batch_rows {
+                    if b.rows() >= batch_rows || b.payload_bytes() >= MAX_BATCH_PAYLOAD {
                         finished.push(b.finish());
                     }
                 }

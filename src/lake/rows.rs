@@ -64,6 +64,8 @@ pub struct RowBuilder {
     message_metadata: LargeBinaryBuilder,
     typed: Option<TypedColumns>,
     rows: usize,
+    /// Payload bytes accumulated (bounds a batch's memory).
+    payload_bytes: usize,
     /// Publish time (µs) of each row, for partitioning.
     publish_us: Vec<i64>,
 }
@@ -108,6 +110,7 @@ impl RowBuilder {
             message_metadata: LargeBinaryBuilder::new(),
             typed,
             rows: 0,
+            payload_bytes: 0,
             publish_us: Vec::new(),
         }
     }
@@ -115,6 +118,11 @@ impl RowBuilder {
     /// Rows accumulated since the last [`RowBuilder::finish`].
     pub fn rows(&self) -> usize {
         self.rows
+    }
+
+    /// Payload bytes accumulated since the last [`RowBuilder::finish`].
+    pub fn payload_bytes(&self) -> usize {
+        self.payload_bytes
     }
 
     /// Appends the messages of one entry.
@@ -167,6 +175,7 @@ impl RowBuilder {
                 self.payload.append_null();
             } else {
                 self.payload.append_value(&msg.payload);
+                self.payload_bytes += msg.payload.len();
             }
             if let Some(t) = &mut self.typed {
                 if u.opaque || null_value {
@@ -226,6 +235,7 @@ impl RowBuilder {
         self.sequence_id.append_value(-1);
         self.schema_version.append_null();
         self.payload.append_value(&entry.payload);
+        self.payload_bytes += entry.payload.len();
         self.decode_error
             .push(Some(format!("entry does not decode: {why}")));
         self.entry_metadata.append_null();
@@ -301,6 +311,7 @@ impl RowBuilder {
         ];
         columns.extend(typed_columns);
         self.rows = 0;
+        self.payload_bytes = 0;
         let publish = std::mem::take(&mut self.publish_us);
         let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
         Ok((batch, publish, bad_payloads))

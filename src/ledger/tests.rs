@@ -416,8 +416,33 @@ async fn run_ops(ops: Vec<Op>) -> TestResult {
                 }
             }
             Op::Crash { keep, garbage } => {
-                // Locate the end of acknowledged data in the newest segment.
                 let newest = log.shared.journal.current_segment();
+                // Stop the writer (what it already wrote stays), then tear the tail.
+                log.shutdown().await?;
+                for (topic, p, r) in pending.drain(..) {
+                    if let Ok(pos) = r.durable().await {
+                        // Written and synced at shutdown, but not acknowledged before the crash:
+                        // it may or may not survive the tear.
+                        submitted.insert((topic, pos), p);
+                    }
+                }
+                // A ledger sealed in the background (rollover) was fsynced before its seal was
+                // recorded: its entries are durable whether or not their receipts were awaited,
+                // and a crash cannot take them back.
+                for (t, topic) in topics.iter().enumerate() {
+                    for l in topic.ledgers() {
+                        if l.state != LedgerState::Sealed {
+                            continue;
+                        }
+                        for e in 0..l.entry_count {
+                            let key = (t, Position::new(l.id, e));
+                            if let Some(p) = submitted.get(&key) {
+                                acked.insert(key, p.clone());
+                            }
+                        }
+                    }
+                }
+                // Locate the end of durable data in the newest segment: nothing below it may tear.
                 let mut acked_end = 0u64;
                 for (t, pos) in acked.keys() {
                     if let Ok(at) = topics[*t].locate(pos.ledger, pos.entry, pos.entry).await {
@@ -426,15 +451,6 @@ async fn run_ops(ops: Vec<Op>) -> TestResult {
                                 acked_end = acked_end.max(u64::from(at.offset) + u64::from(at.len));
                             }
                         }
-                    }
-                }
-                // Stop the writer (what it already wrote stays), then tear the tail.
-                log.shutdown().await?;
-                for (topic, p, r) in pending.drain(..) {
-                    if let Ok(pos) = r.durable().await {
-                        // Written and synced at shutdown, but not acknowledged before the crash:
-                        // it may or may not survive the tear.
-                        submitted.insert((topic, pos), p);
                     }
                 }
                 drop(topics);

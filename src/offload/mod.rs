@@ -441,16 +441,20 @@ impl Inner {
                     continue;
                 }
             };
-            let mut tables: BTreeMap<String, TopicName> = BTreeMap::new();
+            let mut tables: BTreeMap<String, (TopicName, Vec<(i32, String)>)> = BTreeMap::new();
             for t in topics {
                 if let Ok(name) = t.name.parse::<TopicName>() {
                     if name.persistent {
                         let base = name.base();
-                        tables.insert(base.to_string(), base);
+                        tables
+                            .entry(base.to_string())
+                            .or_insert_with(|| (base, Vec::new()))
+                            .1
+                            .push((partition_index(&name), t.name));
                     }
                 }
             }
-            for (key, base) in tables {
+            for (key, (base, partitions)) in tables {
                 let slot = self.slot(&key);
                 let Ok(guard) = slot.writer.clone().try_lock_owned() else {
                     continue; // a pass is already running for this table
@@ -458,7 +462,7 @@ impl Inner {
                 let inner = self.clone();
                 self.tasks.spawn(async move {
                     let _writer = guard;
-                    if let Err(e) = inner.pass(&base, &slot).await {
+                    if let Err(e) = inner.pass(&base, partitions, &slot).await {
                         tracing::warn!(topic = %base, error = %e, "offload pass failed");
                         let mut st = lock(&slot.status);
                         st.state = OffloadState::Error;
@@ -471,8 +475,17 @@ impl Inner {
     }
 
     /// One pass over a table (the caller holds its writer lock).
-    async fn pass(&self, base: &TopicName, slot: &TableSlot) -> Result<(), OffloadError> {
-        let logs = self.partition_logs(base).await?;
+    async fn pass(
+        &self,
+        base: &TopicName,
+        mut partitions: Vec<(i32, String)>,
+        slot: &TableSlot,
+    ) -> Result<(), OffloadError> {
+        partitions.sort();
+        let mut logs = Vec::with_capacity(partitions.len());
+        for (index, name) in partitions {
+            logs.push((index, self.log.topic(&name).await?));
+        }
         // Cheap check first: nothing sealed or offloaded anywhere, and no request → no I/O.
         let manual = slot.manual.load(Ordering::Acquire);
         let busy = logs.iter().any(|(_, l)| {

@@ -5,7 +5,9 @@
 //! - [`log_load`]: the log driven in-process by N writers (each a topic with a window of
 //!   in-flight appends, like a Pulsar producer's pending-message queue), optionally rate-limited.
 //!
-//! Later issues add `perf produce|consume` speaking the Pulsar protocol to a running service.
+//! - [`pulsar_load`]: `perf produce|consume` against a running service over the Pulsar protocol.
+//! - [`offload_bench`]: offload throughput (sealed entries → committed Iceberg snapshot) beside
+//!   plain parquet-rs encoding of the same rows.
 
 use std::time::Duration;
 
@@ -14,6 +16,7 @@ use serde::Serialize;
 
 pub mod disk;
 pub mod log_load;
+pub mod offload_bench;
 pub mod pulsar_load;
 
 /// Latency percentiles in microseconds.

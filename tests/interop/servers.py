@@ -15,6 +15,8 @@ S3_KEY = "test"
 S3_SECRET = "testtest"
 S3_PORT = 8333  # weed mini uses fixed ports: one instance per test run
 BUCKET = "warehouse"
+TABLE_BUCKET = "tables"
+REST_PORT = 8181
 
 
 def _wait_port(port, proc, what, log_path, timeout=30):
@@ -43,7 +45,9 @@ class S3Server:
         self.proc = subprocess.Popen(
             [weed, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
              f"-s3.port={S3_PORT}", "-webdav=false", "-admin.ui=false", "-s3.port.lance=0",
-             f"-bucket={BUCKET}", "-s3.autoCreateBucket=false"],
+             f"-bucket={BUCKET}", "-s3.autoCreateBucket=false",
+             # Also an Iceberg REST catalog on :8181 (tables in the `tables` bucket).
+             f"-tableBucket={TABLE_BUCKET}"],
             stdout=open(self.log_path, "ab"), stderr=subprocess.STDOUT, env=env)
         _wait_port(S3_PORT, self.proc, "weed mini", self.log_path)
         fs = self.filesystem()
@@ -80,6 +84,26 @@ class S3Server:
             "s3.secret-access-key": S3_SECRET,
             "s3.region": "us-east-1",
         }
+
+    def rest_service_env(self):
+        """Service settings for the REST catalog (OAuth2 client credentials = the S3 keys)."""
+        rest = f"http://127.0.0.1:{REST_PORT}"
+        return dict(self.service_env(""), **{
+            "LEDGERLAKE_LAKE__WAREHOUSE": f"s3://{TABLE_BUCKET}",
+            "LEDGERLAKE_LAKE__CATALOG__KIND": "rest",
+            "LEDGERLAKE_LAKE__CATALOG__URI": rest,
+            "LEDGERLAKE_LAKE__CATALOG__PROPERTIES":
+                f'{{credential="{S3_KEY}:{S3_SECRET}",oauth2-server-uri="{rest}/v1/oauth/tokens",'
+                f'warehouse="{TABLE_BUCKET}"}}',
+        })
+
+    def rest_catalog(self):
+        from pyiceberg.catalog.rest import RestCatalog
+        rest = f"http://127.0.0.1:{REST_PORT}"
+        return RestCatalog("rest", uri=rest, credential=f"{S3_KEY}:{S3_SECRET}",
+                           warehouse=TABLE_BUCKET,
+                           **{"oauth2-server-uri": f"{rest}/v1/oauth/tokens"},
+                           **self.pyiceberg_props())
 
     def stop(self):
         if self.proc.poll() is None:

@@ -19,7 +19,8 @@ def load_table(catalog_uri, warehouse, props, st):
     return catalog.load_table(tuple(st["lake"]["namespace"]) + (st["lake"]["tableName"],))
 
 
-def check_round_trip(svc, client, topic, catalog_uri, warehouse, props, fs, per_kind):
+def check_round_trip(svc, client, topic, catalog_uri, warehouse, props, fs, per_kind,
+                     catalog=None):
     n = produce_mixed(client, topic, per_kind)
     produced = read_all(client, topic, n)
     status = offload_and_wait(svc, topic)
@@ -28,7 +29,10 @@ def check_round_trip(svc, client, topic, catalog_uri, warehouse, props, fs, per_
     st = stats(svc, topic)
     assert st["lake"]["tableExists"] and st["lake"]["snapshotId"], st
     assert st["lake"]["offloadLagBytes"] == 0
-    table = load_table(catalog_uri, warehouse, props, st)
+    if catalog is not None:
+        table = catalog.load_table(tuple(st["lake"]["namespace"]) + (st["lake"]["tableName"],))
+    else:
+        table = load_table(catalog_uri, warehouse, props, st)
     rows, raw = lake_rows(table)
     assert rows.keys() == produced.keys()
     for k, want in produced.items():
@@ -74,6 +78,19 @@ def test_offload_with_postgres_catalog(make_service, s3_server, postgres):
     pg_uri = uri.replace("postgres://", "postgresql+psycopg2://")
     check_round_trip(svc, client, topic, pg_uri, f"s3://warehouse/{prefix}",
                      s3_server.pyiceberg_props(), s3_server.filesystem(), 60)
+    client.close()
+    assert svc.stop() == 0
+
+
+def test_offload_with_rest_catalog(make_service, s3_server):
+    """SeaweedFS's Iceberg REST catalog (OAuth2 client credentials), read back by PyIceberg's
+    REST catalog."""
+    svc = make_service(s3_server.rest_service_env())
+    svc.start()
+    client = pulsar.Client(svc.url, operation_timeout_seconds=30)
+    topic = f"persistent://public/default/rest-{uuid.uuid4().hex[:6]}"
+    check_round_trip(svc, client, topic, None, None, None, s3_server.filesystem(), 40,
+                     catalog=s3_server.rest_catalog())
     client.close()
     assert svc.stop() == 0
 
