@@ -1,7 +1,7 @@
 //! Offload and stats of a topic (Pulsar's paths):
 //! - `PUT /admin/v2/persistent/{tenant}/{namespace}/{topic}/offload`: offload everything written
-//!   so far (the open ledger is sealed first). Answers `{"requestedAfterRun": n}`: the request
-//!   is done once `GET .../offload` shows `runs > n` and `requestPending = false`.
+//!   so far (the open ledger is sealed first). Answers `{"request": n}`: the request is done
+//!   once `GET .../offload` shows `completedRequest >= n`.
 //! - `GET .../offload`: `OffloadProcessStatus` (`status`, `lastError`,
 //!   `firstUnoffloadedMessage`) plus lag and progress.
 //! - `GET .../stats`: storage and ledgers, and a `lake` object naming the Iceberg table.
@@ -43,8 +43,8 @@ async fn trigger(
     Path((tenant, namespace, name)): Path<(String, String, String)>,
 ) -> Result<Json<serde_json::Value>, AdminError> {
     let t = topic(&tenant, &namespace, &name)?;
-    let runs = engine(&state)?.request(&t).await?;
-    Ok(Json(json!({ "requestedAfterRun": runs })))
+    let ticket = engine(&state)?.request(&t).await?;
+    Ok(Json(json!({ "request": ticket })))
 }
 
 async fn status(

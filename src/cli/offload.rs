@@ -57,7 +57,7 @@ async fn offload(args: OffloadArgs, topic: TopicName) -> anyhow::Result<()> {
     if !status.is_success() {
         bail!("offload of {topic} refused ({status}): {}", body["reason"]);
     }
-    let after = body["requestedAfterRun"].as_u64().unwrap_or(0);
+    let ticket = body["request"].as_u64().unwrap_or(u64::MAX);
     if !args.wait {
         println!("offload of {topic} requested");
         return Ok(());
@@ -86,8 +86,7 @@ async fn offload(args: OffloadArgs, topic: TopicName) -> anyhow::Result<()> {
             bytesize::ByteSize::b(bytes)
         ));
         bar.tick();
-        let done = s["runs"].as_u64().unwrap_or(0) > after
-            && !s["requestPending"].as_bool().unwrap_or(true);
+        let done = s["completedRequest"].as_u64().unwrap_or(0) >= ticket;
         if done {
             bar.finish_and_clear();
             match s["status"].as_str() {

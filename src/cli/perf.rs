@@ -70,9 +70,16 @@ pub struct ProduceArgs {
         default_value = "persistent://public/default/perf"
     )]
     pub topic: Vec<String>,
-    /// Producers per topic, each on its own connection.
+    /// Producers per topic (per partition), each on its own connection.
     #[arg(long, default_value_t = 1)]
     pub producers: usize,
+    /// Make each topic a partitioned topic of N partitions (created through the admin API at
+    /// --admin-url if it does not exist) and produce to every partition; 0 = not partitioned.
+    #[arg(long, default_value_t = 0)]
+    pub partitions: u32,
+    /// HTTP admin API of the running service (used with --partitions).
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    pub admin_url: String,
     /// Total messages per second across producers; omit for as fast as possible.
     #[arg(long)]
     pub rate: Option<u64>,
@@ -102,6 +109,9 @@ pub struct ConsumeArgs {
     /// Topic to consume.
     #[arg(long, default_value = "persistent://public/default/perf")]
     pub topic: String,
+    /// The topic is partitioned into N partitions: consume every partition (consumers each).
+    #[arg(long, default_value_t = 0)]
+    pub partitions: u32,
     /// Subscription name.
     #[arg(long, default_value = "perf")]
     pub subscription: String,
@@ -238,10 +248,10 @@ fn perf_offload(args: OffloadArgs, global: &GlobalLogFlags) -> anyhow::Result<()
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         if !args.json {
             println!(
-                "{:>5} B: {} msgs, pipeline {:.1} MB/s ({:.0} rows/s, lake/raw {:.3}); parquet-rs to memory {:.1} MB/s (ratio {:.3}); pipeline/parquet-rs {:.2}",
+                "{:>5} B: {} msgs, pipeline {:.1} MB/s ({:.0} rows/s, lake/raw {:.3}); parquet-rs to memory {:.1} MB/s (ratio {:.3}); pipeline/parquet-rs {:.2}; decode alone {:.1} MB/s",
                 report.message_size, report.messages, report.pipeline_mb_per_s,
                 report.pipeline_rows_per_s, report.lake_ratio, report.parquet_rs_mb_per_s,
-                report.parquet_rs_ratio, report.pipeline_vs_parquet_rs
+                report.parquet_rs_ratio, report.pipeline_vs_parquet_rs, report.decode_mb_per_s
             );
         }
         reports.push(report);
@@ -259,10 +269,59 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("starting the async runtime")
 }
 
+/// The partitions of `topic` (`<topic>-partition-<i>`), or the topic itself when `n = 0`.
+fn partition_names(topic: &str, n: u32) -> anyhow::Result<Vec<String>> {
+    let name: crate::broker::topic_name::TopicName = topic.parse()?;
+    Ok(if n == 0 {
+        vec![name.to_string()]
+    } else {
+        (0..n).map(|i| name.partition_name(i).to_string()).collect()
+    })
+}
+
+/// Creates `topic` as a partitioned topic of `n` partitions (an existing one is kept if it has
+/// `n` partitions).
+async fn create_partitioned(admin_url: &str, topic: &str, n: u32) -> anyhow::Result<()> {
+    let name: crate::broker::topic_name::TopicName = topic.parse()?;
+    let url = format!(
+        "{}/admin/v2/persistent/{}/{}/{}/partitions",
+        admin_url.trim_end_matches('/'),
+        name.tenant,
+        name.namespace,
+        name.local
+    );
+    let http = reqwest::Client::new();
+    let resp = http
+        .put(&url)
+        .body(n.to_string())
+        .send()
+        .await
+        .with_context(|| format!("PUT {url}"))?;
+    if resp.status().is_success() {
+        return Ok(());
+    }
+    let existing: serde_json::Value = http.get(&url).send().await?.json().await?;
+    if existing["partitions"].as_u64() == Some(u64::from(n)) {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "{topic} exists with {} partitions, not {n}",
+        existing["partitions"]
+    )
+}
+
 fn perf_produce(args: ProduceArgs) -> anyhow::Result<()> {
+    let rt = runtime()?;
+    let mut topics = Vec::new();
+    for t in &args.topic {
+        if args.partitions > 0 {
+            rt.block_on(create_partitioned(&args.admin_url, t, args.partitions))?;
+        }
+        topics.extend(partition_names(t, args.partitions)?);
+    }
     let opts = pulsar_load::ProduceOptions {
         addr: service_addr(&args.service_url)?,
-        topics: args.topic.clone(),
+        topics,
         producers_per_topic: args.producers.max(1),
         rate: args.rate,
         size: args.size,
@@ -270,7 +329,7 @@ fn perf_produce(args: ProduceArgs) -> anyhow::Result<()> {
         max_pending: args.max_pending.max(1),
         duration: args.duration,
     };
-    let result = runtime()?.block_on(pulsar_load::produce(opts, |rate| {
+    let result = rt.block_on(pulsar_load::produce(opts, |rate| {
         eprintln!("  produced {rate:>12.0} msg/s");
     }))?;
     if args.json {
@@ -288,7 +347,7 @@ fn perf_produce(args: ProduceArgs) -> anyhow::Result<()> {
 fn perf_consume(args: ConsumeArgs) -> anyhow::Result<()> {
     let opts = pulsar_load::ConsumeOptions {
         addr: service_addr(&args.service_url)?,
-        topic: args.topic.clone(),
+        topics: partition_names(&args.topic, args.partitions)?,
         subscription: args.subscription.clone(),
         consumers: args.consumers.max(1),
         duration: args.duration,

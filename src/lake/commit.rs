@@ -18,29 +18,19 @@
 //! in id order, so "at or below the watermark" is exactly "committed".
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use arrow::array::{BooleanArray, RecordBatch};
 use arrow::datatypes::SchemaRef;
-use iceberg::spec::{DataFile, DataFileFormat, Literal, PartitionKey, Struct};
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
-use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
-use iceberg::writer::file_writer::location_generator::{
-    DefaultFileNameGenerator, DefaultLocationGenerator,
-};
-use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
-use iceberg::writer::file_writer::ParquetWriterBuilder;
-use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 
-use super::rows::RowBuilder;
-use super::typed::{PayloadCodec, TypedColumns};
-use super::{schema, Lake, LakeError};
+use super::typed::PayloadCodec;
+use super::{write, Lake, LakeError};
 use crate::config::LakePartitioning;
-use crate::ledger::{Entry, LedgerId, TopicLog};
+use crate::ledger::{LedgerId, TopicLog};
 
 /// Table property and snapshot-summary key of the watermark.
 pub const WATERMARK_KEY: &str = "ledgerlake.watermark";
@@ -140,12 +130,6 @@ pub fn attempt_id() -> String {
     format!("{:016x}", rand::random::<u64>())
 }
 
-type DataWriter = <DataFileWriterBuilder<
-    ParquetWriterBuilder,
-    DefaultLocationGenerator,
-    DefaultFileNameGenerator,
-> as IcebergWriterBuilder>::R;
-
 /// Writer properties of lake data files: ZSTD, statistics per column chunk, page statistics on
 /// the id and time columns.
 pub fn parquet_properties(schema: &SchemaRef) -> WriterProperties {
@@ -185,13 +169,14 @@ pub async fn write_and_commit(
     let attempt = attempt_id();
     let first = todo.iter().map(|s| s.ledger).min().unwrap_or_default();
     let last = todo.iter().map(|s| s.ledger).max().unwrap_or_default();
-    let files = match write_files(&table, &todo, options, progress, &attempt, (first, last)).await {
-        Ok(f) => f,
-        Err((e, written)) => {
-            delete_files(&table, &written).await;
-            return Err(e);
-        }
-    };
+    let files =
+        match write::write_files(&table, &todo, options, progress, &attempt, (first, last)).await {
+            Ok(f) => f,
+            Err((e, written)) => {
+                delete_files(&table, &written).await;
+                return Err(e);
+            }
+        };
     crate::failpoint::hit("offload.before_commit");
 
     let fresh = lake
@@ -274,295 +259,10 @@ pub async fn write_and_commit(
     Ok((committed_table, outcome))
 }
 
-struct WrittenFiles {
-    data_files: Vec<DataFile>,
-    rows: u64,
-    bad_payloads: u64,
-}
-
 async fn delete_files(table: &Table, locations: &[String]) {
     for l in locations {
         if let Err(e) = table.file_io().delete(l).await {
             tracing::warn!(file = %l, error = %e, "could not delete an uncommitted data file; orphan cleanup will");
         }
     }
-}
-
-/// Writes the rows of `slices`; on failure returns the error and the files already written.
-async fn write_files(
-    table: &Table,
-    slices: &[LedgerSlice],
-    options: &WriteOptions,
-    progress: &Arc<Progress>,
-    attempt: &str,
-    (first, last): (LedgerId, LedgerId),
-) -> Result<WrittenFiles, (LakeError, Vec<String>)> {
-    let fail = |e: LakeError| (e, Vec::new());
-    let metadata = table.metadata();
-    let iceberg_schema = metadata.current_schema().clone();
-    let arrow_schema: SchemaRef = Arc::new(
-        iceberg::arrow::schema_to_arrow_schema(&iceberg_schema)
-            .map_err(LakeError::iceberg("table schema to Arrow"))
-            .map_err(fail)?,
-    );
-    let spec = metadata.default_partition_spec().as_ref().clone();
-    let location = DefaultLocationGenerator::new(metadata)
-        .map_err(LakeError::iceberg("location generator"))
-        .map_err(fail)?;
-    let names = DefaultFileNameGenerator::new(
-        format!("{first}-{last}-{attempt}"),
-        None,
-        DataFileFormat::Parquet,
-    );
-    let parquet =
-        ParquetWriterBuilder::new(parquet_properties(&arrow_schema), iceberg_schema.clone());
-    let rolling = RollingFileWriterBuilder::new(
-        parquet,
-        options.target_file_size as usize,
-        table.file_io().clone(),
-        location,
-        names,
-    );
-    let builder = DataFileWriterBuilder::new(rolling);
-    let partitioned = !spec.fields().is_empty();
-
-    // Feeder: reads the log and builds record batches on blocking threads, one batch ahead of
-    // the Parquet encoder below (two cores busy when there is work).
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<BatchResult>(2);
-    let feeder = {
-        let slices = slices.to_vec();
-        let schema = arrow_schema.clone();
-        let options = options.clone();
-        let progress = progress.clone();
-        async move {
-            let result = feed(slices, schema, &options, &progress, &tx).await;
-            if let Err(e) = result {
-                let _ = tx.send(Err(e)).await;
-            }
-        }
-    };
-    let feeder = tokio::spawn(feeder);
-
-    let mut writers: BTreeMap<i32, DataWriter> = BTreeMap::new();
-    let mut rows = 0u64;
-    let mut bad_payloads = 0u64;
-    let mut failure = None;
-    while let Some(item) = rx.recv().await {
-        let (batch, publish_us, bad) = match item {
-            Ok(b) => b,
-            Err(e) => {
-                failure = Some(e);
-                break;
-            }
-        };
-        rows += batch.num_rows() as u64;
-        bad_payloads += bad as u64;
-        let parts = if partitioned {
-            split_by_partition(&batch, &publish_us, options.partitioning)
-        } else {
-            Ok(vec![(0, batch)])
-        };
-        let parts = match parts {
-            Ok(p) => p,
-            Err(e) => {
-                failure = Some(e);
-                break;
-            }
-        };
-        for (value, part) in parts {
-            let writer = match writers.entry(value) {
-                std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
-                std::collections::btree_map::Entry::Vacant(v) => {
-                    let key = partitioned.then(|| {
-                        let literal = match options.partitioning {
-                            LakePartitioning::Day => Literal::date(value),
-                            LakePartitioning::Hour => Literal::int(value),
-                        };
-                        PartitionKey::new(
-                            spec.clone(),
-                            iceberg_schema.clone(),
-                            Struct::from_iter([Some(literal)]),
-                        )
-                    });
-                    match builder.build(key).await {
-                        Ok(w) => v.insert(w),
-                        Err(e) => {
-                            failure = Some(LakeError::iceberg("opening a data file writer")(e));
-                            break;
-                        }
-                    }
-                }
-            };
-            if let Err(e) = writer.write(part).await {
-                failure = Some(LakeError::iceberg("writing Parquet")(e));
-                break;
-            }
-        }
-        if failure.is_some() {
-            break;
-        }
-    }
-    drop(rx);
-    let _ = feeder.await;
-    let mut data_files = Vec::new();
-    for (_, mut w) in writers {
-        match w.close().await {
-            Ok(files) => data_files.extend(files),
-            Err(e) => {
-                failure.get_or_insert(LakeError::iceberg("closing a data file")(e));
-            }
-        }
-    }
-    match failure {
-        None => Ok(WrittenFiles {
-            data_files,
-            rows,
-            bad_payloads,
-        }),
-        Some(e) => {
-            let written = data_files
-                .iter()
-                .map(|f| f.file_path().to_string())
-                .collect();
-            Err((e, written))
-        }
-    }
-}
-
-/// A finished batch: rows, each row's publish time (µs), rows with a decode error.
-type RowBatch = (RecordBatch, Vec<i64>, usize);
-/// What the feeder hands to the encoder.
-type BatchResult = Result<RowBatch, LakeError>;
-
-/// Payload bytes that end an Arrow batch early (bounds memory with large messages).
-const MAX_BATCH_PAYLOAD: usize = 32 << 20;
-
-/// Entries read from the log per call.
-const READ_CHUNK_ENTRIES: u64 = 4096;
-
-async fn feed(
-    slices: Vec<LedgerSlice>,
-    schema: SchemaRef,
-    options: &WriteOptions,
-    progress: &Progress,
-    tx: &tokio::sync::mpsc::Sender<BatchResult>,
-) -> Result<(), LakeError> {
-    let mut builder: Option<RowBuilder> = None;
-    let mut builder_partition = i32::MIN;
-    for s in slices {
-        let mut next = 0u64;
-        while next < s.entry_count {
-            let last = (next + READ_CHUNK_ENTRIES).min(s.entry_count) - 1;
-            let entries = s
-                .log
-                .read_entries(s.ledger, next, last)
-                .await
-                .map_err(|source| LakeError::Read {
-                    ledger: s.ledger,
-                    source,
-                })?;
-            if entries.is_empty() {
-                return Err(LakeError::Table {
-                    table: s.log.name().to_string(),
-                    reason: format!("ledger {} ends before entry {next}", s.ledger),
-                });
-            }
-            next += entries.len() as u64;
-            count(progress, &entries);
-            // A new partition needs a builder of its own (the partition column is per builder).
-            let mut b = match builder.take() {
-                Some(b) if builder_partition == s.partition => b,
-                other => {
-                    if let Some(mut old) = other {
-                        if old.rows() > 0 {
-                            send(tx, tokio::task::spawn_blocking(move || old.finish()).await)
-                                .await?;
-                        }
-                    }
-                    builder_partition = s.partition;
-                    let typed = options
-                        .payload_codec
-                        .clone()
-                        .and_then(|c| TypedColumns::new(&schema, c));
-                    RowBuilder::new(schema.clone(), s.partition, typed)
-                }
-            };
-            let batch_rows = options.batch_rows;
-            let (b2, finished) = tokio::task::spawn_blocking(move || {
-                let mut finished = Vec::new();
-                for e in &entries {
-                    b.push_entry(e);
-                    if b.rows() >= batch_rows || b.payload_bytes() >= MAX_BATCH_PAYLOAD {
-                        finished.push(b.finish());
-                    }
-                }
-                (b, finished)
-            })
-            .await
-            .map_err(|_| LakeError::Stopped)?;
-            for f in finished {
-                tx.send(f.map_err(LakeError::from))
-                    .await
-                    .map_err(|_| LakeError::Stopped)?;
-            }
-            builder = Some(b2);
-        }
-    }
-    if let Some(mut b) = builder {
-        if b.rows() > 0 {
-            send(tx, tokio::task::spawn_blocking(move || b.finish()).await).await?;
-        }
-    }
-    Ok(())
-}
-
-async fn send(
-    tx: &tokio::sync::mpsc::Sender<BatchResult>,
-    joined: Result<Result<RowBatch, super::rows::RowsError>, tokio::task::JoinError>,
-) -> Result<(), LakeError> {
-    let item = joined
-        .map_err(|_| LakeError::Stopped)?
-        .map_err(LakeError::from);
-    tx.send(item).await.map_err(|_| LakeError::Stopped)
-}
-
-/// Splits a batch into runs of one partition value each (rows keep their order).
-fn split_by_partition(
-    batch: &RecordBatch,
-    publish_us: &[i64],
-    granularity: LakePartitioning,
-) -> Result<Vec<(i32, RecordBatch)>, LakeError> {
-    let values: Vec<i32> = publish_us
-        .iter()
-        .map(|t| schema::partition_value(*t, granularity))
-        .collect();
-    let Some(&first) = values.first() else {
-        return Ok(Vec::new());
-    };
-    if values.iter().all(|v| *v == first) {
-        return Ok(vec![(first, batch.clone())]);
-    }
-    let mut distinct: Vec<i32> = values.clone();
-    distinct.sort_unstable();
-    distinct.dedup();
-    distinct
-        .into_iter()
-        .map(|v| {
-            let mask: BooleanArray = values.iter().map(|x| Some(*x == v)).collect();
-            arrow::compute::filter_record_batch(batch, &mask)
-                .map(|b| (v, b))
-                .map_err(|e| LakeError::Rows(e.into()))
-        })
-        .collect()
-}
-
-/// Counts entries read, for progress reporting.
-fn count(progress: &Progress, entries: &[Entry]) {
-    progress
-        .entries
-        .fetch_add(entries.len() as u64, Ordering::Relaxed);
-    progress.bytes.fetch_add(
-        entries.iter().map(|e| e.payload.len() as u64).sum(),
-        Ordering::Relaxed,
-    );
 }

@@ -32,6 +32,7 @@ pub mod orphans;
 pub mod rows;
 pub mod schema;
 pub mod typed;
+mod write;
 
 /// Errors of lake operations, with the operation that failed.
 #[derive(Debug, thiserror::Error)]

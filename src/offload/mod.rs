@@ -16,7 +16,7 @@
 //!   runtime, never on the broker's workers.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -108,8 +108,11 @@ struct TableStatus {
 struct TableSlot {
     /// Invariant: held by the one pass writing this table.
     writer: Arc<tokio::sync::Mutex<()>>,
-    /// A manual "offload everything now" request is pending.
-    manual: AtomicBool,
+    /// Manual "offload everything now" requests: (last ticket issued, last ticket taken by a
+    /// pass). Invariant: taken ≤ issued; a request is pending while issued > taken.
+    manual: Mutex<(u64, u64)>,
+    /// Last ticket whose pass has finished (successfully or not).
+    completed: AtomicU64,
     /// Completed passes (for callers waiting on a request).
     runs: AtomicU64,
     status: Mutex<TableStatus>,
@@ -206,18 +209,21 @@ impl OffloadEngine {
     }
 
     /// Asks for everything written to `topic` so far to be offloaded (the open ledger is sealed
-    /// first). Returns the number of passes completed before the request; the request is done
-    /// once [`OffloadStatus::runs`] exceeds it and no request is pending.
+    /// first). Returns the request's ticket; it is done once
+    /// [`OffloadStatus::completed_request`] reaches it (see `status` for the outcome).
     pub async fn request(&self, topic: &TopicName) -> Result<u64, OffloadError> {
         let base = topic.base();
         if self.partition_logs(&base).await?.is_empty() {
             return Err(OffloadError::TopicNotFound(base.to_string()));
         }
         let slot = self.inner.slot(&base.to_string());
-        let runs = slot.runs.load(Ordering::Acquire);
-        slot.manual.store(true, Ordering::Release);
+        let ticket = {
+            let mut m = lock(&slot.manual);
+            m.0 += 1;
+            m.0
+        };
         self.inner.wake.notify_one();
-        Ok(runs)
+        Ok(ticket)
     }
 
     /// The topic's partitions (or itself) that exist in the log, with their indexes.
@@ -280,7 +286,11 @@ impl OffloadEngine {
             offload_lag_bytes: lag_bytes,
             offload_lag_seconds: oldest_ms.map_or(0.0, |t| (now - t).max(0) as f64 / 1000.0),
             runs: slot.runs.load(Ordering::Acquire),
-            request_pending: slot.manual.load(Ordering::Acquire),
+            request_pending: {
+                let m = lock(&slot.manual);
+                m.0 > slot.completed.load(Ordering::Acquire)
+            },
+            completed_request: slot.completed.load(Ordering::Acquire),
             progress_entries: slot.progress.entries.load(Ordering::Relaxed),
             progress_bytes: slot.progress.bytes.load(Ordering::Relaxed),
             committed_ledgers: st.committed_ledgers,
@@ -345,7 +355,9 @@ pub struct OffloadStatus {
     pub offload_lag_seconds: f64,
     /// Passes completed.
     pub runs: u64,
-    /// A manual request waits for the next pass.
+    /// Highest manual-request ticket whose pass has finished.
+    pub completed_request: u64,
+    /// A manual request has not finished yet.
     pub request_pending: bool,
     /// Entries read by the current (or last) pass.
     pub progress_entries: u64,
@@ -400,7 +412,8 @@ impl Inner {
             .or_insert_with(|| {
                 Arc::new(TableSlot {
                     writer: Arc::new(tokio::sync::Mutex::new(())),
-                    manual: AtomicBool::new(false),
+                    manual: Mutex::new((0, 0)),
+                    completed: AtomicU64::new(0),
                     runs: AtomicU64::new(0),
                     status: Mutex::new(TableStatus::default()),
                     progress: Arc::new(Progress::default()),
@@ -462,11 +475,21 @@ impl Inner {
                 let inner = self.clone();
                 self.tasks.spawn(async move {
                     let _writer = guard;
-                    if let Err(e) = inner.pass(&base, partitions, &slot).await {
+                    // Take the pending manual request (if any) now: this pass serves it.
+                    let ticket = {
+                        let mut m = lock(&slot.manual);
+                        let taken = (m.0 > m.1).then_some(m.0);
+                        m.1 = m.0;
+                        taken
+                    };
+                    if let Err(e) = inner.pass(&base, partitions, &slot, ticket.is_some()).await {
                         tracing::warn!(topic = %base, error = %e, "offload pass failed");
                         let mut st = lock(&slot.status);
                         st.state = OffloadState::Error;
                         st.last_error = Some(e.to_string());
+                    }
+                    if let Some(t) = ticket {
+                        slot.completed.fetch_max(t, Ordering::AcqRel);
                     }
                     slot.runs.fetch_add(1, Ordering::AcqRel);
                 });
@@ -480,6 +503,7 @@ impl Inner {
         base: &TopicName,
         mut partitions: Vec<(i32, String)>,
         slot: &TableSlot,
+        manual: bool,
     ) -> Result<(), OffloadError> {
         partitions.sort();
         let mut logs = Vec::with_capacity(partitions.len());
@@ -487,7 +511,6 @@ impl Inner {
             logs.push((index, self.log.topic(&name).await?));
         }
         // Cheap check first: nothing sealed or offloaded anywhere, and no request → no I/O.
-        let manual = slot.manual.load(Ordering::Acquire);
         let busy = logs.iter().any(|(_, l)| {
             l.ledgers()
                 .iter()
@@ -501,7 +524,6 @@ impl Inner {
             .acquire()
             .await
             .map_err(|_| OffloadError::Stopped)?;
-        let manual = slot.manual.swap(false, Ordering::AcqRel);
         if manual {
             for (_, log) in &logs {
                 log.seal_current().await?;
@@ -552,7 +574,11 @@ impl Inner {
         }
         self.delete_expired(&logs, &policies).await?;
         self.sweep_orphans(base, slot, table).await;
-        if more || slot.manual.load(Ordering::Acquire) {
+        let pending = {
+            let m = lock(&slot.manual);
+            m.0 > m.1
+        };
+        if more || pending {
             self.wake.notify_one();
         }
         Ok(())

@@ -77,6 +77,8 @@ pub struct OffloadBenchReport {
     pub parquet_rs_ratio: f64,
     /// Pipeline throughput / parquet-rs throughput.
     pub pipeline_vs_parquet_rs: f64,
+    /// Reading the sealed entries and building the Arrow batches alone (one thread): MB/s.
+    pub decode_mb_per_s: f64,
 }
 
 const WORDS: &[&str] = &[
@@ -291,7 +293,9 @@ pub async fn run(
     let pipeline = started.elapsed().as_secs_f64();
 
     // 3. The same rows as Arrow batches, then plain parquet-rs to memory.
+    let decode_started = Instant::now();
     let batches = build_batches(&slices, arrow_schema.clone(), options.batch_rows).await?;
+    let decode_secs = decode_started.elapsed().as_secs_f64();
     let props = commit::parquet_properties(&arrow_schema);
     let encode_schema = arrow_schema.clone();
     let to_encode = batches.clone();
@@ -326,6 +330,7 @@ pub async fn run(
         parquet_rs_mb_per_s: parquet_mb,
         parquet_rs_ratio: parquet_bytes as f64 / raw as f64,
         pipeline_vs_parquet_rs: pipeline_mb / parquet_mb,
+        decode_mb_per_s: mb_per_s(raw, decode_secs),
     })
 }
 

@@ -293,8 +293,9 @@ pub async fn produce(
 pub struct ConsumeOptions {
     /// `host:port` of the Pulsar listener.
     pub addr: String,
-    /// Topic.
-    pub topic: String,
+    /// Topics (the partitions of a partitioned topic, or plain topics); each gets `consumers`
+    /// consumers.
+    pub topics: Vec<String>,
     /// Subscription name.
     pub subscription: String,
     /// Consumers (Shared when more than one).
@@ -330,11 +331,15 @@ pub async fn consume(
         SubType::Exclusive
     };
     let mut tasks = Vec::new();
-    for i in 0..opts.consumers {
+    let pairs = opts
+        .topics
+        .iter()
+        .flat_map(|t| (0..opts.consumers).map(move |_| t.clone()));
+    for (i, topic) in pairs.enumerate() {
         let (mut rd, mut wr) = connect(&opts.addr).await?;
         let consumer_id = i as u64;
         wr.send(client::subscribe(
-            &opts.topic,
+            &topic,
             &opts.subscription,
             sub_type,
             consumer_id,

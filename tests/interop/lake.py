@@ -31,11 +31,11 @@ def offload_and_wait(svc, topic, timeout=180):
     url = f"{svc.http}/admin/v2/{topic_path(topic)}/offload"
     status, body = http("PUT", url)
     assert status == 200, body
-    after = body["requestedAfterRun"]
+    ticket = body["request"]
     deadline = time.time() + timeout
     while time.time() < deadline:
         _, s = http("GET", url)
-        if s["runs"] > after and not s["requestPending"]:
+        if s["completedRequest"] >= ticket:
             return s
         time.sleep(0.1)
     raise AssertionError(f"offload of {topic} did not finish: {s}")

@@ -63,11 +63,11 @@ async fn offload_and_wait(
 ) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
     let (status, body) = http("PUT", addr, &format!("{path}/offload"), "").await?;
     assert_eq!(status, 200, "{body}");
-    let after = body["requestedAfterRun"].as_u64().ok_or("no run counter")?;
+    let ticket = body["request"].as_u64().ok_or("no request ticket")?;
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let (_, s) = http("GET", addr, &format!("{path}/offload"), "").await?;
-        if s["runs"].as_u64().unwrap_or(0) > after && s["requestPending"] == false {
+        if s["completedRequest"].as_u64().unwrap_or(0) >= ticket {
             return Ok(s);
         }
         if Instant::now() > deadline {

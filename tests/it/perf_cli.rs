@@ -111,6 +111,49 @@ fn perf_produce_and_consume_against_a_running_service() -> TestResult {
     let consumed: serde_json::Value = serde_json::from_slice(&out.stdout)?;
     assert_eq!(consumed["messages"].as_u64(), Some(sent), "{consumed}");
 
+    // A partitioned topic: created through the admin API, produced to and consumed from every
+    // partition.
+    let topic = "persistent://public/default/perf-parts";
+    let admin = format!("http://{http}");
+    let run = |args: &[&str]| -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+        let out = Command::new(ledgerlake_bin())
+            .args(["perf"])
+            .args(args)
+            .args([
+                "--service-url",
+                &url,
+                "--topic",
+                topic,
+                "--partitions",
+                "3",
+                "--json",
+            ])
+            .output()?;
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned().into());
+        }
+        Ok(serde_json::from_slice(&out.stdout)?)
+    };
+    let produced = run(&[
+        "produce",
+        "--admin-url",
+        &admin,
+        "--duration",
+        "1s",
+        "--rate",
+        "3000",
+        "--batch-max-messages",
+        "10",
+    ])?;
+    let sent = produced["messages"].as_u64().ok_or("messages")?;
+    let (status, body) = http_get(
+        http,
+        "/admin/v2/persistent/public/default/perf-parts/partitions",
+    )?;
+    assert_eq!((status, body.as_str()), (200, r#"{"partitions":3}"#));
+    let consumed = run(&["consume", "--duration", "2s"])?;
+    assert_eq!(consumed["messages"].as_u64(), Some(sent), "{consumed}");
+
     signal(&service.0, rustix::process::Signal::TERM)?;
     assert!(
         wait_exit(&mut service.0, std::time::Duration::from_secs(30))?.is_some_and(|s| s.success())
