@@ -130,8 +130,8 @@ pub fn attempt_id() -> String {
     format!("{:016x}", rand::random::<u64>())
 }
 
-/// Writer properties of lake data files: ZSTD, statistics per column chunk, page statistics on
-/// the id and time columns.
+/// Writer properties of lake data files: ZSTD, statistics per column chunk (page statistics on
+/// the id and time columns; none on the opaque byte columns, which skip dictionaries too).
 pub fn parquet_properties(schema: &SchemaRef) -> WriterProperties {
     let mut b = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
@@ -141,6 +141,21 @@ pub fn parquet_properties(schema: &SchemaRef) -> WriterProperties {
     for col in ["ledger_id", "entry_id", "batch_index", "publish_time"] {
         if schema.field_with_name(col).is_ok() {
             b = b.set_column_statistics_enabled(col.into(), EnabledStatistics::Page);
+        }
+    }
+    // Opaque, mostly unique bytes: no dictionary (it would be abandoned after its first
+    // megabyte anyway) and no min/max (nobody prunes by payload; full values would bloat the
+    // footer).
+    for col in [
+        "payload",
+        "entry_metadata",
+        "message_metadata",
+        "ordering_key",
+    ] {
+        if schema.field_with_name(col).is_ok() {
+            b = b
+                .set_column_dictionary_enabled(col.into(), false)
+                .set_column_statistics_enabled(col.into(), EnabledStatistics::None);
         }
     }
     b.build()
