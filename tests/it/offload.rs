@@ -300,6 +300,18 @@ fn namespace_policies_drive_automatic_offload_and_local_deletion() -> TestResult
                 .0,
             204
         );
+        assert_eq!(
+            http("PUT", addr, &format!("{ns}/lakePartitioning"), "\"hour\"")
+                .await?
+                .0,
+            204
+        );
+        assert_eq!(
+            http("GET", addr, &format!("{ns}/lakePartitioning"), "")
+                .await?
+                .1,
+            "hour"
+        );
         let log = service
             .log
             .topic("persistent://public/default/auto")
@@ -348,6 +360,24 @@ fn namespace_policies_drive_automatic_offload_and_local_deletion() -> TestResult
         }
         let topic: TopicName = "auto".parse()?;
         assert_eq!(scan(&service, &topic).await?.len(), 10);
+        // The namespace asked for hourly partitions when the table was created.
+        let engine = service.offload.clone().ok_or("lake disabled")?;
+        let lake = engine.lake().clone();
+        let ident = naming::table_ident(&topic);
+        let transforms = engine
+            .run_on_lake(async move {
+                let t = lake.load_table(&ident).await.ok().flatten();
+                t.map(|t| {
+                    let spec = t.metadata().default_partition_spec().clone();
+                    spec.fields()
+                        .iter()
+                        .map(|f| f.transform.to_string())
+                        .collect::<Vec<_>>()
+                })
+            })
+            .await?
+            .ok_or("no table")?;
+        assert_eq!(transforms, vec!["hour".to_string()]);
         assert_eq!(
             http("DELETE", addr, &format!("{ns}/offloadDeletionLagMs"), "")
                 .await?
