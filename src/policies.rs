@@ -50,10 +50,10 @@ pub enum PoliciesError {
     #[error(transparent)]
     Metadata(#[from] MetadataError),
     /// The stored blob is not understood.
-    #[error("namespace {namespace}: stored policies are invalid: {reason}")]
+    #[error("{owner}: stored policies are invalid: {reason}")]
     Corrupt {
-        /// Namespace (`tenant/namespace`).
-        namespace: String,
+        /// Namespace (`tenant/namespace`) or topic the policies belong to.
+        owner: String,
         /// Why.
         reason: String,
     },
@@ -162,11 +162,10 @@ impl PolicyStore {
         {
             return Ok(p.clone());
         }
-        let namespace = owner;
         let policies = match self.meta.get_policies(key).await? {
             Some(blob) => {
                 NamespacePolicies::decode(&blob).map_err(|reason| PoliciesError::Corrupt {
-                    namespace: namespace.to_string(),
+                    owner: owner.to_string(),
                     reason,
                 })?
             }

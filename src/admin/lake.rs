@@ -12,8 +12,7 @@ use axum::{Json, Router};
 use serde_json::json;
 
 use super::error::AdminError;
-use super::AdminState;
-use crate::broker::topic_name::TopicName;
+use super::{topic_path, AdminState};
 use crate::offload::OffloadEngine;
 
 pub(super) fn routes() -> Router<AdminState> {
@@ -28,10 +27,6 @@ pub(super) fn routes() -> Router<AdminState> {
         )
 }
 
-fn topic(tenant: &str, namespace: &str, topic: &str) -> Result<TopicName, AdminError> {
-    Ok(format!("persistent://{tenant}/{namespace}/{topic}").parse()?)
-}
-
 fn engine(state: &AdminState) -> Result<OffloadEngine, AdminError> {
     state.services()?.offload.clone().ok_or_else(|| {
         AdminError::Disabled("the lake is disabled in this service (lake.enabled = false)".into())
@@ -42,7 +37,7 @@ async fn trigger(
     State(state): State<AdminState>,
     Path((tenant, namespace, name)): Path<(String, String, String)>,
 ) -> Result<Json<serde_json::Value>, AdminError> {
-    let t = topic(&tenant, &namespace, &name)?;
+    let t = topic_path(&tenant, &namespace, &name)?;
     let ticket = engine(&state)?.request(&t).await?;
     Ok(Json(json!({ "request": ticket })))
 }
@@ -51,7 +46,7 @@ async fn status(
     State(state): State<AdminState>,
     Path((tenant, namespace, name)): Path<(String, String, String)>,
 ) -> Result<Json<crate::offload::OffloadStatus>, AdminError> {
-    let t = topic(&tenant, &namespace, &name)?;
+    let t = topic_path(&tenant, &namespace, &name)?;
     Ok(Json(engine(&state)?.status(&t).await?))
 }
 
@@ -59,25 +54,16 @@ async fn stats(
     State(state): State<AdminState>,
     Path((tenant, namespace, name)): Path<(String, String, String)>,
 ) -> Result<Json<serde_json::Value>, AdminError> {
-    let t = topic(&tenant, &namespace, &name)?;
+    let t = topic_path(&tenant, &namespace, &name)?;
     let services = state.services()?;
-    let base = t.base();
     let mut ledgers = Vec::new();
     let mut storage = 0u64;
     let mut entries = 0u64;
-    for rec in services.log.metadata().list_topics().await? {
-        let Ok(n) = rec.name.parse::<TopicName>() else {
-            continue;
-        };
-        let wanted = if t.partition().is_some() {
-            n == t
-        } else {
-            n.base() == base
-        };
-        if !wanted {
+    let wanted_partition = t.partition().map(|p| p as i32);
+    for (partition, log) in crate::offload::partition_logs(&services.log, &t.base()).await? {
+        if wanted_partition.is_some_and(|w| w != partition) {
             continue;
         }
-        let log = services.log.topic(&rec.name).await?;
         for l in log.ledgers() {
             if matches!(
                 l.state,
@@ -88,7 +74,7 @@ async fn stats(
                 storage += l.size_bytes;
             }
             entries += l.entry_count;
-            ledgers.push(json!({ "topic": rec.name, "ledger": l }));
+            ledgers.push(json!({ "topic": log.name(), "ledger": l }));
         }
     }
     if ledgers.is_empty() && !services.log.topic_exists(&t.to_string()).await? {

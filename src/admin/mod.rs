@@ -68,6 +68,27 @@ pub struct Services {
     pub broker: Arc<crate::broker::Broker>,
 }
 
+/// The topic named by an admin path `/{tenant}/{namespace}/{topic}` (persistent domain).
+pub(crate) fn topic_path(
+    tenant: &str,
+    namespace: &str,
+    topic: &str,
+) -> Result<crate::broker::topic_name::TopicName, error::AdminError> {
+    Ok(format!("persistent://{tenant}/{namespace}/{topic}").parse()?)
+}
+
+/// The namespace `tenant/namespace` named by an admin path, checked with the topic-name rules.
+pub(crate) fn namespace_path(tenant: &str, namespace: &str) -> Result<String, error::AdminError> {
+    use crate::broker::topic_name::valid_part;
+    if valid_part(tenant) && valid_part(namespace) {
+        Ok(format!("{tenant}/{namespace}"))
+    } else {
+        Err(error::AdminError::BadRequest(format!(
+            "invalid namespace name '{tenant}/{namespace}'"
+        )))
+    }
+}
+
 impl AdminState {
     /// The running services, or 503 while recovering.
     pub fn services(&self) -> Result<&Services, error::AdminError> {

@@ -20,7 +20,7 @@ use axum::{Json, Router};
 use serde_json::json;
 
 use super::error::AdminError;
-use super::AdminState;
+use super::{namespace_path, topic_path, AdminState};
 use crate::config::LakePartitioning;
 use crate::policies::NamespacePolicies;
 
@@ -62,16 +62,14 @@ fn boolean(body: &str) -> Result<bool, AdminError> {
 }
 
 fn base_topic(tenant: &str, ns: &str, topic: &str) -> Result<String, AdminError> {
-    let name: crate::broker::topic_name::TopicName =
-        format!("persistent://{tenant}/{ns}/{topic}").parse()?;
-    Ok(name.base().to_string())
+    Ok(topic_path(tenant, ns, topic)?.base().to_string())
 }
 
 async fn get_dedup(
     State(s): State<AdminState>,
     Path((t, n)): Path<(String, String)>,
 ) -> Result<Json<serde_json::Value>, AdminError> {
-    let ns = namespace(&t, &n)?;
+    let ns = namespace_path(&t, &n)?;
     let services = s.services()?;
     let set = services
         .policies
@@ -113,7 +111,7 @@ async fn get_topic_dedup(
     Path((t, n, topic)): Path<(String, String, String)>,
 ) -> Result<Json<serde_json::Value>, AdminError> {
     let base = base_topic(&t, &n, &topic)?;
-    let ns = namespace(&t, &n)?;
+    let ns = namespace_path(&t, &n)?;
     let services = s.services()?;
     let v = services
         .policies
@@ -155,21 +153,6 @@ async fn delete_topic_dedup(
     set_topic_dedup_value(&s, &t, &n, &topic, None).await
 }
 
-fn namespace(tenant: &str, namespace: &str) -> Result<String, AdminError> {
-    let ok = |s: &str| {
-        !s.is_empty()
-            && s.chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '=' | ':' | '.'))
-    };
-    if ok(tenant) && ok(namespace) {
-        Ok(format!("{tenant}/{namespace}"))
-    } else {
-        Err(AdminError::BadRequest(format!(
-            "invalid namespace name '{tenant}/{namespace}'"
-        )))
-    }
-}
-
 fn number(body: &str) -> Result<i64, AdminError> {
     body.trim()
         .parse::<i64>()
@@ -182,7 +165,7 @@ async fn update(
     ns: &str,
     change: impl FnOnce(&mut NamespacePolicies),
 ) -> Result<StatusCode, AdminError> {
-    let ns = namespace(tenant, ns)?;
+    let ns = namespace_path(tenant, ns)?;
     state.services()?.policies.update(&ns, change).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -192,7 +175,7 @@ async fn effective(
     tenant: &str,
     ns: &str,
 ) -> Result<crate::policies::EffectivePolicies, AdminError> {
-    let ns = namespace(tenant, ns)?;
+    let ns = namespace_path(tenant, ns)?;
     Ok(state.services()?.policies.effective(&ns).await?)
 }
 

@@ -8,7 +8,7 @@ use axum::{Json, Router};
 use serde_json::json;
 
 use super::error::AdminError;
-use super::AdminState;
+use super::{topic_path, AdminState};
 use crate::broker::topic_name::TopicName;
 use crate::ledger::MetadataStore;
 
@@ -24,7 +24,7 @@ fn meta(state: &AdminState) -> Result<std::sync::Arc<dyn MetadataStore>, AdminEr
 }
 
 fn topic_name(tenant: &str, namespace: &str, topic: &str) -> Result<TopicName, AdminError> {
-    let name: TopicName = format!("persistent://{tenant}/{namespace}/{topic}").parse()?;
+    let name = topic_path(tenant, namespace, topic)?;
     if name.partition().is_some() {
         return Err(AdminError::BadRequest(format!(
             "{name} names a partition, not a topic"

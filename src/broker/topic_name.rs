@@ -30,7 +30,8 @@ pub struct TopicNameError {
 
 const PARTITION_SUFFIX: &str = "-partition-";
 
-fn valid_part(s: &str) -> bool {
+/// Whether `s` is a valid tenant, namespace or local-name part.
+pub(crate) fn valid_part(s: &str) -> bool {
     !s.is_empty()
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '=' | ':' | '.'))

@@ -155,6 +155,26 @@ fn partition_index(name: &TopicName) -> i32 {
     name.partition().map_or(-1, |p| p as i32)
 }
 
+/// The logs of `base` (a topic, or every existing partition of a partitioned topic) with their
+/// partition indexes (-1: not partitioned), by index. The one table of a topic holds these.
+pub async fn partition_logs(
+    log: &Log,
+    base: &TopicName,
+) -> Result<Vec<(i32, TopicLog)>, MetadataError> {
+    let base_name = base.to_string();
+    let mut out = Vec::new();
+    for t in log.metadata().list_topics().await? {
+        let Ok(name) = t.name.parse::<TopicName>() else {
+            continue;
+        };
+        if name.base().to_string() == base_name {
+            out.push((partition_index(&name), log.topic(&t.name).await?));
+        }
+    }
+    out.sort_by_key(|(p, _)| *p);
+    Ok(out)
+}
+
 impl OffloadEngine {
     /// Starts the engine's scheduler on `runtime` (the lake runtime).
     pub fn start(
@@ -424,18 +444,7 @@ impl Inner {
     }
 
     async fn partition_logs(&self, base: &TopicName) -> Result<Vec<(i32, TopicLog)>, OffloadError> {
-        let base_name = base.to_string();
-        let mut out = Vec::new();
-        for t in self.log.metadata().list_topics().await? {
-            let Ok(name) = t.name.parse::<TopicName>() else {
-                continue;
-            };
-            if name.base().to_string() == base_name {
-                out.push((partition_index(&name), self.log.topic(&t.name).await?));
-            }
-        }
-        out.sort_by_key(|(p, _)| *p);
-        Ok(out)
+        Ok(partition_logs(&self.log, base).await?)
     }
 
     async fn run(self: Arc<Self>) {

@@ -14,9 +14,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arrow::array::RecordBatch;
-use bytes::{BufMut, BytesMut};
 use parquet::arrow::ArrowWriter;
-use prost::Message;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -28,7 +26,7 @@ use crate::lake::rows::RowBuilder;
 use crate::lake::{Lake, LakeError};
 use crate::ledger::metadata::memory::MemoryMetadataStore;
 use crate::ledger::{LedgerState, Log};
-use crate::protocol::frame::build_entry;
+use crate::protocol::entry::build_batch_entry;
 use crate::protocol::proto::{MessageMetadata, SingleMessageMetadata};
 
 /// What to run.
@@ -181,33 +179,29 @@ pub fn json_message(rng: &mut StdRng, n: u64, size: usize) -> Vec<u8> {
     format!("{head}{note}\"}}").into_bytes()
 }
 
-/// Builds one Pulsar batch entry (stored form) of `payloads`.
+/// Builds one Pulsar batch entry (stored form) of `payloads`, keyed by customer.
 pub fn batch_entry(
     payloads: &[Vec<u8>],
     first_seq: u64,
     publish_ms: u64,
     keys: bool,
 ) -> bytes::Bytes {
-    let mut body = BytesMut::new();
-    for (i, p) in payloads.iter().enumerate() {
-        let single = SingleMessageMetadata {
-            payload_size: p.len() as i32,
-            partition_key: keys.then(|| format!("customer-{}", (first_seq + i as u64) % 997)),
-            sequence_id: Some(first_seq + i as u64),
-            ..Default::default()
-        };
-        body.put_u32(single.encoded_len() as u32);
-        let _ = single.encode(&mut body);
-        body.extend_from_slice(p);
-    }
     let meta = MessageMetadata {
         producer_name: "perf-offload".into(),
         sequence_id: first_seq,
         publish_time: publish_ms,
-        num_messages_in_batch: Some(payloads.len() as i32),
         ..Default::default()
     };
-    build_entry(&meta, &body)
+    let singles = payloads.iter().enumerate().map(|(i, p)| {
+        let seq = first_seq + i as u64;
+        let single = SingleMessageMetadata {
+            partition_key: keys.then(|| format!("customer-{}", seq % 997)),
+            sequence_id: Some(seq),
+            ..Default::default()
+        };
+        (single, p)
+    });
+    build_batch_entry(meta, singles)
 }
 
 fn mb_per_s(bytes: u64, secs: f64) -> f64 {

@@ -2,11 +2,11 @@
 //! that sends client commands and decodes broker frames, and builders for the commands a
 //! producer and a consumer need, including Pulsar batches.
 
-use bytes::{BufMut, Bytes, BytesMut};
-use prost::Message;
+use bytes::{Bytes, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
 
 use super::codec::FRAME_OVERHEAD;
+use super::entry::build_batch_entry;
 use super::frame::{
     build_entry, check, encode_command, encode_payload_command, parse, Frame, FrameError,
 };
@@ -165,20 +165,15 @@ pub fn send(
     let entry = if messages.len() == 1 {
         build_entry(&metadata, &messages[0])
     } else {
-        let mut payload = BytesMut::new();
-        for (i, m) in messages.iter().enumerate() {
+        metadata.highest_sequence_id = Some(sequence_id + messages.len() as u64 - 1);
+        let singles = messages.iter().enumerate().map(|(i, m)| {
             let single = proto::SingleMessageMetadata {
-                payload_size: m.len() as i32,
                 sequence_id: Some(sequence_id + i as u64),
                 ..Default::default()
             };
-            payload.put_u32(single.encoded_len() as u32);
-            let _ = single.encode(&mut payload);
-            payload.extend_from_slice(m);
-        }
-        metadata.num_messages_in_batch = Some(messages.len() as i32);
-        metadata.highest_sequence_id = Some(sequence_id + messages.len() as u64 - 1);
-        build_entry(&metadata, &payload)
+            (single, m)
+        });
+        build_batch_entry(metadata, singles)
     };
     let mut c = base(Type::Send);
     c.send = Some(proto::CommandSend {

@@ -13,7 +13,7 @@ use std::io::Read;
 use bytes::Bytes;
 use prost::Message;
 
-use super::frame::MAGIC_CRC32C;
+use super::frame::{build_entry, entry_metadata_range, FrameError};
 use super::proto::{CompressionType, MessageMetadata, SingleMessageMetadata};
 
 /// Most bytes a payload may decompress to (guards against decompression bombs).
@@ -81,26 +81,19 @@ fn be_u32(b: &[u8]) -> u32 {
 /// Unrolls a stored entry (the checksum is not re-verified: it was checked on SEND and the log
 /// checks its own record checksum on read).
 pub fn unroll_entry(entry: &Bytes) -> Result<UnrolledEntry, EntryError> {
-    let body = if entry.len() >= 6 && u16::from_be_bytes([entry[0], entry[1]]) == MAGIC_CRC32C {
-        entry.slice(6..)
-    } else {
-        entry.clone()
-    };
-    if body.len() < 4 {
-        return Err(EntryError::Malformed("entry without metadata size"));
-    }
-    let meta_size = be_u32(&body[..4]) as usize;
-    if 4 + meta_size > body.len() {
-        return Err(EntryError::Malformed("metadata size exceeds the entry"));
-    }
-    let metadata_raw = body.slice(4..4 + meta_size);
+    let range = entry_metadata_range(entry).map_err(|e| match e {
+        FrameError::Malformed(why) => EntryError::Malformed(why),
+        _ => EntryError::Malformed("entry framing"),
+    })?;
+    let payload_start = range.end;
+    let metadata_raw = entry.slice(range);
     let metadata =
         MessageMetadata::decode(metadata_raw.clone()).map_err(|source| EntryError::Protobuf {
             what: "message metadata",
             source,
         })?;
     let batch_size = metadata.num_messages_in_batch.map(|n| n.max(0) as u32);
-    let raw = body.slice(4 + meta_size..);
+    let raw = entry.slice(payload_start..);
     let opaque =
         !metadata.encryption_keys.is_empty() || metadata.num_chunks_from_msg.unwrap_or(0) > 1;
     if opaque {
@@ -134,6 +127,27 @@ pub fn unroll_entry(entry: &Bytes) -> Result<UnrolledEntry, EntryError> {
         opaque,
         messages,
     })
+}
+
+/// Builds the stored form of a batch entry: each message framed with its
+/// `SingleMessageMetadata` (whose `payload_size` is set here), `num_messages_in_batch` set on
+/// `metadata`. The inverse of [`unroll_entry`] for uncompressed batches.
+pub fn build_batch_entry(
+    mut metadata: MessageMetadata,
+    messages: impl IntoIterator<Item = (SingleMessageMetadata, impl AsRef<[u8]>)>,
+) -> Bytes {
+    let mut payload = bytes::BytesMut::new();
+    let mut count = 0i32;
+    for (mut single, bytes) in messages {
+        let bytes = bytes.as_ref();
+        single.payload_size = bytes.len() as i32;
+        bytes::BufMut::put_u32(&mut payload, single.encoded_len() as u32);
+        let _ = single.encode(&mut payload);
+        payload.extend_from_slice(bytes);
+        count += 1;
+    }
+    metadata.num_messages_in_batch = Some(count);
+    build_entry(&metadata, &payload)
 }
 
 fn unroll_batch(payload: &Bytes, n: u32) -> Result<Vec<UnrolledMessage>, EntryError> {

@@ -211,13 +211,15 @@ pub fn encode_payload_command(command: &BaseCommand, entry: &[u8], out: &mut Byt
     out.extend_from_slice(entry);
 }
 
-/// The metadata of a stored entry (`[0x0e01][crc][meta_size][metadata][payload]`).
-pub fn entry_metadata(entry: &[u8]) -> Result<MessageMetadata, FrameError> {
-    let body = if entry.len() >= 6 && u16::from_be_bytes([entry[0], entry[1]]) == MAGIC_CRC32C {
-        &entry[6..]
+/// Where the metadata of a stored entry (`[0x0e01][crc][meta_size][metadata][payload]`, the
+/// checksum block optional) lies: the byte range of the metadata; the payload follows it.
+pub fn entry_metadata_range(entry: &[u8]) -> Result<std::ops::Range<usize>, FrameError> {
+    let start = if entry.len() >= 6 && u16::from_be_bytes([entry[0], entry[1]]) == MAGIC_CRC32C {
+        6
     } else {
-        entry
+        0
     };
+    let body = &entry[start..];
     if body.len() < 4 {
         return Err(FrameError::Malformed("entry without metadata size"));
     }
@@ -225,7 +227,13 @@ pub fn entry_metadata(entry: &[u8]) -> Result<MessageMetadata, FrameError> {
     if 4 + meta_size > body.len() {
         return Err(FrameError::Malformed("metadata size exceeds the entry"));
     }
-    MessageMetadata::decode(&body[4..4 + meta_size]).map_err(|source| FrameError::Protobuf {
+    Ok(start + 4..start + 4 + meta_size)
+}
+
+/// The metadata of a stored entry.
+pub fn entry_metadata(entry: &[u8]) -> Result<MessageMetadata, FrameError> {
+    let range = entry_metadata_range(entry)?;
+    MessageMetadata::decode(&entry[range]).map_err(|source| FrameError::Protobuf {
         what: "message metadata",
         source,
     })

@@ -4,32 +4,38 @@ use std::process::Command;
 
 use crate::common::*;
 
+/// Runs `ledgerlake perf <args> --json` and returns its JSON report (stderr on failure).
+fn perf_json(args: &[&str]) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+    let out = Command::new(ledgerlake_bin())
+        .arg("perf")
+        .args(args)
+        .arg("--json")
+        .output()?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned().into());
+    }
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
 #[test]
 fn perf_log_reports_throughput_latency_and_baseline() -> TestResult {
     let dir = tempfile::tempdir()?;
-    let out = Command::new(ledgerlake_bin())
-        .args(["perf", "log", "--dir"])
-        .arg(dir.path())
-        .args([
-            "--writers",
-            "1,4",
-            "--size",
-            "100",
-            "--duration",
-            "1s",
-            "--warmup",
-            "200ms",
-            "--window",
-            "64",
-            "--json",
-        ])
-        .output()?;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let dir_arg = dir.path().to_string_lossy().into_owned();
+    let report = perf_json(&[
+        "log",
+        "--dir",
+        &dir_arg,
+        "--writers",
+        "1,4",
+        "--size",
+        "100",
+        "--duration",
+        "1s",
+        "--warmup",
+        "200ms",
+        "--window",
+        "64",
+    ])?;
     let runs = report["runs"].as_array().ok_or("no runs")?;
     assert_eq!(runs.len(), 2);
     for run in runs {
@@ -69,70 +75,31 @@ fn perf_produce_and_consume_against_a_running_service() -> TestResult {
         std::time::Duration::from_secs(60)
     ));
     let url = format!("pulsar://{pulsar}");
-    let out = Command::new(ledgerlake_bin())
-        .args([
-            "perf",
-            "produce",
-            "--service-url",
-            &url,
-            "--duration",
-            "1s",
-            "--rate",
-            "5000",
-        ])
-        .args(["--batch-max-messages", "10", "--json"])
-        .output()?;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let produced: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let produced = perf_json(&[
+        "produce",
+        "--service-url",
+        &url,
+        "--duration",
+        "1s",
+        "--rate",
+        "5000",
+        "--batch-max-messages",
+        "10",
+    ])?;
     let sent = produced["messages"].as_u64().ok_or("messages")?;
     assert!(sent >= 1000, "{produced}");
     assert!(produced["latency"]["count"].as_u64() > Some(0));
 
-    let out = Command::new(ledgerlake_bin())
-        .args([
-            "perf",
-            "consume",
-            "--service-url",
-            &url,
-            "--duration",
-            "2s",
-            "--json",
-        ])
-        .output()?;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let consumed: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let consumed = perf_json(&["consume", "--service-url", &url, "--duration", "2s"])?;
     assert_eq!(consumed["messages"].as_u64(), Some(sent), "{consumed}");
 
     // A partitioned topic: created through the admin API, produced to and consumed from every
     // partition.
     let topic = "persistent://public/default/perf-parts";
     let admin = format!("http://{http}");
-    let run = |args: &[&str]| -> Result<serde_json::Value, Box<dyn std::error::Error>> {
-        let out = Command::new(ledgerlake_bin())
-            .args(["perf"])
-            .args(args)
-            .args([
-                "--service-url",
-                &url,
-                "--topic",
-                topic,
-                "--partitions",
-                "3",
-                "--json",
-            ])
-            .output()?;
-        if !out.status.success() {
-            return Err(String::from_utf8_lossy(&out.stderr).into_owned().into());
-        }
-        Ok(serde_json::from_slice(&out.stdout)?)
+    let run = |args: &[&str]| {
+        let common = ["--service-url", &url, "--topic", topic, "--partitions", "3"];
+        perf_json(&[args, &common[..]].concat())
     };
     let produced = run(&[
         "produce",
