@@ -27,6 +27,8 @@
 //!   exactly-once commit protocol and orphan cleanup.
 //! - [`offload`]: the engine that moves sealed ledgers into the lake by namespace policy.
 //! - [`policies`]: namespace policies (stored, cached, with configured defaults).
+//! - [`replay`]: entries by position from the local log or the lake (consumers of offloaded
+//!   ranges), with read-ahead budgets and its own runtime.
 //! - [`failpoint`]: named crash points for tests (debug builds only).
 //! - [`cli`]: the `ledgerlake` command line.
 //! - [`perf`]: load generators behind `ledgerlake perf`.
@@ -36,7 +38,7 @@
 //!
 //! - [`broker`]: the Pulsar-protocol broker (topics, producers, subscriptions, cursors, schemas).
 //!
-//! Later modules (`replay/`, `sql/`) plug in as described in `ARCHITECTURE.md`.
+//! The later module `sql/` plugs in as described in `ARCHITECTURE.md`.
 //!
 //! # Errors
 //! Each module has its own `thiserror` enums (one per operation where callers act differently);
@@ -54,5 +56,6 @@ pub mod offload;
 pub mod perf;
 pub mod policies;
 pub mod protocol;
+pub mod replay;
 pub mod service;
 pub mod telemetry;

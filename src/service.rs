@@ -16,6 +16,7 @@ use crate::ledger::metadata::sqlite::SqliteMetadataStore;
 use crate::ledger::{Log, MetadataStore};
 use crate::offload::OffloadEngine;
 use crate::policies::PolicyStore;
+use crate::replay::Replay;
 
 /// Why the service failed to start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
@@ -79,6 +80,8 @@ pub struct Service {
     pub offload: Option<OffloadEngine>,
     /// Invariant: `Some` exactly when `offload` is; dropped only by `shutdown`.
     lake_runtime: Option<tokio::runtime::Runtime>,
+    /// Lake reads of replay. Invariant: `Some` exactly when `offload` is.
+    replay_runtime: Option<tokio::runtime::Runtime>,
 }
 
 impl Service {
@@ -148,10 +151,25 @@ impl Service {
         } else {
             config.broker.advertised_address.clone()
         };
+        let (replay, replay_runtime) = match &offload {
+            Some(engine) => {
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(config.replay.threads)
+                    .thread_name("ll-replay")
+                    .enable_all()
+                    .build()
+                    .map_err(ServiceError::LakeRuntime)?;
+                let replay =
+                    Replay::new(engine.clone(), rt.handle().clone(), config.replay.clone());
+                (Some(replay), Some(rt))
+            }
+            None => (None, None),
+        };
         let broker = Broker::new(
             config.broker.clone(),
             log.clone(),
             policies.clone(),
+            replay.clone(),
             format!("pulsar://{advertised}"),
         );
         let _ = services_cell.set(admin::Services {
@@ -175,6 +193,7 @@ impl Service {
             meta,
             offload,
             lake_runtime,
+            replay_runtime,
         })
     }
 
@@ -188,6 +207,9 @@ impl Service {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "http server ended with an error"),
             Err(e) => tracing::warn!(error = %e, "http task failed"),
+        }
+        if let Some(rt) = self.replay_runtime {
+            rt.shutdown_background();
         }
         if let Some(engine) = &self.offload {
             engine.shutdown().await;

@@ -4,7 +4,9 @@
 //!   once `GET .../offload` shows `completedRequest >= n`.
 //! - `GET .../offload`: `OffloadProcessStatus` (`status`, `lastError`,
 //!   `firstUnoffloadedMessage`) plus lag and progress.
-//! - `GET .../stats`: storage and ledgers, and a `lake` object naming the Iceberg table.
+//! - `GET .../stats`: storage and ledgers, a `lake` object naming the Iceberg table, each
+//!   loaded subscription's backlog (entries, bytes, age) and serving tier, and the broker's
+//!   replay counters.
 
 use axum::extract::{Path, State};
 use axum::routing::{get, put};
@@ -60,9 +62,21 @@ async fn stats(
     let mut storage = 0u64;
     let mut entries = 0u64;
     let wanted_partition = t.partition().map(|p| p as i32);
+    let mut subscriptions = serde_json::Map::new();
     for (partition, log) in crate::offload::partition_logs(&services.log, &t.base()).await? {
         if wanted_partition.is_some_and(|w| w != partition) {
             continue;
+        }
+        for (name, s) in services.broker.subscription_stats(log.name()).await {
+            let key = if partition >= 0 && wanted_partition.is_none() {
+                format!("{name} (partition {partition})")
+            } else {
+                name
+            };
+            subscriptions.insert(
+                key,
+                serde_json::to_value(s).map_err(|e| AdminError::Internal(e.to_string()))?,
+            );
         }
         for l in log.ledgers() {
             if matches!(
@@ -90,5 +104,7 @@ async fn stats(
         "entries": entries,
         "ledgers": ledgers,
         "lake": lake,
+        "subscriptions": subscriptions,
+        "replay": services.broker.replay_stats(),
     })))
 }

@@ -29,6 +29,7 @@ use crate::ledger::{Log, TopicLog};
 use crate::policies::PolicyStore;
 
 pub mod auth;
+pub mod backlog;
 pub mod connection;
 pub mod cursor;
 pub mod dedup;
@@ -63,6 +64,8 @@ pub struct BrokerTopic {
     /// persisted snapshot. Invariant: `Some` only while enabled; dropped (and its snapshot
     /// deleted) when disabled, so re-enabling rebuilds it from the log.
     dedup: std::sync::RwLock<Option<Arc<DedupParts>>>,
+    /// The lake table replay reads for ranges deleted locally (`None`: lake disabled).
+    pub(crate) lake: Option<crate::replay::TopicLake>,
 }
 
 /// Deduplication state of one topic partition.
@@ -126,6 +129,8 @@ pub struct Broker {
     authenticator: Option<Box<dyn auth::Authenticator>>,
     /// Namespace and topic policies (deduplication).
     policies: Arc<PolicyStore>,
+    /// Lake access for ranges deleted locally (`None` when the lake is disabled).
+    replay: Option<crate::replay::Replay>,
 }
 
 /// Why the broker could not serve a request; mapped to Pulsar's ServerError in `connection`.
@@ -161,6 +166,7 @@ impl Broker {
         config: BrokerConfig,
         log: Arc<Log>,
         policies: Arc<PolicyStore>,
+        replay: Option<crate::replay::Replay>,
         service_url: String,
     ) -> Arc<Broker> {
         let authenticator: Option<Box<dyn auth::Authenticator>> =
@@ -179,6 +185,7 @@ impl Broker {
             stop: CancellationToken::new(),
             tasks: TaskTracker::new(),
             policies,
+            replay,
         })
     }
 
@@ -326,6 +333,37 @@ impl Broker {
         self.log.metadata()
     }
 
+    /// Stats of the subscriptions of topic partition `name` if it is loaded (else empty).
+    pub async fn subscription_stats(
+        &self,
+        name: &str,
+    ) -> Vec<(String, backlog::SubscriptionStats)> {
+        let Some(topic) = self.topics.lock().await.get(name).cloned() else {
+            return Vec::new();
+        };
+        let subs: Vec<SubscriptionHandle> =
+            topic.subscriptions.lock().await.values().cloned().collect();
+        let mut out = Vec::new();
+        for h in subs {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            if h.tx
+                .send(subscription::SubscriptionCommand::Stats(tx))
+                .is_ok()
+            {
+                if let Ok(stats) = rx.await {
+                    out.push((h.name.clone(), stats));
+                }
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// Broker-wide replay statistics (`None` when the lake is disabled).
+    pub fn replay_stats(&self) -> Option<crate::replay::ReplayStats> {
+        self.replay.as_ref().map(crate::replay::Replay::stats)
+    }
+
     /// The topic partition named `name`, loading or (if allowed) creating it.
     pub async fn topic(&self, name: &TopicName) -> Result<Arc<BrokerTopic>, BrokerError> {
         let key = name.to_string();
@@ -349,6 +387,7 @@ impl Broker {
             producers: Mutex::new(HashMap::new()),
             subscriptions: tokio::sync::Mutex::new(HashMap::new()),
             dedup: std::sync::RwLock::new(dedup),
+            lake: self.replay.as_ref().map(|r| r.topic(name)),
         });
         // Durable subscriptions resume where they were.
         for (sub, blob) in t.log.cursors().await? {

@@ -30,12 +30,14 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::backlog::{backlog, SubscriptionStats};
 use super::cursor::CursorState;
 use super::BrokerTopic;
 use crate::ledger::{Entry, Position};
 use crate::protocol::command::{self, Outbound};
 use crate::protocol::frame::{entry_message_count, entry_routing_key};
 use crate::protocol::proto::command_subscribe::SubType;
+use crate::replay::{EntryReader, ReplayError};
 
 /// Identifies a consumer: (connection id, consumer id on that connection).
 pub type ConsumerKey = (u64, u64);
@@ -87,6 +89,8 @@ pub enum SubscriptionCommand {
     Flush(oneshot::Sender<()>),
     /// Delete the stored cursor and stop (unsubscribe).
     Delete(oneshot::Sender<()>),
+    /// Backlog and read state, for topic stats.
+    Stats(oneshot::Sender<SubscriptionStats>),
 }
 
 /// Where a SEEK moves a cursor.
@@ -149,6 +153,11 @@ struct State {
     /// Failover: the consumer that receives messages (first by priority, then name; for a
     /// partition, the partition index picks among them as Pulsar does).
     active: Option<ConsumerKey>,
+    /// Reads entries from the local log or the lake.
+    reader: EntryReader,
+    /// After a failed read: no read before this instant (backoff).
+    retry_at: Option<tokio::time::Instant>,
+    last_read_error: Option<String>,
 }
 
 /// Hash of an entry's routing key in Key_Shared's 0..65536 range.
@@ -168,6 +177,7 @@ pub fn spawn(
     persist_every: Duration,
 ) -> SubscriptionHandle {
     let (tx, rx) = mpsc::unbounded_channel();
+    let (topic_log, topic_lake) = (topic.log.clone(), topic.lake.clone());
     let (start, acked, partial) = match restored {
         Some(c) => (
             c.first_unacked,
@@ -194,6 +204,9 @@ pub fn spawn(
         pending_hash: HashMap::new(),
         in_flight: HashMap::new(),
         partial,
+        reader: EntryReader::new(topic_log, topic_lake),
+        retry_at: None,
+        last_read_error: None,
     };
     tokio::spawn(run(state, rx, persist_every));
     SubscriptionHandle {
@@ -239,7 +252,14 @@ async fn run(
                 }
                 None => break,
             },
-            _ = persist.tick() => st.persist().await,
+            _ = persist.tick() => {
+                st.reader.release_idle();
+                st.reader.forget_before(st.first_unacked());
+                st.persist().await;
+            }
+            _ = sleep_until_retry(st.retry_at), if st.retry_at.is_some() => {
+                st.retry_at = None;
+            }
             changed = confirmed.changed(), if waiting => {
                 if changed.is_err() {
                     break;
@@ -250,7 +270,55 @@ async fn run(
     st.persist().await;
 }
 
+/// Resolves at `at` (never when `None`).
+async fn sleep_until_retry(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 impl State {
+    /// Notes a failed read: the next read waits for the reader's backoff.
+    fn read_failed(&mut self, e: &ReplayError) {
+        let delay = self.reader.retry_delay();
+        tracing::warn!(topic = %self.topic.name, subscription = %self.name, error = %e,
+            retry_in = ?delay, "subscription read failed");
+        self.retry_at = Some(tokio::time::Instant::now() + delay);
+        self.last_read_error = Some(e.to_string());
+    }
+
+    fn stats(&self) -> SubscriptionStats {
+        let first = self.first_unacked();
+        let (msg_backlog, backlog_size, backlog_age_seconds, next_read_tier) = backlog(
+            &self.topic.log.ledgers(),
+            first,
+            self.acked.len() as u64,
+            self.read_position,
+        );
+        SubscriptionStats {
+            sub_type: format!("{:?}", self.sub_type),
+            is_durable: self.durable,
+            consumers: self.consumers.len(),
+            msg_backlog,
+            backlog_size,
+            backlog_age_seconds,
+            unacked_entries: self.pending.len(),
+            mark_delete_next: first.to_string(),
+            read_position: self.read_position.to_string(),
+            next_read_tier,
+            last_read_tier: self.reader.tier(),
+            read_failures: self.reader.failures(),
+            last_read_error: self.last_read_error.clone(),
+        }
+    }
+
+    /// Whether a read backoff is still running.
+    fn backing_off(&self) -> bool {
+        self.retry_at
+            .is_some_and(|at| at > tokio::time::Instant::now())
+    }
+
     /// The oldest entry not acknowledged (the next to read when all are).
     fn first_unacked(&self) -> Position {
         let mut first = self.read_position;
@@ -427,6 +495,9 @@ impl State {
                 }
                 changed = self.recompute_active();
             }
+            SubscriptionCommand::Stats(reply) => {
+                let _ = reply.send(self.stats());
+            }
             SubscriptionCommand::MarkDelete(reply) => {
                 // Everything before the oldest unacknowledged entry is acknowledged.
                 let _ = reply.send(self.topic.log.position_before(self.first_unacked()));
@@ -448,8 +519,7 @@ impl State {
         let position = match to {
             SeekTarget::Position(p) => p,
             SeekTarget::PublishTime(t) => self
-                .topic
-                .log
+                .reader
                 .find_by_publish_time(t)
                 .await
                 .map_err(|e| e.to_string())?,
@@ -538,10 +608,10 @@ impl State {
             let mut blocked: std::collections::HashSet<u16> = std::collections::HashSet::new();
             let held: Vec<Position> = self.redeliver.iter().copied().collect();
             for p in held {
-                let entry = match self.topic.log.read_entry(p).await {
+                let entry = match self.reader.read_entry(p).await {
                     Ok(e) => e,
                     Err(e) => {
-                        tracing::error!(topic = %self.topic.name, error = %e, "read failed");
+                        self.read_failed(&e);
                         return false;
                     }
                 };
@@ -561,14 +631,13 @@ impl State {
             }
             let budget: i64 = self.consumers.iter().map(|c| c.permits.max(0)).sum();
             let entries = match self
-                .topic
-                .log
+                .reader
                 .read_from(self.read_position, budget.clamp(1, 256) as usize)
                 .await
             {
                 Ok(e) => e,
                 Err(e) => {
-                    tracing::error!(topic = %self.topic.name, error = %e, "read failed");
+                    self.read_failed(&e);
                     return false;
                 }
             };
@@ -635,6 +704,9 @@ impl State {
     /// Sends entries while consumers have permits. Returns true when it stopped for lack of
     /// entries (so the task should wait for new ones).
     async fn dispatch(&mut self) -> bool {
+        if self.backing_off() {
+            return false;
+        }
         if self.sub_type == SubType::KeyShared {
             return self.dispatch_key_shared().await;
         }
@@ -646,8 +718,7 @@ impl State {
             let entries = match self.next_entries(budget.clamp(1, 256) as usize).await {
                 Ok(e) => e,
                 Err(e) => {
-                    tracing::error!(topic = %self.topic.name, error = %e, "subscription read failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                    self.read_failed(&e);
                     return false;
                 }
             };
@@ -674,12 +745,13 @@ impl State {
     }
 
     /// Up to `max` entries: redeliveries first, then new entries from the read position.
-    async fn next_entries(&mut self, max: usize) -> Result<Vec<Entry>, crate::ledger::ReadError> {
+    async fn next_entries(&mut self, max: usize) -> Result<Vec<Entry>, ReplayError> {
         if let Some(&p) = self.redeliver.iter().next() {
+            let entry = self.reader.read_entry(p).await?;
             self.redeliver.remove(&p);
-            return Ok(vec![self.topic.log.read_entry(p).await?]);
+            return Ok(vec![entry]);
         }
-        let entries = self.topic.log.read_from(self.read_position, max).await?;
+        let entries = self.reader.read_from(self.read_position, max).await?;
         if let Some(last) = entries.last() {
             self.read_position = Position::new(last.position.ledger, last.position.entry + 1);
         }

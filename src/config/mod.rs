@@ -17,10 +17,13 @@ use serde::{Deserialize, Serialize};
 
 mod lake;
 mod load;
+mod replay;
 
 pub use lake::{
     CatalogConfig, CatalogKind, LakeConfig, LakePartitioning, PolicyDefaults, S3Config,
 };
+
+pub use replay::ReplayConfig;
 
 pub use load::{load, ConfigError, Overrides, ServerOverrides, TelemetryOverrides, ENV_PREFIX};
 
@@ -43,6 +46,8 @@ pub struct Config {
     pub metadata: MetadataConfig,
     /// The lake (Iceberg) and the offload engine.
     pub lake: LakeConfig,
+    /// Replay of offloaded ranges from the lake.
+    pub replay: ReplayConfig,
 }
 
 impl Default for Config {
@@ -55,6 +60,7 @@ impl Default for Config {
             ledger: LedgerConfig::default(),
             metadata: MetadataConfig::default(),
             lake: LakeConfig::default(),
+            replay: ReplayConfig::default(),
         }
     }
 }
@@ -409,6 +415,23 @@ impl Config {
         }
         if lake.max_concurrent_tables == 0 {
             return invalid("lake.max_concurrent_tables", "must be at least 1".into());
+        }
+        let r = &self.replay;
+        if r.threads == 0 || r.max_concurrent_scans == 0 {
+            return invalid(
+                "replay.threads",
+                "threads and max_concurrent_scans must be at least 1".into(),
+            );
+        }
+        if r.read_ahead.as_u64() == 0
+            || r.read_ahead > r.topic_budget
+            || r.topic_budget > r.broker_budget
+            || r.broker_budget.as_u64() > u64::from(u32::MAX)
+        {
+            return invalid(
+                "replay.read_ahead",
+                "need 0 < read_ahead <= topic_budget <= broker_budget <= 4 GiB".into(),
+            );
         }
         if lake.catalog.name.trim().is_empty() {
             return invalid("lake.catalog.name", "must not be empty".into());

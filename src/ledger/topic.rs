@@ -503,7 +503,17 @@ impl TopicLog {
     /// entry when there is none. Uses each ledger's publish-time range and a binary search of
     /// its index (publish times of a topic are expected to be non-decreasing, as in Pulsar).
     pub async fn find_by_publish_time(&self, publish_time_ms: i64) -> Result<Position, ReadError> {
-        for l in self.ledgers() {
+        self.find_by_publish_time_from(0, publish_time_ms).await
+    }
+
+    /// [`TopicLog::find_by_publish_time`] among the ledgers from `first_ledger` on (the
+    /// earlier ones were searched elsewhere, e.g. in the lake).
+    pub async fn find_by_publish_time_from(
+        &self,
+        first_ledger: LedgerId,
+        publish_time_ms: i64,
+    ) -> Result<Position, ReadError> {
+        for l in self.ledgers().into_iter().filter(|l| l.id >= first_ledger) {
             if l.entry_count == 0 || l.max_publish_ms.is_some_and(|m| m < publish_time_ms) {
                 continue;
             }

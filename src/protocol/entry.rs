@@ -252,21 +252,7 @@ mod tests {
     }
 
     fn compress(codec: CompressionType, raw: &[u8]) -> Vec<u8> {
-        use std::io::Write;
-        match codec {
-            CompressionType::None => raw.to_vec(),
-            CompressionType::Lz4 => lz4_flex::block::compress(raw),
-            CompressionType::Zlib => {
-                let mut e =
-                    flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
-                e.write_all(raw).ok();
-                e.finish().unwrap_or_default()
-            }
-            CompressionType::Zstd => zstd::bulk::compress(raw, 3).unwrap_or_default(),
-            CompressionType::Snappy => snap::raw::Encoder::new()
-                .compress_vec(raw)
-                .unwrap_or_default(),
-        }
+        crate::protocol::rebuild::compress(codec, raw).unwrap_or_default()
     }
 
     #[test]

@@ -19,3 +19,4 @@ pub mod codec;
 pub mod command;
 pub mod entry;
 pub mod frame;
+pub mod rebuild;

@@ -9,4 +9,5 @@ mod ledger_crash;
 mod offload;
 mod perf_cli;
 mod pulsar_rs;
+mod replay;
 mod serve;

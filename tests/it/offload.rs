@@ -24,7 +24,7 @@ use pulsar::{producer, Pulsar, TokioExecutor};
 
 use crate::common::{runtime, TestResult};
 
-fn config(dir: &std::path::Path) -> Result<Config, Box<dyn std::error::Error>> {
+pub(crate) fn config(dir: &std::path::Path) -> Result<Config, Box<dyn std::error::Error>> {
     Ok(Config {
         data_dir: dir.join("data"),
         server: ServerConfig {
@@ -36,7 +36,7 @@ fn config(dir: &std::path::Path) -> Result<Config, Box<dyn std::error::Error>> {
     })
 }
 
-async fn http(
+pub(crate) async fn http(
     method: &str,
     addr: SocketAddr,
     path: &str,
@@ -57,7 +57,7 @@ async fn http(
 }
 
 /// Requests an offload and waits until the pass after the request is done.
-async fn offload_and_wait(
+pub(crate) async fn offload_and_wait(
     addr: SocketAddr,
     path: &str,
 ) -> Result<serde_json::Value, Box<dyn std::error::Error>> {

@@ -1,0 +1,292 @@
+//! One subscription's reader: entries by position, from the local log or the lake.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::stream::{LakeStream, LedgerScan};
+use super::{ReplayError, TopicLake};
+use crate::ledger::{Entry, LedgerState, Position, ReadError, TopicLog};
+
+/// Which tier served a subscription's last read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    /// The local log (journal segments, tail cache).
+    Local,
+    /// The lake table.
+    Lake,
+}
+
+/// Reads a topic partition for one subscription, choosing per range between the local log
+/// and the lake. Not shared: the subscription task owns it.
+#[derive(Debug)]
+pub struct EntryReader {
+    log: TopicLog,
+    lake: Option<TopicLake>,
+    /// Invariant: `None` or positioned at the subscription's next lake read.
+    stream: Option<LakeStream>,
+    /// Entries recently served from the lake, for redeliveries (bounded by `read_ahead`).
+    recent: BTreeMap<Position, Entry>,
+    recent_bytes: usize,
+    tier: Tier,
+    /// Consecutive failed reads (drives the retry backoff).
+    failures: u32,
+}
+
+impl std::fmt::Debug for LakeStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LakeStream")
+            .field("next", &self.next)
+            .finish()
+    }
+}
+
+impl EntryReader {
+    /// A reader of `log`, with `lake` for ranges deleted locally (`None`: lake disabled).
+    pub fn new(log: TopicLog, lake: Option<TopicLake>) -> Self {
+        Self {
+            log,
+            lake,
+            stream: None,
+            recent: BTreeMap::new(),
+            recent_bytes: 0,
+            tier: Tier::Local,
+            failures: 0,
+        }
+    }
+
+    /// The tier that served the last read.
+    pub fn tier(&self) -> Tier {
+        self.tier
+    }
+
+    /// Consecutive failed reads.
+    pub fn failures(&self) -> u32 {
+        self.failures
+    }
+
+    /// How long to wait before retrying after the last read failed.
+    pub fn retry_delay(&self) -> Duration {
+        let (first, max) = self
+            .lake
+            .as_ref()
+            .map_or((Duration::from_millis(200), Duration::from_secs(30)), |l| {
+                (l.config().retry_initial, l.config().retry_max)
+            });
+        let factor = 1u32 << self.failures.saturating_sub(1).min(16);
+        first.saturating_mul(factor).min(max)
+    }
+
+    /// Drops the lake stream (and its read-ahead buffer) if unused for `replay.idle_release`.
+    pub fn release_idle(&mut self) {
+        let Some(lake) = &self.lake else { return };
+        if self
+            .stream
+            .as_ref()
+            .is_some_and(|s| s.last_used.elapsed() >= lake.config().idle_release)
+        {
+            tracing::debug!(topic = %lake.topic, "dropping an idle lake stream");
+            self.stream = None;
+        }
+    }
+
+    /// The first position at or after `p` that holds an entry, given the topic's ledgers
+    /// (positions past a ledger's end and in empty ledgers name the same place).
+    fn normalize(&self, p: Position) -> Position {
+        for l in self.log.ledgers() {
+            if l.id < p.ledger {
+                continue;
+            }
+            let first = if l.id == p.ledger { p.entry } else { 0 };
+            if first < l.entry_count || l.state == LedgerState::Open {
+                return Position::new(l.id, first);
+            }
+        }
+        p
+    }
+
+    fn lake_for(&self, ledger: u64) -> Result<&TopicLake, ReplayError> {
+        self.lake.as_ref().ok_or_else(|| ReplayError::NoLake {
+            topic: self.log.name().to_string(),
+            ledger,
+        })
+    }
+
+    /// Up to `max` entries from `from` (inclusive) in order, crossing ledgers and tiers.
+    /// Empty when nothing is durable there yet.
+    pub async fn read_from(
+        &mut self,
+        from: Position,
+        max: usize,
+    ) -> Result<Vec<Entry>, ReplayError> {
+        let result = self.read_from_tiers(from, max).await;
+        match &result {
+            Ok(_) => self.failures = 0,
+            Err(_) => {
+                self.failures = self.failures.saturating_add(1);
+                self.stream = None;
+            }
+        }
+        result
+    }
+
+    async fn read_from_tiers(
+        &mut self,
+        from: Position,
+        max: usize,
+    ) -> Result<Vec<Entry>, ReplayError> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        // An offload can delete the range between two looks: go round a few times.
+        for _ in 0..3 {
+            let positioned = self
+                .stream
+                .as_ref()
+                .is_some_and(|s| self.normalize(s.next) == self.normalize(from));
+            if !positioned {
+                self.stream = None;
+                match self.log.read_from(from, max).await {
+                    Ok(entries) => {
+                        if !entries.is_empty() {
+                            self.tier = Tier::Local;
+                        }
+                        return Ok(entries);
+                    }
+                    Err(ReadError::Deleted(ledger)) => {
+                        let lake = self.lake_for(ledger)?.clone();
+                        self.stream = Some(LakeStream::start(lake, self.log.clone(), from));
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            let Some(stream) = self.stream.as_mut() else {
+                continue;
+            };
+            match stream.recv().await {
+                None => {
+                    // The lake range ended: what follows is local (or was deleted meanwhile).
+                    self.stream = None;
+                }
+                Some(Err(e)) => return Err(e),
+                Some(Ok(first)) => {
+                    let mut entries = vec![first.entry];
+                    while entries.len() < max {
+                        match stream.try_recv() {
+                            Some(Ok(b)) => entries.push(b.entry),
+                            Some(Err(e)) => {
+                                // Deliver what arrived; the error comes back on the next read.
+                                tracing::debug!(error = %e, "lake stream failed after a run");
+                                self.stream = None;
+                                break;
+                            }
+                            None => break,
+                        }
+                    }
+                    if let (Some(s), Some(last)) = (self.stream.as_mut(), entries.last()) {
+                        s.next = Position::new(last.position.ledger, last.position.entry + 1);
+                    }
+                    self.served_from_lake(&entries);
+                    return Ok(entries);
+                }
+            }
+        }
+        Err(ReplayError::Log(ReadError::Deleted(from.ledger)))
+    }
+
+    fn served_from_lake(&mut self, entries: &[Entry]) {
+        self.tier = Tier::Lake;
+        let Some(lake) = &self.lake else { return };
+        let c = &lake.replay.inner.counters;
+        c.entries.fetch_add(entries.len() as u64, Ordering::Relaxed);
+        let bytes: usize = entries.iter().map(|e| e.payload.len()).sum();
+        c.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+        let limit = lake.config().read_ahead.as_u64() as usize;
+        for e in entries {
+            self.recent_bytes += e.payload.len();
+            if let Some(old) = self.recent.insert(e.position, e.clone()) {
+                self.recent_bytes -= old.payload.len();
+            }
+        }
+        while self.recent_bytes > limit {
+            let Some((_, old)) = self.recent.pop_first() else {
+                break;
+            };
+            self.recent_bytes -= old.payload.len();
+        }
+    }
+
+    /// One entry (a redelivery), from whichever tier holds it.
+    pub async fn read_entry(&mut self, pos: Position) -> Result<Entry, ReplayError> {
+        if let Some(e) = self.recent.get(&pos) {
+            return Ok(e.clone());
+        }
+        match self.log.read_entry(pos).await {
+            Ok(e) => Ok(e),
+            Err(ReadError::Deleted(ledger)) => {
+                let lake = self.lake_for(ledger)?.clone();
+                let runner = lake.clone();
+                let entry = runner
+                    .on_runtime(async move {
+                        let mut scan = LedgerScan::open(
+                            &lake,
+                            pos.ledger,
+                            pos.entry,
+                            u64::MAX,
+                            Some(pos.entry),
+                        )
+                        .await?;
+                        let mut found = scan.next().await?.unwrap_or_default();
+                        Ok(found.pop())
+                    })
+                    .await?;
+                let entry = entry.ok_or(ReplayError::Log(ReadError::Deleted(ledger)))?;
+                self.served_from_lake(std::slice::from_ref(&entry));
+                Ok(entry)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Forgets cached lake entries before `pos` (they were acknowledged).
+    pub fn forget_before(&mut self, pos: Position) {
+        while let Some(entry) = self.recent.first_entry() {
+            if *entry.key() >= pos {
+                break;
+            }
+            self.recent_bytes -= entry.remove().payload.len();
+        }
+    }
+
+    /// The first entry published at or after `publish_time_ms`, or the position after the
+    /// last entry when there is none. Ledgers deleted locally are searched in the lake.
+    pub async fn find_by_publish_time(
+        &self,
+        publish_time_ms: i64,
+    ) -> Result<Position, ReplayError> {
+        for l in self.log.ledgers() {
+            if l.entry_count == 0 || l.max_publish_ms.is_some_and(|m| m < publish_time_ms) {
+                continue;
+            }
+            if l.state != LedgerState::Deleted {
+                return Ok(self
+                    .log
+                    .find_by_publish_time_from(l.id, publish_time_ms)
+                    .await?);
+            }
+            if let Some(entry) = self
+                .lake_for(l.id)?
+                .first_at_or_after(l.id, publish_time_ms)
+                .await?
+            {
+                return Ok(Position::new(l.id, entry));
+            }
+        }
+        Ok(self.log.last_confirmed().map_or(Position::new(0, 0), |p| {
+            Position::new(p.ledger, p.entry + 1)
+        }))
+    }
+}
