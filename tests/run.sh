@@ -31,6 +31,8 @@ if [ "${LEDGERLAKE_SKIP_INSTALL:-0}" != 1 ]; then
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
   command -v psql >/dev/null 2>&1 || missing+=(postgresql-client)
   command -v runuser >/dev/null 2>&1 || missing+=(util-linux)
+  # RSA keys for the encrypted-topic replay test.
+  command -v openssl >/dev/null 2>&1 || missing+=(openssl)
   if [ ${#missing[@]} -gt 0 ]; then
     step "installing system packages: ${missing[*]}"
     if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi

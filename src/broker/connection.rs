@@ -28,6 +28,10 @@ const OUTBOUND_QUEUE: usize = 1024;
 const RECEIPT_QUEUE: usize = 4096;
 
 /// Maps broker errors to the wire (the one place for this surface).
+/// Bytes of metadata a message may carry beyond `broker.max_message_size` (Pulsar's
+/// `MESSAGE_SIZE_FRAME_PADDING`).
+const METADATA_PADDING: usize = 10 * 1024;
+
 fn server_error(e: &BrokerError) -> ServerError {
     match e {
         BrokerError::InvalidTopic(_) => ServerError::InvalidTopicName,
@@ -259,14 +263,18 @@ impl Connection {
                     .await;
                     return Ok(());
                 }
+                // As Pulsar: the limit is on the message payload; its metadata may add up to
+                // 10 KiB (clients cut chunks of exactly `max_message_size` payload bytes).
                 let max = self.broker.config.max_message_size.as_u64() as usize;
-                if payload.entry.len() > max {
+                let body = payload.body().len();
+                if body > max || payload.entry.len() > max + METADATA_PADDING {
                     self.send(command::send_error(
                         send.producer_id,
                         send.sequence_id,
                         ServerError::NotAllowedError,
                         format!(
-                            "message of {} bytes exceeds the limit of {max}",
+                            "message of {body} payload bytes ({} with metadata) exceeds the \
+                             limit of {max} (+{METADATA_PADDING} for metadata)",
                             payload.entry.len()
                         ),
                     ))

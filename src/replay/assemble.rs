@@ -453,14 +453,19 @@ mod tests {
         let batch = rows(&original);
         // Drop one message of the batch (row 2 of 5).
         let keep = arrow::array::UInt32Array::from(vec![0u32, 1, 3, 4]);
-        let holed = arrow::compute::take_record_batch(&batch, &keep).unwrap_or_else(|e| panic!("{e}"));
+        let holed =
+            arrow::compute::take_record_batch(&batch, &keep).unwrap_or_else(|e| panic!("{e}"));
         let mut asm = Assembler::new(7, -1, 0, 3);
         let mut out = Vec::new();
         asm.push(&holed, &mut out).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(out.len(), 1, "only the entry before the hole");
         assert!(matches!(
             asm.finish(),
-            Err(AssembleError::Missing { ledger: 7, first: 1, last: 2 })
+            Err(AssembleError::Missing {
+                ledger: 7,
+                first: 1,
+                last: 2
+            })
         ));
     }
 
@@ -469,7 +474,8 @@ mod tests {
         let original = entries(&[2, 0, 4, 0]);
         let mut asm = Assembler::new(7, -1, 2, 4);
         let mut out = Vec::new();
-        asm.push(&rows(&original), &mut out).unwrap_or_else(|e| panic!("{e}"));
+        asm.push(&rows(&original), &mut out)
+            .unwrap_or_else(|e| panic!("{e}"));
         assert!(asm.finish().is_ok());
         assert_eq!(out, original[2..].to_vec());
     }

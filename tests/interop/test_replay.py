@@ -1,0 +1,325 @@
+"""Transparent replay with the official Python client: ranges offloaded to the lake and deleted
+locally are consumed as if nothing had moved (same ids, bytes, keys, properties and times),
+including encrypted and chunked messages, seeks by publish time into the lake, Shared
+subscriptions and cumulative acks across the seam, a reader racing an offload, and a table
+whose files an outside engine (PyIceberg) rewrote."""
+import os
+import random
+import subprocess
+import time
+import uuid
+
+import pulsar
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+
+from lake import http, offload_and_wait, stats, topic_path
+
+FAST = {
+    "LEDGERLAKE_LAKE__CHECK_INTERVAL": "100ms",
+    "LEDGERLAKE_LEDGER__ROLLOVER_ENTRIES": "500",
+}
+
+
+def set_policy(svc, name, value):
+    status, body = http("PUT", f"{svc.http}/admin/v2/namespaces/public/default/{name}", str(value))
+    assert status == 204, body
+
+
+def wait_all_deleted(svc, topic, timeout=300):
+    """Waits until every ledger of the topic with entries, but the open one, is deleted locally."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        ledgers = stats(svc, topic)["ledgers"]
+        left = [l["ledger"] for l in ledgers
+                if l["ledger"]["entry_count"] > 0 and l["ledger"]["state"] not in ("deleted", "open")]
+        if not left:
+            return sum(1 for l in ledgers if l["ledger"]["state"] == "deleted")
+        time.sleep(0.2)
+    raise AssertionError(f"ledgers not deleted: {left}")
+
+
+def produce(client, topic, n, seed=1):
+    """`n` messages: a tenth unbatched, the rest batched with LZ4 then ZSTD; keys on two thirds,
+    properties on all, event times on half. Returns what the producer recorded, in id order."""
+    rng = random.Random(seed)
+    kinds = [(False, pulsar.CompressionType.NONE, n // 10),
+             (True, pulsar.CompressionType.LZ4, (n - n // 10) // 2)]
+    kinds.append((True, pulsar.CompressionType.ZSTD, n - sum(k[2] for k in kinds)))
+    sent = []
+    for batched, codec, count in kinds:
+        producer = client.create_producer(
+            topic, batching_enabled=batched, batching_max_messages=200,
+            batching_max_publish_delay_ms=5, compression_type=codec,
+            max_pending_messages=5000, block_if_queue_full=True)
+        base = len(sent)
+        results = [None] * count
+
+        def done(i):
+            return lambda res, mid: results.__setitem__(i, (res, mid))
+
+        for i in range(count):
+            k = base + i
+            payload = f"{k}:{rng.getrandbits(64):x}:{'ü' * (k % 4)}".encode()
+            key = f"key-{k % 97}" if k % 3 else None
+            props = {"k": str(k), "codec": str(codec)}
+            event = 1_700_000_000_000 + k if k % 2 == 0 else 0
+            kwargs = dict(properties=props)
+            if key:
+                kwargs["partition_key"] = key
+            if event:
+                kwargs["event_timestamp"] = event
+            producer.send_async(payload, done(i), **kwargs)
+            sent.append([None, payload, key, props, event or None])
+        producer.flush()
+        deadline = time.time() + 120
+        while any(r is None for r in results) and time.time() < deadline:
+            time.sleep(0.01)
+        for i, r in enumerate(results):
+            assert r is not None and r[0] == pulsar.Result.Ok, r
+            mid = r[1]
+            sent[base + i][0] = (mid.ledger_id(), mid.entry_id(), mid.batch_index())
+        producer.close()
+    sent.sort(key=lambda s: s[0])
+    return sent
+
+
+def seen(m):
+    mid = m.message_id()
+    return [(mid.ledger_id(), mid.entry_id(), mid.batch_index()), m.data(),
+            m.partition_key() or None, dict(m.properties()), m.event_timestamp() or None]
+
+
+def consume(client, topic, sub, n, **kwargs):
+    """`n` messages from the earliest, acknowledged; each with its publish time appended."""
+    consumer = client.subscribe(topic, sub, initial_position=pulsar.InitialPosition.Earliest,
+                                receiver_queue_size=5000, **kwargs)
+    out = []
+    while len(out) < n:
+        m = consumer.receive(timeout_millis=60000)
+        out.append(seen(m) + [m.publish_timestamp()])
+        if len(out) % 1000 == 0 or len(out) == n:
+            consumer.acknowledge_cumulative(m)
+    consumer.close()
+    return out
+
+
+def restart(svc):
+    assert svc.stop() == 0, open(svc.log_path).read()[-4000:]
+    svc.start()
+
+
+def test_million_messages_replay_identically_after_restart(make_service):
+    n = int(os.environ.get("LL_REPLAY_MESSAGES", "1000000"))
+    svc = make_service(FAST)
+    svc.start()
+    set_policy(svc, "offloadDeletionLagMs", 0)
+    client = pulsar.Client(svc.url, operation_timeout_seconds=60)
+    topic = f"persistent://public/default/million-{uuid.uuid4().hex[:6]}"
+    sent = produce(client, topic, n)
+    tail = 500
+    status = offload_and_wait(svc, topic, timeout=900)
+    assert status["status"] == "SUCCESS", status
+    deleted = wait_all_deleted(svc, topic, timeout=900)
+    assert deleted >= 2, deleted
+    client.close()
+    restart(svc)
+    client = pulsar.Client(svc.url, operation_timeout_seconds=60)
+    # A local tail after the lake range.
+    p = client.create_producer(topic, batching_enabled=False)
+    for i in range(tail):
+        p.send_async(f"tail-{i}".encode(), None)
+    p.flush()
+    p.close()
+    got = consume(client, topic, "replay", n + tail)
+    published = [g.pop() for g in got]
+    assert got[:n] == sent, "lake replay differs from what was produced"
+    assert [g[1] for g in got[n:]] == [f"tail-{i}".encode() for i in range(tail)]
+    assert published == sorted(published), "publish times are in id order"
+    st = stats(svc, topic)
+    assert st["replay"]["entriesFromLake"] > 0, st["replay"]
+    sub = st["subscriptions"]["replay"]
+    assert sub["msgBacklog"] == 0 and sub["lastReadTier"] == "local", sub
+    client.close()
+    assert svc.stop() == 0
+
+
+def _keys(d):
+    priv, pub = os.path.join(d, "private.pem"), os.path.join(d, "public.pem")
+    subprocess.run(["openssl", "genrsa", "-out", priv, "2048"], check=True, capture_output=True)
+    subprocess.run(["openssl", "rsa", "-in", priv, "-pubout", "-out", pub], check=True,
+                   capture_output=True)
+    return pulsar.CryptoKeyReader(pub, priv)
+
+
+def test_encrypted_and_chunked_messages_replay_from_the_lake(make_service, tmp_path):
+    svc = make_service(dict(FAST, LEDGERLAKE_BROKER__MAX_MESSAGE_SIZE="64KiB"))
+    svc.start()
+    set_policy(svc, "offloadDeletionLagMs", 0)
+    keys = _keys(str(tmp_path))
+    client = pulsar.Client(svc.url, operation_timeout_seconds=60)
+    enc_topic = f"persistent://public/default/enc-{uuid.uuid4().hex[:6]}"
+    chunk_topic = f"persistent://public/default/chunk-{uuid.uuid4().hex[:6]}"
+    enc = client.create_producer(enc_topic, encryption_key="k1", crypto_key_reader=keys,
+                                 batching_enabled=True, batching_max_messages=10,
+                                 compression_type=pulsar.CompressionType.LZ4)
+    enc_sent = [f"secret {i} {'s' * (i % 50)}".encode() for i in range(300)]
+    for i, m in enumerate(enc_sent):
+        enc.send_async(m, None, properties={"i": str(i)}, partition_key=f"k{i % 5}")
+    enc.flush()
+    chunker = client.create_producer(chunk_topic, chunking_enabled=True, batching_enabled=False,
+                                     compression_type=pulsar.CompressionType.ZSTD)
+    rng = random.Random(7)
+    chunk_sent = [bytes(rng.getrandbits(8) for _ in range(150_000 + i * 1000)) for i in range(5)]
+    chunk_sent += [f"small {i}".encode() for i in range(5)]
+    for i, m in enumerate(chunk_sent):
+        chunker.send(m, properties={"i": str(i)})
+
+    def read(topic, n, **kw):
+        consumer = client.subscribe(topic, f"s-{uuid.uuid4().hex[:4]}",
+                                    initial_position=pulsar.InitialPosition.Earliest, **kw)
+        out = []
+        for _ in range(n):
+            m = consumer.receive(timeout_millis=60000)
+            out.append((str(m.message_id()), m.data(), dict(m.properties()),
+                        m.partition_key(), m.publish_timestamp()))
+            consumer.acknowledge(m)
+        consumer.close()
+        return out
+
+    enc_local = read(enc_topic, len(enc_sent), crypto_key_reader=keys)
+    chunk_local = read(chunk_topic, len(chunk_sent))
+    assert [x[1] for x in enc_local] == enc_sent
+    assert [x[1] for x in chunk_local] == chunk_sent
+    for topic in (enc_topic, chunk_topic):
+        assert offload_and_wait(svc, topic)["status"] == "SUCCESS"
+        assert wait_all_deleted(svc, topic) >= 1
+    client.close()
+    restart(svc)
+    client = pulsar.Client(svc.url, operation_timeout_seconds=60)
+    assert read(enc_topic, len(enc_sent), crypto_key_reader=keys) == enc_local
+    assert read(chunk_topic, len(chunk_sent)) == chunk_local
+    for topic in (enc_topic, chunk_topic):
+        assert stats(svc, topic)["replay"]["entriesFromLake"] > 0
+    client.close()
+    assert svc.stop() == 0
+
+
+def test_seek_shared_cumulative_and_rewritten_files(make_service, s3_server):
+    prefix = f"replay-{uuid.uuid4().hex[:8]}"
+    svc = make_service(dict(s3_server.service_env(prefix), **FAST))
+    svc.start()
+    set_policy(svc, "offloadDeletionLagMs", 0)
+    client = pulsar.Client(svc.url, operation_timeout_seconds=60)
+    topic = f"persistent://public/default/seam-{uuid.uuid4().hex[:6]}"
+    sent = produce(client, topic, 30_000, seed=3)
+    before = consume(client, topic, "before", len(sent))
+    assert offload_and_wait(svc, topic)["status"] == "SUCCESS"
+    assert wait_all_deleted(svc, topic) >= 5
+    # A local tail after the lake range.
+    p = client.create_producer(topic, batching_enabled=False)
+    tail = [f"tail-{i}".encode() for i in range(200)]
+    for m in tail:
+        p.send(m)
+    total = len(sent) + len(tail)
+
+    # Seek by publish time into the middle of the lake.
+    everything = consume(client, topic, "all", total)
+    assert [g[:5] for g in everything[:len(sent)]] == [b[:5] for b in before]
+    middle = everything[len(sent) // 2]
+    target = middle[5]
+    consumer = client.subscribe(topic, "seeker", initial_position=pulsar.InitialPosition.Latest)
+    consumer.seek(target)
+    m = consumer.receive(timeout_millis=60000)
+    first = next(i for i, g in enumerate(everything) if g[5] >= target)
+    # The first message at or after the time; a batch is delivered whole.
+    want = everything[first][0]
+    got = seen(m)[0]
+    assert (got[0], got[1]) == (want[0], want[1]), (got, want)
+    consumer.close()
+
+    # Shared subscription across the seam: every message exactly once among two consumers.
+    c1 = client.subscribe(topic, "shared", consumer_type=pulsar.ConsumerType.Shared,
+                          initial_position=pulsar.InitialPosition.Earliest, receiver_queue_size=100)
+    c2 = client.subscribe(topic, "shared", consumer_type=pulsar.ConsumerType.Shared,
+                          initial_position=pulsar.InitialPosition.Earliest, receiver_queue_size=100)
+    ids = []
+    while len(ids) < total:
+        for c in (c1, c2):
+            try:
+                m = c.receive(timeout_millis=200)
+            except pulsar.Timeout:
+                continue
+            ids.append(seen(m)[0])
+            c.acknowledge(m)
+    assert sorted(ids) == sorted(g[0] for g in everything)
+    c1.close()
+    c2.close()
+
+    # Cumulative ack inside the lake range (at the end of a batch: without batch-index acks a
+    # partly acknowledged batch is redelivered whole, as in Pulsar), then resume after a reconnect.
+    cut = next(i for i in range(len(sent) // 3, len(sent))
+               if everything[i][0][:2] != everything[i + 1][0][:2])
+    c = client.subscribe(topic, "cumulative", initial_position=pulsar.InitialPosition.Earliest,
+                         receiver_queue_size=100)
+    for i in range(cut + 1):
+        m = c.receive(timeout_millis=60000)
+    c.acknowledge_cumulative(m)
+    c.close()
+    time.sleep(1.5)  # the cursor is saved every second
+    c = client.subscribe(topic, "cumulative", receiver_queue_size=100)
+    m = c.receive(timeout_millis=60000)
+    assert seen(m)[0] == everything[cut + 1][0]
+    c.close()
+
+    # An outside engine rewrites the table's files (same rows, another layout): replay is the same.
+    st = stats(svc, topic)
+    catalog = SqlCatalog(st["lake"]["catalog"], uri=f"sqlite:///{svc.data_dir}/data/catalog.db",
+                         warehouse=f"s3://warehouse/{prefix}", **s3_server.pyiceberg_props())
+    table = catalog.load_table(tuple(st["lake"]["namespace"]) + (st["lake"]["tableName"],))
+    old_files = set(table.inspect.files().column("file_path").to_pylist())
+    rows = table.scan().to_arrow()
+    order = list(range(rows.num_rows))
+    random.Random(5).shuffle(order)
+    table.overwrite(rows.take(order))
+    table = catalog.load_table(tuple(st["lake"]["namespace"]) + (st["lake"]["tableName"],))
+    new_files = set(table.inspect.files().column("file_path").to_pylist())
+    assert new_files and not (new_files & old_files)
+    time.sleep(6)  # replay reloads table metadata at least every 5 s
+    again = consume(client, topic, "after-rewrite", total)
+    assert [g[:5] for g in again] == [g[:5] for g in everything]
+    assert [g[5] for g in again] == [g[5] for g in everything]
+    client.close()
+    assert svc.stop() == 0
+
+
+def test_reader_started_while_its_range_is_offloaded(make_service):
+    svc = make_service(FAST)
+    svc.start()
+    set_policy(svc, "offloadThreshold", -1)
+    set_policy(svc, "offloadDeletionLagMs", 0)
+    client = pulsar.Client(svc.url, operation_timeout_seconds=60)
+    topic = f"persistent://public/default/race-{uuid.uuid4().hex[:6]}"
+    sent = produce(client, topic, 40_000, seed=9)
+    reader = client.create_reader(topic, pulsar.MessageId.earliest, receiver_queue_size=50)
+    got = []
+    for _ in range(500):
+        got.append(seen(reader.read_next(timeout_millis=60000)))
+    url = f"{svc.http}/admin/v2/{topic_path(topic)}/offload"
+    status, body = http("PUT", url)
+    assert status == 200, body
+    # Keep reading once the reader's own ledger is gone locally, while later ones still move.
+    deadline = time.time() + 120
+    while not any(l["ledger"]["state"] == "deleted" for l in stats(svc, topic)["ledgers"]):
+        assert time.time() < deadline, "no ledger was deleted"
+        time.sleep(0.05)
+    while len(got) < len(sent):
+        got.append(seen(reader.read_next(timeout_millis=60000)))
+        if len(got) % 500 == 0:
+            time.sleep(0.01)  # slow enough for the seam to move underneath
+    assert got == sent
+    assert wait_all_deleted(svc, topic) >= 5
+    assert stats(svc, topic)["replay"]["entriesFromLake"] > 0
+    reader.close()
+    client.close()
+    assert svc.stop() == 0
