@@ -735,7 +735,10 @@ impl Connection {
         let last = match c.topic.log.last_confirmed() {
             None => command::message_id(u64::MAX, u64::MAX, partition, Some(-1)),
             Some(pos) => {
-                let batch_index = match c.topic.log.read_entry(pos).await {
+                // The last entry may be in the lake only: read it through replay.
+                let mut reader =
+                    crate::replay::EntryReader::new(c.topic.log.clone(), c.topic.lake.clone());
+                let batch_index = match reader.read_entry(pos).await {
                     Ok(e) => {
                         let n = entry_message_count(&e.payload) as i32;
                         Some(if n > 1 { n - 1 } else { -1 })

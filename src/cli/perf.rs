@@ -118,9 +118,12 @@ pub struct ConsumeArgs {
     /// Consumers (a Shared subscription when more than one).
     #[arg(long, default_value_t = 1)]
     pub consumers: usize,
-    /// Duration of the run.
+    /// Duration of the run (the longest, with `--messages`).
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub duration: Duration,
+    /// Stop after this many messages; the rate is measured up to the last one (replay rate).
+    #[arg(long)]
+    pub messages: Option<u64>,
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -351,6 +354,7 @@ fn perf_consume(args: ConsumeArgs) -> anyhow::Result<()> {
         subscription: args.subscription.clone(),
         consumers: args.consumers.max(1),
         duration: args.duration,
+        messages: args.messages,
     };
     let result = runtime()?.block_on(pulsar_load::consume(opts, |rate| {
         eprintln!("  consumed {rate:>12.0} msg/s");

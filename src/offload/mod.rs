@@ -491,14 +491,27 @@ impl Inner {
                         m.1 = m.0;
                         taken
                     };
-                    if let Err(e) = inner.pass(&base, partitions, &slot, ticket.is_some()).await {
-                        tracing::warn!(topic = %base, error = %e, "offload pass failed");
-                        let mut st = lock(&slot.status);
-                        st.state = OffloadState::Error;
-                        st.last_error = Some(e.to_string());
-                    }
-                    if let Some(t) = ticket {
-                        slot.completed.fetch_max(t, Ordering::AcqRel);
+                    let more = match inner.pass(&base, partitions, &slot, ticket.is_some()).await {
+                        Ok(more) => more,
+                        Err(e) => {
+                            tracing::warn!(topic = %base, error = %e, "offload pass failed");
+                            let mut st = lock(&slot.status);
+                            st.state = OffloadState::Error;
+                            st.last_error = Some(e.to_string());
+                            false
+                        }
+                    };
+                    match ticket {
+                        // A pass is capped in size: a request for everything stays pending
+                        // (taken again by the next pass) until nothing is left.
+                        Some(t) if more => {
+                            let mut m = lock(&slot.manual);
+                            m.1 = m.1.min(t - 1);
+                        }
+                        Some(t) => {
+                            slot.completed.fetch_max(t, Ordering::AcqRel);
+                        }
+                        None => {}
                     }
                     slot.runs.fetch_add(1, Ordering::AcqRel);
                 });
@@ -506,14 +519,15 @@ impl Inner {
         }
     }
 
-    /// One pass over a table (the caller holds its writer lock).
+    /// One pass over a table (the caller holds its writer lock). Returns whether eligible
+    /// ledgers were left for a later pass (a pass commits a bounded amount).
     async fn pass(
         &self,
         base: &TopicName,
         mut partitions: Vec<(i32, String)>,
         slot: &TableSlot,
         manual: bool,
-    ) -> Result<(), OffloadError> {
+    ) -> Result<bool, OffloadError> {
         partitions.sort();
         let mut logs = Vec::with_capacity(partitions.len());
         for (index, name) in partitions {
@@ -526,7 +540,7 @@ impl Inner {
                 .any(|i| matches!(i.state, LedgerState::Sealed | LedgerState::Offloaded))
         });
         if !busy && !manual {
-            return Ok(());
+            return Ok(false);
         }
         let _permit = self
             .slots
@@ -590,7 +604,7 @@ impl Inner {
         if more || pending {
             self.wake.notify_one();
         }
-        Ok(())
+        Ok(more)
     }
 
     async fn offload(

@@ -300,8 +300,10 @@ pub struct ConsumeOptions {
     pub subscription: String,
     /// Consumers (Shared when more than one).
     pub consumers: usize,
-    /// Measured duration.
+    /// Measured duration (the longest run when `messages` is set).
     pub duration: Duration,
+    /// Stop once this many messages arrived; the rate is then measured up to the last one.
+    pub messages: Option<u64>,
 }
 
 /// Result of a consumer run.
@@ -324,7 +326,10 @@ pub async fn consume(
 ) -> Result<ConsumeResult, PulsarLoadError> {
     let received = Arc::new(AtomicU64::new(0));
     let hist: Arc<Mutex<Histogram<u64>>> = Arc::new(Mutex::new(latency_histogram()));
-    let end = Instant::now() + opts.duration;
+    let start = Instant::now();
+    let end = start + opts.duration;
+    let reached: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+    let stop_after = opts.messages;
     let sub_type = if opts.consumers > 1 {
         SubType::Shared
     } else {
@@ -349,7 +354,7 @@ pub async fn consume(
         .await
         .map_err(|e| PulsarLoadError::Protocol(e.to_string()))?;
         expect(&mut rd, Type::Success).await?;
-        let (received, hist) = (received.clone(), hist.clone());
+        let (received, hist, reached) = (received.clone(), hist.clone(), reached.clone());
         tasks.push(tokio::spawn(async move {
             let _ = wr.send(client::flow(consumer_id, 1000)).await;
             let mut since_flow = 0u32;
@@ -369,7 +374,15 @@ pub async fn consume(
                 for _ in 0..n {
                     record(&mut h, Duration::from_millis(age));
                 }
-                received.fetch_add(u64::from(n), Ordering::Relaxed);
+                let total = received.fetch_add(u64::from(n), Ordering::Relaxed) + u64::from(n);
+                if stop_after.is_some_and(|want| total >= want) {
+                    let mut at = reached.lock().unwrap_or_else(|p| p.into_inner());
+                    at.get_or_insert_with(Instant::now);
+                    break;
+                }
+                if stop_after.is_some_and(|want| received.load(Ordering::Relaxed) >= want) {
+                    break;
+                }
                 since_flow += n;
                 if since_flow >= 500 {
                     let send = async {
@@ -394,7 +407,10 @@ pub async fn consume(
     }
     reporter.abort();
     let messages = received.load(Ordering::Relaxed);
-    let seconds = opts.duration.as_secs_f64();
+    let seconds = match *reached.lock().unwrap_or_else(|p| p.into_inner()) {
+        Some(at) => (at - start).as_secs_f64(),
+        None => opts.duration.as_secs_f64(),
+    };
     let end_to_end = Latency::from_histogram(&hist.lock().unwrap_or_else(|p| p.into_inner()));
     Ok(ConsumeResult {
         messages,

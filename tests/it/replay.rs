@@ -62,7 +62,8 @@ async fn produce(client: &Pulsar<TokioExecutor>) -> Result<Vec<Seen>, Box<dyn st
         for window in (0..n).collect::<Vec<_>>().chunks(50) {
             let mut receipts = Vec::new();
             for &i in window {
-                let payload = format!("{phase}/{i}/{}", "ü".repeat(i % 11)).into_bytes();
+                let payload =
+                    format!("{phase}/{i}/{}/{}", "ü".repeat(i % 11), "x".repeat(400)).into_bytes();
                 let msg = producer::Message {
                     payload: payload.clone(),
                     partition_key: (i % 3 != 0).then(|| format!("key-{}", i % 17)),
@@ -148,6 +149,8 @@ fn pulsar_rs_replays_offloaded_ranges_identically() -> TestResult {
         let mut cfg = config(dir.path())?;
         cfg.lake.check_interval = Duration::from_millis(100);
         cfg.ledger.rollover_entries = 15;
+        // Passes are capped at 4 × this: "offload everything" takes several passes.
+        cfg.lake.target_file_size = bytesize::ByteSize::kib(64);
         let service = Service::start(&cfg).await?;
         let ns = "/admin/v2/namespaces/public/default";
         let (code, _) = http(
@@ -183,6 +186,11 @@ fn pulsar_rs_replays_offloaded_ranges_identically() -> TestResult {
         let path = "/admin/v2/persistent/public/default/replay-rs";
         let status = offload_and_wait(service.http_addr, path).await?;
         assert_eq!(status["status"], "SUCCESS", "{status}");
+        assert_eq!(
+            status["firstUnoffloadedMessage"],
+            serde_json::Value::Null,
+            "one request offloads everything, over several passes: {status}"
+        );
         let log = service.log.topic(TOPIC).await?;
         let deadline = Instant::now() + Duration::from_secs(60);
         while log
