@@ -249,3 +249,114 @@ fn pulsar_rs_replays_offloaded_ranges_identically() -> TestResult {
         Ok(())
     })
 }
+
+fn parquet_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) -> std::io::Result<()> {
+    for e in std::fs::read_dir(dir)? {
+        let p = e?.path();
+        if p.is_dir() {
+            parquet_files(&p, out)?;
+        } else if p.extension().is_some_and(|x| x == "parquet") {
+            out.push(p);
+        }
+    }
+    Ok(())
+}
+
+/// A lake data file that disappears gives the consumer nothing wrong: no message until it is
+/// back, the failure (table, ledger, entries) in stats, then every message exactly once.
+#[test]
+fn a_missing_lake_file_stalls_replay_without_losing_or_inventing_messages() -> TestResult {
+    runtime()?.block_on(async {
+        let dir = tempfile::tempdir()?;
+        let mut cfg = config(dir.path())?;
+        cfg.lake.check_interval = Duration::from_millis(100);
+        cfg.ledger.rollover_entries = 50;
+        cfg.replay.retry_max = Duration::from_millis(500);
+        let service = Service::start(&cfg).await?;
+        let ns = "/admin/v2/namespaces/public/default";
+        http(
+            "PUT",
+            service.http_addr,
+            &format!("{ns}/offloadDeletionLagMs"),
+            "0",
+        )
+        .await?;
+        let client: Pulsar<TokioExecutor> =
+            Pulsar::builder(format!("pulsar://{}", service.pulsar_addr), TokioExecutor)
+                .build()
+                .await?;
+        let topic = "persistent://public/default/replay-missing";
+        let mut p = client.producer().with_topic(topic).build().await?;
+        for i in 0..200 {
+            p.send_non_blocking(format!("m{i}").into_bytes())
+                .await?
+                .await?;
+        }
+        drop(p);
+        let path = "/admin/v2/persistent/public/default/replay-missing";
+        offload_and_wait(service.http_addr, path).await?;
+        let log = service.log.topic(topic).await?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while log
+            .ledgers()
+            .iter()
+            .any(|l| l.entry_count > 0 && l.state != LedgerState::Deleted)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "not deleted: {:?}",
+                log.ledgers()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let mut files = Vec::new();
+        parquet_files(&dir.path().join("data/warehouse"), &mut files)?;
+        assert!(!files.is_empty());
+        for f in &files {
+            std::fs::rename(f, f.with_extension("away"))?;
+        }
+        let mut consumer: Consumer<Vec<u8>, _> = client
+            .consumer()
+            .with_topic(topic)
+            .with_subscription("s")
+            .with_options(
+                ConsumerOptions::default().with_initial_position(InitialPosition::Earliest),
+            )
+            .build()
+            .await?;
+        let nothing = tokio::time::timeout(Duration::from_secs(3), consumer.try_next()).await;
+        assert!(
+            nothing.is_err(),
+            "a message arrived while its file was missing"
+        );
+        let (_, stats) = http("GET", service.http_addr, &format!("{path}/stats"), "").await?;
+        let error = stats["subscriptions"]["s"]["lastReadError"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            error.contains("public.default.replay_missing") && error.contains("ledger"),
+            "{stats}"
+        );
+        assert!(
+            stats["replay"]["readErrors"].as_u64().unwrap_or(0) > 0,
+            "{stats}"
+        );
+        for f in &files {
+            std::fs::rename(f.with_extension("away"), f)?;
+        }
+        let mut got = Vec::new();
+        while got.len() < 200 {
+            let msg = tokio::time::timeout(Duration::from_secs(30), consumer.try_next())
+                .await??
+                .ok_or("stream ended")?;
+            consumer.ack(&msg).await?;
+            got.push(String::from_utf8(msg.payload.data.clone())?);
+        }
+        assert_eq!(got, (0..200).map(|i| format!("m{i}")).collect::<Vec<_>>());
+        drop(consumer);
+        drop(client);
+        service.shutdown().await?;
+        Ok(())
+    })
+}
