@@ -271,6 +271,13 @@ def test_seek_shared_cumulative_and_rewritten_files(make_service, s3_server):
     want = everything[first][0]
     got = seen(m)[0]
     assert (got[0], got[1]) == (want[0], want[1]), (got, want)
+    # Seek by message id to an unbatched message in the lake: the C++ client then receives the
+    # message after it (as on a local range, see test_seek.py).
+    at = next(i for i in range(len(sent) // 20, len(sent)) if everything[i][0][2] == -1)
+    lake_id = everything[at][0]
+    consumer.seek(pulsar.MessageId(-1, lake_id[0], lake_id[1], -1))
+    m = consumer.receive(timeout_millis=60000)
+    assert seen(m)[0] == everything[at + 1][0]
     consumer.close()
 
     # Shared subscription across the seam: every message exactly once among two consumers.
@@ -415,5 +422,35 @@ def test_key_shared_redelivery_and_last_message_id_from_the_lake(make_service):
             again[seen(m)[0]] = seen(m)
     assert {k: again[k] for k in want} == want
     c.close()
+    client.close()
+    assert svc.stop() == 0
+
+
+def test_partitioned_topic_replays_each_partition(make_service):
+    svc = make_service(FAST)
+    svc.start()
+    set_policy(svc, "offloadDeletionLagMs", 0)
+    name = f"parts-{uuid.uuid4().hex[:6]}"
+    status, _ = http("PUT", f"{svc.http}/admin/v2/persistent/public/default/{name}/partitions", "3")
+    assert status in (200, 204)
+    topic = f"persistent://public/default/{name}"
+    client = pulsar.Client(svc.url, operation_timeout_seconds=60)
+    p = client.create_producer(topic, batching_enabled=True, batching_max_messages=20,
+                               message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution)
+    for i in range(3000):
+        p.send_async(f"p{i}".encode(), None, partition_key=f"k{i % 31}")
+    p.flush()
+    before = sorted((str(m[0]), m[1]) for m in
+                    ((s[0], s[1]) for s in consume(client, topic, "before", 3000)))
+    assert offload_and_wait(svc, topic)["status"] == "SUCCESS"
+    for i in range(3):
+        assert wait_all_deleted(svc, f"{topic}-partition-{i}") >= 1
+    client.close()
+    restart(svc)
+    client = pulsar.Client(svc.url, operation_timeout_seconds=60)
+    after = consume(client, topic, "after", 3000)
+    assert sorted((str(s[0]), s[1]) for s in after) == before
+    # Ids carry their partition: each partition's messages come from its own ledgers.
+    assert stats(svc, f"{topic}-partition-0")["replay"]["entriesFromLake"] > 0
     client.close()
     assert svc.stop() == 0

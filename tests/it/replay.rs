@@ -151,6 +151,9 @@ fn pulsar_rs_replays_offloaded_ranges_identically() -> TestResult {
         cfg.ledger.rollover_entries = 15;
         // Passes are capped at 4 × this: "offload everything" takes several passes.
         cfg.lake.target_file_size = bytesize::ByteSize::kib(64);
+        // Small read-ahead, quick release: a consumer that stops reading holds little.
+        cfg.replay.read_ahead = bytesize::ByteSize::kib(64);
+        cfg.replay.idle_release = Duration::from_secs(1);
         let service = Service::start(&cfg).await?;
         let ns = "/admin/v2/namespaces/public/default";
         let (code, _) = http(
@@ -225,6 +228,36 @@ fn pulsar_rs_replays_offloaded_ranges_identically() -> TestResult {
                 .await?
                 .await?;
         }
+        // A consumer that takes one message and stops: the lake stream buffers at most the
+        // read-ahead (plus one entry), and drops its buffer once idle.
+        let mut slow: Consumer<Vec<u8>, _> = client
+            .consumer()
+            .with_topic(TOPIC)
+            .with_subscription("slow")
+            .with_options(
+                ConsumerOptions::default().with_initial_position(InitialPosition::Earliest),
+            )
+            .build()
+            .await?;
+        tokio::time::timeout(Duration::from_secs(30), slow.try_next())
+            .await??
+            .ok_or("no message")?;
+        let path_stats = "/admin/v2/persistent/public/default/replay-rs/stats";
+        let buffered = || async {
+            let (_, stats) = http("GET", service.http_addr, path_stats, "").await?;
+            Ok::<u64, Box<dyn std::error::Error>>(
+                stats["replay"]["bufferedBytes"].as_u64().unwrap_or(u64::MAX),
+            )
+        };
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let held = buffered().await?;
+        assert!(held <= 64 * 1024 + 16 * 1024, "buffered {held} bytes");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while buffered().await? > 0 {
+            assert!(Instant::now() < deadline, "idle lake stream kept its buffer");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        drop(slow);
         let replayed = consume_all(&client, "after", local.len() + 30).await?;
         assert_eq!(
             &replayed[..local.len()],
