@@ -97,6 +97,26 @@ async fn produce(client: &Pulsar<TokioExecutor>) -> Result<Vec<Seen>, Box<dyn st
         .collect())
 }
 
+/// Waits until every ledger of `topic` with entries was offloaded and deleted locally.
+async fn wait_all_deleted(
+    service: &Service,
+    topic: &str,
+) -> Result<ledgerlake::ledger::TopicLog, Box<dyn std::error::Error>> {
+    let log = service.log.topic(topic).await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while log
+        .ledgers()
+        .iter()
+        .any(|l| l.entry_count > 0 && l.state != LedgerState::Deleted)
+    {
+        if Instant::now() > deadline {
+            return Err(format!("ledgers not deleted: {:?}", log.ledgers()).into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(log)
+}
+
 async fn consume_all(
     client: &Pulsar<TokioExecutor>,
     subscription: &str,
@@ -194,20 +214,7 @@ fn pulsar_rs_replays_offloaded_ranges_identically() -> TestResult {
             serde_json::Value::Null,
             "one request offloads everything, over several passes: {status}"
         );
-        let log = service.log.topic(TOPIC).await?;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while log
-            .ledgers()
-            .iter()
-            .any(|l| l.entry_count > 0 && l.state != LedgerState::Deleted)
-        {
-            assert!(
-                Instant::now() < deadline,
-                "ledgers not deleted: {:?}",
-                log.ledgers()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let log = wait_all_deleted(&service, TOPIC).await?;
         assert!(
             log.ledgers().len() > 20,
             "many ledgers: {}",
@@ -246,7 +253,9 @@ fn pulsar_rs_replays_offloaded_ranges_identically() -> TestResult {
         let buffered = || async {
             let (_, stats) = http("GET", service.http_addr, path_stats, "").await?;
             Ok::<u64, Box<dyn std::error::Error>>(
-                stats["replay"]["bufferedBytes"].as_u64().unwrap_or(u64::MAX),
+                stats["replay"]["bufferedBytes"]
+                    .as_u64()
+                    .unwrap_or(u64::MAX),
             )
         };
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -254,7 +263,10 @@ fn pulsar_rs_replays_offloaded_ranges_identically() -> TestResult {
         assert!(held <= 64 * 1024 + 16 * 1024, "buffered {held} bytes");
         let deadline = Instant::now() + Duration::from_secs(10);
         while buffered().await? > 0 {
-            assert!(Instant::now() < deadline, "idle lake stream kept its buffer");
+            assert!(
+                Instant::now() < deadline,
+                "idle lake stream kept its buffer"
+            );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         drop(slow);
@@ -328,20 +340,7 @@ fn a_missing_lake_file_stalls_replay_without_losing_or_inventing_messages() -> T
         drop(p);
         let path = "/admin/v2/persistent/public/default/replay-missing";
         offload_and_wait(service.http_addr, path).await?;
-        let log = service.log.topic(topic).await?;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while log
-            .ledgers()
-            .iter()
-            .any(|l| l.entry_count > 0 && l.state != LedgerState::Deleted)
-        {
-            assert!(
-                Instant::now() < deadline,
-                "not deleted: {:?}",
-                log.ledgers()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        wait_all_deleted(&service, topic).await?;
         let mut files = Vec::new();
         parquet_files(&dir.path().join("data/warehouse"), &mut files)?;
         assert!(!files.is_empty());
