@@ -374,6 +374,12 @@ fn a_missing_lake_file_stalls_replay_without_losing_or_inventing_messages() -> T
             stats["replay"]["readErrors"].as_u64().unwrap_or(0) > 0,
             "{stats}"
         );
+        // e.g. "lake table ledgerlake.public.default.replay_missing, ledger 1: scanning ledger 1
+        // entries 0..50: ... path: .../data/publish_day=.../1-2-<attempt>-00000.parquet ..."
+        assert!(
+            error.contains("entries 0..") && error.contains(".parquet"),
+            "the error names the range and the file: {error}"
+        );
         for f in &files {
             std::fs::rename(f.with_extension("away"), f)?;
         }
