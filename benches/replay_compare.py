@@ -2,7 +2,10 @@
 lake; in one run, against a release build of `ledgerlake serve` on local disk.
 
     python benches/replay_compare.py --bin target/release/ledgerlake [--messages 10000000]
-                                     [--rounds 3]
+                                     [--rounds 3] [--s3]
+
+With `--s3` the warehouse is a local S3 server (SeaweedFS, as in the interop tests) instead of
+local disk.
 
 1. Produce `--messages` 100 B messages (batched, as `perf produce` does) to topic A with offload
    off, restart the service (cold caches), then per round: consume A from the earliest with a new
@@ -24,7 +27,11 @@ import statistics
 import subprocess
 import tempfile
 import time
+import sys
 import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "interop"))
 
 
 def free_port():
@@ -34,14 +41,14 @@ def free_port():
 
 
 class Service:
-    def __init__(self, binary, work):
-        self.binary, self.work = binary, work
+    def __init__(self, binary, work, env):
+        self.binary, self.work, self.extra_env = binary, work, env
         self.pulsar, self.http = free_port(), free_port()
         self.proc = None
 
     def start(self):
         log = open(os.path.join(self.work, "serve.log"), "ab")
-        env = dict(os.environ, LEDGERLAKE_LAKE__CHECK_INTERVAL="200ms")
+        env = dict(os.environ, LEDGERLAKE_LAKE__CHECK_INTERVAL="200ms", **self.extra_env)
         self.proc = subprocess.Popen(
             [self.binary, "serve", "--data-dir", os.path.join(self.work, "data"),
              "--pulsar-addr", f"127.0.0.1:{self.pulsar}", "--http-addr", f"127.0.0.1:{self.http}"],
@@ -93,10 +100,18 @@ def main():
     ap.add_argument("--bin", required=True)
     ap.add_argument("--messages", type=int, default=10_000_000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--s3", action="store_true", help="warehouse on a local S3 server")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="ll-replay-bench-")
-    svc = Service(args.bin, work)
-    result = {"messages": args.messages, "rounds": args.rounds}
+    s3 = None
+    env = {}
+    if args.s3:
+        from servers import S3Server
+        s3 = S3Server()
+        env = s3.service_env(f"replay-bench-{os.getpid()}")
+    svc = Service(args.bin, work, env)
+    result = {"messages": args.messages, "rounds": args.rounds,
+              "warehouse": "s3" if args.s3 else "local"}
     try:
         svc.start()
         svc.admin("PUT", "/admin/v2/namespaces/public/default/offloadThreshold", "-1")
@@ -155,6 +170,8 @@ def main():
     finally:
         if svc.proc and svc.proc.poll() is None:
             svc.proc.kill()
+        if s3 is not None:
+            s3.stop()
         shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(result, indent=2))
 
