@@ -281,6 +281,11 @@ async fn sleep_until_retry(at: Option<tokio::time::Instant>) {
 impl State {
     /// Notes a failed read: the next read waits for the reader's backoff.
     fn read_failed(&mut self, e: &ReplayError) {
+        if let ReplayError::Pending = e {
+            // The lake stream is still filling: ask again soon, without counting a failure.
+            self.retry_at = Some(tokio::time::Instant::now() + Duration::from_millis(20));
+            return;
+        }
         let delay = self.reader.retry_delay();
         tracing::warn!(topic = %self.topic.name, subscription = %self.name, error = %e,
             retry_in = ?delay, "subscription read failed");

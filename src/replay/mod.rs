@@ -89,6 +89,10 @@ pub enum ReplayError {
         #[source]
         source: assemble::AssembleError,
     },
+    /// The lake stream has no entry ready yet (a scan is starting, or the read-ahead budgets
+    /// are exhausted): not a failure; the caller asks again shortly, staying responsive.
+    #[error("the lake read is in progress")]
+    Pending,
     /// The replay runtime stopped.
     #[error("the replay runtime stopped")]
     Stopped,

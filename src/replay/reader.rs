@@ -10,6 +10,9 @@ use super::stream::{LakeStream, LedgerScan};
 use super::{ReplayError, TopicLake};
 use crate::ledger::{Entry, LedgerState, Position, ReadError, TopicLog};
 
+/// Longest a read waits for the lake stream before answering [`ReplayError::Pending`].
+const PENDING_WAIT: Duration = Duration::from_millis(250);
+
 /// Which tier served a subscription's last read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -125,6 +128,7 @@ impl EntryReader {
         let result = self.read_from_tiers(from, max).await;
         match &result {
             Ok(_) => self.failures = 0,
+            Err(ReplayError::Pending) => {}
             Err(_) => {
                 self.failures = self.failures.saturating_add(1);
                 self.stream = None;
@@ -166,7 +170,12 @@ impl EntryReader {
             let Some(stream) = self.stream.as_mut() else {
                 continue;
             };
-            match stream.recv().await {
+            // Wait a little only: the subscription task must stay responsive (acks, flow,
+            // consumers leaving, shutdown) while a scan starts or budgets are full.
+            let Ok(next) = tokio::time::timeout(PENDING_WAIT, stream.recv()).await else {
+                return Err(ReplayError::Pending);
+            };
+            match next {
                 None => {
                     // The lake range ended: what follows is local (or was deleted meanwhile).
                     self.stream = None;
