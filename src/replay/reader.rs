@@ -111,6 +111,12 @@ impl EntryReader {
         p
     }
 
+    /// Whether a durable entry exists at or after `from`.
+    fn has_entries_from(&self, from: Position) -> bool {
+        let next = self.normalize(from);
+        self.log.last_confirmed().is_some_and(|lac| next <= lac)
+    }
+
     fn lake_for(&self, ledger: u64) -> Result<&TopicLake, ReplayError> {
         self.lake.as_ref().ok_or_else(|| ReplayError::NoLake {
             topic: self.log.name().to_string(),
@@ -154,6 +160,12 @@ impl EntryReader {
             if !positioned {
                 self.stream = None;
                 match self.log.read_from(from, max).await {
+                    Ok(entries) if entries.is_empty() && self.has_entries_from(from) => {
+                        // Nothing read although durable entries exist from here (a ledger
+                        // changing state underneath the read): not "caught up"; ask again.
+                        tracing::debug!(topic = %self.log.name(), %from, "empty read before the end");
+                        return Err(ReplayError::Pending);
+                    }
                     Ok(entries) => {
                         if !entries.is_empty() {
                             self.tier = Tier::Local;

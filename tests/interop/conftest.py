@@ -130,9 +130,30 @@ def postgres():
         server.stop()
 
 
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    """Keeps each phase's report on the test item (fixtures print service logs on failure)."""
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, "rep_" + rep.when, rep)
+
+
+def _print_log_on_failure(request, svc):
+    rep = getattr(request.node, "rep_call", None)
+    if rep is None or not rep.failed or not os.path.exists(svc.log_path):
+        return
+    lines = open(svc.log_path, errors="replace").read().splitlines()
+    notable = [l for l in lines if " WARN " in l or " ERROR " in l or "panicked" in l]
+    print(f"\n--- {svc.log_path}: warnings and errors ---")
+    print("\n".join(notable[-60:]))
+    print("--- last lines ---")
+    print("\n".join(lines[-40:]))
+
+
 @pytest.fixture
-def make_service():
-    """Factory of services of their own with extra environment; all killed by PID at the end."""
+def make_service(request):
+    """Factory of services of their own with extra environment; all killed by PID at the end
+    (their logs' warnings are printed when the test failed)."""
     made = []
     dirs = []
 
@@ -148,5 +169,6 @@ def make_service():
     finally:
         for svc in made:
             svc.stop(signal.SIGKILL)
+            _print_log_on_failure(request, svc)
         for d in dirs:
             d.cleanup()
