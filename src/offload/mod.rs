@@ -569,6 +569,14 @@ impl Inner {
                 .map(|i| i.size_bytes)
                 .sum();
             let candidates = plan::candidates(&records);
+            // An older ledger still sealing holds back the newer sealed ones: come back soon.
+            let newest = records.iter().map(|r| r.id).max();
+            if records
+                .iter()
+                .any(|r| r.state == LedgerState::Open && Some(r.id) != newest)
+            {
+                more = true;
+            }
             let n = plan::eligible(&candidates, open_bytes, &policies, now, manual);
             for l in candidates.into_iter().take(n) {
                 let Some(seal) = l.seal else {

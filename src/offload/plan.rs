@@ -12,13 +12,18 @@ use crate::ledger::{LedgerRecord, LedgerState};
 use crate::policies::EffectivePolicies;
 
 /// The partition's ledgers that may be offloaded (state `Sealed`), in id order.
+///
+/// A ledger still `Open` (the current one, or an older one whose seal is still running in the
+/// background while the next one already filled and sealed) ends the candidates: ledgers reach
+/// the lake strictly in id order, so the watermark never passes a ledger that is not in it.
 pub fn candidates(ledgers: &[LedgerRecord]) -> Vec<&LedgerRecord> {
-    let mut c: Vec<&LedgerRecord> = ledgers
-        .iter()
+    let mut sorted: Vec<&LedgerRecord> = ledgers.iter().collect();
+    sorted.sort_by_key(|l| l.id);
+    sorted
+        .into_iter()
+        .take_while(|l| l.state != LedgerState::Open)
         .filter(|l| l.state == LedgerState::Sealed)
-        .collect();
-    c.sort_by_key(|l| l.id);
-    c
+        .collect()
 }
 
 fn size(l: &LedgerRecord) -> u64 {
@@ -132,6 +137,18 @@ mod tests {
         let c = candidates(&l);
         assert_eq!(c.iter().map(|l| l.id).collect::<Vec<_>>(), vec![3, 5]);
         assert_eq!(eligible(&c, 50, &policies(0, -1, 0), 10_000, false), 2);
+    }
+
+    #[test]
+    fn a_ledger_still_sealing_holds_back_newer_sealed_ones() {
+        let l = vec![
+            ledger(1, LedgerState::Sealed, 100, 0),
+            ledger(2, LedgerState::Open, 100, 0),
+            ledger(3, LedgerState::Sealed, 100, 0),
+            ledger(4, LedgerState::Open, 10, 0),
+        ];
+        let c = candidates(&l);
+        assert_eq!(c.iter().map(|l| l.id).collect::<Vec<_>>(), vec![1]);
     }
 
     #[test]
