@@ -38,6 +38,9 @@ use crate::policies::{PoliciesError, PolicyStore};
 use crate::protocol::proto::schema::Type as SchemaType;
 
 pub mod plan;
+mod status;
+
+pub use status::{LakeStats, OffloadStatus};
 
 /// Why an offload request or pass failed.
 #[derive(Debug, thiserror::Error)]
@@ -355,74 +358,6 @@ impl OffloadEngine {
         self.inner.tasks.close();
         self.inner.tasks.wait().await;
     }
-}
-
-/// Offload status of a table (Pulsar's `OffloadProcessStatus` plus ledgerlake's details).
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct OffloadStatus {
-    /// NOT_RUN / RUNNING / SUCCESS / ERROR.
-    pub status: OffloadState,
-    /// Last error ("" when none).
-    pub last_error: String,
-    /// First message not yet in the lake (`None`: everything is).
-    pub first_unoffloaded_message: Option<MessageIdJson>,
-    /// Last message committed to the lake.
-    pub last_offloaded_message: Option<MessageIdJson>,
-    /// Bytes in the log not yet in the lake (open ledger included).
-    pub offload_lag_bytes: u64,
-    /// Age of the oldest message not yet in the lake.
-    pub offload_lag_seconds: f64,
-    /// Passes completed.
-    pub runs: u64,
-    /// Highest manual-request ticket whose pass has finished.
-    pub completed_request: u64,
-    /// A manual request has not finished yet.
-    pub request_pending: bool,
-    /// Entries read by the current (or last) pass.
-    pub progress_entries: u64,
-    /// Payload bytes read by the current (or last) pass.
-    pub progress_bytes: u64,
-    /// Ledgers committed since start.
-    pub committed_ledgers: u64,
-    /// Rows committed since start.
-    pub committed_rows: u64,
-    /// Rows whose payload did not decode against the topic schema, since start.
-    pub bad_payloads: u64,
-    /// Snapshot of the last commit.
-    pub last_snapshot_id: Option<i64>,
-}
-
-/// The `lake` object in topic stats.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LakeStats {
-    /// Catalog name.
-    pub catalog: String,
-    /// Full Iceberg identifier, dot-joined (`tenant.namespace.table`).
-    pub table: String,
-    /// Namespace levels.
-    pub namespace: Vec<String>,
-    /// Table name.
-    pub table_name: String,
-    /// Whether the table exists yet (it is created by the first offload).
-    pub table_exists: bool,
-    /// Table location.
-    pub location: Option<String>,
-    /// Current snapshot.
-    pub snapshot_id: Option<i64>,
-    /// Last message committed to the lake.
-    pub last_offloaded_message_id: Option<MessageIdJson>,
-    /// Bytes not yet in the lake.
-    pub offload_lag_bytes: u64,
-    /// Age of the oldest message not yet in the lake.
-    pub offload_lag_seconds: f64,
-    /// Offload status.
-    pub status: OffloadState,
-    /// Last error.
-    pub last_error: String,
-    /// Rows flagged with a decode error since start.
-    pub bad_payloads: u64,
 }
 
 impl Inner {
