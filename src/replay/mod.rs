@@ -154,6 +154,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A configured budget as semaphore permits (one per byte; `Config::validate` caps budgets at
+/// 4 GiB so permits fit the `u32` that `acquire_many` takes).
+pub(crate) fn budget_bytes(b: bytesize::ByteSize) -> usize {
+    b.as_u64().min(u64::from(u32::MAX)) as usize
+}
+
 /// How long a loaded table handle is reused before the catalog is asked again (a failed read
 /// always reloads).
 const TABLE_TTL: std::time::Duration = std::time::Duration::from_secs(5);
@@ -165,13 +171,12 @@ impl Replay {
         runtime: tokio::runtime::Handle,
         config: ReplayConfig,
     ) -> Self {
-        let bytes = |b: bytesize::ByteSize| b.as_u64().min(u64::from(u32::MAX)) as usize;
         Replay {
             inner: Arc::new(Inner {
                 engine,
                 runtime,
                 scans: Arc::new(Semaphore::new(config.max_concurrent_scans)),
-                broker_budget: Arc::new(Semaphore::new(bytes(config.broker_budget))),
+                broker_budget: Arc::new(Semaphore::new(budget_bytes(config.broker_budget))),
                 topic_budgets: Mutex::new(HashMap::new()),
                 tables: Mutex::new(HashMap::new()),
                 counters: Counters::default(),
@@ -190,13 +195,8 @@ impl Replay {
             match budgets.get(&key).and_then(Weak::upgrade) {
                 Some(s) => s,
                 None => {
-                    let cap = self
-                        .inner
-                        .config
-                        .topic_budget
-                        .as_u64()
-                        .min(u64::from(u32::MAX));
-                    let s = Arc::new(Semaphore::new(cap as usize));
+                    let cap = budget_bytes(self.inner.config.topic_budget);
+                    let s = Arc::new(Semaphore::new(cap));
                     budgets.insert(key, Arc::downgrade(&s));
                     s
                 }
@@ -214,12 +214,7 @@ impl Replay {
     /// Broker-wide statistics.
     pub fn stats(&self) -> ReplayStats {
         let c = &self.inner.counters;
-        let cap = self
-            .inner
-            .config
-            .broker_budget
-            .as_u64()
-            .min(u64::from(u32::MAX));
+        let cap = budget_bytes(self.inner.config.broker_budget) as u64;
         ReplayStats {
             entries_from_lake: c.entries.load(Ordering::Relaxed),
             bytes_from_lake: c.bytes.load(Ordering::Relaxed),

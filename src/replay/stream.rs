@@ -103,7 +103,7 @@ async fn produce(
     tx: &mpsc::Sender<Result<Buffered, ReplayError>>,
 ) -> Result<(), ReplayError> {
     let cfg = lake.config();
-    let size = |b: bytesize::ByteSize| b.as_u64().min(u64::from(u32::MAX)) as usize;
+    let size = super::budget_bytes;
     let budgets = [
         (
             Arc::new(Semaphore::new(size(cfg.read_ahead))),
