@@ -51,7 +51,8 @@ class Service:
         env = dict(os.environ, LEDGERLAKE_LAKE__CHECK_INTERVAL="200ms", **self.extra_env)
         self.proc = subprocess.Popen(
             [self.binary, "serve", "--data-dir", os.path.join(self.work, "data"),
-             "--pulsar-addr", f"127.0.0.1:{self.pulsar}", "--http-addr", f"127.0.0.1:{self.http}"],
+             "--pulsar-addr", f"127.0.0.1:{self.pulsar}", "--http-addr", f"127.0.0.1:{self.http}",
+             "--pg-addr", f"127.0.0.1:{free_port()}"],
             stdout=subprocess.DEVNULL, stderr=log, env=env)
         for _ in range(600):
             try:

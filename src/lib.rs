@@ -35,10 +35,10 @@
 //! - [`protocol`]: the Pulsar binary protocol (generated types, framing).
 //! - [`service`]: wiring of a running service and its ordered shutdown.
 //! - [`telemetry`]: logging setup.
+//! - [`sql`]: DataFusion over each topic (lake snapshot + live tail at one seam), read-only,
+//!   for PostgreSQL clients, HTTP `POST /sql` and `ledgerlake sql`.
 //!
 //! - [`broker`]: the Pulsar-protocol broker (topics, producers, subscriptions, cursors, schemas).
-//!
-//! The later module `sql/` plugs in as described in `ARCHITECTURE.md`.
 //!
 //! # Errors
 //! Each module has its own `thiserror` enums (one per operation where callers act differently);
@@ -58,4 +58,5 @@ pub mod policies;
 pub mod protocol;
 pub mod replay;
 pub mod service;
+pub mod sql;
 pub mod telemetry;

@@ -82,6 +82,10 @@ pub struct Service {
     lake_runtime: Option<tokio::runtime::Runtime>,
     /// Lake reads of replay. Invariant: `Some` exactly when `offload` is.
     replay_runtime: Option<tokio::runtime::Runtime>,
+    /// Address the PostgreSQL-protocol listener is bound to (`None`: SQL disabled).
+    pub pg_addr: Option<SocketAddr>,
+    /// Queries and PostgreSQL connections. Invariant: `Some` exactly when SQL is enabled.
+    sql_runtime: Option<tokio::runtime::Runtime>,
 }
 
 impl Service {
@@ -172,11 +176,18 @@ impl Service {
             replay.clone(),
             format!("pulsar://{advertised}"),
         );
+        let (sql, sql_runtime, pg_addr) = if config.sql.enabled {
+            let (engine, rt, addr) = start_sql(config, log.clone(), offload.clone(), stop.clone())?;
+            (Some(engine), Some(rt), Some(addr))
+        } else {
+            (None, None, None)
+        };
         let _ = services_cell.set(admin::Services {
             log: log.clone(),
             offload: offload.clone(),
             policies,
             broker: broker.clone(),
+            sql,
         });
         broker.serve(pulsar_listener);
         tracing::info!(%pulsar_addr, "pulsar listening");
@@ -194,6 +205,8 @@ impl Service {
             offload,
             lake_runtime,
             replay_runtime,
+            pg_addr,
+            sql_runtime,
         })
     }
 
@@ -207,6 +220,9 @@ impl Service {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "http server ended with an error"),
             Err(e) => tracing::warn!(error = %e, "http task failed"),
+        }
+        if let Some(rt) = self.sql_runtime {
+            rt.shutdown_background();
         }
         if let Some(rt) = self.replay_runtime {
             rt.shutdown_background();
@@ -222,6 +238,54 @@ impl Service {
         tracing::info!("shutdown complete: log flushed and fsynced");
         Ok(())
     }
+}
+
+/// Starts the SQL runtime (its own threads: a heavy query cannot slow producers), the engine
+/// and the PostgreSQL-protocol listener on it.
+fn start_sql(
+    config: &Config,
+    log: Arc<Log>,
+    offload: Option<OffloadEngine>,
+    stop: CancellationToken,
+) -> Result<(crate::sql::SqlEngine, tokio::runtime::Runtime, SocketAddr), ServiceError> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.sql.threads)
+        .thread_name("ll-sql")
+        .enable_all()
+        .build()
+        .map_err(ServiceError::LakeRuntime)?;
+    let auth = config.broker.authentication.enabled.then(|| {
+        let tokens = config
+            .broker
+            .authentication
+            .tokens
+            .clone()
+            .into_iter()
+            .collect();
+        Arc::new(crate::broker::auth::StaticTokens::new(tokens))
+            as Arc<dyn crate::broker::auth::Authenticator>
+    });
+    let engine =
+        crate::sql::SqlEngine::new(log, offload, rt.handle().clone(), config.sql.clone(), auth);
+    let addr = config.server.pg_addr;
+    let std_listener = std::net::TcpListener::bind(addr).map_err(|source| ServiceError::Bind {
+        addr,
+        what: "postgres",
+        source,
+    })?;
+    std_listener
+        .set_nonblocking(true)
+        .map_err(ServiceError::Http)?;
+    let bound = std_listener.local_addr().map_err(ServiceError::Http)?;
+    let serve_engine = engine.clone();
+    rt.spawn(async move {
+        match TcpListener::from_std(std_listener) {
+            Ok(listener) => crate::sql::postgres::serve(serve_engine, listener, stop).await,
+            Err(e) => tracing::error!(error = %e, "postgres listener failed"),
+        }
+    });
+    tracing::info!(pg_addr = %bound, "postgres (SQL) listening");
+    Ok((engine, rt, bound))
 }
 
 /// Starts the lake runtime (its own threads: Parquet encoding and catalog I/O never run on the

@@ -34,6 +34,30 @@ pub enum AdminError {
     /// A dependency (lake, catalog, object store) failed.
     #[error("{0}")]
     Internal(String),
+    /// Missing or wrong credentials.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// The request is understood and refused (a write statement to read-only SQL).
+    #[error("{0}")]
+    Forbidden(String),
+    /// A limit of the service was reached (query memory, query time).
+    #[error("{0}")]
+    LimitExceeded(String),
+}
+
+impl From<crate::sql::SqlError> for AdminError {
+    fn from(e: crate::sql::SqlError) -> Self {
+        use crate::sql::SqlError;
+        let text = e.to_string();
+        match e {
+            SqlError::Refused(_) => AdminError::Forbidden(text),
+            SqlError::Invalid(_) => AdminError::BadRequest(text),
+            SqlError::Unauthenticated(_) => AdminError::Unauthorized(text),
+            SqlError::MemoryLimit { .. } | SqlError::Timeout(_) => AdminError::LimitExceeded(text),
+            SqlError::Stopped => AdminError::NotReady,
+            _ => AdminError::Internal(text),
+        }
+    }
 }
 
 impl From<crate::offload::OffloadError> for AdminError {
@@ -80,6 +104,9 @@ impl IntoResponse for AdminError {
             AdminError::Metadata(_) | AdminError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             AdminError::NotFound(_) => StatusCode::NOT_FOUND,
             AdminError::Disabled(_) => StatusCode::PRECONDITION_FAILED,
+            AdminError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            AdminError::Forbidden(_) => StatusCode::FORBIDDEN,
+            AdminError::LimitExceeded(_) => StatusCode::UNPROCESSABLE_ENTITY,
         };
         (status, Json(json!({ "reason": self.to_string() }))).into_response()
     }

@@ -1,6 +1,6 @@
 //! The HTTP surface on `server.http_addr`: health and the first Pulsar admin API paths (topic
 //! partitions, offload and stats, namespace offload policies); metrics, the rest of the admin
-//! API and HTTP SQL join it in later issues. Errors map to HTTP statuses in [`error`] and only
+//! API joins it in later issues. `POST /sql` runs read-only SQL ([`crate::sql`]). Errors map to HTTP statuses in [`error`] and only
 //! there.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,6 +17,7 @@ use crate::ledger::MetadataStore;
 pub mod error;
 mod lake;
 mod namespaces;
+mod sql;
 mod topics;
 
 /// Readiness shared between the service and the HTTP handlers.
@@ -66,6 +67,8 @@ pub struct Services {
     pub policies: Arc<crate::policies::PolicyStore>,
     /// The broker (policy changes it must apply at once).
     pub broker: Arc<crate::broker::Broker>,
+    /// The SQL engine (`None` when `sql.enabled = false`).
+    pub sql: Option<crate::sql::SqlEngine>,
 }
 
 /// The topic named by an admin path `/{tenant}/{namespace}/{topic}` (persistent domain).
@@ -104,6 +107,7 @@ pub fn router(state: AdminState) -> Router {
         .merge(topics::routes())
         .merge(lake::routes())
         .merge(namespaces::routes())
+        .merge(sql::routes())
         .with_state(state)
 }
 

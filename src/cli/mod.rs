@@ -15,6 +15,7 @@ mod lake_cmd;
 mod offload;
 mod perf;
 mod serve;
+mod sql;
 
 /// ledgerlake: Pulsar-protocol streaming with infinite retention in Apache Iceberg.
 #[derive(Debug, Parser)]
@@ -49,6 +50,8 @@ pub enum Command {
     /// Lake layout helpers.
     #[command(subcommand)]
     Lake(lake_cmd::LakeCommand),
+    /// Run read-only SQL over topics on a running service (interactive without a query).
+    Sql(sql::SqlArgs),
 }
 
 /// Parses the command line and runs the chosen subcommand.
@@ -64,5 +67,6 @@ pub fn run() -> anyhow::Result<()> {
         Command::Perf(cmd) => perf::run(cmd, global),
         Command::Offload(args) => offload::run(args),
         Command::Lake(cmd) => lake_cmd::run(cmd),
+        Command::Sql(args) => sql::run(args),
     }
 }

@@ -18,12 +18,14 @@ use serde::{Deserialize, Serialize};
 mod lake;
 mod load;
 mod replay;
+mod sql;
 
 pub use lake::{
     CatalogConfig, CatalogKind, LakeConfig, LakePartitioning, PolicyDefaults, S3Config,
 };
 
 pub use replay::ReplayConfig;
+pub use sql::SqlConfig;
 
 pub use load::{load, ConfigError, Overrides, ServerOverrides, TelemetryOverrides, ENV_PREFIX};
 
@@ -48,6 +50,8 @@ pub struct Config {
     pub lake: LakeConfig,
     /// Replay of offloaded ranges from the lake.
     pub replay: ReplayConfig,
+    /// SQL over topics (PostgreSQL protocol, HTTP `POST /sql`, `ledgerlake sql`).
+    pub sql: SqlConfig,
 }
 
 impl Default for Config {
@@ -61,6 +65,7 @@ impl Default for Config {
             metadata: MetadataConfig::default(),
             lake: LakeConfig::default(),
             replay: ReplayConfig::default(),
+            sql: SqlConfig::default(),
         }
     }
 }
@@ -431,6 +436,19 @@ impl Config {
             return invalid(
                 "replay.read_ahead",
                 "need 0 < read_ahead <= topic_budget <= broker_budget <= 4 GiB".into(),
+            );
+        }
+        let q = &self.sql;
+        if q.threads == 0 || q.max_concurrent_queries == 0 {
+            return invalid(
+                "sql.threads",
+                "threads and max_concurrent_queries must be at least 1".into(),
+            );
+        }
+        if q.memory_limit.as_u64() < (16 << 20) || q.query_timeout.is_zero() {
+            return invalid(
+                "sql.memory_limit",
+                "need memory_limit >= 16 MiB and a positive query_timeout".into(),
             );
         }
         if lake.catalog.name.trim().is_empty() {

@@ -393,6 +393,22 @@ impl Lake {
     }
 }
 
+/// A read-only handle on `table` whose scans run on the current runtime (a table loaded on the
+/// lake runtime carries that runtime; readers on the replay or SQL runtime rebuild it here).
+pub fn read_only_here(table: &Table) -> Result<Table, LakeError> {
+    let runtime = iceberg::Runtime::try_current().map_err(LakeError::iceberg("current runtime"))?;
+    let mut builder = Table::builder()
+        .file_io(table.file_io().clone())
+        .metadata(table.metadata_ref())
+        .identifier(table.identifier().clone())
+        .readonly(true)
+        .runtime(runtime);
+    if let Some(loc) = table.metadata_location() {
+        builder = builder.metadata_location(loc);
+    }
+    builder.build().map_err(LakeError::iceberg("table handle"))
+}
+
 /// A connection URI with any password removed (for messages and logs).
 pub fn redact(uri: &str) -> String {
     match (uri.find("://"), uri.rfind('@')) {

@@ -35,6 +35,101 @@ pub enum PayloadCodec {
     Avro(HashMap<u64, Avro>),
 }
 
+/// The codec and the wanted typed columns (name, Iceberg type; newest version's type first) of
+/// a topic whose schema versions are `versions` (ascending). `None` unless the newest version
+/// is a JSON or Avro schema. Versions whose definition does not parse give no columns (logged).
+pub fn topic_codec(
+    topic: &str,
+    versions: &[(u64, crate::protocol::proto::Schema)],
+) -> Option<(PayloadCodec, Vec<(String, Type)>)> {
+    use crate::protocol::proto::schema::Type as SchemaType;
+    let (_, latest) = versions.last()?;
+    let kind = latest.r#type();
+    if !matches!(kind, SchemaType::Json | SchemaType::Avro) {
+        return None;
+    }
+    let mut definitions = HashMap::new();
+    for (v, s) in versions {
+        if s.r#type() == kind {
+            match parse_definition(&s.schema_data) {
+                Ok(d) => {
+                    definitions.insert(*v, d);
+                }
+                Err(e) => {
+                    tracing::warn!(topic, version = v, error = %e,
+                        "schema definition does not parse; no typed columns from it");
+                }
+            }
+        }
+    }
+    // Newest first, so a column takes the newest type of its field.
+    let mut wanted: Vec<(String, Type)> = Vec::new();
+    let mut ordered: Vec<&u64> = definitions.keys().collect();
+    ordered.sort_unstable_by(|a, b| b.cmp(a));
+    for v in ordered {
+        for (name, t) in columns_of(&definitions[v]) {
+            if !wanted.iter().any(|(n, _)| *n == name) {
+                wanted.push((name, t));
+            }
+        }
+    }
+    let codec = match kind {
+        SchemaType::Avro => PayloadCodec::Avro(definitions),
+        _ => PayloadCodec::Json,
+    };
+    Some((codec, wanted))
+}
+
+/// `t` with fresh, unique field ids for its nested fields, taken from `next` (what Iceberg does
+/// when it adds a column; for a schema built without a table).
+pub fn renumber(t: &Type, next: &mut i32) -> Type {
+    fn take(next: &mut i32) -> i32 {
+        let id = *next;
+        *next += 1;
+        id
+    }
+    match t {
+        Type::Primitive(_) => t.clone(),
+        Type::Struct(s) => {
+            let fields: Vec<Arc<NestedField>> = s
+                .fields()
+                .iter()
+                .map(|f| {
+                    let id = take(next);
+                    let inner = renumber(&f.field_type, next);
+                    let mut nf = NestedField::new(id, f.name.clone(), inner, f.required);
+                    nf.doc = f.doc.clone();
+                    Arc::new(nf)
+                })
+                .collect();
+            Type::Struct(StructType::new(fields))
+        }
+        Type::List(l) => {
+            let id = take(next);
+            let inner = renumber(&l.element_field.field_type, next);
+            Type::List(ListType::new(Arc::new(NestedField::list_element(
+                id,
+                inner,
+                l.element_field.required,
+            ))))
+        }
+        Type::Map(m) => {
+            let key_id = take(next);
+            let value_id = take(next);
+            let key = renumber(&m.key_field.field_type, next);
+            let value = renumber(&m.value_field.field_type, next);
+            Type::Map(MapType::new(
+                Arc::new(NestedField::map_key_element(key_id, key)),
+                Arc::new(NestedField::map_value_element(
+                    value_id,
+                    value,
+                    m.value_field.required,
+                )),
+            ))
+        }
+    }
+}
+
 /// Parses the Avro-syntax definition carried by a Pulsar JSON or AVRO schema.
 pub fn parse_definition(schema_data: &[u8]) -> Result<Avro, String> {
     let text = std::str::from_utf8(schema_data).map_err(|e| e.to_string())?;

@@ -22,6 +22,7 @@ use std::time::Instant;
 
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
+use iceberg::TableIdent;
 use serde::Serialize;
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -35,7 +36,6 @@ use crate::lake::typed::{self, PayloadCodec};
 use crate::lake::{naming, orphans, Lake, LakeError};
 use crate::ledger::{now_ms, LedgerState, Log, MetadataError, TopicLog};
 use crate::policies::{PoliciesError, PolicyStore};
-use crate::protocol::proto::schema::Type as SchemaType;
 
 pub mod plan;
 mod status;
@@ -219,6 +219,19 @@ impl OffloadEngine {
         fut: impl std::future::Future<Output = T> + Send + 'static,
     ) -> Result<T, OffloadError> {
         self.on_lake(fut).await
+    }
+
+    /// Loads a table on the lake runtime (where the catalog's connections live) and returns a
+    /// read-only handle whose scans run on the caller's runtime; `None` when it does not exist.
+    pub async fn load_table_here(&self, ident: &TableIdent) -> Result<Option<Table>, OffloadError> {
+        let engine = self.clone();
+        let owned = ident.clone();
+        let loaded = self
+            .on_lake(async move { engine.lake().load_table(&owned).await })
+            .await??;
+        Ok(loaded
+            .map(|t| crate::lake::read_only_here(&t))
+            .transpose()?)
     }
 
     async fn on_lake<T: Send + 'static>(
@@ -617,38 +630,9 @@ impl Inner {
         let versions = topic_schema::versions(&self.log.metadata(), &base.to_string())
             .await
             .map_err(|e| OffloadError::Schema(e.to_string()))?;
-        let Some((_, latest)) = versions.last() else {
+        let Some((codec, wanted)) = typed::topic_codec(&base.to_string(), &versions) else {
             return Ok((table, None));
         };
-        let kind = latest.r#type();
-        if !matches!(kind, SchemaType::Json | SchemaType::Avro) {
-            return Ok((table, None));
-        }
-        let mut definitions = HashMap::new();
-        for (v, s) in &versions {
-            if s.r#type() == kind {
-                match typed::parse_definition(&s.schema_data) {
-                    Ok(d) => {
-                        definitions.insert(*v, d);
-                    }
-                    Err(e) => {
-                        tracing::warn!(topic = %base, version = v, error = %e,
-                            "schema definition does not parse; no typed columns from it");
-                    }
-                }
-            }
-        }
-        // Newest first, so a column takes the newest type of its field.
-        let mut wanted: Vec<(String, iceberg::spec::Type)> = Vec::new();
-        let mut ordered: Vec<&u64> = definitions.keys().collect();
-        ordered.sort_unstable_by(|a, b| b.cmp(a));
-        for v in ordered {
-            for (name, t) in typed::columns_of(&definitions[v]) {
-                if !wanted.iter().any(|(n, _)| *n == name) {
-                    wanted.push((name, t));
-                }
-            }
-        }
         let schema = table.metadata().current_schema().clone();
         let missing: Vec<_> = wanted
             .into_iter()
@@ -672,10 +656,6 @@ impl Inner {
                 .map_err(LakeError::iceberg("committing typed columns"))?;
             tracing::info!(topic = %base, columns = ?names, "lake table schema evolved");
             t
-        };
-        let codec = match kind {
-            SchemaType::Avro => PayloadCodec::Avro(definitions),
-            _ => PayloadCodec::Json,
         };
         Ok((table, Some(codec)))
     }

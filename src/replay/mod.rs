@@ -36,7 +36,7 @@ use crate::broker::topic_name::TopicName;
 use crate::config::ReplayConfig;
 use crate::lake::{naming, LakeError};
 use crate::ledger::{LedgerId, ReadError};
-use crate::offload::OffloadEngine;
+use crate::offload::{OffloadEngine, OffloadError};
 
 pub mod assemble;
 mod reader;
@@ -280,36 +280,18 @@ impl TopicLake {
                 return Ok(t.clone());
             }
         }
-        let engine = self.replay.inner.engine.clone();
-        let ident = self.ident.clone();
-        let loaded = engine
-            .run_on_lake({
-                let engine = engine.clone();
-                async move { engine.lake().load_table(&ident).await }
-            })
-            .await
-            .map_err(|_| ReplayError::Stopped)?
-            .map_err(self.lake_error(ledger))?;
-        let Some(t) = loaded else {
+        let loaded = match self.replay.inner.engine.load_table_here(&self.ident).await {
+            Ok(t) => t,
+            Err(OffloadError::Lake(e)) => return Err(self.lake_error(ledger)(e)),
+            // Loading a table fails only in the lake or when the runtime stops.
+            Err(_) => return Err(ReplayError::Stopped),
+        };
+        let Some(table) = loaded else {
             return Err(ReplayError::NoTable {
                 table: self.table_name(),
                 ledger,
             });
         };
-        let runtime = iceberg::Runtime::try_current()
-            .map_err(|e| self.lake_error(ledger)(LakeError::iceberg("replay runtime")(e)))?;
-        let mut builder = Table::builder()
-            .file_io(t.file_io().clone())
-            .metadata(t.metadata_ref())
-            .identifier(t.identifier().clone())
-            .readonly(true)
-            .runtime(runtime);
-        if let Some(loc) = t.metadata_location() {
-            builder = builder.metadata_location(loc);
-        }
-        let table = builder
-            .build()
-            .map_err(|e| self.lake_error(ledger)(LakeError::iceberg("table handle")(e)))?;
         lock(&self.replay.inner.tables).insert(self.ident.clone(), (table.clone(), Instant::now()));
         Ok(table)
     }

@@ -29,6 +29,7 @@ class Service:
         # Ports stay the same across restarts, so clients reconnect to the same URL.
         self.pulsar_port = _free_port()
         self.http_port = _free_port()
+        self.pg_port = _free_port()
         self.url = f"pulsar://127.0.0.1:{self.pulsar_port}"
         self.http = f"http://127.0.0.1:{self.http_port}"
 
@@ -37,7 +38,8 @@ class Service:
         self.proc = subprocess.Popen(
             [self.binary, "serve", "--data-dir", os.path.join(self.data_dir, "data"),
              "--pulsar-addr", f"127.0.0.1:{self.pulsar_port}",
-             "--http-addr", f"127.0.0.1:{self.http_port}"],
+             "--http-addr", f"127.0.0.1:{self.http_port}",
+             "--pg-addr", f"127.0.0.1:{self.pg_port}"],
             stdout=subprocess.DEVNULL, stderr=log, env=self.env)
         deadline = time.time() + 60
         while time.time() < deadline:

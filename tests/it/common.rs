@@ -108,6 +108,7 @@ pub fn spawn_serve(
         .arg(data_dir)
         .arg("--http-addr")
         .arg(http.to_string())
+        .args(["--pg-addr", "127.0.0.1:0"])
         .args(extra)
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())

@@ -30,7 +30,7 @@ pub(crate) fn config(dir: &std::path::Path) -> Result<Config, Box<dyn std::error
         server: ServerConfig {
             pulsar_addr: "127.0.0.1:0".parse()?,
             http_addr: "127.0.0.1:0".parse()?,
-            ..ServerConfig::default()
+            pg_addr: "127.0.0.1:0".parse()?,
         },
         ..Config::default()
     })

@@ -39,7 +39,7 @@ async fn start() -> Result<(tempfile::TempDir, Service), Box<dyn std::error::Err
         server: ServerConfig {
             pulsar_addr: "127.0.0.1:0".parse()?,
             http_addr: "127.0.0.1:0".parse()?,
-            ..ServerConfig::default()
+            pg_addr: "127.0.0.1:0".parse()?,
         },
         ..Config::default()
     };

@@ -1,0 +1,427 @@
+//! Topics as DataFusion catalogs: tenant → catalog, namespace → schema, topic → table, so a
+//! topic is `<tenant>.<namespace>.<topic>` (the session defaults to `public.default`, so a
+//! topic of the default namespace is just `<topic>`). Quote names that are not plain lowercase
+//! identifiers: `public.default."orders-v2"`.
+//!
+//! Besides the topic itself, a schema resolves:
+//! - `"<topic>@<snapshot id>"` and `"<topic>@<RFC 3339 time>"`: the lake table as of that
+//!   snapshot (the newest snapshot committed at or before that time), lake only;
+//! - `"<topic>$snapshots"`: the table's snapshots (id, parent, time, operation, summary).
+//!
+//! Invariant: the listing is taken once per session (one per request); tables are opened, and
+//! their seams pinned, when the planner resolves them.
+
+use std::any::Any;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use async_trait::async_trait;
+use datafusion::catalog::{CatalogProvider, CatalogProviderList, SchemaProvider};
+use datafusion::common::{DataFusionError, Result as DFResult};
+use datafusion::datasource::{MemTable, TableProvider};
+use futures::TryStreamExt;
+use iceberg::table::Table;
+use iceberg_datafusion::IcebergStaticTableProvider;
+
+use super::table::TopicTable;
+use super::tail::{LakeFallback, TailLedger, TailPart, TailSource};
+use super::SqlError;
+use crate::broker::schema as topic_schema;
+use crate::broker::topic_name::TopicName;
+use crate::lake::commit::read_watermark;
+use crate::lake::{naming, schema as lake_schema, typed};
+use crate::ledger::Log;
+use crate::offload::{partition_logs, OffloadEngine};
+
+/// What opening a table needs.
+#[derive(Debug, Clone)]
+pub struct Shared {
+    /// The log (tail and listing).
+    pub log: Arc<Log>,
+    /// The lake (`None` when disabled).
+    pub offload: Option<OffloadEngine>,
+}
+
+/// tenant → namespace → topic names (base names of partitioned topics).
+type Listing = BTreeMap<String, BTreeMap<String, BTreeSet<String>>>;
+
+/// The catalogs of one session.
+#[derive(Debug)]
+pub struct TopicCatalogList {
+    shared: Shared,
+    listing: Arc<Listing>,
+}
+
+impl TopicCatalogList {
+    /// Lists the topics existing now.
+    pub async fn load(shared: Shared) -> Result<TopicCatalogList, SqlError> {
+        let mut listing = Listing::new();
+        let topics = shared
+            .log
+            .metadata()
+            .list_topics()
+            .await
+            .map_err(|e| SqlError::Execution(format!("listing topics: {e}")))?;
+        for t in topics {
+            let Ok(name) = t.name.parse::<TopicName>() else {
+                continue;
+            };
+            let base = name.base();
+            listing
+                .entry(base.tenant.clone())
+                .or_default()
+                .entry(base.namespace.clone())
+                .or_default()
+                .insert(base.local.clone());
+        }
+        Ok(TopicCatalogList {
+            shared,
+            listing: Arc::new(listing),
+        })
+    }
+}
+
+impl CatalogProviderList for TopicCatalogList {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn register_catalog(
+        &self,
+        _name: String,
+        _catalog: Arc<dyn CatalogProvider>,
+    ) -> Option<Arc<dyn CatalogProvider>> {
+        // Catalogs are the tenants; nothing else can be registered.
+        None
+    }
+
+    fn catalog_names(&self) -> Vec<String> {
+        self.listing.keys().cloned().collect()
+    }
+
+    fn catalog(&self, name: &str) -> Option<Arc<dyn CatalogProvider>> {
+        self.listing.contains_key(name).then(|| {
+            Arc::new(TenantCatalog {
+                shared: self.shared.clone(),
+                listing: self.listing.clone(),
+                tenant: name.to_string(),
+            }) as Arc<dyn CatalogProvider>
+        })
+    }
+}
+
+#[derive(Debug)]
+struct TenantCatalog {
+    shared: Shared,
+    listing: Arc<Listing>,
+    tenant: String,
+}
+
+impl CatalogProvider for TenantCatalog {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn schema_names(&self) -> Vec<String> {
+        self.listing
+            .get(&self.tenant)
+            .map(|n| n.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
+        let topics = self.listing.get(&self.tenant)?.get(name)?.clone();
+        Some(Arc::new(NamespaceSchema {
+            shared: self.shared.clone(),
+            tenant: self.tenant.clone(),
+            namespace: name.to_string(),
+            topics,
+        }))
+    }
+}
+
+#[derive(Debug)]
+struct NamespaceSchema {
+    shared: Shared,
+    tenant: String,
+    namespace: String,
+    topics: BTreeSet<String>,
+}
+
+/// What a table name asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Wanted {
+    /// Lake and tail now.
+    Live,
+    /// The lake as of a snapshot id.
+    Snapshot(i64),
+    /// The lake as of a time (ms since the epoch).
+    AsOf(i64),
+    /// The snapshots metadata table.
+    Snapshots,
+}
+
+fn parse_table_name(name: &str) -> Result<(&str, Wanted), String> {
+    if let Some(topic) = name.strip_suffix("$snapshots") {
+        return Ok((topic, Wanted::Snapshots));
+    }
+    let Some((topic, at)) = name.rsplit_once('@') else {
+        return Ok((name, Wanted::Live));
+    };
+    if let Ok(id) = at.parse::<i64>() {
+        return Ok((topic, Wanted::Snapshot(id)));
+    }
+    match humantime::parse_rfc3339_weak(at) {
+        Ok(t) => {
+            let ms = t
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_err(|_| format!("'{at}' is before 1970"))?
+                .as_millis() as i64;
+            Ok((topic, Wanted::AsOf(ms)))
+        }
+        Err(_) => Err(format!(
+            "'{name}': after '@' give a snapshot id or an RFC 3339 time (2026-11-30T12:00:00Z)"
+        )),
+    }
+}
+
+#[async_trait]
+impl SchemaProvider for NamespaceSchema {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn table_names(&self) -> Vec<String> {
+        self.topics.iter().cloned().collect()
+    }
+
+    async fn table(&self, name: &str) -> DFResult<Option<Arc<dyn TableProvider>>> {
+        let (topic, wanted) = parse_table_name(name).map_err(DataFusionError::Plan)?;
+        if !self.topics.contains(topic) {
+            return Ok(None);
+        }
+        let base: TopicName = format!("persistent://{}/{}/{topic}", self.tenant, self.namespace)
+            .parse()
+            .map_err(|e| DataFusionError::Plan(format!("{e}")))?;
+        let opened = match wanted {
+            Wanted::Live => open_live(&self.shared, &base).await,
+            other => open_lake_only(&self.shared, &base, other).await,
+        };
+        opened.map(Some).map_err(|e| match e {
+            SqlError::Invalid(m) => DataFusionError::Plan(m),
+            other => DataFusionError::External(Box::new(other)),
+        })
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        parse_table_name(name).is_ok_and(|(t, _)| self.topics.contains(t))
+    }
+}
+
+/// Loads the topic's lake table (on the lake runtime), as a read-only handle here.
+async fn load_lake_table(
+    engine: &OffloadEngine,
+    base: &TopicName,
+) -> Result<Option<Table>, SqlError> {
+    engine
+        .load_table_here(&naming::table_ident(base))
+        .await
+        .map_err(|e| match e {
+            crate::offload::OffloadError::Stopped => SqlError::Stopped,
+            other => SqlError::Execution(other.to_string()),
+        })
+}
+
+fn iceberg_to_arrow(schema: &iceberg::spec::Schema) -> Result<SchemaRef, SqlError> {
+    iceberg::arrow::schema_to_arrow_schema(schema)
+        .map(Arc::new)
+        .map_err(|e| SqlError::Execution(format!("table schema: {e}")))
+}
+
+/// The schema of a topic with no lake table yet: the envelope plus the typed columns its
+/// schema asks for, exactly as the offload engine will create them.
+fn schema_without_table(
+    wanted: &[(String, iceberg::spec::Type)],
+) -> Result<iceberg::spec::Schema, SqlError> {
+    let envelope = lake_schema::envelope_schema();
+    let mut fields: Vec<_> = envelope.as_struct().fields().to_vec();
+    let mut next_id = envelope.highest_field_id() + 1;
+    for (name, t) in wanted {
+        let id = next_id;
+        next_id += 1;
+        let t = typed::renumber(t, &mut next_id);
+        fields.push(Arc::new(iceberg::spec::NestedField::optional(
+            id,
+            name.clone(),
+            t,
+        )));
+    }
+    iceberg::spec::Schema::builder()
+        .with_fields(fields)
+        .build()
+        .map_err(|e| SqlError::Execution(format!("table schema: {e}")))
+}
+
+async fn open_live(shared: &Shared, base: &TopicName) -> Result<Arc<dyn TableProvider>, SqlError> {
+    // 1. The lake table: snapshot and watermark from one metadata file.
+    let table = match &shared.offload {
+        Some(engine) => load_lake_table(engine, base).await?,
+        None => None,
+    };
+    let versions = topic_schema::versions(&shared.log.metadata(), &base.to_string())
+        .await
+        .map_err(|e| SqlError::Execution(format!("topic schema: {e}")))?;
+    let codec = typed::topic_codec(&base.to_string(), &versions);
+    let (schema, watermark) = match &table {
+        Some(t) => (
+            iceberg_to_arrow(t.metadata().current_schema())?,
+            read_watermark(t).map_err(|e| SqlError::Execution(e.to_string()))?,
+        ),
+        None => {
+            let wanted = codec.as_ref().map(|(_, w)| w.as_slice()).unwrap_or(&[]);
+            (
+                iceberg_to_arrow(&schema_without_table(wanted)?)?,
+                Default::default(),
+            )
+        }
+    };
+    // 2. Then the log's end, per partition.
+    let logs = partition_logs(&shared.log, base)
+        .await
+        .map_err(|e| SqlError::Execution(format!("listing partitions: {e}")))?;
+    let mut parts = Vec::with_capacity(logs.len());
+    for (partition, log) in logs {
+        let Some(end) = log.last_confirmed() else {
+            continue;
+        };
+        let committed = watermark.get(&partition).copied();
+        let ledgers: Vec<TailLedger> = log
+            .ledgers()
+            .into_iter()
+            .filter(|l| committed.is_none_or(|w| l.id > w) && l.id <= end.ledger)
+            .filter_map(|l| {
+                let count = if l.id == end.ledger {
+                    end.entry + 1
+                } else {
+                    l.entry_count
+                };
+                (count > 0).then_some(TailLedger {
+                    id: l.id,
+                    count,
+                    min_publish_ms: l.min_publish_ms,
+                    max_publish_ms: l.max_publish_ms,
+                })
+            })
+            .collect();
+        if !ledgers.is_empty() {
+            parts.push(TailPart {
+                partition,
+                log,
+                ledgers,
+            });
+        }
+    }
+    let table_name = format!("{}.{}.{}", base.tenant, base.namespace, base.local);
+    let tail = TailSource {
+        table_name,
+        schema: schema.clone(),
+        codec: codec.map(|(c, _)| c),
+        parts,
+        lake: shared.offload.as_ref().map(|engine| LakeFallback {
+            engine: engine.clone(),
+            ident: naming::table_ident(base),
+        }),
+    };
+    let lake = match table {
+        Some(t) if t.metadata().current_snapshot().is_some() => Some(
+            IcebergStaticTableProvider::try_new_from_table(t)
+                .await
+                .map_err(|e| SqlError::Execution(e.to_string()))?,
+        ),
+        _ => None,
+    };
+    Ok(Arc::new(TopicTable::new(
+        schema,
+        lake,
+        Some(Arc::new(tail)),
+    )))
+}
+
+async fn open_lake_only(
+    shared: &Shared,
+    base: &TopicName,
+    wanted: Wanted,
+) -> Result<Arc<dyn TableProvider>, SqlError> {
+    let no_table = || SqlError::Invalid(format!("topic {base} has no lake table yet"));
+    let engine = shared.offload.as_ref().ok_or_else(no_table)?;
+    let table = load_lake_table(engine, base).await?.ok_or_else(no_table)?;
+    let snapshot_id = match wanted {
+        Wanted::Snapshots => {
+            let batches: Vec<_> = table
+                .inspect()
+                .snapshots()
+                .scan()
+                .await
+                .map_err(|e| SqlError::Execution(e.to_string()))?
+                .try_collect()
+                .await
+                .map_err(|e| SqlError::Execution(e.to_string()))?;
+            let schema = match batches.first() {
+                Some(b) => b.schema(),
+                None => iceberg_to_arrow(&table.inspect().snapshots().schema())?,
+            };
+            let mem = MemTable::try_new(schema, vec![batches])
+                .map_err(|e| SqlError::Execution(e.to_string()))?;
+            return Ok(Arc::new(mem));
+        }
+        Wanted::Snapshot(id) => id,
+        Wanted::AsOf(ms) => table
+            .metadata()
+            .history()
+            .iter()
+            .filter(|h| h.timestamp_ms <= ms)
+            .max_by_key(|h| h.timestamp_ms)
+            .map(|h| h.snapshot_id)
+            .ok_or_else(|| {
+                SqlError::Invalid(format!(
+                    "table of {base} has no snapshot at or before {ms} ms"
+                ))
+            })?,
+        Wanted::Live => return open_live(shared, base).await,
+    };
+    let snapshot = table
+        .metadata()
+        .snapshot_by_id(snapshot_id)
+        .ok_or_else(|| {
+            SqlError::Invalid(format!("table of {base} has no snapshot {snapshot_id}"))
+        })?;
+    let schema = snapshot
+        .schema(table.metadata())
+        .map_err(|e| SqlError::Execution(e.to_string()))?;
+    let schema = iceberg_to_arrow(&schema)?;
+    let provider = IcebergStaticTableProvider::try_new_from_table_snapshot(table, snapshot_id)
+        .await
+        .map_err(|e| SqlError::Execution(e.to_string()))?;
+    Ok(Arc::new(TopicTable::new(schema, Some(provider), None)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_names_select_live_snapshot_time_or_metadata() {
+        assert_eq!(parse_table_name("t"), Ok(("t", Wanted::Live)));
+        assert_eq!(parse_table_name("t@42"), Ok(("t", Wanted::Snapshot(42))));
+        assert_eq!(
+            parse_table_name("t@1970-01-01T00:00:01Z"),
+            Ok(("t", Wanted::AsOf(1000)))
+        );
+        assert_eq!(
+            parse_table_name("a-b$snapshots"),
+            Ok(("a-b", Wanted::Snapshots))
+        );
+        assert!(parse_table_name("t@yesterday").is_err());
+    }
+}

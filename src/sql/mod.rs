@@ -1,0 +1,425 @@
+//! SQL over topics: DataFusion over each topic's Iceberg table and the messages still only in
+//! the local log, for the PostgreSQL protocol ([`postgres`]), HTTP `POST /sql` and
+//! `ledgerlake sql`, which all go through [`SqlEngine`].
+//!
+//! - [`catalog`]: every topic is a table `<tenant>.<namespace>.<topic>` (DataFusion's
+//!   catalog.schema.table); `<topic>@<snapshot id | RFC 3339 time>` is the lake table as of a
+//!   snapshot, `<topic>$snapshots` lists the table's snapshots.
+//! - [`table`]: one topic's table: the lake scan at the snapshot pinned when the query starts,
+//!   unioned with the live tail ([`tail`]) of exactly the ledgers that snapshot does not hold.
+//! - [`guard`]: read-only: only queries (and EXPLAIN, SHOW) run; DDL, DML, COPY and
+//!   CREATE EXTERNAL TABLE are refused before planning; no statement reaches files or URLs.
+//! - [`format`]: result batches as JSON rows, CSV or Arrow IPC (HTTP) and PostgreSQL values.
+//!
+//! Invariants:
+//! - A query sees each message of a topic at most once and every message durable before the
+//!   query started (the seam is taken per table when the query resolves it: lake snapshot
+//!   first, then the log's end, see [`table`]).
+//! - Queries run on the SQL runtime (`sql.threads` workers), at most
+//!   `sql.max_concurrent_queries` at once, each with its own memory pool (`sql.memory_limit`)
+//!   and deadline (`sql.query_timeout`); dropping a result stream cancels its query.
+//! - Errors reach each surface through [`SqlError`] and are mapped to the wire in one place per
+//!   surface (`postgres::to_pg_error`, `admin::error`).
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use datafusion::common::ParamValues;
+use datafusion::error::DataFusionError;
+use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use futures::{Stream, StreamExt};
+use tokio::sync::{mpsc, Semaphore};
+
+use crate::broker::auth::{Authenticator, Principal};
+use crate::config::SqlConfig;
+use crate::ledger::Log;
+use crate::offload::OffloadEngine;
+
+pub mod catalog;
+pub mod format;
+pub mod guard;
+pub mod postgres;
+mod prune;
+mod table;
+mod tail;
+
+/// Why a statement did not run or did not finish.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SqlError {
+    /// The statement is not allowed (SQL is read-only).
+    #[error("{0}")]
+    Refused(String),
+    /// The statement does not parse or does not plan (unknown table or column, bad types).
+    #[error("{0}")]
+    Invalid(String),
+    /// The query failed while running.
+    #[error("query failed: {0}")]
+    Execution(String),
+    /// The query needed more memory than `sql.memory_limit`.
+    #[error("query exceeded the memory limit ({limit} per query, sql.memory_limit): {detail}")]
+    MemoryLimit {
+        /// The configured limit.
+        limit: String,
+        /// DataFusion's account of the allocation that failed.
+        detail: String,
+    },
+    /// The query ran longer than `sql.query_timeout`.
+    #[error("query cancelled after the timeout of {0:?} (sql.query_timeout)")]
+    Timeout(Duration),
+    /// Wrong or missing credentials.
+    #[error("authentication failed: {0}")]
+    Unauthenticated(String),
+    /// The SQL runtime has stopped (the service is shutting down).
+    #[error("the SQL engine is shutting down")]
+    Stopped,
+}
+
+impl SqlError {
+    /// Sorts a DataFusion error into the kinds above.
+    pub(crate) fn from_datafusion(e: DataFusionError, limit: &str) -> SqlError {
+        match e.find_root() {
+            DataFusionError::ResourcesExhausted(detail) => SqlError::MemoryLimit {
+                limit: limit.to_string(),
+                detail: detail.clone(),
+            },
+            DataFusionError::SQL(..)
+            | DataFusionError::Plan(_)
+            | DataFusionError::SchemaError(..)
+            | DataFusionError::NotImplemented(_) => SqlError::Invalid(e.strip_backtrace()),
+            DataFusionError::Configuration(msg) => SqlError::Refused(msg.clone()),
+            _ => SqlError::Execution(e.strip_backtrace()),
+        }
+    }
+}
+
+/// What a statement is, once planned.
+pub enum Prepared {
+    /// A query returning rows (SELECT, EXPLAIN, SHOW ...).
+    Query {
+        /// The plan (with placeholders `$1`... still unbound).
+        plan: Box<LogicalPlan>,
+        /// The session it was planned in (holds the pinned seams of its tables).
+        session: SessionContext,
+    },
+    /// A session statement accepted without effect (BEGIN, COMMIT, SET of a client setting):
+    /// answered with this command tag.
+    Command(String),
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Prepared::Query { plan, .. } => write!(f, "Query({})", plan.display()),
+            Prepared::Command(tag) => write!(f, "Command({tag})"),
+        }
+    }
+}
+
+impl Prepared {
+    /// Result schema (empty for commands).
+    pub fn schema(&self) -> SchemaRef {
+        match self {
+            Prepared::Query { plan, .. } => Arc::new(plan.schema().as_arrow().clone()),
+            Prepared::Command(_) => Arc::new(arrow::datatypes::Schema::empty()),
+        }
+    }
+}
+
+/// The SQL engine of a service: shared by every surface.
+#[derive(Clone)]
+pub struct SqlEngine {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for SqlEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlEngine")
+            .field("config", &self.inner.config)
+            .finish()
+    }
+}
+
+struct Inner {
+    log: Arc<Log>,
+    /// `None` when the lake is disabled: tables are the local log only.
+    offload: Option<OffloadEngine>,
+    /// The SQL runtime (planning, scans, the live tail).
+    runtime: tokio::runtime::Handle,
+    config: SqlConfig,
+    /// Invariant: one permit per running query.
+    slots: Arc<Semaphore>,
+    /// Token check when authentication is on (`None`: any user is accepted).
+    auth: Option<Arc<dyn Authenticator>>,
+}
+
+impl SqlEngine {
+    /// An engine running its queries on `runtime`.
+    pub fn new(
+        log: Arc<Log>,
+        offload: Option<OffloadEngine>,
+        runtime: tokio::runtime::Handle,
+        config: SqlConfig,
+        auth: Option<Arc<dyn Authenticator>>,
+    ) -> SqlEngine {
+        SqlEngine {
+            inner: Arc::new(Inner {
+                log,
+                offload,
+                runtime,
+                slots: Arc::new(Semaphore::new(config.max_concurrent_queries)),
+                config,
+                auth,
+            }),
+        }
+    }
+
+    /// The SQL runtime (the PostgreSQL listener serves its connections there).
+    pub fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.inner.runtime
+    }
+
+    /// Whether clients must present a token.
+    pub fn auth_required(&self) -> bool {
+        self.inner.auth.is_some()
+    }
+
+    /// Checks a token (the PostgreSQL password or the HTTP bearer token). With authentication
+    /// off every caller is accepted as an anonymous principal.
+    pub fn authenticate(&self, token: Option<&str>) -> Result<Option<Principal>, SqlError> {
+        let Some(auth) = &self.inner.auth else {
+            return Ok(None);
+        };
+        let token = token.ok_or_else(|| SqlError::Unauthenticated("a token is required".into()))?;
+        auth.authenticate("token", token.as_bytes())
+            .map(Some)
+            .map_err(|e| SqlError::Unauthenticated(e.to_string()))
+    }
+
+    fn limit_text(&self) -> String {
+        self.inner.config.memory_limit.to_string()
+    }
+
+    /// A session whose catalogs are the topics existing now.
+    async fn session(&self) -> Result<SessionContext, SqlError> {
+        let limit = self.inner.config.memory_limit.as_u64() as usize;
+        // No spilling: a query over its memory limit fails clearly, and no query writes files.
+        let runtime_env = RuntimeEnvBuilder::new()
+            .with_memory_limit(limit, 1.0)
+            .with_disk_manager_builder(
+                DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
+            )
+            .build_arc()
+            .map_err(|e| SqlError::Execution(e.to_string()))?;
+        let topics = catalog::TopicCatalogList::load(catalog::Shared {
+            log: self.inner.log.clone(),
+            offload: self.inner.offload.clone(),
+        })
+        .await?;
+        let config = SessionConfig::new()
+            .with_information_schema(true)
+            .with_create_default_catalog_and_schema(false)
+            .with_default_catalog_and_schema("public", "default")
+            .with_target_partitions(self.inner.config.threads.max(1));
+        let state = SessionStateBuilder::new()
+            .with_config(config)
+            .with_runtime_env(runtime_env)
+            .with_default_features()
+            .with_catalog_list(Arc::new(topics))
+            .build();
+        let mut ctx = SessionContext::new_with_state(state);
+        datafusion_functions_json::register_all(&mut ctx)
+            .map_err(|e| SqlError::Execution(e.to_string()))?;
+        Ok(ctx)
+    }
+
+    /// Parses `sql` (one or more statements), refuses what is not read-only and plans each
+    /// statement. Tables are resolved, and their seams pinned, here.
+    pub async fn prepare(&self, sql: &str) -> Result<Vec<Prepared>, SqlError> {
+        let engine = self.clone();
+        let sql = sql.to_string();
+        self.inner
+            .runtime
+            .spawn(async move { engine.prepare_here(&sql).await })
+            .await
+            .map_err(|_| SqlError::Stopped)?
+    }
+
+    async fn prepare_here(&self, sql: &str) -> Result<Vec<Prepared>, SqlError> {
+        let statements = guard::parse(sql)?;
+        let mut out = Vec::with_capacity(statements.len());
+        let mut session: Option<SessionContext> = None;
+        for statement in statements {
+            match guard::classify(&statement)? {
+                guard::Class::NoOp(tag) => out.push(Prepared::Command(tag)),
+                guard::Class::Query => {
+                    let ctx = match &session {
+                        Some(s) => s.clone(),
+                        None => {
+                            let s = self.session().await?;
+                            session = Some(s.clone());
+                            s
+                        }
+                    };
+                    let plan = ctx
+                        .state()
+                        .statement_to_plan(statement)
+                        .await
+                        .map_err(|e| SqlError::from_datafusion(e, &self.limit_text()))?;
+                    guard::verify(&plan)?;
+                    out.push(Prepared::Query {
+                        plan: Box::new(plan),
+                        session: ctx,
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Runs a planned query with `params` bound to its placeholders; the rows arrive on the
+    /// returned stream. Dropping the stream cancels the query.
+    pub async fn execute(
+        &self,
+        plan: LogicalPlan,
+        session: SessionContext,
+        params: Option<ParamValues>,
+    ) -> Result<QueryStream, SqlError> {
+        let permit = self
+            .inner
+            .slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| SqlError::Stopped)?;
+        let limit = self.limit_text();
+        let timeout = self.inner.config.query_timeout;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let plan = match params {
+            Some(p) => plan
+                .with_param_values(p)
+                .map_err(|e| SqlError::from_datafusion(e, &limit))?,
+            None => plan,
+        };
+        let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
+        let (tx, rx) = mpsc::channel::<Result<RecordBatch, SqlError>>(2);
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Result<(), SqlError>>();
+        let task = self.inner.runtime.spawn(async move {
+            let _permit = permit;
+            let run = async {
+                let df = session
+                    .execute_logical_plan(plan)
+                    .await
+                    .map_err(|e| SqlError::from_datafusion(e, &limit))?;
+                df.execute_stream()
+                    .await
+                    .map_err(|e| SqlError::from_datafusion(e, &limit))
+            };
+            let mut stream = match tokio::time::timeout_at(deadline, run).await {
+                Ok(Ok(s)) => {
+                    let _ = ready_tx.send(Ok(()));
+                    s
+                }
+                Ok(Err(e)) => {
+                    let _ = ready_tx.send(Err(e));
+                    return;
+                }
+                Err(_) => {
+                    let _ = ready_tx.send(Err(SqlError::Timeout(timeout)));
+                    return;
+                }
+            };
+            loop {
+                let next = match tokio::time::timeout_at(deadline, stream.next()).await {
+                    Ok(Some(Ok(batch))) => Ok(batch),
+                    Ok(Some(Err(e))) => Err(SqlError::from_datafusion(e, &limit)),
+                    Ok(None) => return,
+                    Err(_) => Err(SqlError::Timeout(timeout)),
+                };
+                let failed = next.is_err();
+                if tx.send(next).await.is_err() || failed {
+                    return;
+                }
+            }
+        });
+        let abort = AbortOnDrop(task);
+        ready_rx.await.map_err(|_| SqlError::Stopped)??;
+        Ok(QueryStream {
+            schema,
+            rx,
+            _task: abort,
+        })
+    }
+
+    /// Prepares and runs `sql`, which must be exactly one statement; a command gives an empty
+    /// stream. For the HTTP surface and the CLI.
+    pub async fn query(&self, sql: &str) -> Result<QueryStream, SqlError> {
+        let mut prepared = self.prepare(sql).await?;
+        if prepared.len() != 1 {
+            return Err(SqlError::Invalid(format!(
+                "expected exactly one statement, got {}",
+                prepared.len()
+            )));
+        }
+        match prepared.remove(0) {
+            Prepared::Query { plan, session } => self.execute(*plan, session, None).await,
+            Prepared::Command(_) => Ok(QueryStream::empty()),
+        }
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The rows of a running query, in order. Dropping it cancels the query.
+pub struct QueryStream {
+    schema: SchemaRef,
+    rx: mpsc::Receiver<Result<RecordBatch, SqlError>>,
+    _task: AbortOnDrop,
+}
+
+impl std::fmt::Debug for QueryStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueryStream")
+            .field("schema", &self.schema)
+            .finish()
+    }
+}
+
+impl QueryStream {
+    /// The schema of every batch.
+    pub fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn empty() -> QueryStream {
+        let (_tx, rx) = mpsc::channel(1);
+        QueryStream {
+            schema: Arc::new(arrow::datatypes::Schema::empty()),
+            rx,
+            _task: AbortOnDrop(tokio::spawn(async {})),
+        }
+    }
+}
+
+impl Stream for QueryStream {
+    type Item = Result<RecordBatch, SqlError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.rx.poll_recv(cx)
+    }
+}

@@ -1,0 +1,198 @@
+//! One topic as one SQL table: the Iceberg table at the snapshot pinned when the query resolves
+//! the table, unioned with the live tail of the ledgers that snapshot does not hold.
+//!
+//! The seam, per partition `p`:
+//! 1. load the table once: its current snapshot `S` and its watermark `W[p]` (the highest
+//!    ledger committed; both come from the same metadata file, so they agree);
+//! 2. then read the log's last durable position `E[p]`;
+//! 3. lake = `S`; tail = the local ledgers `W[p] < id <= E[p].ledger`, entries up to `E[p]`.
+//!
+//! `S` holds exactly the ledgers `<= W[p]` (the commit protocol, `lake::commit`), the tail holds
+//! the rest up to `E[p]`, so every message durable before step 2 is seen once. Offload running
+//! meanwhile changes neither: a ledger committed after `S` is still read by the tail (from the
+//! newest snapshot if its local copy is deleted during the query, see [`super::tail`]).
+//!
+//! Invariants:
+//! - Both sides produce the table's Arrow schema exactly (lake batches are conformed: names,
+//!   types), so the union is well typed whatever engine wrote the files.
+//! - Filters are pushed to both sides as `Inexact`: the Iceberg scan prunes partitions and files
+//!   by statistics, the tail prunes ledgers and entries; DataFusion re-applies them above.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use async_trait::async_trait;
+use datafusion::catalog::Session;
+use datafusion::common::{DFSchema, DataFusionError, Result as DFResult};
+use datafusion::datasource::{TableProvider, TableType};
+use datafusion::execution::TaskContext;
+use datafusion::logical_expr::utils::conjunction;
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
+use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::union::UnionExec;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
+};
+use futures::StreamExt;
+use iceberg_datafusion::IcebergStaticTableProvider;
+
+use super::prune::Bounds;
+use super::tail::{conform_batch, TailExec, TailSource};
+
+/// A topic's table (or the lake table alone, as of a snapshot).
+#[derive(Debug)]
+pub(crate) struct TopicTable {
+    schema: SchemaRef,
+    /// The Iceberg table at the pinned snapshot (`None`: nothing offloaded yet).
+    lake: Option<IcebergStaticTableProvider>,
+    /// The live tail (`None` for time travel: lake only).
+    tail: Option<Arc<TailSource>>,
+}
+
+impl TopicTable {
+    pub fn new(
+        schema: SchemaRef,
+        lake: Option<IcebergStaticTableProvider>,
+        tail: Option<Arc<TailSource>>,
+    ) -> TopicTable {
+        TopicTable { schema, lake, tail }
+    }
+}
+
+#[async_trait]
+impl TableProvider for TopicTable {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DFResult<Vec<TableProviderFilterPushDown>> {
+        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        let projected = match projection {
+            Some(p) => Arc::new(self.schema.project(p)?),
+            None => self.schema.clone(),
+        };
+        let mut inputs: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
+        if let Some(lake) = &self.lake {
+            let scan = lake.scan(state, projection, filters, limit).await?;
+            inputs.push(Arc::new(ConformExec::new(scan, projected.clone())));
+        }
+        if let Some(tail) = &self.tail {
+            let predicate = match conjunction(filters.iter().cloned()) {
+                None => None,
+                Some(expr) => {
+                    let df_schema = DFSchema::try_from(self.schema.as_ref().clone())?;
+                    Some(state.create_physical_expr(expr, &df_schema)?)
+                }
+            };
+            inputs.push(Arc::new(TailExec::new(
+                tail.clone(),
+                projection.cloned(),
+                projected.clone(),
+                Bounds::from_filters(filters),
+                predicate,
+            )));
+        }
+        match inputs.len() {
+            0 => Ok(Arc::new(EmptyExec::new(projected))),
+            1 => Ok(inputs.remove(0)),
+            _ => UnionExec::try_new(inputs),
+        }
+    }
+}
+
+/// Passes its input's batches on in exactly `schema` (see [`conform_batch`]).
+#[derive(Debug)]
+struct ConformExec {
+    input: Arc<dyn ExecutionPlan>,
+    schema: SchemaRef,
+    props: Arc<PlanProperties>,
+}
+
+impl ConformExec {
+    fn new(input: Arc<dyn ExecutionPlan>, schema: SchemaRef) -> ConformExec {
+        let props = Arc::new(input.properties().as_ref().clone().with_eq_properties(
+            datafusion::physical_expr::EquivalenceProperties::new(schema.clone()),
+        ));
+        ConformExec {
+            input,
+            schema,
+            props,
+        }
+    }
+}
+
+impl DisplayAs for ConformExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "LakeScanExec: conformed to the table schema")
+    }
+}
+
+impl ExecutionPlan for ConformExec {
+    fn name(&self) -> &str {
+        "LakeScanExec"
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.props
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        if children.len() != 1 {
+            return Err(DataFusionError::Internal(
+                "LakeScanExec takes one child".into(),
+            ));
+        }
+        Ok(Arc::new(ConformExec::new(
+            children.remove(0),
+            self.schema.clone(),
+        )))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> DFResult<SendableRecordBatchStream> {
+        let schema = self.schema.clone();
+        let input = self.input.execute(partition, context)?;
+        let out = schema.clone();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            schema,
+            input.map(move |b| b.and_then(|b| conform_batch(&b, &out))),
+        )))
+    }
+}
