@@ -92,9 +92,23 @@ pub struct ProduceArgs {
     /// Messages in flight per producer.
     #[arg(long, default_value_t = 10000)]
     pub max_pending: usize,
-    /// Duration of the run.
+    /// Duration of the run (the longest run with --messages).
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub duration: Duration,
+    /// Stop after this many messages in all (for generating a data set).
+    #[arg(long)]
+    pub messages: Option<u64>,
+    /// Give messages partition keys key-0..key-{N-1} (random per message); 0 = no keys.
+    #[arg(long, default_value_t = 0)]
+    pub keys: u64,
+    /// Realistic JSON payloads of about --size bytes, each different, instead of one random
+    /// payload.
+    #[arg(long)]
+    pub json_payloads: bool,
+    /// Backfill: publish times spread evenly over this span ending now (e.g. 30d), so a data
+    /// set covers a month; needs --messages.
+    #[arg(long, value_parser = humantime::parse_duration, requires = "messages")]
+    pub publish_time_span: Option<Duration>,
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -331,6 +345,10 @@ fn perf_produce(args: ProduceArgs) -> anyhow::Result<()> {
         batch_max: args.batch_max_messages.max(1),
         max_pending: args.max_pending.max(1),
         duration: args.duration,
+        messages: args.messages,
+        keys: args.keys,
+        json: args.json_payloads,
+        publish_span: args.publish_time_span,
     };
     let result = rt.block_on(pulsar_load::produce(opts, |rate| {
         eprintln!("  produced {rate:>12.0} msg/s");

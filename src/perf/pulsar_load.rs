@@ -11,6 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use hdrhistogram::Histogram;
+use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
@@ -59,8 +60,16 @@ pub struct ProduceOptions {
     pub batch_max: usize,
     /// Messages in flight per producer.
     pub max_pending: usize,
-    /// Measured duration.
+    /// Measured duration (the longest run when `messages` is set).
     pub duration: Duration,
+    /// Stop after this many messages in all (split evenly across producers).
+    pub messages: Option<u64>,
+    /// Partition keys `key-0..key-{keys-1}` (0: no keys), drawn per message.
+    pub keys: u64,
+    /// Realistic JSON payloads of about `size` bytes, each different (else one random payload).
+    pub json: bool,
+    /// Backfill: publish times spread evenly over this span, ending now (needs `messages`).
+    pub publish_span: Option<Duration>,
 }
 
 /// Result of a producer run.
@@ -156,6 +165,8 @@ pub async fn produce(
     progress: impl Fn(f64) + Send + 'static,
 ) -> Result<ProduceResult, PulsarLoadError> {
     let acked = Arc::new(AtomicU64::new(0));
+    // When the last receipt arrived (the run's end when it stops after `messages`).
+    let last_ack = Arc::new(Mutex::new(None::<Instant>));
     let hist = Arc::new(Mutex::new(latency_histogram()));
     let producers = opts.topics.len() * opts.producers_per_topic;
     let per_rate = opts.rate.map(|r| r as f64 / producers.max(1) as f64);
@@ -177,6 +188,7 @@ pub async fn produce(
                 .unwrap_or_default();
             let window = Arc::new(Semaphore::new(opts.max_pending.max(opts.batch_max)));
             let inflight: InFlight = Arc::default();
+            let last_ack_r = last_ack.clone();
             let (acked_r, hist_r, window_r, inflight_r) = (
                 acked.clone(),
                 hist.clone(),
@@ -207,6 +219,7 @@ pub async fn produce(
                             }
                         }
                         acked_r.fetch_add(times.len() as u64, Ordering::Relaxed);
+                        *last_ack_r.lock().unwrap_or_else(|p| p.into_inner()) = Some(now);
                         window_r.add_permits(times.len());
                     } else if frame.command.r#type == Type::SendError as i32 {
                         break;
@@ -216,12 +229,15 @@ pub async fn produce(
             });
             let opts = opts.clone();
             let payload = payload.clone();
+            let quota = opts.messages.map(|m| m.div_ceil(producers.max(1) as u64));
+            let span_start = now_ms();
+            let mut rng = rand::rngs::StdRng::seed_from_u64(tasks.len() as u64 + 1);
             let sender = tokio::spawn(async move {
                 let mut seq = 0u64;
                 let started = Instant::now();
                 loop {
                     let now = Instant::now();
-                    if now >= end {
+                    if now >= end || quota.is_some_and(|q| seq >= q) {
                         break;
                     }
                     // Messages due now (rate) or a full batch (unlimited), with their
@@ -240,18 +256,48 @@ pub async fn produce(
                         }
                         None => vec![now; opts.batch_max],
                     };
+                    let mut times = times;
+                    if let Some(q) = quota {
+                        times.truncate(q.saturating_sub(seq) as usize);
+                    }
                     let n = times.len();
                     let Ok(permit) = window.clone().acquire_many_owned(n as u32).await else {
                         break;
                     };
                     permit.forget();
-                    let msgs = vec![payload.clone(); n];
+                    let msgs: Vec<Bytes> = if opts.json {
+                        (0..n as u64)
+                            .map(|i| {
+                                Bytes::from(super::offload_bench::json_message(
+                                    &mut rng,
+                                    seq + i,
+                                    opts.size,
+                                ))
+                            })
+                            .collect()
+                    } else {
+                        vec![payload.clone(); n]
+                    };
+                    let keys: Vec<Option<String>> = if opts.keys > 0 {
+                        (0..n)
+                            .map(|_| Some(format!("key-{}", rng.random_range(0..opts.keys))))
+                            .collect()
+                    } else {
+                        Vec::new()
+                    };
+                    let publish_ms = match (opts.publish_span, quota) {
+                        (Some(span), Some(q)) => {
+                            let span = span.as_millis() as u64;
+                            span_start.saturating_sub(span) + seq.saturating_mul(span) / q.max(1)
+                        }
+                        _ => now_ms(),
+                    };
                     inflight
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .push_back((seq, times));
                     if wr
-                        .send(client::send(0, &name, seq, now_ms(), &msgs))
+                        .send(client::send_keyed(0, &name, seq, publish_ms, &msgs, &keys))
                         .await
                         .is_err()
                     {
@@ -277,7 +323,14 @@ pub async fn produce(
     }
     reporter.abort();
     let messages = acked.load(Ordering::Relaxed);
-    let seconds = opts.duration.as_secs_f64();
+    let seconds = match opts.messages {
+        Some(_) => last_ack
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .map_or(opts.duration, |t| t.duration_since(start))
+            .as_secs_f64(),
+        None => opts.duration.as_secs_f64(),
+    };
     let latency = Latency::from_histogram(&hist.lock().unwrap_or_else(|p| p.into_inner()));
     Ok(ProduceResult {
         messages,

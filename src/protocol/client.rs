@@ -156,6 +156,27 @@ pub fn send(
     publish_time_ms: u64,
     messages: &[Bytes],
 ) -> ClientFrame {
+    send_keyed(
+        producer_id,
+        producer_name,
+        sequence_id,
+        publish_time_ms,
+        messages,
+        &[],
+    )
+}
+
+/// SEND of `messages` with partition keys (`keys[i]` for message `i`; missing or `None`: no
+/// key), one entry (a batch when more than one message).
+pub fn send_keyed(
+    producer_id: u64,
+    producer_name: &str,
+    sequence_id: u64,
+    publish_time_ms: u64,
+    messages: &[Bytes],
+    keys: &[Option<String>],
+) -> ClientFrame {
+    let key_of = |i: usize| keys.get(i).cloned().flatten();
     let mut metadata = proto::MessageMetadata {
         producer_name: producer_name.to_string(),
         sequence_id,
@@ -163,12 +184,14 @@ pub fn send(
         ..Default::default()
     };
     let entry = if messages.len() == 1 {
+        metadata.partition_key = key_of(0);
         build_entry(&metadata, &messages[0])
     } else {
         metadata.highest_sequence_id = Some(sequence_id + messages.len() as u64 - 1);
         let singles = messages.iter().enumerate().map(|(i, m)| {
             let single = proto::SingleMessageMetadata {
                 sequence_id: Some(sequence_id + i as u64),
+                partition_key: key_of(i),
                 ..Default::default()
             };
             (single, m)
