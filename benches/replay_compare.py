@@ -43,7 +43,7 @@ def free_port():
 class Service:
     def __init__(self, binary, work, env):
         self.binary, self.work, self.extra_env = binary, work, env
-        self.pulsar, self.http = free_port(), free_port()
+        self.pulsar, self.http, self.pg = free_port(), free_port(), free_port()
         self.proc = None
 
     def start(self):
@@ -52,7 +52,7 @@ class Service:
         self.proc = subprocess.Popen(
             [self.binary, "serve", "--data-dir", os.path.join(self.work, "data"),
              "--pulsar-addr", f"127.0.0.1:{self.pulsar}", "--http-addr", f"127.0.0.1:{self.http}",
-             "--pg-addr", f"127.0.0.1:{free_port()}"],
+             "--pg-addr", f"127.0.0.1:{self.pg}"],
             stdout=subprocess.DEVNULL, stderr=log, env=env)
         for _ in range(600):
             try:

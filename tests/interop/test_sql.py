@@ -338,3 +338,70 @@ def test_seam_is_exact_while_producing_and_offloading(make_service):
     assert checks == 15
     states = [l["ledger"]["state"] for l in stats(svc, topic)["ledgers"]]
     assert "deleted" in states, states
+
+
+def test_extended_protocol_with_typed_parameters(topic_svc):
+    """pg8000 uses Parse/Bind/Describe/Execute with typed parameters (like JDBC)."""
+    import datetime
+    import pg8000.dbapi
+    conn = pg8000.dbapi.connect(host="127.0.0.1", port=topic_svc.pg_port, user="x", database="y")
+    try:
+        cur = conn.cursor()
+        cur.execute('SELECT count(*) FROM "sql-basic" WHERE key = %s AND ledger_id >= %s',
+                    ("ключ-3", 0))
+        assert cur.fetchone()[0] == sum(1 for i in range(N) if key_of(i) == "ключ-3")
+        since = datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc)
+        cur.execute('SELECT count(*) FROM "sql-basic" WHERE publish_time >= %s', (since,))
+        assert cur.fetchone()[0] == N
+        cur.execute("""SELECT key, properties['n'], payload FROM "sql-basic"
+                       WHERE properties['n'] = %s""", ("12",))
+        (key, n, payload), = cur.fetchall()
+        assert (key, n, bytes(payload)) == (key_of(12), "12", json.dumps({"i": 12, "name": "ü12"}).encode())
+        # The same prepared statement executed again sees new data (a fresh seam each time).
+        cur.execute('SELECT count(*) FROM "sql-basic" WHERE ledger_id >= %s', (0,))
+        assert cur.fetchone()[0] == N
+    finally:
+        conn.close()
+
+
+def test_json_operators_typed_columns_and_partitions(make_service):
+    from pulsar.schema import Integer, JsonSchema, Record, String
+
+    class Sale(Record):
+        amount = Integer()
+        region = String()
+
+    svc = make_service(FAST)
+    svc.start()
+    set_policy(svc, "offloadDeletionLagMs", 0)
+    client = pulsar.Client(svc.url)
+    # A JSON-schema topic: typed columns in the lake half and the live half alike.
+    topic = "persistent://public/default/sales"
+    producer = client.create_producer(topic, schema=JsonSchema(Sale))
+    for i in range(40):
+        producer.send(Sale(amount=i, region=["eu", "us"][i % 2]))
+    offload_and_wait(svc, topic)
+    for i in range(40, 60):
+        producer.send(Sale(amount=i, region=["eu", "us"][i % 2]))
+    rows = psql_rows(svc, """SELECT region, sum(amount), count(*) FROM sales
+                             GROUP BY region ORDER BY region""")
+    assert rows == [["eu", str(sum(range(0, 60, 2))), "30"], ["us", str(sum(range(1, 60, 2))), "30"]]
+    rows = psql_rows(svc, """SELECT sum(CAST(CAST(payload AS VARCHAR)->>'amount' AS BIGINT)),
+                             count(*) FILTER (WHERE json_get_str(CAST(payload AS VARCHAR), 'region') = 'eu')
+                             FROM sales""")
+    assert rows == [[str(sum(range(60))), "30"]]
+    # A partitioned topic is one table over all partitions.
+    status, body = http("PUT", f"{svc.http}/admin/v2/persistent/public/default/parts/partitions", "3")
+    assert status in (200, 204), body
+    p = client.create_producer("persistent://public/default/parts",
+                               message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution,
+                               batching_enabled=False)
+    for i in range(90):
+        p.send(f"{i}".encode(), partition_key=f"k{i}")
+    offload_and_wait(svc, "persistent://public/default/parts")
+    for i in range(90, 120):
+        p.send(f"{i}".encode(), partition_key=f"k{i}")
+    rows = psql_rows(svc, """SELECT partition, count(*) FROM parts GROUP BY partition ORDER BY partition""")
+    assert [r[0] for r in rows] == ["0", "1", "2"] and sum(int(r[1]) for r in rows) == 120, rows
+    assert psql_rows(svc, "SELECT count(*) FROM parts WHERE partition = 1") == [[rows[1][1]]]
+    client.close()
