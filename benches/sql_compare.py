@@ -95,24 +95,25 @@ def main():
     svc.start()
     pg_port = svc.pg
     try:
-        fresh = not os.path.exists(os.path.join(work, "produced"))
-        if fresh:
+        admin = argparse.Namespace(http=f"http://127.0.0.1:{svc.http}")
+        produced = os.path.join(work, "produced.json")
+        if not os.path.exists(produced):
             t = time.time()
             subprocess.run([args.bin, "perf", "produce", "--service-url", f"pulsar://127.0.0.1:{svc.pulsar}",
                             "--topic", TOPIC, "--messages", str(args.messages), "--keys", "100000",
                             "--json-payloads", "--size", "100", "--publish-time-span", "30d",
                             "--duration", "3600s"], check=True)
-            produced_s = time.time() - t
+            open(produced, "w").write(json.dumps({"produce_s": time.time() - t}))
+        offloaded = os.path.join(work, "offloaded.json")
+        if not os.path.exists(offloaded):
             t = time.time()
-            offload_and_wait(svc, TOPIC, timeout=7200)
-            offload_s = time.time() - t
-            open(os.path.join(work, "produced"), "w").write(json.dumps(
-                {"produce_s": produced_s, "offload_s": offload_s}))
-        prep = json.loads(open(os.path.join(work, "produced")).read())
+            offload_and_wait(admin, TOPIC, timeout=7200)
+            open(offloaded, "w").write(json.dumps({"offload_s": time.time() - t}))
+        prep = dict(json.loads(open(produced).read()), **json.loads(open(offloaded).read()))
 
         catalog = SqlCatalog("ledgerlake", uri=f"sqlite:///{work}/data/catalog.db",
                              warehouse=f"file://{work}/data/warehouse")
-        _, st = http("GET", f"{svc.http}/admin/v2/persistent/public/default/sqlbench/stats")
+        _, st = http("GET", f"{admin.http}/admin/v2/persistent/public/default/sqlbench/stats")
         table = catalog.load_table(tuple(st["lake"]["namespace"]) + (st["lake"]["tableName"],))
         files = [f.file.file_path.removeprefix("file:") for f in table.scan().plan_files()]
         lake_bytes = sum(os.path.getsize(f) for f in files)

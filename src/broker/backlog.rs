@@ -38,6 +38,9 @@ pub struct SubscriptionStats {
     pub read_failures: u32,
     /// The last read failure (table, ledger and range for the lake).
     pub last_read_error: Option<String>,
+    /// Seconds the subscription has been waiting on the lake without an entry (0: not
+    /// waiting).
+    pub lake_wait_seconds: u64,
 }
 
 /// Entries, bytes and age of the backlog from `first_unacked`, and the tier of `next_read`;

@@ -158,7 +158,13 @@ struct State {
     /// After a failed read: no read before this instant (backoff).
     retry_at: Option<tokio::time::Instant>,
     last_read_error: Option<String>,
+    /// Since when reads have only returned `Pending` (waiting on the lake), and whether that
+    /// wait was logged. Reset by every read that returns.
+    waiting_since: Option<(std::time::Instant, bool)>,
 }
+
+/// A subscription waiting on the lake this long without an entry is logged (once per wait).
+const LONG_LAKE_WAIT: Duration = Duration::from_secs(15);
 
 /// Hash of an entry's routing key in Key_Shared's 0..65536 range.
 fn key_hash(entry: &Entry) -> u16 {
@@ -207,6 +213,7 @@ pub fn spawn(
         reader: EntryReader::new(topic_log, topic_lake),
         retry_at: None,
         last_read_error: None,
+        waiting_since: None,
     };
     tokio::spawn(run(state, rx, persist_every));
     SubscriptionHandle {
@@ -315,6 +322,9 @@ impl State {
             last_read_tier: self.reader.tier(),
             read_failures: self.reader.failures(),
             last_read_error: self.last_read_error.clone(),
+            lake_wait_seconds: self
+                .waiting_since
+                .map_or(0, |(since, _)| since.elapsed().as_secs()),
         }
     }
 
@@ -749,6 +759,25 @@ impl State {
         }
     }
 
+    /// Tracks how long reads have waited on the lake and warns once when it is long, with
+    /// what the reader waits on (a stalled replay must be visible, never silent).
+    fn note_wait(&mut self, read: &Result<Vec<Entry>, ReplayError>) {
+        if !matches!(read, Err(ReplayError::Pending)) {
+            self.waiting_since = None;
+            return;
+        }
+        let (since, warned) = self
+            .waiting_since
+            .get_or_insert((std::time::Instant::now(), false));
+        if !*warned && since.elapsed() >= LONG_LAKE_WAIT {
+            *warned = true;
+            tracing::warn!(topic = %self.topic.name, subscription = %self.name,
+                read_position = %self.read_position, waited = ?since.elapsed(),
+                reader = %self.reader.describe_wait(),
+                "subscription has waited on the lake without receiving an entry");
+        }
+    }
+
     /// Up to `max` entries: redeliveries first, then new entries from the read position.
     async fn next_entries(&mut self, max: usize) -> Result<Vec<Entry>, ReplayError> {
         if let Some(&p) = self.redeliver.iter().next() {
@@ -756,7 +785,9 @@ impl State {
             self.redeliver.remove(&p);
             return Ok(vec![entry]);
         }
-        let entries = self.reader.read_from(self.read_position, max).await?;
+        let read = self.reader.read_from(self.read_position, max).await;
+        self.note_wait(&read);
+        let entries = read?;
         if let Some(last) = entries.last() {
             self.read_position = Position::new(last.position.ledger, last.position.entry + 1);
         }

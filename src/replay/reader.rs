@@ -124,6 +124,31 @@ impl EntryReader {
         })
     }
 
+    /// What the reader is waiting on, for a warning about a subscription that has waited on
+    /// the lake for long: its stream (next position, entries buffered, last use) and the free
+    /// room of the shared limits (scan slots, topic and broker budgets).
+    pub fn describe_wait(&self) -> String {
+        let stream = match &self.stream {
+            None => "no lake stream".to_string(),
+            Some(s) => format!(
+                "lake stream at {} with {} entries buffered, last taken {:?} ago, task {}",
+                s.next,
+                s.buffered(),
+                s.last_used.elapsed(),
+                if s.finished() { "ended" } else { "running" }
+            ),
+        };
+        match &self.lake {
+            None => stream,
+            Some(l) => format!(
+                "{stream}; scan slots free {}, topic budget free {} B, broker budget free {} B",
+                l.replay.inner.scans.available_permits(),
+                l.budget.available_permits(),
+                l.replay.inner.broker_budget.available_permits()
+            ),
+        }
+    }
+
     /// Up to `max` entries from `from` (inclusive) in order, crossing ledgers and tiers.
     /// Empty when nothing is durable there yet.
     pub async fn read_from(

@@ -75,6 +75,16 @@ impl LakeStream {
         self.rx.recv().await
     }
 
+    /// Entries buffered and not taken yet.
+    pub fn buffered(&self) -> usize {
+        self.rx.len()
+    }
+
+    /// Whether the producing task has ended (the range is done, or it failed).
+    pub fn finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
     /// The next entry if one is buffered already.
     pub fn try_recv(&mut self) -> Option<Result<Buffered, ReplayError>> {
         self.rx.try_recv().ok()

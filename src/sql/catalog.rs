@@ -19,10 +19,9 @@ use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use datafusion::catalog::{CatalogProvider, CatalogProviderList, SchemaProvider};
 use datafusion::common::{DataFusionError, Result as DFResult};
-use datafusion::datasource::{MemTable, TableProvider};
+use datafusion::datasource::{MemTable, TableProvider, TableType};
 use futures::TryStreamExt;
 use iceberg::table::Table;
-use iceberg_datafusion::IcebergStaticTableProvider;
 
 use super::table::TopicTable;
 use super::tail::{LakeFallback, TailLedger, TailPart, TailSource};
@@ -214,6 +213,12 @@ impl SchemaProvider for NamespaceSchema {
         })
     }
 
+    /// Without opening the table (listing `information_schema.tables` must not load every
+    /// lake table).
+    async fn table_type(&self, name: &str) -> DFResult<Option<TableType>> {
+        Ok(self.table_exist(name).then_some(TableType::Base))
+    }
+
     fn table_exist(&self, name: &str) -> bool {
         parse_table_name(name).is_ok_and(|(t, _)| self.topics.contains(t))
     }
@@ -333,14 +338,10 @@ async fn open_live(shared: &Shared, base: &TopicName) -> Result<Arc<dyn TablePro
             ident: naming::table_ident(base),
         }),
     };
-    let lake = match table {
-        Some(t) if t.metadata().current_snapshot().is_some() => Some(
-            IcebergStaticTableProvider::try_new_from_table(t)
-                .await
-                .map_err(|e| SqlError::Execution(e.to_string()))?,
-        ),
-        _ => None,
-    };
+    let lake = table.and_then(|t| {
+        let snapshot = t.metadata().current_snapshot()?.snapshot_id();
+        Some((t, snapshot))
+    });
     Ok(Arc::new(TopicTable::new(
         schema,
         lake,
@@ -400,10 +401,11 @@ async fn open_lake_only(
         .schema(table.metadata())
         .map_err(|e| SqlError::Execution(e.to_string()))?;
     let schema = iceberg_to_arrow(&schema)?;
-    let provider = IcebergStaticTableProvider::try_new_from_table_snapshot(table, snapshot_id)
-        .await
-        .map_err(|e| SqlError::Execution(e.to_string()))?;
-    Ok(Arc::new(TopicTable::new(schema, Some(provider), None)))
+    Ok(Arc::new(TopicTable::new(
+        schema,
+        Some((table, snapshot_id)),
+        None,
+    )))
 }
 
 #[cfg(test)]

@@ -46,6 +46,7 @@ use crate::offload::OffloadEngine;
 pub mod catalog;
 pub mod format;
 pub mod guard;
+mod lake_scan;
 pub mod postgres;
 mod prune;
 mod table;

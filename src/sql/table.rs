@@ -14,40 +14,36 @@
 //!
 //! Invariants:
 //! - Both sides produce the table's Arrow schema exactly (lake batches are conformed: names,
-//!   types), so the union is well typed whatever engine wrote the files.
+//!   types, see [`super::lake_scan`]), so the union is well typed whatever engine wrote the
+//!   files.
 //! - Filters are pushed to both sides as `Inexact`: the Iceberg scan prunes partitions and files
 //!   by statistics, the tail prunes ledgers and entries; DataFusion re-applies them above.
 
 use std::any::Any;
-use std::fmt;
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use datafusion::catalog::Session;
-use datafusion::common::{DFSchema, DataFusionError, Result as DFResult};
+use datafusion::common::{DFSchema, Result as DFResult};
 use datafusion::datasource::{TableProvider, TableType};
-use datafusion::execution::TaskContext;
 use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::empty::EmptyExec;
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::union::UnionExec;
-use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
-};
-use futures::StreamExt;
-use iceberg_datafusion::IcebergStaticTableProvider;
+use datafusion::physical_plan::ExecutionPlan;
+use iceberg::table::Table;
 
+use super::lake_scan::LakeScanExec;
 use super::prune::Bounds;
-use super::tail::{conform_batch, TailExec, TailSource};
+use super::tail::{TailExec, TailSource};
 
 /// A topic's table (or the lake table alone, as of a snapshot).
 #[derive(Debug)]
 pub(crate) struct TopicTable {
     schema: SchemaRef,
-    /// The Iceberg table at the pinned snapshot (`None`: nothing offloaded yet).
-    lake: Option<IcebergStaticTableProvider>,
+    /// The Iceberg table and the pinned snapshot (`None`: nothing offloaded yet).
+    lake: Option<(Table, i64)>,
     /// The live tail (`None` for time travel: lake only).
     tail: Option<Arc<TailSource>>,
 }
@@ -55,7 +51,7 @@ pub(crate) struct TopicTable {
 impl TopicTable {
     pub fn new(
         schema: SchemaRef,
-        lake: Option<IcebergStaticTableProvider>,
+        lake: Option<(Table, i64)>,
         tail: Option<Arc<TailSource>>,
     ) -> TopicTable {
         TopicTable { schema, lake, tail }
@@ -88,16 +84,18 @@ impl TableProvider for TopicTable {
         state: &dyn Session,
         projection: Option<&Vec<usize>>,
         filters: &[Expr],
-        limit: Option<usize>,
+        _limit: Option<usize>,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
         let projected = match projection {
             Some(p) => Arc::new(self.schema.project(p)?),
             None => self.schema.clone(),
         };
         let mut inputs: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
-        if let Some(lake) = &self.lake {
-            let scan = lake.scan(state, projection, filters, limit).await?;
-            inputs.push(Arc::new(ConformExec::new(scan, projected.clone())));
+        if let Some((table, snapshot)) = &self.lake {
+            let partitions = state.config().target_partitions();
+            let scan = LakeScanExec::plan(table, *snapshot, projected.clone(), filters, partitions)
+                .await?;
+            inputs.push(Arc::new(scan));
         }
         if let Some(tail) = &self.tail {
             let predicate = match conjunction(filters.iter().cloned()) {
@@ -120,79 +118,5 @@ impl TableProvider for TopicTable {
             1 => Ok(inputs.remove(0)),
             _ => UnionExec::try_new(inputs),
         }
-    }
-}
-
-/// Passes its input's batches on in exactly `schema` (see [`conform_batch`]).
-#[derive(Debug)]
-struct ConformExec {
-    input: Arc<dyn ExecutionPlan>,
-    schema: SchemaRef,
-    props: Arc<PlanProperties>,
-}
-
-impl ConformExec {
-    fn new(input: Arc<dyn ExecutionPlan>, schema: SchemaRef) -> ConformExec {
-        let props = Arc::new(input.properties().as_ref().clone().with_eq_properties(
-            datafusion::physical_expr::EquivalenceProperties::new(schema.clone()),
-        ));
-        ConformExec {
-            input,
-            schema,
-            props,
-        }
-    }
-}
-
-impl DisplayAs for ConformExec {
-    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "LakeScanExec: conformed to the table schema")
-    }
-}
-
-impl ExecutionPlan for ConformExec {
-    fn name(&self) -> &str {
-        "LakeScanExec"
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn properties(&self) -> &Arc<PlanProperties> {
-        &self.props
-    }
-
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![&self.input]
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> DFResult<Arc<dyn ExecutionPlan>> {
-        if children.len() != 1 {
-            return Err(DataFusionError::Internal(
-                "LakeScanExec takes one child".into(),
-            ));
-        }
-        Ok(Arc::new(ConformExec::new(
-            children.remove(0),
-            self.schema.clone(),
-        )))
-    }
-
-    fn execute(
-        &self,
-        partition: usize,
-        context: Arc<TaskContext>,
-    ) -> DFResult<SendableRecordBatchStream> {
-        let schema = self.schema.clone();
-        let input = self.input.execute(partition, context)?;
-        let out = schema.clone();
-        Ok(Box::pin(RecordBatchStreamAdapter::new(
-            schema,
-            input.map(move |b| b.and_then(|b| conform_batch(&b, &out))),
-        )))
     }
 }

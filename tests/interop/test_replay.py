@@ -90,13 +90,21 @@ def seen(m):
             m.partition_key() or None, dict(m.properties()), m.event_timestamp() or None]
 
 
-def consume(client, topic, sub, n, **kwargs):
-    """`n` messages from the earliest, acknowledged; each with its publish time appended."""
+def consume(client, topic, sub, n, svc=None, **kwargs):
+    """`n` messages from the earliest, acknowledged; each with its publish time appended. With
+    `svc`, a stall prints the subscription's stats (what the broker waits on)."""
     consumer = client.subscribe(topic, sub, initial_position=pulsar.InitialPosition.Earliest,
                                 receiver_queue_size=5000, **kwargs)
     out = []
     while len(out) < n:
-        m = consumer.receive(timeout_millis=60000)
+        try:
+            m = consumer.receive(timeout_millis=60000)
+        except pulsar.Timeout:
+            if svc is not None:
+                st = stats(svc, topic)
+                print(f"stalled after {len(out)} of {n} messages; subscription:",
+                      st["subscriptions"].get(sub), "replay:", st["replay"])
+            raise
         out.append(seen(m) + [m.publish_timestamp()])
         if len(out) % 1000 == 0 or len(out) == n:
             consumer.acknowledge_cumulative(m)
@@ -161,7 +169,7 @@ def test_million_messages_replay_identically_after_restart(make_service):
         p.send_async(f"tail-{i}".encode(), None)
     p.flush()
     p.close()
-    got = consume(client, topic, "replay", n + tail)
+    got = consume(client, topic, "replay", n + tail, svc=svc)
     published = [g.pop() for g in got]
     assert got[:n] == sent, "lake replay differs from what was produced"
     assert [g[1] for g in got[n:]] == [f"tail-{i}".encode() for i in range(tail)]
