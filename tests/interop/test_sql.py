@@ -405,3 +405,15 @@ def test_json_operators_typed_columns_and_partitions(make_service):
     assert [r[0] for r in rows] == ["0", "1", "2"] and sum(int(r[1]) for r in rows) == 120, rows
     assert psql_rows(svc, "SELECT count(*) FROM parts WHERE partition = 1") == [[rows[1][1]]]
     client.close()
+
+
+def test_sql_without_the_lake_reads_the_log(make_service):
+    svc = make_service({"LEDGERLAKE_LAKE__ENABLED": "false"})
+    svc.start()
+    client = pulsar.Client(svc.url)
+    produce(client, "persistent://public/default/local-only", 0, 25)
+    client.close()
+    assert psql_rows(svc, 'SELECT count(*), count(key) FROM "local-only"') == \
+        [["25", str(sum(1 for i in range(25) if key_of(i) is not None))]]
+    r = psql(svc, 'SELECT count(*) FROM "local-only$snapshots"')
+    assert r.returncode != 0 and "no lake table" in r.stderr, r.stderr
