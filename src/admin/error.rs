@@ -43,6 +43,9 @@ pub enum AdminError {
     /// A limit of the service was reached (query memory, query time).
     #[error("{0}")]
     LimitExceeded(String),
+    /// The object is in use (a topic with connected clients).
+    #[error("{0}")]
+    PreconditionFailed(String),
 }
 
 impl From<crate::sql::SqlError> for AdminError {
@@ -107,6 +110,7 @@ impl IntoResponse for AdminError {
             AdminError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             AdminError::Forbidden(_) => StatusCode::FORBIDDEN,
             AdminError::LimitExceeded(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            AdminError::PreconditionFailed(_) => StatusCode::PRECONDITION_FAILED,
         };
         (status, Json(json!({ "reason": self.to_string() }))).into_response()
     }

@@ -14,6 +14,7 @@ use serde_json::json;
 
 use crate::ledger::MetadataStore;
 
+mod delete;
 pub mod error;
 mod lake;
 mod namespaces;
@@ -105,6 +106,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/health/live", get(live))
         .route("/health/ready", get(ready))
         .merge(topics::routes())
+        .merge(delete::routes())
         .merge(lake::routes())
         .merge(namespaces::routes())
         .merge(sql::routes())

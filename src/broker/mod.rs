@@ -364,6 +364,60 @@ impl Broker {
         self.replay.as_ref().map(crate::replay::Replay::stats)
     }
 
+    /// Deletes the topic partition (or non-partitioned topic) `name`: refused with `Busy` while
+    /// producers or consumers are connected to it. Otherwise its subscriptions end, it is
+    /// unloaded and deleted from the log (local data, ledgers, cursors, schemas). The broker's
+    /// topic map stays locked meanwhile, so no connection can load the topic half-deleted; a
+    /// producer that connects afterwards creates a new, empty topic (with auto-creation on).
+    /// Returns whether the topic existed.
+    pub async fn delete_topic(&self, name: &TopicName) -> Result<bool, BrokerError> {
+        let key = name.to_string();
+        let mut topics = self.topics.lock().await;
+        if let Some(t) = topics.get(&key).cloned() {
+            let producers = t.producers.lock().unwrap_or_else(|p| p.into_inner()).len();
+            if producers > 0 {
+                return Err(BrokerError::Busy(format!(
+                    "topic {key} has {producers} connected producers"
+                )));
+            }
+            let subs: Vec<SubscriptionHandle> =
+                t.subscriptions.lock().await.values().cloned().collect();
+            for s in &subs {
+                let (reply, stats) = tokio::sync::oneshot::channel();
+                if s.tx
+                    .send(subscription::SubscriptionCommand::Stats(reply))
+                    .is_ok()
+                {
+                    if let Ok(st) = stats.await {
+                        if st.consumers > 0 {
+                            return Err(BrokerError::Busy(format!(
+                                "topic {key} has consumers connected to subscription {}",
+                                s.name
+                            )));
+                        }
+                    }
+                }
+            }
+            for s in subs {
+                let (done, wait) = tokio::sync::oneshot::channel();
+                if s.tx
+                    .send(subscription::SubscriptionCommand::Delete(done))
+                    .is_ok()
+                {
+                    let _ = wait.await;
+                }
+            }
+            topics.remove(&key);
+        }
+        let existed = self
+            .log
+            .delete_topic(&key)
+            .await
+            .map_err(|e| BrokerError::Storage(format!("deleting {key}: {e}")))?;
+        drop(topics);
+        Ok(existed)
+    }
+
     /// The topic partition named `name`, loading or (if allowed) creating it.
     pub async fn topic(&self, name: &TopicName) -> Result<Arc<BrokerTopic>, BrokerError> {
         let key = name.to_string();

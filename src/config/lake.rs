@@ -42,6 +42,9 @@ pub struct LakeConfig {
     pub orphan_check_interval: Duration,
     /// Tables offloaded at the same time (each table has exactly one writer).
     pub max_concurrent_tables: usize,
+    /// Deleting a topic also drops its lake table and deletes the table's files (as Pulsar
+    /// deletes offloaded data with its topic); false keeps the table.
+    pub drop_table_on_topic_delete: bool,
     /// Defaults of the namespace offload policies (`/admin/v2/namespaces/{t}/{ns}/...`).
     pub policy_defaults: PolicyDefaults,
 }
@@ -59,6 +62,7 @@ impl Default for LakeConfig {
             orphan_file_age: Duration::from_secs(3600),
             orphan_check_interval: Duration::from_secs(600),
             max_concurrent_tables: 2,
+            drop_table_on_topic_delete: true,
             policy_defaults: PolicyDefaults::default(),
         }
     }

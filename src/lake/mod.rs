@@ -320,6 +320,52 @@ impl Lake {
         format!("{}{}", self.location_prefix, path)
     }
 
+    /// Every object under the directory `dir` (a location ending in `/`); empty when the
+    /// directory does not exist or lies outside the warehouse's store.
+    pub async fn list_under(&self, dir: &str) -> Result<Vec<object_store::ObjectMeta>, LakeError> {
+        use futures::TryStreamExt;
+        let Some(prefix) = self.object_path(dir) else {
+            return Ok(Vec::new());
+        };
+        self.store()
+            .list(Some(&prefix))
+            .try_collect()
+            .await
+            .or_else(|e| match e {
+                object_store::Error::NotFound { .. } => Ok(Vec::new()),
+                e => Err(LakeError::store(format!("listing {dir}"))(e)),
+            })
+    }
+
+    /// Deletes every object under `location` (a table's directory); returns how many.
+    pub async fn delete_all_under(&self, location: &str) -> Result<usize, LakeError> {
+        use object_store::ObjectStoreExt;
+        let listing = self
+            .list_under(&format!("{}/", location.trim_end_matches('/')))
+            .await?;
+        for meta in &listing {
+            self.store()
+                .delete(&meta.location)
+                .await
+                .map_err(LakeError::store(format!("deleting {}", meta.location)))?;
+        }
+        Ok(listing.len())
+    }
+
+    /// Drops a table from the catalog and deletes its files; `false` when it did not exist.
+    pub async fn drop_table(&self, ident: &TableIdent) -> Result<bool, LakeError> {
+        let Some(table) = self.load_table(ident).await? else {
+            return Ok(false);
+        };
+        self.catalog
+            .drop_table(ident)
+            .await
+            .map_err(LakeError::iceberg(format!("dropping table {ident}")))?;
+        let files = self.delete_all_under(table.metadata().location()).await?;
+        tracing::info!(table = %ident, files, "dropped lake table and deleted its files");
+        Ok(true)
+    }
+
     /// Loads a table; `None` when it does not exist.
     pub async fn load_table(&self, ident: &TableIdent) -> Result<Option<Table>, LakeError> {
         match self.catalog.load_table(ident).await {

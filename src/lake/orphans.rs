@@ -10,7 +10,6 @@
 use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
 
-use futures::TryStreamExt;
 use iceberg::spec::ManifestList;
 use iceberg::table::Table;
 use object_store::ObjectStoreExt;
@@ -88,18 +87,7 @@ pub async fn delete_orphans(
         "{}/data/",
         table.metadata().location().trim_end_matches('/')
     );
-    let Some(prefix) = lake.object_path(&data_dir) else {
-        return Ok(OrphanReport::default());
-    };
-    let listing: Vec<object_store::ObjectMeta> = lake
-        .store()
-        .list(Some(&prefix))
-        .try_collect()
-        .await
-        .or_else(|e| match e {
-            object_store::Error::NotFound { .. } => Ok(Vec::new()),
-            e => Err(LakeError::store(format!("listing {data_dir}"))(e)),
-        })?;
+    let listing = lake.list_under(&data_dir).await?;
     let now = SystemTime::now();
     let mut report = OrphanReport {
         listed: listing.len(),

@@ -29,6 +29,9 @@ pub enum AppendError {
     /// Creating the next ledger failed.
     #[error("could not create a ledger: {0}")]
     Metadata(Arc<MetadataError>),
+    /// The topic is being deleted (or was).
+    #[error("topic {0} is deleted")]
+    TopicDeleted(String),
 }
 
 /// Why a read returned no data.
@@ -149,6 +152,9 @@ pub enum LifecycleError {
     /// The ledger is not known to this log.
     #[error("ledger {0} is unknown")]
     UnknownLedger(LedgerId),
+    /// A ledger stayed open (its seal did not finish) while its topic was being deleted.
+    #[error("ledger {0} is still being sealed; try again")]
+    StillOpen(LedgerId),
     /// A blocking task was cancelled (shutdown).
     #[error("cancelled")]
     Cancelled,

@@ -347,6 +347,48 @@ impl Log {
         Ok(t)
     }
 
+    /// Deletes topic `name` from the log: refuses further appends, seals its open ledger,
+    /// deletes every ledger's local copy (segments are reclaimed once no live ledger uses them)
+    /// and then its metadata (ledgers, cursors, schemas, partition count). The caller makes
+    /// sure nobody uses the topic (the broker unloads it first). Returns whether it existed.
+    pub async fn delete_topic(&self, name: &str) -> Result<bool, LifecycleError> {
+        if !self.topic_exists(name).await? {
+            return Ok(self.shared.meta.delete_topic(name).await?);
+        }
+        let topic = self.topic(name).await?;
+        topic.close_for_deletion().await?;
+        // A rollover may still be sealing an older ledger in the background: wait for it.
+        let mut waits = 0;
+        loop {
+            let mut open = None;
+            for r in self.shared.meta.topic_ledgers(topic.id()).await? {
+                match r.state {
+                    LedgerState::Open => open = Some(r.id),
+                    LedgerState::Sealed | LedgerState::Offloaded => {
+                        self.delete_local(r.id).await?;
+                    }
+                    LedgerState::Deleted => {}
+                }
+            }
+            match open {
+                None => break,
+                Some(id) if waits >= 500 => return Err(LifecycleError::StillOpen(id)),
+                Some(_) => {
+                    waits += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+            }
+        }
+        self.topics.lock().await.remove(name);
+        self.loaded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|t| t.inner.id != topic.id());
+        let existed = self.shared.meta.delete_topic(name).await?;
+        tracing::info!(topic = name, "topic deleted from the log");
+        Ok(existed)
+    }
+
     /// Whether a topic of that name exists (loaded or in the metadata store).
     pub async fn topic_exists(&self, name: &str) -> Result<bool, metadata::MetadataError> {
         if self.topics.lock().await.contains_key(name) {

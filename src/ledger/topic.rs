@@ -72,6 +72,9 @@ pub(crate) struct TopicInner {
     ledgers: Mutex<BTreeMap<LedgerId, LedgerView>>,
     cache: Mutex<TailCache>,
     lac: Arc<watch::Sender<Option<Position>>>,
+    /// Invariant: once true, never false again, and no ledger is created after it was set
+    /// (checked under `roll_lock`).
+    deleted: std::sync::atomic::AtomicBool,
 }
 
 /// Handle to one topic partition's log. Cheap to clone.
@@ -140,6 +143,7 @@ impl TopicLog {
                 ledgers: Mutex::new(ledgers),
                 cache: Mutex::new(cache),
                 lac: Arc::new(watch::channel(last).0),
+                deleted: std::sync::atomic::AtomicBool::new(false),
                 shared,
             }),
         }
@@ -163,6 +167,7 @@ impl TopicLog {
         publish_time_ms: i64,
         payload: Bytes,
     ) -> Result<AppendReceipt, AppendError> {
+        self.refuse_if_deleted()?;
         let shared = &self.inner.shared;
         let max = shared.config.max_entry_size.as_u64() as usize;
         if payload.len() > max {
@@ -217,6 +222,7 @@ impl TopicLog {
     /// background once its entries are durable.
     async fn roll(&self, next_len: usize) -> Result<(), AppendError> {
         let _guard = self.inner.roll_lock.lock().await;
+        self.refuse_if_deleted()?;
         {
             let w = lock(&self.inner.writer);
             if w.current.is_some() && !self.should_roll(&w, next_len) {
@@ -253,6 +259,28 @@ impl TopicLog {
                 }
             });
         }
+        Ok(())
+    }
+
+    fn refuse_if_deleted(&self) -> Result<(), AppendError> {
+        if self
+            .inner
+            .deleted
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            Err(AppendError::TopicDeleted(self.inner.name.clone()))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// First step of deleting the topic: refuses appends from now on and seals the open
+    /// ledger, so that every ledger of the topic ends up sealed (then deleted by the caller).
+    pub(crate) async fn close_for_deletion(&self) -> Result<(), LifecycleError> {
+        self.inner
+            .deleted
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.seal_current().await?;
         Ok(())
     }
 

@@ -244,6 +244,29 @@ impl OffloadEngine {
             .map_err(|_| OffloadError::Stopped)
     }
 
+    /// Holds off offload passes of `topic`'s table until the guard is dropped (a pass running
+    /// now finishes first). Topic deletion holds it while the log and the table go.
+    pub async fn pause_table(&self, topic: &TopicName) -> tokio::sync::OwnedMutexGuard<()> {
+        let slot = self.inner.slot(&topic.base().to_string());
+        slot.writer.clone().lock_owned().await
+    }
+
+    /// After `topic` was deleted (call with the table paused): drops its lake table and
+    /// deletes the table's files when `lake.drop_table_on_topic_delete` is on, and forgets its
+    /// offload status. Returns whether a table was dropped.
+    pub async fn topic_deleted(&self, topic: &TopicName) -> Result<bool, OffloadError> {
+        let base = topic.base();
+        lock(&self.inner.tables).remove(&base.to_string());
+        if !self.inner.config.drop_table_on_topic_delete {
+            return Ok(false);
+        }
+        let lake = self.inner.lake.clone();
+        let ident = naming::table_ident(&base);
+        Ok(self
+            .on_lake(async move { lake.drop_table(&ident).await })
+            .await??)
+    }
+
     /// Asks for everything written to `topic` so far to be offloaded (the open ledger is sealed
     /// first). Returns the request's ticket; it is done once
     /// [`OffloadStatus::completed_request`] reaches it (see `status` for the outcome).

@@ -243,6 +243,48 @@ async fn policies_are_replaced_and_removed(store: &dyn MetadataStore) -> TestRes
     Ok(())
 }
 
+async fn topics_are_deleted_only_without_live_ledgers(store: &dyn MetadataStore) -> TestResult {
+    let t = store.get_or_create_topic("gone", 0).await?;
+    let keep = store.get_or_create_topic("kept", 0).await?;
+    let l = store.create_ledger(t.id, 0, 0).await?;
+    let k = store.create_ledger(keep.id, 0, 0).await?;
+    store.save_cursor(t.id, "s", b"x", 1).await?;
+    store.save_cursor(keep.id, "s", b"y", 1).await?;
+    store.add_schema("gone", 0, b"schema").await?;
+    store.set_partitions("gone", 2, false).await?;
+    // An open ledger blocks the deletion and nothing changes.
+    assert!(matches!(
+        store.delete_topic("gone").await,
+        Err(MetadataError::Conflict(_))
+    ));
+    assert_eq!(store.topic_cursors(t.id).await?.len(), 1);
+    store
+        .transition_ledger(l.id, LedgerTransition::Seal(seal(1)), 2)
+        .await?;
+    store
+        .transition_ledger(l.id, LedgerTransition::Delete, 3)
+        .await?;
+    assert!(store.delete_topic("gone").await?);
+    assert!(!store.delete_topic("gone").await?);
+    let names: Vec<String> = store
+        .list_topics()
+        .await?
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert_eq!(names, vec!["kept".to_string()]);
+    assert!(store.get_ledger(l.id).await?.is_none());
+    assert!(store.schemas("gone").await?.is_empty());
+    assert_eq!(store.get_partitions("gone").await?, None);
+    // The other topic is untouched; a new topic of the old name has a new id.
+    assert_eq!(store.topic_cursors(keep.id).await?.len(), 1);
+    assert!(store.get_ledger(k.id).await?.is_some());
+    let again = store.get_or_create_topic("gone", 4).await?;
+    assert_ne!(again.id, t.id);
+    assert!(store.topic_cursors(again.id).await?.is_empty());
+    Ok(())
+}
+
 async fn run_all(make: impl Fn() -> std::sync::Arc<dyn MetadataStore>) -> TestResult {
     topics_are_idempotent_and_increasing(&*make()).await?;
     ledger_ids_increase_and_lifecycle_is_enforced(&*make()).await?;
@@ -252,6 +294,7 @@ async fn run_all(make: impl Fn() -> std::sync::Arc<dyn MetadataStore>) -> TestRe
     partitioned_topics_are_created_once_and_only_grow(&*make()).await?;
     schema_versions_are_dense_and_first_writer_wins(&*make()).await?;
     policies_are_replaced_and_removed(&*make()).await?;
+    topics_are_deleted_only_without_live_ledgers(&*make()).await?;
     Ok(())
 }
 

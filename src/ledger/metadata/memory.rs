@@ -69,6 +69,29 @@ impl MetadataStore for MemoryMetadataStore {
         Ok(self.lock().topics.values().cloned().collect())
     }
 
+    async fn delete_topic(&self, name: &str) -> Result<bool, MetadataError> {
+        let mut s = self.lock();
+        let id = s.topics.values().find(|t| t.name == name).map(|t| t.id);
+        if let Some(id) = id {
+            let live = s
+                .ledgers
+                .values()
+                .filter(|l| l.topic_id == id && l.state != LedgerState::Deleted)
+                .count();
+            if live > 0 {
+                return Err(MetadataError::Conflict(format!(
+                    "topic {name} still has {live} ledgers that are not deleted"
+                )));
+            }
+            s.ledgers.retain(|_, l| l.topic_id != id);
+            s.cursors.retain(|(t, _), _| *t != id);
+            s.topics.remove(&id);
+        }
+        let schemas = s.schemas.remove(name).is_some();
+        let partitioned = s.partitioned.remove(name).is_some();
+        Ok(id.is_some() || schemas || partitioned)
+    }
+
     async fn create_ledger(
         &self,
         topic_id: TopicId,

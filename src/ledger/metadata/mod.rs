@@ -251,6 +251,13 @@ pub trait MetadataStore: Send + Sync + fmt::Debug + 'static {
     /// All topics, by id.
     async fn list_topics(&self) -> Result<Vec<TopicRecord>, MetadataError>;
 
+    /// Deletes everything stored under topic `name`: its record with its ledger records and
+    /// cursors, its schema versions and its partitioned-topic count. Refused with `Conflict`
+    /// while any of its ledgers is not `deleted` (the caller deletes local data first). A later
+    /// `get_or_create_topic` of the same name creates a new topic with a new id. Returns whether
+    /// anything of that name existed.
+    async fn delete_topic(&self, name: &str) -> Result<bool, MetadataError>;
+
     /// Creates an `Open` ledger for `topic_id` with a fresh id greater than every earlier one.
     async fn create_ledger(
         &self,

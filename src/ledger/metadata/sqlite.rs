@@ -245,6 +245,63 @@ impl MetadataStore for SqliteMetadataStore {
             .collect()
     }
 
+    async fn delete_topic(&self, name: &str) -> Result<bool, MetadataError> {
+        let mut tx = self.pool.begin().await.map_err(backend("begin"))?;
+        let topic_id: Option<i64> = sqlx::query("SELECT topic_id FROM ll_topics WHERE name = ?")
+            .bind(name)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(backend("find topic"))?
+            .map(|r| r.try_get(0))
+            .transpose()
+            .map_err(backend("find topic"))?;
+        let mut existed = false;
+        if let Some(id) = topic_id {
+            existed = true;
+            let live: i64 =
+                sqlx::query("SELECT count(*) FROM ll_ledgers WHERE topic_id = ? AND state <> ?")
+                    .bind(id)
+                    .bind(i64::from(LedgerState::Deleted.as_u8()))
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(backend("count live ledgers"))?
+                    .try_get(0)
+                    .map_err(backend("count live ledgers"))?;
+            if live > 0 {
+                return Err(MetadataError::Conflict(format!(
+                    "topic {name} still has {live} ledgers that are not deleted"
+                )));
+            }
+            for sql in [
+                "DELETE FROM ll_cursors WHERE topic_id = ?",
+                "DELETE FROM ll_ledgers WHERE topic_id = ?",
+                "DELETE FROM ll_topics WHERE topic_id = ?",
+            ] {
+                sqlx::query(sql)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(backend("delete topic"))?;
+            }
+        }
+        for sql in [
+            "DELETE FROM ll_schemas WHERE topic = ?",
+            "DELETE FROM ll_partitioned_topics WHERE name = ?",
+        ] {
+            existed |= sqlx::query(sql)
+                .bind(name)
+                .execute(&mut *tx)
+                .await
+                .map_err(backend("delete topic"))?
+                .rows_affected()
+                > 0;
+        }
+        tx.commit()
+            .await
+            .map_err(backend("commit topic deletion"))?;
+        Ok(existed)
+    }
+
     async fn create_ledger(
         &self,
         topic_id: TopicId,

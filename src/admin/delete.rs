@@ -1,0 +1,131 @@
+//! Topic deletion (Pulsar's paths):
+//! - `DELETE /admin/v2/persistent/{tenant}/{namespace}/{topic}`: a non-partitioned topic;
+//! - `DELETE /admin/v2/persistent/{tenant}/{namespace}/{topic}/partitions`: a partitioned topic
+//!   (every partition and its partition count).
+//!
+//! 204 when deleted, 404 when it does not exist, 412 while producers or consumers are
+//! connected. Its log data, ledgers, cursors and schemas go; its lake table is dropped and the
+//! table's files deleted when `lake.drop_table_on_topic_delete` is on (default). Offload of the
+//! table is held off for the whole deletion. `force=true` (Pulsar: close connected clients
+//! first) is not supported yet: with clients connected it answers 412 all the same.
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::routing::delete;
+use axum::Router;
+
+use super::error::AdminError;
+use super::{topic_path, AdminState, Services};
+use crate::broker::topic_name::TopicName;
+use crate::broker::BrokerError;
+
+pub(super) fn routes() -> Router<AdminState> {
+    Router::new()
+        .route(
+            "/admin/v2/persistent/{tenant}/{namespace}/{topic}",
+            delete(delete_topic),
+        )
+        .route(
+            "/admin/v2/persistent/{tenant}/{namespace}/{topic}/partitions",
+            delete(delete_partitioned),
+        )
+}
+
+/// Query parameters of the DELETE paths.
+#[derive(Debug, serde::Deserialize)]
+struct DeleteParams {
+    #[serde(default)]
+    force: bool,
+}
+
+fn broker_error(e: BrokerError, force: bool) -> AdminError {
+    match e {
+        BrokerError::Busy(m) if force => AdminError::PreconditionFailed(format!(
+            "{m}; force=true (closing connected clients) is not supported yet"
+        )),
+        BrokerError::Busy(m) => AdminError::PreconditionFailed(m),
+        BrokerError::Metadata(m) => AdminError::Metadata(m),
+        other => AdminError::Internal(other.to_string()),
+    }
+}
+
+async fn delete_topic(
+    State(state): State<AdminState>,
+    Path((tenant, namespace, topic)): Path<(String, String, String)>,
+    Query(params): Query<DeleteParams>,
+) -> Result<StatusCode, AdminError> {
+    let name = topic_path(&tenant, &namespace, &topic)?;
+    let services = state.services()?;
+    if name.partition().is_none()
+        && services
+            .broker
+            .partitions(&name)
+            .await
+            .map_err(|e| broker_error(e, false))?
+            > 0
+    {
+        return Err(AdminError::Conflict(format!(
+            "{name} is a partitioned topic: DELETE .../{topic}/partitions"
+        )));
+    }
+    delete_all(services, &name.base(), vec![name], params.force).await
+}
+
+async fn delete_partitioned(
+    State(state): State<AdminState>,
+    Path((tenant, namespace, topic)): Path<(String, String, String)>,
+    Query(params): Query<DeleteParams>,
+) -> Result<StatusCode, AdminError> {
+    let name = topic_path(&tenant, &namespace, &topic)?;
+    let services = state.services()?;
+    let n = services
+        .broker
+        .partitions(&name)
+        .await
+        .map_err(|e| broker_error(e, false))?;
+    if n == 0 {
+        return Err(AdminError::NotFound(format!(
+            "Partitioned topic {name} not found"
+        )));
+    }
+    let names = (0..n).map(|i| name.partition_name(i)).collect();
+    delete_all(services, &name, names, params.force).await
+}
+
+/// Deletes the topics `names` of the table of `base`, then `base`'s own metadata (partition
+/// count, schemas) and its lake table, with offload of that table held off throughout.
+async fn delete_all(
+    services: &Services,
+    base: &TopicName,
+    names: Vec<TopicName>,
+    force: bool,
+) -> Result<StatusCode, AdminError> {
+    let _paused = match &services.offload {
+        Some(o) => Some(o.pause_table(base).await),
+        None => None,
+    };
+    let mut existed = false;
+    for name in &names {
+        existed |= services
+            .broker
+            .delete_topic(name)
+            .await
+            .map_err(|e| broker_error(e, force))?;
+    }
+    existed |= services
+        .log
+        .delete_topic(&base.to_string())
+        .await
+        .map_err(|e| AdminError::Internal(e.to_string()))?;
+    // Also when the log part was gone already: a crash between the log deletion and the
+    // table drop is finished by repeating the DELETE.
+    let dropped = match &services.offload {
+        Some(o) => o.topic_deleted(base).await?,
+        None => false,
+    };
+    if !existed && !dropped {
+        return Err(AdminError::NotFound(format!("Topic {base} not found")));
+    }
+    tracing::info!(topic = %base, partitions = names.len(), "topic deleted");
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,106 @@
+"""Deleting topics through Pulsar's admin paths, with the official Python client connected and
+then gone: refused (412) while producers or consumers are connected; afterwards the log data,
+subscriptions and schema are gone, the lake table is dropped and its files deleted, and a
+producer recreates an empty topic of the same name."""
+import os
+import time
+
+import pulsar
+from pyiceberg.catalog.sql import SqlCatalog
+
+from lake import http, offload_and_wait, stats
+
+FAST = {"LEDGERLAKE_LAKE__CHECK_INTERVAL": "100ms", "LEDGERLAKE_LEDGER__ROLLOVER_ENTRIES": "20"}
+
+
+def table_of(svc, topic):
+    st = stats(svc, topic)
+    catalog = SqlCatalog(st["lake"]["catalog"], uri=f"sqlite:///{svc.data_dir}/data/catalog.db",
+                         warehouse="")
+    ident = tuple(st["lake"]["namespace"]) + (st["lake"]["tableName"],)
+    return catalog, ident, catalog.load_table(ident).metadata.location
+
+
+def files_under(location):
+    path = location.removeprefix("file:").removeprefix("//")
+    return [os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs]
+
+
+def produce(client, topic, n, prefix="m"):
+    p = client.create_producer(topic, batching_enabled=False)
+    for i in range(n):
+        p.send(f"{prefix}{i}".encode())
+    return p
+
+
+def test_delete_topic_refused_while_in_use_then_everything_goes(make_service):
+    svc = make_service(FAST)
+    svc.start()
+    client = pulsar.Client(svc.url)
+    topic = "persistent://public/default/doomed"
+    url = f"{svc.http}/admin/v2/persistent/public/default/doomed"
+    producer = produce(client, topic, 50)
+    consumer = client.subscribe(topic, "keep", initial_position=pulsar.InitialPosition.Earliest)
+    for _ in range(10):
+        consumer.acknowledge(consumer.receive(timeout_millis=10000))
+    offload_and_wait(svc, topic)
+    catalog, ident, location = table_of(svc, topic)
+    assert files_under(location), "no table files to delete"
+
+    status, body = http("DELETE", url)
+    assert status == 412 and "producers" in body["reason"], (status, body)
+    producer.close()
+    status, body = http("DELETE", url + "?force=true")
+    assert status == 412 and "consumers" in body["reason"] and "force" in body["reason"], body
+    consumer.close()
+    # Nothing was deleted by the refused attempts.
+    assert stats(svc, topic)["lake"]["tableExists"]
+
+    status, body = http("DELETE", url)
+    assert status == 204, (status, body)
+    assert not catalog.table_exists(ident)
+    assert files_under(location) == []
+    status, _ = http("DELETE", url)
+    assert status == 404
+
+    # The name is free again: a new, empty topic without the old subscription.
+    p = produce(client, topic, 3, prefix="new")
+    c = client.subscribe(topic, "keep", initial_position=pulsar.InitialPosition.Earliest)
+    got = [c.receive(timeout_millis=10000).data() for _ in range(3)]
+    assert got == [b"new0", b"new1", b"new2"]
+    try:
+        c.receive(timeout_millis=500)
+        raise AssertionError("the deleted topic's messages came back")
+    except pulsar.Timeout:
+        pass
+    p.close()
+    c.close()
+    client.close()
+    assert svc.stop() == 0
+    svc.start()  # recovery after a deletion
+    client = pulsar.Client(svc.url)
+    r = client.create_reader(topic, pulsar.MessageId.earliest)
+    assert [r.read_next(timeout_millis=10000).data() for _ in range(3)] == [b"new0", b"new1", b"new2"]
+    client.close()
+
+
+def test_delete_partitioned_topic_and_keep_table_when_configured(make_service):
+    svc = make_service(dict(FAST, LEDGERLAKE_LAKE__DROP_TABLE_ON_TOPIC_DELETE="false"))
+    svc.start()
+    base = f"{svc.http}/admin/v2/persistent/public/default/parted"
+    assert http("PUT", f"{base}/partitions", "3")[0] in (200, 204)
+    client = pulsar.Client(svc.url)
+    topic = "persistent://public/default/parted"
+    produce(client, topic, 30).close()
+    offload_and_wait(svc, topic)
+    catalog, ident, location = table_of(svc, topic)
+    status, body = http("DELETE", base)
+    assert status == 409, (status, body)  # a partitioned topic is deleted through .../partitions
+    status, body = http("DELETE", f"{base}/partitions")
+    assert status == 204, (status, body)
+    assert http("GET", f"{base}/partitions") == (200, {"partitions": 0})
+    # Kept by configuration, whole.
+    assert catalog.table_exists(ident)
+    assert len(catalog.load_table(ident).scan().to_arrow()) == 30
+    assert http("DELETE", f"{svc.http}/admin/v2/persistent/public/default/never-was")[0] == 404
+    client.close()
