@@ -4,10 +4,11 @@
 //!   (every partition and its partition count).
 //!
 //! 204 when deleted, 404 when it does not exist, 412 while producers or consumers are
-//! connected. Its log data, ledgers, cursors and schemas go; its lake table is dropped and the
-//! table's files deleted when `lake.drop_table_on_topic_delete` is on (default). Offload of the
-//! table is held off for the whole deletion. `force=true` (Pulsar: close connected clients
-//! first) is not supported yet: with clients connected it answers 412 all the same.
+//! connected, unless `force=true`, which sends them CLOSE_PRODUCER / CLOSE_CONSUMER first (as
+//! Pulsar does; clients reconnect and, with auto-creation on, find a new empty topic). Its log
+//! data, ledgers, cursors and schemas go; its lake table is dropped and the table's files deleted
+//! when `lake.drop_table_on_topic_delete` is on (default). Offload of the table is held off for
+//! the whole deletion.
 
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -38,12 +39,11 @@ struct DeleteParams {
     force: bool,
 }
 
-fn broker_error(e: BrokerError, force: bool) -> AdminError {
+fn broker_error(e: BrokerError) -> AdminError {
     match e {
-        BrokerError::Busy(m) if force => AdminError::PreconditionFailed(format!(
-            "{m}; force=true (closing connected clients) is not supported yet"
-        )),
-        BrokerError::Busy(m) => AdminError::PreconditionFailed(m),
+        BrokerError::Busy(m) => {
+            AdminError::PreconditionFailed(format!("{m} (force=true closes them first)"))
+        }
         BrokerError::Metadata(m) => AdminError::Metadata(m),
         other => AdminError::Internal(other.to_string()),
     }
@@ -61,7 +61,7 @@ async fn delete_topic(
             .broker
             .partitions(&name)
             .await
-            .map_err(|e| broker_error(e, false))?
+            .map_err(broker_error)?
             > 0
     {
         return Err(AdminError::Conflict(format!(
@@ -82,7 +82,7 @@ async fn delete_partitioned(
         .broker
         .partitions(&name)
         .await
-        .map_err(|e| broker_error(e, false))?;
+        .map_err(broker_error)?;
     if n == 0 {
         return Err(AdminError::NotFound(format!(
             "Partitioned topic {name} not found"
@@ -108,9 +108,9 @@ async fn delete_all(
     for name in &names {
         existed |= services
             .broker
-            .delete_topic(name)
+            .delete_topic(name, force)
             .await
-            .map_err(|e| broker_error(e, force))?;
+            .map_err(broker_error)?;
     }
     existed |= services
         .log

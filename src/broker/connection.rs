@@ -176,7 +176,7 @@ impl Connection {
                 .producers
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .retain(|_, v| !(v.0 == self.id && v.1 == pid));
+                .retain(|_, v| !(v.conn == self.id && v.producer_id == pid));
         }
     }
 
@@ -474,13 +474,21 @@ impl Connection {
         let refused = {
             let mut producers = topic.producers.lock().unwrap_or_else(|e| e.into_inner());
             let busy =
-                producers.values().any(|(_, _, ex)| *ex) || (exclusive && !producers.is_empty());
+                producers.values().any(|v| v.exclusive) || (exclusive && !producers.is_empty());
             if busy {
                 Some("topic has an exclusive producer")
             } else if producers.contains_key(&name) {
                 Some("a producer with this name is already connected")
             } else {
-                producers.insert(name.clone(), (self.id, p.producer_id, exclusive));
+                producers.insert(
+                    name.clone(),
+                    super::ProducerSlot {
+                        conn: self.id,
+                        producer_id: p.producer_id,
+                        exclusive,
+                        out: self.out.clone(),
+                    },
+                );
                 None
             }
         };

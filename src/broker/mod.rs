@@ -37,6 +37,7 @@ pub mod schema;
 pub mod subscription;
 pub mod topic_name;
 
+use crate::protocol::command;
 use crate::protocol::proto::command_subscribe::SubType;
 use subscription::SubscriptionHandle;
 use topic_name::TopicName;
@@ -55,9 +56,8 @@ pub struct BrokerTopic {
     pub partition: i32,
     /// Its log.
     pub log: TopicLog,
-    /// Producers by name → (connection id, producer id, exclusive).
-    /// Invariant: at most one entry when any producer is exclusive.
-    producers: Mutex<HashMap<String, (u64, u64, bool)>>,
+    /// Producers by name. Invariant: at most one entry when any producer is exclusive.
+    producers: Mutex<HashMap<String, ProducerSlot>>,
     /// Subscriptions by name.
     subscriptions: tokio::sync::Mutex<HashMap<String, SubscriptionHandle>>,
     /// Deduplication while enabled (topic, namespace or broker setting): live state and the
@@ -66,6 +66,19 @@ pub struct BrokerTopic {
     dedup: std::sync::RwLock<Option<Arc<DedupParts>>>,
     /// The lake table replay reads for ranges deleted locally (`None`: lake disabled).
     pub(crate) lake: Option<crate::replay::TopicLake>,
+}
+
+/// A producer connected to a topic.
+#[derive(Debug, Clone)]
+pub(crate) struct ProducerSlot {
+    /// Its connection.
+    pub conn: u64,
+    /// Its id on that connection.
+    pub producer_id: u64,
+    /// Exclusive access mode.
+    pub exclusive: bool,
+    /// Its connection's outbound queue (for a broker-initiated CLOSE_PRODUCER).
+    pub out: tokio::sync::mpsc::Sender<crate::protocol::command::Outbound>,
 }
 
 /// Deduplication state of one topic partition.
@@ -365,19 +378,28 @@ impl Broker {
     }
 
     /// Deletes the topic partition (or non-partitioned topic) `name`: refused with `Busy` while
-    /// producers or consumers are connected to it. Otherwise its subscriptions end, it is
+    /// producers or consumers are connected to it, unless `force`, which sends them
+    /// CLOSE_PRODUCER / CLOSE_CONSUMER first (clients reconnect, as with Pulsar; with
+    /// auto-creation on they find a new, empty topic). Then its subscriptions end, it is
     /// unloaded and deleted from the log (local data, ledgers, cursors, schemas). The broker's
     /// topic map stays locked meanwhile, so no connection can load the topic half-deleted; a
     /// producer that connects afterwards creates a new, empty topic (with auto-creation on).
     /// Returns whether the topic existed.
-    pub async fn delete_topic(&self, name: &TopicName) -> Result<bool, BrokerError> {
+    pub async fn delete_topic(&self, name: &TopicName, force: bool) -> Result<bool, BrokerError> {
         let key = name.to_string();
         let mut topics = self.topics.lock().await;
         if let Some(t) = topics.get(&key).cloned() {
-            let producers = t.producers.lock().unwrap_or_else(|p| p.into_inner()).len();
-            if producers > 0 {
+            let producers: Vec<ProducerSlot> = t
+                .producers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .values()
+                .cloned()
+                .collect();
+            if !producers.is_empty() && !force {
                 return Err(BrokerError::Busy(format!(
-                    "topic {key} has {producers} connected producers"
+                    "topic {key} has {} connected producers",
+                    producers.len()
                 )));
             }
             let subs: Vec<SubscriptionHandle> =
@@ -389,7 +411,7 @@ impl Broker {
                     .is_ok()
                 {
                     if let Ok(st) = stats.await {
-                        if st.consumers > 0 {
+                        if st.consumers > 0 && !force {
                             return Err(BrokerError::Busy(format!(
                                 "topic {key} has consumers connected to subscription {}",
                                 s.name
@@ -398,6 +420,14 @@ impl Broker {
                     }
                 }
             }
+            // Past every check: from here on the topic goes.
+            for p in &producers {
+                let _ = p.out.send(command::close_producer(p.producer_id)).await;
+            }
+            t.producers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clear();
             for s in subs {
                 let (done, wait) = tokio::sync::oneshot::channel();
                 if s.tx

@@ -245,6 +245,10 @@ async fn run(
                     let _ = done.send(());
                 }
                 Some(SubscriptionCommand::Delete(done)) => {
+                    // Consumers still attached (a forced topic deletion) are told to go.
+                    for c in st.consumers.drain(..) {
+                        let _ = c.out.send(command::close_consumer(c.key.1)).await;
+                    }
                     if let Err(e) = st.topic.log.delete_cursor(&st.name).await {
                         tracing::error!(topic = %st.topic.name, subscription = %st.name,
                             error = %e, "deleting cursor failed");

@@ -345,6 +345,17 @@ pub fn close_consumer(consumer_id: u64) -> Outbound {
     Outbound::Command(c)
 }
 
+/// CLOSE_PRODUCER sent by the broker (the topic is going away; the client reconnects).
+pub fn close_producer(producer_id: u64) -> Outbound {
+    let mut c = base(Type::CloseProducer);
+    c.close_producer = Some(proto::CommandCloseProducer {
+        producer_id,
+        request_id: u64::MAX,
+        ..Default::default()
+    });
+    Outbound::Command(c)
+}
+
 /// ACTIVE_CONSUMER_CHANGE (Failover subscriptions).
 pub fn active_consumer_change(consumer_id: u64, is_active: bool) -> Outbound {
     let mut c = base(Type::ActiveConsumerChange);

@@ -50,7 +50,7 @@ def test_delete_topic_refused_while_in_use_then_everything_goes(make_service):
     status, body = http("DELETE", url)
     assert status == 412 and "producers" in body["reason"], (status, body)
     producer.close()
-    status, body = http("DELETE", url + "?force=true")
+    status, body = http("DELETE", url)
     assert status == 412 and "consumers" in body["reason"] and "force" in body["reason"], body
     consumer.close()
     # Nothing was deleted by the refused attempts.
@@ -81,6 +81,37 @@ def test_delete_topic_refused_while_in_use_then_everything_goes(make_service):
     client = pulsar.Client(svc.url)
     r = client.create_reader(topic, pulsar.MessageId.earliest)
     assert [r.read_next(timeout_millis=10000).data() for _ in range(3)] == [b"new0", b"new1", b"new2"]
+    client.close()
+
+
+def test_forced_delete_closes_clients_which_reconnect_to_a_new_topic(make_service):
+    svc = make_service(FAST)
+    svc.start()
+    client = pulsar.Client(svc.url, operation_timeout_seconds=30)
+    topic = "persistent://public/default/forced"
+    producer = produce(client, topic, 20)
+    consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+    for i in range(20):
+        m = consumer.receive(timeout_millis=10000)
+        assert m.data() == f"m{i}".encode()
+        consumer.acknowledge(m)
+    status, body = http("DELETE", f"{svc.http}/admin/v2/persistent/public/default/forced?force=true")
+    assert status == 204, (status, body)
+    # The clients were closed by the broker, reconnect, and meet a new, empty topic.
+    deadline = time.time() + 30
+    while True:
+        try:
+            producer.send(b"after")
+            break
+        except pulsar.PulsarException:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.2)
+    m = consumer.receive(timeout_millis=30000)
+    assert m.data() == b"after"
+    assert m.message_id().entry_id() == 0
+    st = stats(svc, topic)
+    assert all(l["ledger"]["state"] != "deleted" for l in st["ledgers"]), st["ledgers"]
     client.close()
 
 
