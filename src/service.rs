@@ -57,9 +57,9 @@ pub enum ServiceError {
     /// The lake (catalog or warehouse) could not be opened.
     #[error("lake: {0}")]
     Lake(#[from] crate::lake::LakeError),
-    /// The lake runtime could not start.
-    #[error("lake runtime: {0}")]
-    LakeRuntime(std::io::Error),
+    /// A runtime of its own (lake, replay, SQL) could not start.
+    #[error("starting a runtime: {0}")]
+    Runtime(std::io::Error),
 }
 
 /// A started service.
@@ -157,12 +157,7 @@ impl Service {
         };
         let (replay, replay_runtime) = match &offload {
             Some(engine) => {
-                let rt = tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(config.replay.threads)
-                    .thread_name("ll-replay")
-                    .enable_all()
-                    .build()
-                    .map_err(ServiceError::LakeRuntime)?;
+                let rt = own_runtime("ll-replay", config.replay.threads)?;
                 let replay =
                     Replay::new(engine.clone(), rt.handle().clone(), config.replay.clone());
                 (Some(replay), Some(rt))
@@ -240,6 +235,16 @@ impl Service {
     }
 }
 
+/// A multi-thread runtime of its own (lake, replay, SQL), so its work cannot slow the broker.
+fn own_runtime(name: &str, threads: usize) -> Result<tokio::runtime::Runtime, ServiceError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .thread_name(name)
+        .enable_all()
+        .build()
+        .map_err(ServiceError::Runtime)
+}
+
 /// Starts the SQL runtime (its own threads: a heavy query cannot slow producers), the engine
 /// and the PostgreSQL-protocol listener on it.
 fn start_sql(
@@ -248,23 +253,8 @@ fn start_sql(
     offload: Option<OffloadEngine>,
     stop: CancellationToken,
 ) -> Result<(crate::sql::SqlEngine, tokio::runtime::Runtime, SocketAddr), ServiceError> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(config.sql.threads)
-        .thread_name("ll-sql")
-        .enable_all()
-        .build()
-        .map_err(ServiceError::LakeRuntime)?;
-    let auth = config.broker.authentication.enabled.then(|| {
-        let tokens = config
-            .broker
-            .authentication
-            .tokens
-            .clone()
-            .into_iter()
-            .collect();
-        Arc::new(crate::broker::auth::StaticTokens::new(tokens))
-            as Arc<dyn crate::broker::auth::Authenticator>
-    });
+    let rt = own_runtime("ll-sql", config.sql.threads)?;
+    let auth = crate::broker::auth::from_config(&config.broker.authentication);
     let engine =
         crate::sql::SqlEngine::new(log, offload, rt.handle().clone(), config.sql.clone(), auth);
     let addr = config.server.pg_addr;
@@ -295,12 +285,7 @@ async fn start_offload(
     log: Arc<Log>,
     policies: Arc<PolicyStore>,
 ) -> Result<(OffloadEngine, tokio::runtime::Runtime), ServiceError> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("ll-lake")
-        .enable_all()
-        .build()
-        .map_err(ServiceError::LakeRuntime)?;
+    let rt = own_runtime("ll-lake", 2)?;
     let cfg = config.clone();
     let lake = match rt.spawn(async move { Lake::open(&cfg).await }).await {
         Ok(Ok(lake)) => Arc::new(lake),

@@ -49,23 +49,32 @@ fn broker_error(e: BrokerError) -> AdminError {
     }
 }
 
+/// The topic a DELETE path names, the running services, and its partition count (0: not a
+/// partitioned topic, or a single partition).
+async fn target<'a>(
+    state: &'a AdminState,
+    (tenant, namespace, topic): &(String, String, String),
+) -> Result<(TopicName, &'a Services, u32), AdminError> {
+    let name = topic_path(tenant, namespace, topic)?;
+    let services = state.services()?;
+    let partitions = services
+        .broker
+        .partitions(&name)
+        .await
+        .map_err(broker_error)?;
+    Ok((name, services, partitions))
+}
+
 async fn delete_topic(
     State(state): State<AdminState>,
-    Path((tenant, namespace, topic)): Path<(String, String, String)>,
+    Path(path): Path<(String, String, String)>,
     Query(params): Query<DeleteParams>,
 ) -> Result<StatusCode, AdminError> {
-    let name = topic_path(&tenant, &namespace, &topic)?;
-    let services = state.services()?;
-    if name.partition().is_none()
-        && services
-            .broker
-            .partitions(&name)
-            .await
-            .map_err(broker_error)?
-            > 0
-    {
+    let (name, services, partitions) = target(&state, &path).await?;
+    if partitions > 0 {
         return Err(AdminError::Conflict(format!(
-            "{name} is a partitioned topic: DELETE .../{topic}/partitions"
+            "{name} is a partitioned topic: DELETE .../{}/partitions",
+            path.2
         )));
     }
     delete_all(services, &name.base(), vec![name], params.force).await
@@ -73,22 +82,16 @@ async fn delete_topic(
 
 async fn delete_partitioned(
     State(state): State<AdminState>,
-    Path((tenant, namespace, topic)): Path<(String, String, String)>,
+    Path(path): Path<(String, String, String)>,
     Query(params): Query<DeleteParams>,
 ) -> Result<StatusCode, AdminError> {
-    let name = topic_path(&tenant, &namespace, &topic)?;
-    let services = state.services()?;
-    let n = services
-        .broker
-        .partitions(&name)
-        .await
-        .map_err(broker_error)?;
-    if n == 0 {
+    let (name, services, partitions) = target(&state, &path).await?;
+    if partitions == 0 {
         return Err(AdminError::NotFound(format!(
             "Partitioned topic {name} not found"
         )));
     }
-    let names = (0..n).map(|i| name.partition_name(i)).collect();
+    let names = (0..partitions).map(|i| name.partition_name(i)).collect();
     delete_all(services, &name, names, params.force).await
 }
 

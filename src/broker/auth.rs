@@ -31,6 +31,17 @@ pub trait Authenticator: Send + Sync + fmt::Debug {
     fn authenticate(&self, method: &str, data: &[u8]) -> Result<Principal, AuthError>;
 }
 
+/// The authenticator `config` asks for (`None`: authentication off). The broker and the SQL
+/// surfaces share it.
+pub fn from_config(
+    config: &crate::config::AuthenticationConfig,
+) -> Option<std::sync::Arc<dyn Authenticator>> {
+    config.enabled.then(|| {
+        let tokens = config.tokens.clone().into_iter().collect();
+        std::sync::Arc::new(StaticTokens::new(tokens)) as std::sync::Arc<dyn Authenticator>
+    })
+}
+
 /// Opaque tokens mapped to roles.
 pub struct StaticTokens {
     /// Invariant: keys are the exact token strings clients send.

@@ -128,3 +128,35 @@ mod tests {
         assert_eq!((n, age), (0, 0));
     }
 }
+
+/// A subscription waiting on the lake this long without an entry is logged (once per wait).
+const LONG_LAKE_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// How long a subscription's reads have only been waiting on the lake.
+#[derive(Debug, Default)]
+pub(crate) struct LakeWait {
+    /// Since when, and whether that wait was reported. Reset by every read that returns.
+    since: Option<(std::time::Instant, bool)>,
+}
+
+impl LakeWait {
+    /// Notes one read (`pending`: it only waited on the lake). Returns the wait so far once,
+    /// when it first exceeds the reporting threshold.
+    pub fn note(&mut self, pending: bool) -> Option<std::time::Duration> {
+        if !pending {
+            self.since = None;
+            return None;
+        }
+        let (since, reported) = self.since.get_or_insert((std::time::Instant::now(), false));
+        if *reported || since.elapsed() < LONG_LAKE_WAIT {
+            return None;
+        }
+        *reported = true;
+        Some(since.elapsed())
+    }
+
+    /// Seconds of the current wait (0 when not waiting).
+    pub fn seconds(&self) -> u64 {
+        self.since.map_or(0, |(since, _)| since.elapsed().as_secs())
+    }
+}

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use futures::{SinkExt, StreamExt};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio_util::codec::{FramedRead, FramedWrite};
 
 use super::dedup::Verdict;
@@ -622,17 +622,18 @@ impl Connection {
                 }
             }
         };
-        let (reply, result) = oneshot::channel();
-        let _ = handle.tx.send(SubscriptionCommand::AddConsumer {
-            key: (self.id, s.consumer_id),
-            sub_type,
-            name: s.consumer_name.clone().unwrap_or_default(),
-            priority: s.priority_level.unwrap_or(0),
-            out: self.out.clone(),
-            reply,
-        });
-        match result.await {
-            Ok(Ok(())) => {
+        let result = handle
+            .ask(|reply| SubscriptionCommand::AddConsumer {
+                key: (self.id, s.consumer_id),
+                sub_type,
+                name: s.consumer_name.clone().unwrap_or_default(),
+                priority: s.priority_level.unwrap_or(0),
+                out: self.out.clone(),
+                reply,
+            })
+            .await;
+        match result {
+            Some(Ok(())) => {
                 self.consumers.insert(
                     s.consumer_id,
                     ConsumerState {
@@ -642,11 +643,11 @@ impl Connection {
                 );
                 self.send(command::success(s.request_id)).await;
             }
-            Ok(Err(why)) => {
+            Some(Err(why)) => {
                 self.send(command::error(s.request_id, ServerError::ConsumerBusy, why))
                     .await;
             }
-            Err(_) => {
+            None => {
                 self.send(command::error(
                     s.request_id,
                     ServerError::ServiceNotReady,
@@ -672,14 +673,7 @@ impl Connection {
                 .await
                 .remove(&c.subscription.name);
             if unsubscribe {
-                let (done, wait) = oneshot::channel();
-                if c.subscription
-                    .tx
-                    .send(SubscriptionCommand::Delete(done))
-                    .is_ok()
-                {
-                    let _ = wait.await;
-                }
+                c.subscription.ask(SubscriptionCommand::Delete).await;
             }
         }
     }
@@ -707,18 +701,17 @@ impl Connection {
                 return;
             }
         };
-        let (reply, result) = oneshot::channel();
-        let _ = c
+        let result = c
             .subscription
-            .tx
-            .send(SubscriptionCommand::Seek { to, reply });
-        match result.await {
-            Ok(Ok(())) => self.send(command::success(s.request_id)).await,
-            Ok(Err(why)) => {
+            .ask(|reply| SubscriptionCommand::Seek { to, reply })
+            .await;
+        match result {
+            Some(Ok(())) => self.send(command::success(s.request_id)).await,
+            Some(Err(why)) => {
                 self.send(command::error(s.request_id, ServerError::UnknownError, why))
                     .await
             }
-            Err(_) => {
+            None => {
                 self.send(command::error(
                     s.request_id,
                     ServerError::ServiceNotReady,
@@ -756,11 +749,10 @@ impl Connection {
                 command::message_id(pos.ledger, pos.entry, partition, batch_index)
             }
         };
-        let (tx, rx) = oneshot::channel();
-        let _ = c.subscription.tx.send(SubscriptionCommand::MarkDelete(tx));
-        let mark = rx
+        let mark = c
+            .subscription
+            .ask(SubscriptionCommand::MarkDelete)
             .await
-            .ok()
             .flatten()
             .map(|p| command::message_id(p.ledger, p.entry, partition, None));
         self.send(command::last_message_id(g.request_id, last, mark))

@@ -139,7 +139,7 @@ pub struct Broker {
     stop: CancellationToken,
     tasks: TaskTracker,
     /// `None` when authentication is off.
-    authenticator: Option<Box<dyn auth::Authenticator>>,
+    authenticator: Option<Arc<dyn auth::Authenticator>>,
     /// Namespace and topic policies (deduplication).
     policies: Arc<PolicyStore>,
     /// Lake access for ranges deleted locally (`None` when the lake is disabled).
@@ -182,11 +182,7 @@ impl Broker {
         replay: Option<crate::replay::Replay>,
         service_url: String,
     ) -> Arc<Broker> {
-        let authenticator: Option<Box<dyn auth::Authenticator>> =
-            config.authentication.enabled.then(|| {
-                let tokens = config.authentication.tokens.clone().into_iter().collect();
-                Box::new(auth::StaticTokens::new(tokens)) as Box<dyn auth::Authenticator>
-            });
+        let authenticator = auth::from_config(&config.authentication);
         Arc::new(Broker {
             authenticator,
             config,
@@ -307,13 +303,7 @@ impl Broker {
             t.save_dedup_snapshot().await;
             let subs: Vec<_> = t.subscriptions.lock().await.values().cloned().collect();
             for s in subs {
-                let (done, wait) = tokio::sync::oneshot::channel();
-                if s.tx
-                    .send(subscription::SubscriptionCommand::Flush(done))
-                    .is_ok()
-                {
-                    let _ = wait.await;
-                }
+                s.ask(subscription::SubscriptionCommand::Flush).await;
             }
         }
     }
@@ -358,14 +348,8 @@ impl Broker {
             topic.subscriptions.lock().await.values().cloned().collect();
         let mut out = Vec::new();
         for h in subs {
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            if h.tx
-                .send(subscription::SubscriptionCommand::Stats(tx))
-                .is_ok()
-            {
-                if let Ok(stats) = rx.await {
-                    out.push((h.name.clone(), stats));
-                }
+            if let Some(stats) = h.ask(subscription::SubscriptionCommand::Stats).await {
+                out.push((h.name.clone(), stats));
             }
         }
         out.sort_by(|a, b| a.0.cmp(&b.0));
@@ -405,19 +389,12 @@ impl Broker {
             let subs: Vec<SubscriptionHandle> =
                 t.subscriptions.lock().await.values().cloned().collect();
             for s in &subs {
-                let (reply, stats) = tokio::sync::oneshot::channel();
-                if s.tx
-                    .send(subscription::SubscriptionCommand::Stats(reply))
-                    .is_ok()
-                {
-                    if let Ok(st) = stats.await {
-                        if st.consumers > 0 && !force {
-                            return Err(BrokerError::Busy(format!(
-                                "topic {key} has consumers connected to subscription {}",
-                                s.name
-                            )));
-                        }
-                    }
+                let stats = s.ask(subscription::SubscriptionCommand::Stats).await;
+                if stats.is_some_and(|st| st.consumers > 0) && !force {
+                    return Err(BrokerError::Busy(format!(
+                        "topic {key} has consumers connected to subscription {}",
+                        s.name
+                    )));
                 }
             }
             // Past every check: from here on the topic goes.
@@ -429,13 +406,7 @@ impl Broker {
                 .unwrap_or_else(|p| p.into_inner())
                 .clear();
             for s in subs {
-                let (done, wait) = tokio::sync::oneshot::channel();
-                if s.tx
-                    .send(subscription::SubscriptionCommand::Delete(done))
-                    .is_ok()
-                {
-                    let _ = wait.await;
-                }
+                s.ask(subscription::SubscriptionCommand::Delete).await;
             }
             topics.remove(&key);
         }

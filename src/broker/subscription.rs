@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::backlog::{backlog, SubscriptionStats};
+use super::backlog::{backlog, LakeWait, SubscriptionStats};
 use super::cursor::CursorState;
 use super::BrokerTopic;
 use crate::ledger::{Entry, Position};
@@ -115,6 +115,19 @@ pub struct SubscriptionHandle {
     pub tx: mpsc::UnboundedSender<SubscriptionCommand>,
 }
 
+impl SubscriptionHandle {
+    /// Sends the command `make` builds around a reply channel and waits for the reply; `None`
+    /// when the subscription task has ended.
+    pub async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> SubscriptionCommand,
+    ) -> Option<T> {
+        let (reply, answer) = oneshot::channel();
+        self.tx.send(make(reply)).ok()?;
+        answer.await.ok()
+    }
+}
+
 struct Consumer {
     key: ConsumerKey,
     name: String,
@@ -158,13 +171,9 @@ struct State {
     /// After a failed read: no read before this instant (backoff).
     retry_at: Option<tokio::time::Instant>,
     last_read_error: Option<String>,
-    /// Since when reads have only returned `Pending` (waiting on the lake), and whether that
-    /// wait was logged. Reset by every read that returns.
-    waiting_since: Option<(std::time::Instant, bool)>,
+    /// How long reads have only returned `Pending` (waiting on the lake).
+    lake_wait: LakeWait,
 }
-
-/// A subscription waiting on the lake this long without an entry is logged (once per wait).
-const LONG_LAKE_WAIT: Duration = Duration::from_secs(15);
 
 /// Hash of an entry's routing key in Key_Shared's 0..65536 range.
 fn key_hash(entry: &Entry) -> u16 {
@@ -213,7 +222,7 @@ pub fn spawn(
         reader: EntryReader::new(topic_log, topic_lake),
         retry_at: None,
         last_read_error: None,
-        waiting_since: None,
+        lake_wait: LakeWait::default(),
     };
     tokio::spawn(run(state, rx, persist_every));
     SubscriptionHandle {
@@ -326,9 +335,7 @@ impl State {
             last_read_tier: self.reader.tier(),
             read_failures: self.reader.failures(),
             last_read_error: self.last_read_error.clone(),
-            lake_wait_seconds: self
-                .waiting_since
-                .map_or(0, |(since, _)| since.elapsed().as_secs()),
+            lake_wait_seconds: self.lake_wait.seconds(),
         }
     }
 
@@ -766,17 +773,10 @@ impl State {
     /// Tracks how long reads have waited on the lake and warns once when it is long, with
     /// what the reader waits on (a stalled replay must be visible, never silent).
     fn note_wait(&mut self, read: &Result<Vec<Entry>, ReplayError>) {
-        if !matches!(read, Err(ReplayError::Pending)) {
-            self.waiting_since = None;
-            return;
-        }
-        let (since, warned) = self
-            .waiting_since
-            .get_or_insert((std::time::Instant::now(), false));
-        if !*warned && since.elapsed() >= LONG_LAKE_WAIT {
-            *warned = true;
+        let pending = matches!(read, Err(ReplayError::Pending));
+        if let Some(waited) = self.lake_wait.note(pending) {
             tracing::warn!(topic = %self.topic.name, subscription = %self.name,
-                read_position = %self.read_position, waited = ?since.elapsed(),
+                read_position = %self.read_position, ?waited,
                 reader = %self.reader.describe_wait(),
                 "subscription has waited on the lake without receiving an entry");
         }

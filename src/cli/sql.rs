@@ -85,28 +85,30 @@ async fn interactive(http: &reqwest::Client, args: &SqlArgs) -> anyhow::Result<(
             if statement.is_empty() {
                 continue;
             }
-            match run_one(http, args, &statement).await {
-                Ok(out) => print!("{out}"),
-                Err(e) => {
-                    failed = true;
-                    eprintln!("error: {e:#}");
-                }
-            }
+            failed |= !print_result(run_one(http, args, &statement).await);
         }
     }
     if !pending.trim().is_empty() {
-        match run_one(http, args, pending.trim()).await {
-            Ok(out) => print!("{out}"),
-            Err(e) => {
-                failed = true;
-                eprintln!("error: {e:#}");
-            }
-        }
+        failed |= !print_result(run_one(http, args, pending.trim()).await);
     }
     if failed && !prompt {
         bail!("some statements failed");
     }
     Ok(())
+}
+
+/// Prints a statement's output, or its error on stderr; whether it succeeded.
+fn print_result(result: anyhow::Result<String>) -> bool {
+    match result {
+        Ok(out) => {
+            print!("{out}");
+            true
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            false
+        }
+    }
 }
 
 async fn run_one(http: &reqwest::Client, args: &SqlArgs, query: &str) -> anyhow::Result<String> {

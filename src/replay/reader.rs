@@ -99,16 +99,21 @@ impl EntryReader {
     /// The first position at or after `p` that holds an entry, given the topic's ledgers
     /// (positions past a ledger's end and in empty ledgers name the same place).
     fn normalize(&self, p: Position) -> Position {
-        for l in self.log.ledgers() {
-            if l.id < p.ledger {
-                continue;
-            }
-            let first = if l.id == p.ledger { p.entry } else { 0 };
-            if first < l.entry_count || l.state == LedgerState::Open {
-                return Position::new(l.id, first);
+        normalize_in(&self.log.ledgers(), p)
+    }
+
+    /// Whether the lake stream (if any) continues exactly at `from`. Most reads ask for the
+    /// stream's own next position; only a differing one needs the ledger list (the end of one
+    /// ledger and the start of the next are the same place).
+    fn stream_at(&self, from: Position) -> bool {
+        match &self.stream {
+            None => false,
+            Some(s) if s.next == from => true,
+            Some(s) => {
+                let ledgers = self.log.ledgers();
+                normalize_in(&ledgers, s.next) == normalize_in(&ledgers, from)
             }
         }
-        p
     }
 
     /// Whether a durable entry exists at or after `from`.
@@ -178,10 +183,7 @@ impl EntryReader {
         }
         // An offload can delete the range between two looks: go round a few times.
         for _ in 0..3 {
-            let positioned = self
-                .stream
-                .as_ref()
-                .is_some_and(|s| self.normalize(s.next) == self.normalize(from));
+            let positioned = self.stream_at(from);
             if !positioned {
                 self.stream = None;
                 match self.log.read_from(from, max).await {
@@ -335,4 +337,19 @@ impl EntryReader {
             Position::new(p.ledger, p.entry + 1)
         }))
     }
+}
+
+/// The first position at or after `p` that holds an entry (or is in the open ledger), in
+/// `ledgers` (the topic's, in order).
+fn normalize_in(ledgers: &[crate::ledger::LedgerInfo], p: Position) -> Position {
+    for l in ledgers {
+        if l.id < p.ledger {
+            continue;
+        }
+        let first = if l.id == p.ledger { p.entry } else { 0 };
+        if first < l.entry_count || l.state == LedgerState::Open {
+            return Position::new(l.id, first);
+        }
+    }
+    p
 }

@@ -156,46 +156,15 @@ impl Encoder {
                 if !*header {
                     return Ok(Vec::new());
                 }
-                let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
-                let mut out = Vec::new();
-                {
-                    let mut w = csv_line_writer(&mut out);
-                    let _ = w.write_record(&names);
-                }
-                Ok(out)
+                // No rows: the header alone, from an empty batch.
+                let empty = RecordBatch::new_empty(schema.clone());
+                self.batch(&empty)
             }
             Encoder::Arrow(w) => {
                 w.finish()?;
                 Ok(std::mem::take(w.get_mut()))
             }
         }
-    }
-}
-
-fn csv_line_writer(out: &mut Vec<u8>) -> CsvHeader<'_> {
-    CsvHeader { out }
-}
-
-/// Writes the header of an empty CSV result (quoting like the CSV writer).
-struct CsvHeader<'a> {
-    out: &'a mut Vec<u8>,
-}
-
-impl CsvHeader<'_> {
-    fn write_record(&mut self, names: &[&str]) -> std::io::Result<()> {
-        let cells: Vec<String> = names
-            .iter()
-            .map(|n| {
-                if n.contains([',', '"', '\n', '\r']) {
-                    format!("\"{}\"", n.replace('"', "\"\""))
-                } else {
-                    (*n).to_string()
-                }
-            })
-            .collect();
-        self.out.extend_from_slice(cells.join(",").as_bytes());
-        self.out.push(b'\n');
-        Ok(())
     }
 }
 

@@ -351,7 +351,7 @@ impl SqlEngine {
                 }
             }
         });
-        let abort = AbortOnDrop(task);
+        let abort = Some(AbortOnDrop(task));
         ready_rx.await.map_err(|_| SqlError::Stopped)??;
         Ok(QueryStream {
             schema,
@@ -390,7 +390,8 @@ impl Drop for AbortOnDrop {
 pub struct QueryStream {
     schema: SchemaRef,
     rx: mpsc::Receiver<Result<RecordBatch, SqlError>>,
-    _task: AbortOnDrop,
+    /// The producing task (`None` for a command's empty result).
+    _task: Option<AbortOnDrop>,
 }
 
 impl std::fmt::Debug for QueryStream {
@@ -412,7 +413,7 @@ impl QueryStream {
         QueryStream {
             schema: Arc::new(arrow::datatypes::Schema::empty()),
             rx,
-            _task: AbortOnDrop(tokio::spawn(async {})),
+            _task: None,
         }
     }
 }
