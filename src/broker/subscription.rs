@@ -475,6 +475,19 @@ impl State {
                 cumulative,
             } => {
                 for (p, ack_set) in positions {
+                    tracing::debug!(topic = %self.topic.name, position = %p, cumulative,
+                        redeliver = self.redeliver.len(), "ack");
+                    // Entry -1 of ledger L (a client's "message before a batch's first one")
+                    // means "before (L, 0)", not "after all of L" as u64::MAX would order it.
+                    let p = if p.entry == u64::MAX {
+                        let before = self.topic.log.position_before(Position::new(p.ledger, 0));
+                        match before {
+                            Some(b) if cumulative => b,
+                            _ => continue,
+                        }
+                    } else {
+                        p
+                    };
                     if !cumulative {
                         if let Some(remaining) = ack_set.filter(|w| w.iter().any(|x| *x != 0)) {
                             // Part of a batch acknowledged: keep the entry pending with the

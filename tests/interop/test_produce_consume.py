@@ -1,4 +1,5 @@
 """Produce and consume with the official Python client (C++ client inside), unchanged."""
+import time
 import uuid
 
 import pulsar
@@ -215,3 +216,38 @@ def test_batch_index_acks_redeliver_only_unacked_messages(client):
     assert again == [b"m2", b"m3", b"m4"]
     with pytest.raises(pulsar.Timeout):
         consumer.receive(timeout_millis=500)
+
+
+def test_cumulative_ack_of_a_batch_start_keeps_the_rest_of_the_ledger(make_service):
+    """The client acknowledges cumulatively up to a batch's first message as entry -1 of its
+    ledger; the broker must read that as "before entry 0", not "after the whole ledger" (which
+    once dropped the entries read ahead of the consumer's permits: a silent stall)."""
+    svc = make_service({"LEDGERLAKE_LEDGER__ROLLOVER_ENTRIES": "5"})
+    svc.start()
+    client = pulsar.Client(svc.url)
+    t = topic()
+    producer = client.create_producer(t, batching_enabled=True, batching_max_messages=10,
+                                      batching_max_publish_delay_ms=10000)
+    for b in range(10):
+        for i in range(10):
+            producer.send_async(f"m{b * 10 + i}".encode(), None)
+        producer.flush()
+    consumer = client.subscribe(t, "cum", initial_position=pulsar.InitialPosition.Earliest,
+                                receiver_queue_size=10)
+    got = []
+    first_ledger = None
+    while True:
+        m = consumer.receive(timeout_millis=10000)
+        got.append(m.data())
+        mid = m.message_id()
+        first_ledger = first_ledger or mid.ledger_id()
+        if mid.ledger_id() != first_ledger and mid.entry_id() == 0 and mid.batch_index() == 0:
+            consumer.acknowledge_cumulative(m)  # sent as (ledger, -1)
+            time.sleep(0.5)  # the grouped ack reaches the broker while it holds read-ahead
+            break
+    assert got[-1] == b"m50", got  # 5 entries of 10 messages per ledger
+    while len(got) < 100:
+        got.append(consumer.receive(timeout_millis=10000).data())
+    assert got == [f"m{i}".encode() for i in range(100)]
+    client.close()
+    assert svc.stop() == 0

@@ -144,9 +144,6 @@ def restart(svc):
     svc.start()
 
 
-@pytest.mark.xfail(strict=False, reason="open bug: an intermittent silent replay stall after "
-                   "restart (no message for 60 s, nothing in the service log); see the issue 5 "
-                   "closing note. The test still runs and reports XPASS when it passes.")
 def test_million_messages_replay_identically_after_restart(make_service):
     n = int(os.environ.get("LL_REPLAY_MESSAGES", "1000000"))
     svc = make_service(FAST)
