@@ -41,6 +41,35 @@ pub struct NamespacePolicies {
     /// `.../{topic}/deduplicationEnabled`, which wins over the namespace).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deduplication_enabled: Option<bool>,
+    /// `retention` (Pulsar's `RetentionPolicies`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<RetentionPolicy>,
+}
+
+/// Pulsar's `RetentionPolicies`: how long (and how much of) a topic's consumed messages are
+/// kept. -1 = no limit in that dimension; both -1 = infinite (the default). A ledger is removed
+/// when every durable subscription has consumed it and it is beyond either limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RetentionPolicy {
+    /// Minutes (-1 = no time limit).
+    pub retention_time_in_minutes: i64,
+    /// Megabytes, 2^20 bytes of payload (-1 = no size limit).
+    #[serde(rename = "retentionSizeInMB")]
+    pub retention_size_in_mb: i64,
+}
+
+impl RetentionPolicy {
+    /// Keeps everything.
+    pub const INFINITE: RetentionPolicy = RetentionPolicy {
+        retention_time_in_minutes: -1,
+        retention_size_in_mb: -1,
+    };
+
+    /// Whether anything can ever be removed.
+    pub fn is_infinite(&self) -> bool {
+        self.retention_time_in_minutes < 0 && self.retention_size_in_mb < 0
+    }
 }
 
 /// Why a policies blob could not be read.
@@ -91,6 +120,8 @@ pub struct EffectivePolicies {
     pub offload_deletion_lag: Duration,
     /// Partition granularity for new tables.
     pub lake_partitioning: LakePartitioning,
+    /// Retention of consumed messages.
+    pub retention: RetentionPolicy,
 }
 
 /// Cached access to namespace policies.
@@ -193,6 +224,10 @@ impl PolicyStore {
                 .offload_deletion_lag_ms
                 .map_or(d.offload_deletion_lag, Duration::from_millis),
             lake_partitioning: p.lake_partitioning.unwrap_or(d.lake_partitioning),
+            retention: p.retention.unwrap_or(RetentionPolicy {
+                retention_time_in_minutes: d.retention_time_minutes,
+                retention_size_in_mb: d.retention_size_mb,
+            }),
         })
     }
 
@@ -248,6 +283,7 @@ mod tests {
             c in proptest::option::of(any::<u64>()),
             hour in proptest::option::of(any::<bool>()),
             dedup in proptest::option::of(any::<bool>()),
+            retention in proptest::option::of((any::<i64>(), any::<i64>())),
         ) {
             let p = NamespacePolicies {
                 offload_threshold_bytes: a,
@@ -255,6 +291,10 @@ mod tests {
                 offload_deletion_lag_ms: c,
                 lake_partitioning: hour.map(|h| if h { LakePartitioning::Hour } else { LakePartitioning::Day }),
                 deduplication_enabled: dedup,
+                retention: retention.map(|(t, s)| RetentionPolicy {
+                    retention_time_in_minutes: t,
+                    retention_size_in_mb: s,
+                }),
             };
             prop_assert_eq!(NamespacePolicies::decode(&p.encode()), Ok(p));
         }

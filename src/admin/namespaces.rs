@@ -10,6 +10,9 @@
 //! - `GET|POST|DELETE /admin/v2/namespaces/{tenant}/{namespace}/deduplication` (`true`/`false`),
 //!   and per topic `GET|POST|DELETE /admin/v2/persistent/{t}/{ns}/{topic}/deduplicationEnabled`
 //!   (wins over the namespace); applied to loaded topics before the answer.
+//! - `GET|POST|DELETE /admin/v2/namespaces/{tenant}/{namespace}/retention`
+//!   (`{"retentionTimeInMinutes": m, "retentionSizeInMB": s}`, -1 = no limit), enforced on the
+//!   log and the lake by the offload engine's passes.
 //!
 //! GET answers the value in force (the namespace's own, else the configured default).
 
@@ -22,7 +25,7 @@ use serde_json::json;
 use super::error::AdminError;
 use super::{namespace_path, topic_path, AdminState};
 use crate::config::LakePartitioning;
-use crate::policies::NamespacePolicies;
+use crate::policies::{NamespacePolicies, RetentionPolicy};
 
 pub(super) fn routes() -> Router<AdminState> {
     let base = "/admin/v2/namespaces/{tenant}/{namespace}";
@@ -42,6 +45,12 @@ pub(super) fn routes() -> Router<AdminState> {
         .route(
             &format!("{base}/lakePartitioning"),
             get(get_partitioning).put(put_partitioning),
+        )
+        .route(
+            &format!("{base}/retention"),
+            get(get_retention)
+                .post(set_retention)
+                .delete(delete_retention),
         )
         .route(
             &format!("{base}/deduplication"),
@@ -266,4 +275,36 @@ async fn put_partitioning(
         }
     };
     update(&s, &t, &n, |p| p.lake_partitioning = Some(v)).await
+}
+
+async fn get_retention(
+    State(s): State<AdminState>,
+    Path((t, n)): Path<(String, String)>,
+) -> Result<Json<RetentionPolicy>, AdminError> {
+    Ok(Json(effective(&s, &t, &n).await?.retention))
+}
+
+async fn set_retention(
+    State(s): State<AdminState>,
+    Path((t, n)): Path<(String, String)>,
+    body: String,
+) -> Result<StatusCode, AdminError> {
+    let v: RetentionPolicy = serde_json::from_str(&body).map_err(|e| {
+        AdminError::BadRequest(format!(
+            "expected {{\"retentionTimeInMinutes\": m, \"retentionSizeInMB\": s}}: {e}"
+        ))
+    })?;
+    if v.retention_time_in_minutes < -1 || v.retention_size_in_mb < -1 {
+        return Err(AdminError::BadRequest(
+            "retention limits are -1 (none) or at least 0".into(),
+        ));
+    }
+    update(&s, &t, &n, |p| p.retention = Some(v)).await
+}
+
+async fn delete_retention(
+    State(s): State<AdminState>,
+    Path((t, n)): Path<(String, String)>,
+) -> Result<StatusCode, AdminError> {
+    update(&s, &t, &n, |p| p.retention = None).await
 }

@@ -166,6 +166,12 @@ pub struct PolicyDefaults {
     pub offload_deletion_lag: Duration,
     /// Partition granularity of tables created in the namespace.
     pub lake_partitioning: LakePartitioning,
+    /// `retentionTimeInMinutes`: consumed messages older than this are removed from the log
+    /// and the lake (whole ledgers). -1 = no time limit.
+    pub retention_time_minutes: i64,
+    /// `retentionSizeInMB`: consumed messages beyond this size (oldest first, whole ledgers)
+    /// are removed from the log and the lake. -1 = no size limit.
+    pub retention_size_mb: i64,
 }
 
 impl Default for PolicyDefaults {
@@ -175,6 +181,8 @@ impl Default for PolicyDefaults {
             offload_threshold_seconds: -1,
             offload_deletion_lag: Duration::from_secs(3600),
             lake_partitioning: LakePartitioning::Day,
+            retention_time_minutes: -1,
+            retention_size_mb: -1,
         }
     }
 }

@@ -27,10 +27,12 @@ use crate::broker::topic_name::TopicName;
 use crate::config::{CatalogKind, Config, LakePartitioning};
 
 pub mod commit;
+pub mod expire;
 pub mod naming;
 pub mod orphans;
 pub mod rows;
 pub mod schema;
+pub mod swap;
 pub mod typed;
 mod write;
 
@@ -58,6 +60,15 @@ pub enum LakeError {
         /// The error.
         #[source]
         source: Box<object_store::Error>,
+    },
+    /// Our own metadata commit could not be applied.
+    #[error("committing to {table}: {source}")]
+    Swap {
+        /// Table.
+        table: String,
+        /// Why.
+        #[source]
+        source: swap::SwapError,
     },
     /// Rows could not be assembled.
     #[error(transparent)]
@@ -113,6 +124,8 @@ pub struct Lake {
     store: Arc<dyn ObjectStore>,
     /// Invariant: prefix stripped from a location to get its object-store path.
     location_prefix: String,
+    /// Our own metadata commits (file removal) go through this, never around the catalog.
+    swap: swap::MetadataSwap,
 }
 
 impl std::fmt::Debug for Lake {
@@ -230,6 +243,16 @@ impl Lake {
             props.insert(k.clone(), v.clone());
         }
         let name = config.lake.catalog.name.clone();
+        let swap = match config.lake.catalog.kind {
+            CatalogKind::Sql => swap::MetadataSwap::sql(&config.catalog_uri(), &name)
+                .map_err(|e| LakeError::Config(e.to_string()))?,
+            CatalogKind::Rest => swap::MetadataSwap::Unsupported(
+                "removing lake files (retention) is not available with a REST catalog: \
+                 iceberg-rust 0.10.1 has no commit that removes files and does not expose its \
+                 REST client"
+                    .into(),
+            ),
+        };
         let catalog: Arc<dyn Catalog> = match config.lake.catalog.kind {
             CatalogKind::Sql => {
                 let uri = config.catalog_uri();
@@ -285,7 +308,13 @@ impl Lake {
             warehouse,
             store,
             location_prefix,
+            swap,
         })
+    }
+
+    /// The catalog's metadata swap (for commits built by [`expire`]).
+    pub fn metadata_swap(&self) -> &swap::MetadataSwap {
+        &self.swap
     }
 
     /// The catalog.

@@ -21,7 +21,7 @@ use super::{Lake, LakeError};
 pub struct FileReport {
     /// Locations of live data files of the current snapshot.
     pub current: Vec<String>,
-    /// Locations referenced by any snapshot.
+    /// Locations any snapshot reads (live entries of its manifests).
     pub referenced: HashSet<String>,
 }
 
@@ -50,9 +50,10 @@ pub async fn referenced_files(table: &Table) -> Result<FileReport, LakeError> {
                 .load_manifest(io)
                 .await
                 .map_err(LakeError::iceberg("reading a manifest"))?;
-            for entry in manifest.entries() {
+            // A `DELETED` entry only records a removal: no read of that snapshot needs it.
+            for entry in manifest.entries().iter().filter(|e| e.is_alive()) {
                 let path = entry.data_file().file_path().to_string();
-                if is_current && entry.is_alive() {
+                if is_current {
                     report.current.push(path.clone());
                 }
                 report.referenced.insert(path);

@@ -367,7 +367,7 @@ impl Log {
                     LedgerState::Sealed | LedgerState::Offloaded => {
                         self.delete_local(r.id).await?;
                     }
-                    LedgerState::Deleted => {}
+                    LedgerState::Deleted | LedgerState::Expired => {}
                 }
             }
             match open {
@@ -429,14 +429,29 @@ impl Log {
         Ok(record)
     }
 
-    /// Deletes the local copy of a ledger (`offloaded → deleted`, or `sealed → deleted` for
-    /// retention expiry): records the state first, then removes its index and reclaims the
+    /// Deletes the local copy of a ledger (`offloaded → deleted`, or `sealed → deleted` when its
+    /// topic is deleted): records the state first, then removes its index and reclaims the
     /// segments no live ledger needs any more.
     pub async fn delete_local(&self, ledger: LedgerId) -> Result<LedgerRecord, LifecycleError> {
+        self.leave_local(ledger, LedgerTransition::Delete).await
+    }
+
+    /// Expires a ledger by retention (`sealed | offloaded | deleted → expired`): records the
+    /// state first (from then on no reader sees it), then removes whatever is left locally.
+    /// Removing its rows from the lake is the offload engine's part.
+    pub async fn expire_ledger(&self, ledger: LedgerId) -> Result<LedgerRecord, LifecycleError> {
+        self.leave_local(ledger, LedgerTransition::Expire).await
+    }
+
+    async fn leave_local(
+        &self,
+        ledger: LedgerId,
+        transition: LedgerTransition,
+    ) -> Result<LedgerRecord, LifecycleError> {
         let record = self
             .shared
             .meta
-            .transition_ledger(ledger, LedgerTransition::Delete, now_ms())
+            .transition_ledger(ledger, transition, now_ms())
             .await?;
         if let Some(t) = self.loaded_topic(record.topic_id) {
             t.set_record(record.clone());

@@ -121,8 +121,10 @@ impl TopicLog {
                 _ => None,
             })
             .next();
+        // Expired ledgers are gone for readers: the view never lists them.
         let ledgers = records
             .into_iter()
+            .filter(|r| r.state != LedgerState::Expired)
             .map(|r| (r.id, LedgerView::Closed(r)))
             .collect();
         let cache = TailCache::new(
@@ -332,7 +334,7 @@ impl TopicLog {
         Ok(record)
     }
 
-    /// The topic's ledgers in order, deleted ones included.
+    /// The topic's ledgers in order, deleted ones (lake only) included, expired ones not.
     pub fn ledgers(&self) -> Vec<LedgerInfo> {
         lock(&self.inner.ledgers)
             .values()
@@ -374,7 +376,9 @@ impl TopicLog {
     /// Updates the topic's view after the service changed a ledger's state.
     pub(crate) fn set_record(&self, record: LedgerRecord) {
         let mut ledgers = lock(&self.inner.ledgers);
-        if let Some(v) = ledgers.get_mut(&record.id) {
+        if record.state == LedgerState::Expired {
+            ledgers.remove(&record.id);
+        } else if let Some(v) = ledgers.get_mut(&record.id) {
             *v = LedgerView::Closed(record);
         }
     }

@@ -5,7 +5,9 @@
 //! every topic, groups partitions by their table (the base topic), and runs one *pass* per table
 //! that has work. A pass: applies the namespace policies ([`plan`]), writes and commits the
 //! chosen ledgers ([`crate::lake::commit`]), records them `Offloaded` in the metadata store,
-//! deletes local copies whose lag has passed, and now and then removes orphan files.
+//! deletes local copies whose lag has passed, applies the namespace's retention policy
+//! ([`retention`]: expired ledgers leave the log, then their files leave the table through
+//! [`crate::lake::expire`]), and now and then removes orphan files.
 //!
 //! Invariants:
 //! - One writer per table: a pass holds its table's writer lock for its whole duration, and
@@ -16,7 +18,7 @@
 //!   runtime, never on the broker's workers.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -38,9 +40,10 @@ use crate::ledger::{now_ms, LedgerState, Log, MetadataError, TopicLog};
 use crate::policies::{PoliciesError, PolicyStore};
 
 pub mod plan;
+pub mod retention;
 mod status;
 
-pub use status::{LakeStats, OffloadStatus};
+pub use status::{LakeStats, OffloadStatus, RetentionStats};
 
 /// Why an offload request or pass failed.
 #[derive(Debug, thiserror::Error)]
@@ -105,6 +108,7 @@ struct TableStatus {
     committed_ledgers: u64,
     committed_rows: u64,
     bad_payloads: u64,
+    retention: RetentionStats,
 }
 
 #[derive(Debug)]
@@ -121,6 +125,9 @@ struct TableSlot {
     status: Mutex<TableStatus>,
     progress: Arc<Progress>,
     last_orphan_check: Mutex<Option<Instant>>,
+    /// Invariant: true while the table may still hold files of expired ledgers (set by each
+    /// expiry and at start, cleared by a successful removal).
+    retention_pending: AtomicBool,
 }
 
 struct Inner {
@@ -356,6 +363,7 @@ impl OffloadEngine {
             committed_rows: st.committed_rows,
             bad_payloads: st.bad_payloads,
             last_snapshot_id: st.last_snapshot_id,
+            retention: st.retention.clone(),
         })
     }
 
@@ -409,6 +417,7 @@ impl Inner {
                     status: Mutex::new(TableStatus::default()),
                     progress: Arc::new(Progress::default()),
                     last_orphan_check: Mutex::new(None),
+                    retention_pending: AtomicBool::new(true),
                 })
             })
             .clone()
@@ -504,11 +513,15 @@ impl Inner {
         for (index, name) in partitions {
             logs.push((index, self.log.topic(&name).await?));
         }
-        // Cheap check first: nothing sealed or offloaded anywhere, and no request → no I/O.
+        let namespace = format!("{}/{}", base.tenant, base.namespace);
+        let policies = self.policies.effective(&namespace).await?;
+        // Cheap check first: nothing sealed or offloaded anywhere, no request and no retention
+        // → no I/O.
         let busy = logs.iter().any(|(_, l)| {
-            l.ledgers()
-                .iter()
-                .any(|i| matches!(i.state, LedgerState::Sealed | LedgerState::Offloaded))
+            l.ledgers().iter().any(|i| {
+                matches!(i.state, LedgerState::Sealed | LedgerState::Offloaded)
+                    || (i.state == LedgerState::Deleted && !policies.retention.is_infinite())
+            })
         });
         if !busy && !manual {
             return Ok(false);
@@ -523,8 +536,6 @@ impl Inner {
                 log.seal_current().await?;
             }
         }
-        let namespace = format!("{}/{}", base.tenant, base.namespace);
-        let policies = self.policies.effective(&namespace).await?;
         let meta = self.log.metadata();
         let now = now_ms();
         let budget = self.config.target_file_size.as_u64().saturating_mul(4);
@@ -575,6 +586,18 @@ impl Inner {
             table = Some(self.offload(base, slot, slices, &policies).await?);
         }
         self.delete_expired(&logs, &policies).await?;
+        let table = match self.apply_retention(base, &logs, &policies, slot).await {
+            Ok(Some(t)) => Some(t),
+            Ok(None) => table,
+            Err(e) => {
+                let mut st = lock(&slot.status);
+                if st.retention.last_error != e.to_string() {
+                    tracing::warn!(topic = %base, error = %e, "retention could not remove expired data from the lake");
+                }
+                st.retention.last_error = e.to_string();
+                table
+            }
+        };
         self.sweep_orphans(base, slot, table).await;
         let pending = {
             let m = lock(&slot.manual);

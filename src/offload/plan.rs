@@ -118,6 +118,7 @@ mod tests {
             offload_threshold_seconds: secs,
             offload_deletion_lag: Duration::from_millis(lag_ms),
             lake_partitioning: LakePartitioning::Day,
+            retention: crate::policies::RetentionPolicy::INFINITE,
         }
     }
 

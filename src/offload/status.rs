@@ -39,6 +39,25 @@ pub struct OffloadStatus {
     pub bad_payloads: u64,
     /// Snapshot of the last commit.
     pub last_snapshot_id: Option<i64>,
+    /// Retention: ledgers expired since start, and the table files and rows removed for them.
+    pub retention: RetentionStats,
+}
+
+/// What retention removed since start.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RetentionStats {
+    /// Ledgers expired (log and lake).
+    pub expired_ledgers: u64,
+    /// Data files removed from the table.
+    pub removed_files: u64,
+    /// Rows in them.
+    pub removed_rows: u64,
+    /// The last retention snapshot.
+    pub last_snapshot_id: Option<i64>,
+    /// Why the last removal from the table failed ("" when it did not); retried on the next
+    /// pass. Offload itself is not affected.
+    pub last_error: String,
 }
 
 /// The `lake` object in topic stats.

@@ -116,8 +116,9 @@ async fn ledger_ids_increase_and_lifecycle_is_enforced(store: &dyn MetadataStore
     Ok(())
 }
 
-async fn sealed_can_be_deleted_by_retention(store: &dyn MetadataStore) -> TestResult {
+async fn ledgers_expire_from_every_closed_state(store: &dyn MetadataStore) -> TestResult {
     let t = store.get_or_create_topic("y", 0).await?;
+    // Sealed → Deleted (local deletion without a lake copy).
     let l = store.create_ledger(t.id, 0, 0).await?;
     store
         .transition_ledger(l.id, LedgerTransition::Seal(seal(0)), 1)
@@ -126,6 +127,58 @@ async fn sealed_can_be_deleted_by_retention(store: &dyn MetadataStore) -> TestRe
         .transition_ledger(l.id, LedgerTransition::Delete, 2)
         .await?;
     assert_eq!(d.state, LedgerState::Deleted);
+    // Sealed, Offloaded and Deleted ledgers can expire; an open one cannot.
+    let open = store.create_ledger(t.id, 0, 3).await?;
+    assert!(matches!(
+        store
+            .transition_ledger(open.id, LedgerTransition::Expire, 4)
+            .await,
+        Err(MetadataError::InvalidTransition { .. })
+    ));
+    store
+        .transition_ledger(open.id, LedgerTransition::Seal(seal(2)), 5)
+        .await?;
+    let sealed_expired = store
+        .transition_ledger(open.id, LedgerTransition::Expire, 6)
+        .await?;
+    assert_eq!(sealed_expired.state, LedgerState::Expired);
+    assert_eq!(sealed_expired.seal, Some(seal(2)), "seal info is kept");
+    let e = store
+        .transition_ledger(l.id, LedgerTransition::Expire, 7)
+        .await?;
+    assert_eq!(e.state, LedgerState::Expired);
+    let o = store.create_ledger(t.id, 0, 8).await?;
+    store
+        .transition_ledger(o.id, LedgerTransition::Seal(seal(3)), 9)
+        .await?;
+    store
+        .transition_ledger(
+            o.id,
+            LedgerTransition::Offload {
+                reference: "s".into(),
+            },
+            10,
+        )
+        .await?;
+    store
+        .transition_ledger(o.id, LedgerTransition::Expire, 11)
+        .await?;
+    // Expired is final.
+    for tr in [LedgerTransition::Delete, LedgerTransition::Expire] {
+        assert!(matches!(
+            store.transition_ledger(o.id, tr, 12).await,
+            Err(MetadataError::InvalidTransition { .. })
+        ));
+    }
+    // Expired ledgers stay listed and do not block deleting the topic.
+    let states: Vec<_> = store
+        .topic_ledgers(t.id)
+        .await?
+        .iter()
+        .map(|l| l.state)
+        .collect();
+    assert_eq!(states, vec![LedgerState::Expired; 3]);
+    assert!(store.delete_topic("y").await?);
     Ok(())
 }
 
@@ -288,7 +341,7 @@ async fn topics_are_deleted_only_without_live_ledgers(store: &dyn MetadataStore)
 async fn run_all(make: impl Fn() -> std::sync::Arc<dyn MetadataStore>) -> TestResult {
     topics_are_idempotent_and_increasing(&*make()).await?;
     ledger_ids_increase_and_lifecycle_is_enforced(&*make()).await?;
-    sealed_can_be_deleted_by_retention(&*make()).await?;
+    ledgers_expire_from_every_closed_state(&*make()).await?;
     concurrent_creates_get_distinct_ids(make()).await?;
     cursors_are_saved_whole_and_deleted(&*make()).await?;
     partitioned_topics_are_created_once_and_only_grow(&*make()).await?;

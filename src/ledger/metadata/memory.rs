@@ -76,7 +76,10 @@ impl MetadataStore for MemoryMetadataStore {
             let live = s
                 .ledgers
                 .values()
-                .filter(|l| l.topic_id == id && l.state != LedgerState::Deleted)
+                .filter(|l| {
+                    l.topic_id == id
+                        && !matches!(l.state, LedgerState::Deleted | LedgerState::Expired)
+                })
                 .count();
             if live > 0 {
                 return Err(MetadataError::Conflict(format!(
@@ -166,7 +169,7 @@ impl MetadataStore for MemoryMetadataStore {
         match transition {
             LedgerTransition::Seal(info) => l.seal = Some(info),
             LedgerTransition::Offload { reference } => l.offload_ref = Some(reference),
-            LedgerTransition::Delete => {}
+            LedgerTransition::Delete | LedgerTransition::Expire => {}
         }
         l.state = to;
         l.state_changed_at_ms = now_ms;

@@ -7,8 +7,9 @@
 //! - **Ids.** Topic ids and ledger ids are unique for the life of the store and strictly
 //!   increasing in creation order; a ledger id is never reused, even after the ledger is deleted.
 //! - **Lifecycle.** A ledger moves only along [`LedgerState::can_become`]:
-//!   `Open → Sealed → Offloaded → Deleted`, plus `Sealed → Deleted` (retention expiry of a ledger
-//!   that was never offloaded). [`MetadataStore::transition_ledger`] is a compare-and-set on the
+//!   `Open → Sealed → Offloaded → Deleted`, plus `Sealed → Deleted` (local deletion without a
+//!   lake copy, when a topic is deleted), and `Sealed | Offloaded | Deleted → Expired`
+//!   (removed by the namespace's retention policy, from the log and the lake). [`MetadataStore::transition_ledger`] is a compare-and-set on the
 //!   current state: a transition from the wrong state fails with
 //!   [`MetadataError::InvalidTransition`] and changes nothing.
 //! - **Cursors** are stored whole per (topic, subscription): a save replaces the previous state
@@ -48,6 +49,9 @@ pub enum LedgerState {
     Offloaded = 3,
     /// Local copy removed.
     Deleted = 4,
+    /// Removed by retention: gone from the log and (once the lake caught up) from the lake;
+    /// never read again.
+    Expired = 5,
 }
 
 impl LedgerState {
@@ -56,7 +60,11 @@ impl LedgerState {
         use LedgerState::*;
         matches!(
             (self, next),
-            (Open, Sealed) | (Sealed, Offloaded) | (Offloaded, Deleted) | (Sealed, Deleted)
+            (Open, Sealed)
+                | (Sealed, Offloaded)
+                | (Offloaded, Deleted)
+                | (Sealed, Deleted)
+                | (Sealed | Offloaded | Deleted, Expired)
         )
     }
 
@@ -72,6 +80,7 @@ impl LedgerState {
             2 => Some(LedgerState::Sealed),
             3 => Some(LedgerState::Offloaded),
             4 => Some(LedgerState::Deleted),
+            5 => Some(LedgerState::Expired),
             _ => None,
         }
     }
@@ -84,6 +93,7 @@ impl fmt::Display for LedgerState {
             LedgerState::Sealed => "sealed",
             LedgerState::Offloaded => "offloaded",
             LedgerState::Deleted => "deleted",
+            LedgerState::Expired => "expired",
         })
     }
 }
@@ -96,6 +106,7 @@ impl FromStr for LedgerState {
             "sealed" => Ok(LedgerState::Sealed),
             "offloaded" => Ok(LedgerState::Offloaded),
             "deleted" => Ok(LedgerState::Deleted),
+            "expired" => Ok(LedgerState::Expired),
             other => Err(format!("unknown ledger state '{other}'")),
         }
     }
@@ -162,6 +173,8 @@ pub enum LedgerTransition {
     },
     /// `Offloaded|Sealed → Deleted`.
     Delete,
+    /// `Sealed|Offloaded|Deleted → Expired` (retention).
+    Expire,
 }
 
 impl LedgerTransition {
@@ -171,6 +184,7 @@ impl LedgerTransition {
             LedgerTransition::Seal(_) => LedgerState::Sealed,
             LedgerTransition::Offload { .. } => LedgerState::Offloaded,
             LedgerTransition::Delete => LedgerState::Deleted,
+            LedgerTransition::Expire => LedgerState::Expired,
         }
     }
 }
@@ -253,7 +267,8 @@ pub trait MetadataStore: Send + Sync + fmt::Debug + 'static {
 
     /// Deletes everything stored under topic `name`: its record with its ledger records and
     /// cursors, its schema versions and its partitioned-topic count. Refused with `Conflict`
-    /// while any of its ledgers is not `deleted` (the caller deletes local data first). A later
+    /// while any of its ledgers is not `deleted` or `expired` (the caller deletes local data
+    /// first). A later
     /// `get_or_create_topic` of the same name creates a new topic with a new id. Returns whether
     /// anything of that name existed.
     async fn delete_topic(&self, name: &str) -> Result<bool, MetadataError>;

@@ -258,15 +258,17 @@ impl MetadataStore for SqliteMetadataStore {
         let mut existed = false;
         if let Some(id) = topic_id {
             existed = true;
-            let live: i64 =
-                sqlx::query("SELECT count(*) FROM ll_ledgers WHERE topic_id = ? AND state <> ?")
-                    .bind(id)
-                    .bind(i64::from(LedgerState::Deleted.as_u8()))
-                    .fetch_one(&mut *tx)
-                    .await
-                    .map_err(backend("count live ledgers"))?
-                    .try_get(0)
-                    .map_err(backend("count live ledgers"))?;
+            let live: i64 = sqlx::query(
+                "SELECT count(*) FROM ll_ledgers WHERE topic_id = ? AND state NOT IN (?, ?)",
+            )
+            .bind(id)
+            .bind(i64::from(LedgerState::Deleted.as_u8()))
+            .bind(i64::from(LedgerState::Expired.as_u8()))
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(backend("count live ledgers"))?
+            .try_get(0)
+            .map_err(backend("count live ledgers"))?;
             if live > 0 {
                 return Err(MetadataError::Conflict(format!(
                     "topic {name} still has {live} ledgers that are not deleted"
@@ -448,7 +450,7 @@ impl MetadataStore for SqliteMetadataStore {
             .bind(reference.clone())
             .bind(id as i64)
             .bind(from),
-            LedgerTransition::Delete => sqlx::query(
+            LedgerTransition::Delete | LedgerTransition::Expire => sqlx::query(
                 "UPDATE ll_ledgers SET state = ?, state_changed_at_ms = ? WHERE ledger_id = ? AND state = ?",
             )
             .bind(i64::from(to.as_u8()))
@@ -468,7 +470,7 @@ impl MetadataStore for SqliteMetadataStore {
         match transition {
             LedgerTransition::Seal(info) => current.seal = Some(info),
             LedgerTransition::Offload { reference } => current.offload_ref = Some(reference),
-            LedgerTransition::Delete => {}
+            LedgerTransition::Delete | LedgerTransition::Expire => {}
         }
         current.state = to;
         current.state_changed_at_ms = now_ms;

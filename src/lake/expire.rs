@@ -1,0 +1,455 @@
+//! Removing expired messages from a table (retention).
+//!
+//! Retention expires whole ledgers (`crate::offload::retention`). Here, the table follows: a
+//! `delete` snapshot drops every data file that can only hold rows of expired ledgers, the
+//! snapshots that still reference those files are expired, and the files are deleted.
+//!
+//! - **Which files.** A file goes when its `ledger_id` lower/upper bounds exist and no ledger
+//!   of the topic that is still live (not expired) lies between them. This holds whoever wrote
+//!   the file (our offload, or an outside engine that rewrote the table), because it reads the
+//!   ids in the file's statistics, not our file names. A file that also holds rows of a live
+//!   ledger stays until that ledger expires too: retention keeps *at least* what the policy
+//!   asks, never less, like Pulsar (which deletes whole ledgers).
+//! - **The commit.** iceberg-rust 0.10.1 has no commit that removes files, so this module
+//!   writes the new manifests (kept entries `EXISTING`, removed ones `DELETED`), the manifest
+//!   list and the metadata file with iceberg's public writers, and swaps the catalog's pointer
+//!   with a compare-and-set ([`super::swap`]). The new snapshot carries the table's watermark
+//!   like every snapshot of ours.
+//! - **Then** every older snapshot (except heads of other branches or tags) is expired through
+//!   iceberg's `expire_snapshots`, and the removed files that no remaining snapshot references
+//!   are deleted. A crash in between leaves files that the orphan sweep deletes later.
+//!
+//! The caller holds the table's writer slot, so no offload commit races with this one; a
+//! commit by an outside engine makes the swap fail with a conflict and nothing changes.
+
+use std::collections::{BTreeSet, HashMap};
+use std::str::FromStr;
+
+use iceberg::spec::{
+    DataContentType, DataFile, FormatVersion, ManifestContentType, ManifestFile, ManifestList,
+    ManifestListWriter, ManifestWriterBuilder, Operation, PrimitiveLiteral, Snapshot, Summary,
+    MAIN_BRANCH,
+};
+use iceberg::table::Table;
+use iceberg::transaction::{ApplyTransactionAction, Transaction};
+use iceberg::MetadataLocation;
+use object_store::ObjectStoreExt;
+
+use super::commit::WATERMARK_KEY;
+use super::{orphans, Lake, LakeError};
+use crate::ledger::LedgerId;
+
+/// Snapshot-summary key listing the ledgers whose rows a retention snapshot removed.
+pub const EXPIRED_KEY: &str = "ledgerlake.expired-ledgers";
+
+/// What one removal did.
+#[derive(Debug, Clone, Default)]
+pub struct RemovalOutcome {
+    /// The `delete` snapshot, `None` when no file qualified.
+    pub snapshot_id: Option<i64>,
+    /// Data files dropped from the table.
+    pub files_removed: Vec<String>,
+    /// Rows in them.
+    pub rows_removed: u64,
+    /// Snapshots expired afterwards.
+    pub snapshots_expired: usize,
+    /// Removed files deleted from storage.
+    pub files_deleted: usize,
+}
+
+/// Whether `file` can only hold rows of ledgers not in `live`.
+fn removable(file: &DataFile, ledger_field: i32, live: &BTreeSet<LedgerId>) -> bool {
+    let bound = |d: Option<&iceberg::spec::Datum>| match d.map(|d| d.literal()) {
+        Some(PrimitiveLiteral::Long(v)) => u64::try_from(*v).ok(),
+        _ => None,
+    };
+    match (
+        bound(file.lower_bounds().get(&ledger_field)),
+        bound(file.upper_bounds().get(&ledger_field)),
+    ) {
+        (Some(lo), Some(hi)) if lo <= hi => live.range(lo..=hi).next().is_none(),
+        _ => false,
+    }
+}
+
+fn iceberg_err(op: &str) -> impl FnOnce(iceberg::Error) -> LakeError + '_ {
+    move |e| LakeError::iceberg(op)(e)
+}
+
+/// Drops from `table` the data files holding only rows of ledgers that are not `live` (`live`
+/// = every ledger of the topic's partitions that is not expired), then expires older snapshots
+/// and deletes the dropped files. `expired` is recorded in the snapshot summary.
+pub async fn remove_expired(
+    lake: &Lake,
+    table: Table,
+    live: &BTreeSet<LedgerId>,
+    expired: &[LedgerId],
+) -> Result<(Table, RemovalOutcome), LakeError> {
+    let mut outcome = RemovalOutcome::default();
+    let metadata = table.metadata();
+    let Some(current) = metadata.current_snapshot() else {
+        return Ok((table, outcome));
+    };
+    if metadata.format_version() != FormatVersion::V2 {
+        return Err(LakeError::Table {
+            table: table.identifier().to_string(),
+            reason: format!(
+                "retention supports format-version 2 tables, this one is {:?}",
+                metadata.format_version()
+            ),
+        });
+    }
+    let Some(ledger_field) = metadata
+        .current_schema()
+        .field_by_name("ledger_id")
+        .map(|f| f.id)
+    else {
+        return Err(LakeError::Table {
+            table: table.identifier().to_string(),
+            reason: "no ledger_id column".into(),
+        });
+    };
+    let io = table.file_io();
+    let bytes = io
+        .new_input(current.manifest_list())
+        .map_err(iceberg_err("opening a manifest list"))?
+        .read()
+        .await
+        .map_err(iceberg_err("reading a manifest list"))?;
+    let list = ManifestList::parse_with_version(&bytes, metadata.format_version())
+        .map_err(iceberg_err("parsing a manifest list"))?;
+
+    let snapshot_id = new_snapshot_id(&table);
+    let sequence_number = metadata.next_sequence_number();
+    let location = metadata.location().trim_end_matches('/').to_string();
+    let attempt = super::commit::attempt_id();
+    let mut manifests: Vec<ManifestFile> = Vec::new();
+    let mut written: Vec<String> = Vec::new();
+    for (n, mf) in list.entries().iter().enumerate() {
+        if mf.content != ManifestContentType::Data {
+            manifests.push(mf.clone());
+            continue;
+        }
+        let manifest = mf
+            .load_manifest(io)
+            .await
+            .map_err(iceberg_err("reading a manifest"))?;
+        let doomed = manifest.entries().iter().any(|e| {
+            e.is_alive()
+                && e.content_type() == DataContentType::Data
+                && removable(e.data_file(), ledger_field, live)
+        });
+        if !doomed {
+            manifests.push(mf.clone());
+            continue;
+        }
+        let spec = metadata
+            .partition_spec_by_id(mf.partition_spec_id)
+            .ok_or_else(|| LakeError::Table {
+                table: table.identifier().to_string(),
+                reason: format!("unknown partition spec {}", mf.partition_spec_id),
+            })?;
+        let path = format!("{location}/metadata/{attempt}-m{n}.avro");
+        let output = io
+            .new_output(&path)
+            .map_err(iceberg_err("creating a manifest"))?;
+        written.push(path);
+        let mut writer = ManifestWriterBuilder::new(
+            output,
+            Some(snapshot_id),
+            metadata.current_schema().clone(),
+            (**spec).clone(),
+        )
+        .build_v2_data();
+        for e in manifest.entries().iter().filter(|e| e.is_alive()) {
+            let (Some(added_in), Some(seq)) = (e.snapshot_id(), e.sequence_number()) else {
+                return Err(LakeError::Table {
+                    table: table.identifier().to_string(),
+                    reason: format!(
+                        "manifest entry without snapshot or sequence number in {}",
+                        mf.manifest_path
+                    ),
+                });
+            };
+            let file = e.data_file().clone();
+            if removable(&file, ledger_field, live) {
+                outcome.rows_removed += file.record_count();
+                outcome.files_removed.push(file.file_path().to_string());
+                writer
+                    .add_delete_file(file, seq, e.file_sequence_number)
+                    .map_err(iceberg_err("writing a manifest"))?;
+            } else {
+                writer
+                    .add_existing_file(file, added_in, seq, e.file_sequence_number)
+                    .map_err(iceberg_err("writing a manifest"))?;
+            }
+        }
+        manifests.push(
+            writer
+                .write_manifest_file()
+                .await
+                .map_err(iceberg_err("writing a manifest"))?,
+        );
+    }
+    if outcome.files_removed.is_empty() {
+        return Ok((table, outcome));
+    }
+
+    let result = commit_removal(
+        lake,
+        &table,
+        snapshot_id,
+        sequence_number,
+        manifests,
+        &mut written,
+        &outcome,
+        expired,
+    )
+    .await;
+    if let Err(e) = result {
+        for path in &written {
+            let _ = io.delete(path).await;
+        }
+        return Err(e);
+    }
+    outcome.snapshot_id = Some(snapshot_id);
+    let table = reload(lake, &table).await?;
+    let (table, expired_snapshots) = expire_older(lake, table, snapshot_id).await?;
+    outcome.snapshots_expired = expired_snapshots;
+    outcome.files_deleted = delete_unreferenced(lake, &table, &outcome.files_removed).await?;
+    Ok((table, outcome))
+}
+
+/// Writes the manifest list and metadata file of the `delete` snapshot and swaps the catalog's
+/// pointer to it. Every file written is added to `written` (for cleanup on failure).
+#[allow(clippy::too_many_arguments)]
+async fn commit_removal(
+    lake: &Lake,
+    table: &Table,
+    snapshot_id: i64,
+    sequence_number: i64,
+    manifests: Vec<ManifestFile>,
+    written: &mut Vec<String>,
+    outcome: &RemovalOutcome,
+    expired: &[LedgerId],
+) -> Result<(), LakeError> {
+    let metadata = table.metadata();
+    let io = table.file_io();
+    let location = metadata.location().trim_end_matches('/');
+    let parent = metadata.current_snapshot();
+    let list_path = format!(
+        "{location}/metadata/snap-{snapshot_id}-0-{}.avro",
+        super::commit::attempt_id()
+    );
+    let list_out = io
+        .new_output(&list_path)
+        .map_err(iceberg_err("creating a manifest list"))?;
+    written.push(list_path.clone());
+    let mut list = ManifestListWriter::v2(
+        list_out
+            .writer()
+            .await
+            .map_err(iceberg_err("creating a manifest list"))?,
+        snapshot_id,
+        parent.map(|p| p.snapshot_id()),
+        sequence_number,
+    );
+    list.add_manifests(manifests.into_iter())
+        .map_err(iceberg_err("writing a manifest list"))?;
+    list.close()
+        .await
+        .map_err(iceberg_err("writing a manifest list"))?;
+
+    let previous: &HashMap<String, String> = match parent {
+        Some(p) => &p.summary().additional_properties,
+        None => &HashMap::new(),
+    };
+    let mut props = HashMap::new();
+    if let Some(w) = metadata
+        .properties()
+        .get(WATERMARK_KEY)
+        .or_else(|| previous.get(WATERMARK_KEY))
+    {
+        props.insert(WATERMARK_KEY.to_string(), w.clone());
+    }
+    props.insert(
+        EXPIRED_KEY.to_string(),
+        expired
+            .iter()
+            .map(|l| l.to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+    );
+    let removed_files = outcome.files_removed.len() as u64;
+    props.insert("deleted-data-files".into(), removed_files.to_string());
+    props.insert("deleted-records".into(), outcome.rows_removed.to_string());
+    for (key, minus) in [
+        ("total-data-files", removed_files),
+        ("total-records", outcome.rows_removed),
+    ] {
+        if let Some(total) = previous.get(key).and_then(|v| v.parse::<u64>().ok()) {
+            props.insert(key.into(), total.saturating_sub(minus).to_string());
+        }
+    }
+    let snapshot = Snapshot::builder()
+        .with_snapshot_id(snapshot_id)
+        .with_parent_snapshot_id(parent.map(|p| p.snapshot_id()))
+        .with_sequence_number(sequence_number)
+        .with_timestamp_ms(chrono::Utc::now().timestamp_millis())
+        .with_manifest_list(list_path)
+        .with_schema_id(metadata.current_schema_id())
+        .with_summary(Summary {
+            operation: Operation::Delete,
+            additional_properties: props,
+        })
+        .build();
+    let old = table
+        .metadata_location()
+        .ok_or_else(|| LakeError::Table {
+            table: table.identifier().to_string(),
+            reason: "loaded without a metadata location".into(),
+        })?
+        .to_string();
+    let new_metadata = metadata
+        .clone()
+        .into_builder(Some(old.clone()))
+        .set_branch_snapshot(snapshot, MAIN_BRANCH)
+        .map_err(iceberg_err("adding the retention snapshot"))?
+        .build()
+        .map_err(iceberg_err("building table metadata"))?
+        .metadata;
+    let new_location = MetadataLocation::from_str(&old)
+        .map_err(iceberg_err("parsing the metadata location"))?
+        .with_next_version()
+        .with_new_metadata(&new_metadata);
+    written.push(new_location.to_string());
+    new_metadata
+        .write_to(io, &new_location)
+        .await
+        .map_err(iceberg_err("writing table metadata"))?;
+    lake.metadata_swap()
+        .swap(table.identifier(), &old, &new_location.to_string())
+        .await
+        .map_err(|source| LakeError::Swap {
+            table: table.identifier().to_string(),
+            source,
+        })
+}
+
+/// A snapshot id not used by the table (positive, random like iceberg's own).
+fn new_snapshot_id(table: &Table) -> i64 {
+    loop {
+        let id = (rand::random::<u64>() >> 1) as i64;
+        if id != 0 && table.metadata().snapshot_by_id(id).is_none() {
+            return id;
+        }
+    }
+}
+
+async fn reload(lake: &Lake, table: &Table) -> Result<Table, LakeError> {
+    lake.load_table(table.identifier())
+        .await?
+        .ok_or_else(|| LakeError::Table {
+            table: table.identifier().to_string(),
+            reason: "disappeared during retention".into(),
+        })
+}
+
+/// Expires every snapshot older than `keep` except heads of refs; returns how many.
+async fn expire_older(lake: &Lake, table: Table, keep: i64) -> Result<(Table, usize), LakeError> {
+    let metadata = table.metadata();
+    // Heads of branches and tags (iceberg-rust has no public accessor for refs: read them from
+    // the metadata's JSON form).
+    let heads: BTreeSet<i64> = serde_json::to_value(metadata)
+        .ok()
+        .and_then(|v| v.get("refs").cloned())
+        .and_then(|r| r.as_object().cloned())
+        .map(|refs| {
+            refs.values()
+                .filter_map(|r| r.get("snapshot-id").and_then(|id| id.as_i64()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let old: Vec<i64> = metadata
+        .snapshots()
+        .map(|s| s.snapshot_id())
+        .filter(|id| *id != keep && !heads.contains(id))
+        .collect();
+    if old.is_empty() {
+        return Ok((table, 0));
+    }
+    let tx = Transaction::new(&table);
+    let tx = tx
+        .expire_snapshots()
+        .expire_snapshot_ids(old.iter().copied())
+        .apply(tx)
+        .map_err(iceberg_err("expiring snapshots"))?;
+    let table = tx
+        .commit(lake.catalog().as_ref())
+        .await
+        .map_err(iceberg_err("committing snapshot expiry"))?;
+    Ok((table, old.len()))
+}
+
+/// Deletes those of `files` that no snapshot of `table` references any more.
+async fn delete_unreferenced(
+    lake: &Lake,
+    table: &Table,
+    files: &[String],
+) -> Result<usize, LakeError> {
+    let referenced = orphans::referenced_files(table).await?.referenced;
+    let mut deleted = 0;
+    for file in files.iter().filter(|f| !referenced.contains(*f)) {
+        let Some(path) = lake.object_path(file) else {
+            continue;
+        };
+        match lake.store().delete(&path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => deleted += 1,
+            Err(e) => return Err(LakeError::store(format!("deleting expired file {file}"))(e)),
+        }
+    }
+    Ok(deleted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iceberg::spec::{DataFileBuilder, DataFileFormat, Datum, Struct};
+
+    fn file(lo: Option<i64>, hi: Option<i64>) -> DataFile {
+        let mut lower = HashMap::new();
+        let mut upper = HashMap::new();
+        if let Some(v) = lo {
+            lower.insert(1, Datum::long(v));
+        }
+        if let Some(v) = hi {
+            upper.insert(1, Datum::long(v));
+        }
+        DataFileBuilder::default()
+            .content(DataContentType::Data)
+            .file_path("f.parquet".into())
+            .file_format(DataFileFormat::Parquet)
+            .partition(Struct::empty())
+            .record_count(1)
+            .file_size_in_bytes(1)
+            .lower_bounds(lower)
+            .upper_bounds(upper)
+            .build()
+            .expect("a valid data file")
+    }
+
+    #[test]
+    fn a_file_goes_only_when_no_live_ledger_lies_within_its_bounds() {
+        let live: BTreeSet<LedgerId> = [5, 9].into_iter().collect();
+        assert!(removable(&file(Some(1), Some(4)), 1, &live));
+        assert!(removable(&file(Some(6), Some(8)), 1, &live));
+        assert!(!removable(&file(Some(4), Some(5)), 1, &live));
+        assert!(!removable(&file(Some(1), Some(20)), 1, &live));
+        assert!(!removable(&file(Some(9), Some(9)), 1, &live));
+        // Without statistics nothing is known: keep.
+        assert!(!removable(&file(None, Some(4)), 1, &live));
+        assert!(!removable(&file(Some(1), None), 1, &live));
+        // Bounds of another column do not count.
+        assert!(!removable(&file(Some(1), Some(4)), 2, &live));
+    }
+}

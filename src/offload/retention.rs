@@ -1,0 +1,293 @@
+//! Retention: which ledgers of a topic partition the namespace's retention policy removes now.
+//! Pure functions of the ledger records, the durable cursors, the policy and the clock.
+//!
+//! Rules (Pulsar's, at ledger granularity):
+//! - Only *consumed* data expires: a ledger is a candidate only when every durable subscription
+//!   of the partition has acknowledged all of it (its last entry is before the subscription's
+//!   first unacknowledged entry). With no durable subscription, everything is consumed.
+//!   Unconsumed backlog is the business of backlog quotas (a later issue), not retention.
+//! - A consumed ledger expires when it is beyond either limit: its newest message is older than
+//!   `retentionTimeInMinutes`, or the partition's retained bytes exceed `retentionSizeInMB`
+//!   (oldest ledgers go first). -1 disables a limit; both -1 keeps everything.
+//! - What expires is always a prefix of the partition's closed ledgers in id order, and never
+//!   the open ledger: readers only ever see a suffix of the topic disappear from its start.
+//!
+//! The engine ([`super::OffloadEngine`]) marks the chosen ledgers `Expired` first (from then on
+//! no reader sees them and their local copies go), then removes their rows from the table
+//! ([`crate::lake::expire`]).
+
+use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
+
+use iceberg::table::Table;
+
+use super::{lock, OffloadError, TableSlot};
+use crate::broker::cursor::CursorState;
+use crate::broker::topic_name::TopicName;
+use crate::lake::naming;
+use crate::ledger::{now_ms, LedgerId, LedgerRecord, LedgerState, Position, TopicLog};
+use crate::policies::{EffectivePolicies, RetentionPolicy};
+
+/// The oldest first-unacknowledged position among stored durable cursors; `None` when the
+/// partition has none. Blobs that are not cursors (the deduplication snapshot) are skipped; a
+/// cursor that cannot be read holds everything back (position 0:0).
+pub fn slowest_cursor(cursors: &[(String, Vec<u8>)]) -> Option<Position> {
+    cursors
+        .iter()
+        .filter(|(name, _)| name != crate::broker::dedup::SNAPSHOT_NAME)
+        .map(|(name, blob)| match CursorState::decode(blob) {
+            Ok(c) => c.first_unacked,
+            Err(e) => {
+                tracing::warn!(subscription = %name, error = %e,
+                    "retention: unreadable cursor holds back expiry");
+                Position::new(0, 0)
+            }
+        })
+        .min()
+}
+
+fn consumed(l: &LedgerRecord, slowest: Option<Position>) -> bool {
+    let Some(first_unacked) = slowest else {
+        return true;
+    };
+    let entries = l.seal.map_or(0, |s| s.entry_count);
+    l.id < first_unacked.ledger || (l.id == first_unacked.ledger && entries <= first_unacked.entry)
+}
+
+/// The ledgers of one partition that expire now, oldest first.
+pub fn expirable(
+    ledgers: &[LedgerRecord],
+    policy: &RetentionPolicy,
+    slowest: Option<Position>,
+    now_ms: i64,
+) -> Vec<LedgerId> {
+    if policy.is_infinite() {
+        return Vec::new();
+    }
+    let mut sorted: Vec<&LedgerRecord> = ledgers
+        .iter()
+        .filter(|l| l.state != LedgerState::Expired)
+        .collect();
+    sorted.sort_by_key(|l| l.id);
+    let size = |l: &LedgerRecord| l.seal.map_or(0, |s| s.size_bytes);
+    let mut retained: u64 = sorted.iter().map(|l| size(l)).sum();
+    let size_limit = u64::try_from(policy.retention_size_in_mb)
+        .ok()
+        .map(|mb| mb.saturating_mul(1 << 20));
+    let time_limit_ms = u64::try_from(policy.retention_time_in_minutes)
+        .ok()
+        .map(|m| m.saturating_mul(60_000) as i64);
+    let mut out = Vec::new();
+    for l in sorted {
+        if l.state == LedgerState::Open || !consumed(l, slowest) {
+            break;
+        }
+        let newest = l
+            .seal
+            .and_then(|s| s.max_publish_ms)
+            .unwrap_or(l.created_at_ms);
+        let too_old = time_limit_ms.is_some_and(|limit| now_ms.saturating_sub(newest) > limit);
+        let too_big = size_limit.is_some_and(|limit| retained > limit);
+        if !(too_old || too_big) {
+            break;
+        }
+        retained -= size(l);
+        out.push(l.id);
+    }
+    out
+}
+
+impl super::Inner {
+    /// Expires the ledgers the retention policy removes (log first), then removes their files
+    /// from the table. Returns the table when it was loaded.
+    pub(super) async fn apply_retention(
+        &self,
+        base: &TopicName,
+        logs: &[(i32, TopicLog)],
+        policies: &EffectivePolicies,
+        slot: &TableSlot,
+    ) -> Result<Option<Table>, OffloadError> {
+        let meta = self.log.metadata();
+        let now = now_ms();
+        let mut newly = Vec::new();
+        let mut live = BTreeSet::new();
+        let mut any_expired = false;
+        for (_, log) in logs {
+            let records = meta.topic_ledgers(log.id()).await?;
+            let chosen = if policies.retention.is_infinite() {
+                Vec::new()
+            } else {
+                let slowest = slowest_cursor(&log.cursors().await?);
+                expirable(&records, &policies.retention, slowest, now)
+            };
+            for r in &records {
+                if r.state == LedgerState::Expired || chosen.contains(&r.id) {
+                    any_expired = true;
+                } else {
+                    live.insert(r.id);
+                }
+            }
+            for id in chosen {
+                self.log.expire_ledger(id).await?;
+                tracing::info!(topic = %log.name(), ledger = id, "ledger expired by retention");
+                newly.push(id);
+            }
+        }
+        if !newly.is_empty() {
+            slot.retention_pending.store(true, Ordering::Release);
+            lock(&slot.status).retention.expired_ledgers += newly.len() as u64;
+        }
+        if !any_expired || !slot.retention_pending.load(Ordering::Acquire) {
+            return Ok(None);
+        }
+        let Some(table) = self.lake.load_table(&naming::table_ident(base)).await? else {
+            slot.retention_pending.store(false, Ordering::Release);
+            return Ok(None);
+        };
+        let (table, outcome) =
+            crate::lake::expire::remove_expired(&self.lake, table, &live, &newly).await?;
+        slot.retention_pending.store(false, Ordering::Release);
+        lock(&slot.status).retention.last_error.clear();
+        if let Some(snapshot) = outcome.snapshot_id {
+            tracing::info!(table = %table.identifier(), files = outcome.files_removed.len(),
+                rows = outcome.rows_removed, snapshots_expired = outcome.snapshots_expired,
+                files_deleted = outcome.files_deleted, "retention removed expired files");
+            let mut st = lock(&slot.status);
+            st.retention.removed_files += outcome.files_removed.len() as u64;
+            st.retention.removed_rows += outcome.rows_removed;
+            st.retention.last_snapshot_id = Some(snapshot);
+        }
+        Ok(Some(table))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::metadata::SealInfo;
+
+    const MIN: i64 = 60_000;
+
+    fn ledger(id: u64, state: LedgerState, entries: u64, newest_ms: i64) -> LedgerRecord {
+        LedgerRecord {
+            id,
+            topic_id: 1,
+            state,
+            first_segment: 0,
+            seal: (state != LedgerState::Open).then_some(SealInfo {
+                entry_count: entries,
+                size_bytes: entries << 20,
+                min_publish_ms: Some(newest_ms - 1),
+                max_publish_ms: Some(newest_ms),
+                last_segment: 0,
+                checksum: 0,
+            }),
+            created_at_ms: newest_ms - 1,
+            state_changed_at_ms: newest_ms,
+            offload_ref: None,
+        }
+    }
+
+    fn policy(minutes: i64, mb: i64) -> RetentionPolicy {
+        RetentionPolicy {
+            retention_time_in_minutes: minutes,
+            retention_size_in_mb: mb,
+        }
+    }
+
+    /// Ledgers 1..=4 of 10 entries (10 MiB) each, newest messages at minutes 0, 10, 20, 30;
+    /// ledger 5 open.
+    fn sample() -> Vec<LedgerRecord> {
+        vec![
+            ledger(3, LedgerState::Offloaded, 10, 20 * MIN),
+            ledger(1, LedgerState::Deleted, 10, 0),
+            ledger(2, LedgerState::Deleted, 10, 10 * MIN),
+            ledger(4, LedgerState::Sealed, 10, 30 * MIN),
+            ledger(5, LedgerState::Open, 0, 40 * MIN),
+        ]
+    }
+
+    #[test]
+    fn infinite_keeps_everything() {
+        assert!(expirable(&sample(), &RetentionPolicy::INFINITE, None, 1 << 50).is_empty());
+    }
+
+    #[test]
+    fn time_limit_expires_a_prefix_of_old_ledgers() {
+        // At minute 35 with 15 minutes: ledgers whose newest message is older than minute 20.
+        assert_eq!(
+            expirable(&sample(), &policy(15, -1), None, 35 * MIN),
+            vec![1, 2]
+        );
+        // Zero minutes: every closed ledger, never the open one.
+        assert_eq!(
+            expirable(&sample(), &policy(0, -1), None, 35 * MIN),
+            vec![1, 2, 3, 4]
+        );
+    }
+
+    #[test]
+    fn size_limit_expires_oldest_until_under() {
+        // 40 MiB retained; a 25 MiB limit drops two ledgers (to 20 MiB).
+        assert_eq!(expirable(&sample(), &policy(-1, 25), None, 0), vec![1, 2]);
+        assert!(expirable(&sample(), &policy(-1, 40), None, 0).is_empty());
+    }
+
+    #[test]
+    fn either_limit_expires() {
+        assert_eq!(
+            expirable(&sample(), &policy(25, 35), None, 35 * MIN),
+            vec![1]
+        );
+        assert_eq!(
+            expirable(&sample(), &policy(15, 35), None, 35 * MIN),
+            vec![1, 2]
+        );
+    }
+
+    #[test]
+    fn unconsumed_ledgers_are_kept() {
+        // The slowest subscription is inside ledger 2: only ledger 1 is consumed.
+        let at = Some(Position::new(2, 3));
+        assert_eq!(expirable(&sample(), &policy(0, -1), at, 35 * MIN), vec![1]);
+        // Ledger 2 fully acknowledged (next to read is entry 10, its end).
+        let at = Some(Position::new(2, 10));
+        assert_eq!(
+            expirable(&sample(), &policy(0, -1), at, 35 * MIN),
+            vec![1, 2]
+        );
+        // Nothing acknowledged.
+        let at = Some(Position::new(0, 0));
+        assert!(expirable(&sample(), &policy(0, -1), at, 35 * MIN).is_empty());
+    }
+
+    #[test]
+    fn expired_ledgers_are_not_counted_again() {
+        let mut ledgers = sample();
+        ledgers[1].state = LedgerState::Expired; // ledger 1
+        assert_eq!(expirable(&ledgers, &policy(-1, 25), None, 0), vec![2]);
+    }
+
+    #[test]
+    fn slowest_cursor_skips_the_dedup_snapshot_and_reads_cursors() {
+        let c = |ledger, entry| CursorState {
+            sub_type: 0,
+            first_unacked: Position::new(ledger, entry),
+            acked_after: Vec::new(),
+            partial: Vec::new(),
+        };
+        let cursors = vec![
+            ("a".to_string(), c(7, 3).encode()),
+            ("b".to_string(), c(5, 9).encode()),
+            (
+                crate::broker::dedup::SNAPSHOT_NAME.to_string(),
+                b"not a cursor".to_vec(),
+            ),
+        ];
+        assert_eq!(slowest_cursor(&cursors), Some(Position::new(5, 9)));
+        assert_eq!(slowest_cursor(&[]), None);
+        // An unreadable cursor holds everything back.
+        let bad = vec![("x".to_string(), vec![0xff, 1, 2])];
+        assert_eq!(slowest_cursor(&bad), Some(Position::new(0, 0)));
+    }
+}

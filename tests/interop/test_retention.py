@@ -1,0 +1,202 @@
+"""Retention (Pulsar's namespace `retention` policy) applied to the log and the lake, with real
+parts: the official Python client produces and consumes, the service offloads to a local-disk
+warehouse with the SQLite catalog and to a real S3 server with a real PostgreSQL catalog, and
+PyIceberg reads the table back. Consumed ledgers beyond the limit leave the log; the table drops
+their files in a `delete` snapshot, older snapshots are expired and the files are deleted.
+Unconsumed messages are never removed; consumers and SQL see the topic start later."""
+import time
+import uuid
+
+import pulsar
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+
+from lake import http, offload_and_wait, stats, topic_path
+
+FAST = {"LEDGERLAKE_LAKE__CHECK_INTERVAL": "100ms", "LEDGERLAKE_LEDGER__ROLLOVER_ENTRIES": "20",
+        "LEDGERLAKE_BROKER__CURSOR_PERSIST_INTERVAL": "100ms"}
+NS = "admin/v2/namespaces/public/default"
+
+
+def offload_status(svc, topic):
+    status, body = http("GET", f"{svc.http}/admin/v2/{topic_path(topic)}/offload")
+    assert status == 200, body
+    return body
+
+
+def wait_for(what, check, timeout=60):
+    deadline = time.time() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def produce(client, topic, first, n):
+    p = client.create_producer(topic, batching_enabled=False)
+    for i in range(first, first + n):
+        p.send(f"m{i}".encode())
+    p.close()
+
+
+def receive(consumer, n):
+    out = []
+    for _ in range(n):
+        m = consumer.receive(timeout_millis=20000)
+        consumer.acknowledge(m)
+        out.append(m)
+    return out
+
+
+def data_files(table):
+    return set(table.inspect.files().column("file_path").to_pylist())
+
+
+def test_retention_policy_endpoint(make_service):
+    svc = make_service(FAST)
+    svc.start()
+    url = f"{svc.http}/{NS}/retention"
+    assert http("GET", url) == (200, {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1})
+    assert http("POST", url, '{"retentionTimeInMinutes": 60, "retentionSizeInMB": 10}')[0] == 204
+    assert http("GET", url) == (200, {"retentionTimeInMinutes": 60, "retentionSizeInMB": 10})
+    status, body = http("POST", url, '{"retentionTimeInMinutes": -5, "retentionSizeInMB": 1}')
+    assert status == 400, body
+    status, body = http("POST", url, "sixty")
+    assert status == 400 and "retentionTimeInMinutes" in body["reason"], body
+    assert http("DELETE", url)[0] == 204
+    assert http("GET", url) == (200, {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1})
+    assert svc.stop() == 0
+
+
+def local_lake(make_service, tmp):
+    svc = make_service(FAST)
+    svc.start()
+
+    def catalog(st):
+        return SqlCatalog(st["lake"]["catalog"], uri=f"sqlite:///{svc.data_dir}/data/catalog.db",
+                          warehouse="")
+
+    def stored(location):
+        import os
+        path = location.removeprefix("file:").removeprefix("//")
+        return {"file:" + os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs}
+
+    return svc, catalog, stored
+
+
+def s3_postgres_lake(make_service, s3_server, postgres):
+    uri = postgres.create_database(f"ret_{uuid.uuid4().hex[:8]}")
+    prefix = f"ret-{uuid.uuid4().hex[:8]}"
+    svc = make_service(dict(FAST, LEDGERLAKE_LAKE__CATALOG__URI=uri,
+                            **s3_server.service_env(prefix)))
+    svc.start()
+    fs = s3_server.filesystem()
+
+    def catalog(st):
+        return SqlCatalog(st["lake"]["catalog"],
+                          uri=uri.replace("postgres://", "postgresql+psycopg2://"),
+                          warehouse=f"s3://warehouse/{prefix}", **s3_server.pyiceberg_props())
+
+    def stored(location):
+        from pyarrow.fs import FileSelector
+        base = location.removeprefix("s3://")
+        infos = fs.get_file_info(FileSelector(base, recursive=True, allow_not_found=True))
+        return {"s3://" + i.path for i in infos if i.is_file}
+
+    return svc, catalog, stored
+
+
+@pytest.mark.parametrize("where", ["local-sqlite", "s3-postgres"])
+def test_retention_removes_consumed_ledgers_from_log_and_lake(make_service, tmp_path, where,
+                                                               request):
+    if where == "local-sqlite":
+        svc, catalog_of, stored = local_lake(make_service, tmp_path)
+    else:
+        svc, catalog_of, stored = s3_postgres_lake(
+            make_service, request.getfixturevalue("s3_server"),
+            request.getfixturevalue("postgres"))
+    assert http("PUT", f"{svc.http}/{NS}/offloadDeletionLagMs", "0")[0] == 204
+    client = pulsar.Client(svc.url, operation_timeout_seconds=30)
+    topic = f"persistent://public/default/kept-{uuid.uuid4().hex[:6]}"
+    slow = client.subscribe(topic, "slow", initial_position=pulsar.InitialPosition.Earliest)
+    # Two commits: ledgers of m0..m39, then ledgers of m40..m99 (20 entries per ledger).
+    produce(client, topic, 0, 40)
+    offload_and_wait(svc, topic)
+    produce(client, topic, 40, 60)
+    offload_and_wait(svc, topic)
+    st = stats(svc, topic)
+    catalog = catalog_of(st)
+    ident = tuple(st["lake"]["namespace"]) + (st["lake"]["tableName"],)
+    table = catalog.load_table(ident)
+    assert len(table.scan().to_arrow()) == 100
+    files_before = data_files(table)
+    ledgers_before = [l["ledger"]["id"] for l in st["ledgers"]]
+    wait_for("local copies deleted", lambda: all(
+        l["ledger"]["state"] in ("deleted", "open") for l in stats(svc, topic)["ledgers"]))
+
+    # Everything is older than 0 minutes, but nothing is consumed: nothing goes.
+    assert http("POST", f"{svc.http}/{NS}/retention",
+                '{"retentionTimeInMinutes": 0, "retentionSizeInMB": -1}')[0] == 204
+    runs = offload_status(svc, topic)["runs"]
+    wait_for("three passes", lambda: offload_status(svc, topic)["runs"] >= runs + 3)
+    assert offload_status(svc, topic)["retention"]["expiredLedgers"] == 0
+    assert len(catalog.load_table(ident).scan().to_arrow()) == 100
+
+    # The slow subscription consumes m0..m49: the two ledgers of m0..m39 are wholly consumed.
+    got = receive(slow, 50)
+    assert [m.data() for m in got] == [f"m{i}".encode() for i in range(50)]
+    slow.close()
+    status = wait_for("retention removed files", lambda: (
+        lambda s: s if s["retention"]["removedFiles"] > 0 else None)(offload_status(svc, topic)))
+    assert status["retention"]["expiredLedgers"] == 2, status
+    assert status["retention"]["removedRows"] == 40, status
+    assert status["retention"]["lastError"] == "", status
+    assert status["status"] == "SUCCESS", status
+
+    # The table: m40..m99 only, a `delete` snapshot, older snapshots expired, files deleted.
+    table = catalog.load_table(ident)
+    rows = table.scan().to_arrow().sort_by([("ledger_id", "ascending"),
+                                            ("entry_id", "ascending")]).to_pylist()
+    assert [r["payload"] for r in rows] == [f"m{i}".encode() for i in range(40, 100)]
+    assert table.current_snapshot().summary.operation.value == "delete"
+    assert "ledgerlake.watermark" in table.current_snapshot().summary.additional_properties
+    assert len(table.metadata.snapshots) == 1, table.metadata.snapshots
+    files_after = data_files(table)
+    removed = files_before - files_after
+    assert removed and files_after < files_before
+    on_storage = stored(table.metadata.location + "/data")
+    assert not (removed & on_storage), removed & on_storage
+    assert files_after <= on_storage
+
+    # The log: the expired ledgers are gone from the topic.
+    ledgers = [l["ledger"]["id"] for l in stats(svc, topic)["ledgers"]]
+    assert ledgers == ledgers_before[2:], (ledgers, ledgers_before)
+
+    # Consumers: a new subscription starts at m40 (from the lake); `slow` resumes at m50.
+    fresh = client.subscribe(topic, "fresh", initial_position=pulsar.InitialPosition.Earliest)
+    got = receive(fresh, 60)
+    assert [m.data() for m in got] == [f"m{i}".encode() for i in range(40, 100)]
+    assert got[0].message_id().ledger_id() == ledgers[0]
+    slow = client.subscribe(topic, "slow")
+    assert slow.receive(timeout_millis=20000).data() == b"m50"
+    slow.close()
+    fresh.close()
+
+    # SQL sees what the lake and the log still hold.
+    status, body = http("POST", f"{svc.http}/sql",
+                        f'SELECT count(*) AS n, min(ledger_id) AS lo FROM "{topic.split("/")[-1]}"')
+    assert status == 200, body
+    assert body == [{"n": 60, "lo": ledgers[0]}], body
+
+    # A restart keeps it so.
+    client.close()
+    assert svc.stop() == 0
+    svc.start()
+    client = pulsar.Client(svc.url, operation_timeout_seconds=30)
+    r = client.create_reader(topic, pulsar.MessageId.earliest)
+    assert r.read_next(timeout_millis=20000).data() == b"m40"
+    client.close()
+    assert svc.stop() == 0
