@@ -136,7 +136,8 @@ pub fn parquet_properties(schema: &SchemaRef) -> WriterProperties {
     let mut b = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
         .set_statistics_enabled(EnabledStatistics::Chunk)
-        .set_max_row_group_row_count(Some(1 << 20));
+        .set_max_row_group_row_count(Some(1 << 20))
+        .set_max_row_group_bytes(Some(ROW_GROUP_BYTES));
     // Page-level statistics on the id and time columns, so readers can skip pages.
     for col in ["ledger_id", "entry_id", "batch_index", "publish_time"] {
         if schema.field_with_name(col).is_ok() {
@@ -158,8 +159,20 @@ pub fn parquet_properties(schema: &SchemaRef) -> WriterProperties {
                 .set_column_statistics_enabled(col.into(), EnabledStatistics::None);
         }
     }
+    // Bigger pages of payload bytes give ZSTD more context per frame (no statistics or
+    // dictionary live on these pages, and readers fetch the whole column chunk anyway).
+    if schema.field_with_name("payload").is_ok() {
+        b = b.set_column_data_page_size_limit("payload".into(), PAYLOAD_PAGE_BYTES);
+    }
     b.build()
 }
+
+/// Encoded size of a row group: each is handed to storage as soon as it is encoded, so on S3
+/// its upload overlaps the encoding of the next (see [`super::upload`]).
+pub const ROW_GROUP_BYTES: usize = 16 << 20;
+
+/// Data page size of the payload column.
+const PAYLOAD_PAGE_BYTES: usize = 8 << 20;
 
 /// Writes `slices` (sealed ledgers of one table, ascending per partition) into `table` and
 /// commits them, following the protocol in the module docs.

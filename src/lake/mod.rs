@@ -34,6 +34,7 @@ pub mod rows;
 pub mod schema;
 pub mod swap;
 pub mod typed;
+pub mod upload;
 mod write;
 
 /// Errors of lake operations, with the operation that failed.
@@ -232,8 +233,10 @@ impl Lake {
                 .map_err(|e| LakeError::Config(format!("creating warehouse {dir}: {e}")))?;
         }
         let factory: Arc<dyn StorageFactory> = if is_s3(&warehouse) {
-            Arc::new(OpenDalStorageFactory::S3 {
-                customized_credential_load: None,
+            Arc::new(upload::PartSizedStorageFactory {
+                inner: OpenDalStorageFactory::S3 {
+                    customized_credential_load: None,
+                },
             })
         } else {
             Arc::new(OpenDalStorageFactory::Fs)

@@ -249,6 +249,12 @@ impl RowBuilder {
     /// Takes the accumulated rows as one record batch, with each row's publish time (µs) and
     /// the number of rows whose payload did not decode against the topic schema.
     pub fn finish(&mut self) -> Result<(RecordBatch, Vec<i64>, usize), RowsError> {
+        let next = BatchShape {
+            rows: self.rows,
+            payload: self.payload.values_slice().len(),
+            entry_metadata: self.entry_metadata.values_slice().len(),
+            message_metadata: self.message_metadata.values_slice().len(),
+        };
         let mut typed_columns = Vec::new();
         let mut decode_errors = std::mem::take(&mut self.decode_error);
         let mut bad_payloads = 0;
@@ -314,6 +320,29 @@ impl RowBuilder {
         self.payload_bytes = 0;
         let publish = std::mem::take(&mut self.publish_us);
         let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
+        self.reserve_like(&next);
         Ok((batch, publish, bad_payloads))
     }
+
+    /// Sizes the large builders for a batch like the last one: growing a 32 MiB buffer by
+    /// doubling from nothing, for every batch, costs a copy of it and fresh pages each time.
+    fn reserve_like(&mut self, shape: &BatchShape) {
+        let rows = shape.rows;
+        self.payload = LargeBinaryBuilder::with_capacity(rows, shape.payload);
+        self.entry_metadata = LargeBinaryBuilder::with_capacity(rows, shape.entry_metadata);
+        self.message_metadata = LargeBinaryBuilder::with_capacity(rows, shape.message_metadata);
+        self.ledger_id = Int64Builder::with_capacity(rows);
+        self.entry_id = Int64Builder::with_capacity(rows);
+        self.sequence_id = Int64Builder::with_capacity(rows);
+        self.publish_us.reserve(rows);
+        self.decode_error.reserve(rows);
+    }
+}
+
+/// Sizes of one finished batch (rows, bytes of the large columns).
+struct BatchShape {
+    rows: usize,
+    payload: usize,
+    entry_metadata: usize,
+    message_metadata: usize,
 }
