@@ -11,28 +11,28 @@
 //!   ledger stays until that ledger expires too: retention keeps *at least* what the policy
 //!   asks, never less, like Pulsar (which deletes whole ledgers).
 //! - **The commit.** iceberg-rust 0.10.1 has no commit that removes files, so this module
-//!   writes the new manifests (kept entries `EXISTING`, removed ones `DELETED`), the manifest
-//!   list and the metadata file with iceberg's public writers, and swaps the catalog's pointer
-//!   with a compare-and-set ([`super::swap`]). The new snapshot carries the table's watermark
-//!   like every snapshot of ours.
+//!   writes the new manifests (kept entries `EXISTING`, removed ones `DELETED`) and the
+//!   manifest list with iceberg's public writers, and commits the snapshot (add it, point
+//!   `main` at it, if `main` is still where it was) through [`super::catalog_commit`]: a
+//!   compare-and-set of a SQL catalog's metadata pointer, or the REST protocol's commit. The
+//!   new snapshot carries the table's watermark like every snapshot of ours.
 //! - **Then** every older snapshot (except heads of other branches or tags) is expired through
 //!   iceberg's `expire_snapshots`, and the removed files that no remaining snapshot references
 //!   are deleted. A crash in between leaves files that the orphan sweep deletes later.
 //!
 //! The caller holds the table's writer slot, so no offload commit races with this one; a
-//! commit by an outside engine makes the swap fail with a conflict and nothing changes.
+//! commit by an outside engine makes the commit fail with a conflict and nothing changes.
 
 use std::collections::{BTreeSet, HashMap};
-use std::str::FromStr;
 
 use iceberg::spec::{
     DataContentType, DataFile, FormatVersion, ManifestContentType, ManifestFile, ManifestList,
-    ManifestListWriter, ManifestWriterBuilder, Operation, PrimitiveLiteral, Snapshot, Summary,
-    MAIN_BRANCH,
+    ManifestListWriter, ManifestWriterBuilder, Operation, PrimitiveLiteral, Snapshot,
+    SnapshotReference, SnapshotRetention, Summary, MAIN_BRANCH,
 };
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
-use iceberg::MetadataLocation;
+use iceberg::{TableRequirement, TableUpdate};
 use object_store::ObjectStoreExt;
 
 use super::commit::WATERMARK_KEY;
@@ -220,8 +220,8 @@ pub async fn remove_expired(
     Ok((table, outcome))
 }
 
-/// Writes the manifest list and metadata file of the `delete` snapshot and swaps the catalog's
-/// pointer to it. Every file written is added to `written` (for cleanup on failure).
+/// Writes the manifest list of the `delete` snapshot and commits it. Every file written is
+/// added to `written` (for cleanup on failure).
 #[allow(clippy::too_many_arguments)]
 async fn commit_removal(
     lake: &Lake,
@@ -303,36 +303,31 @@ async fn commit_removal(
             additional_properties: props,
         })
         .build();
-    let old = table
-        .metadata_location()
-        .ok_or_else(|| LakeError::Table {
-            table: table.identifier().to_string(),
-            reason: "loaded without a metadata location".into(),
-        })?
-        .to_string();
-    let new_metadata = metadata
-        .clone()
-        .into_builder(Some(old.clone()))
-        .set_branch_snapshot(snapshot, MAIN_BRANCH)
-        .map_err(iceberg_err("adding the retention snapshot"))?
-        .build()
-        .map_err(iceberg_err("building table metadata"))?
-        .metadata;
-    let new_location = MetadataLocation::from_str(&old)
-        .map_err(iceberg_err("parsing the metadata location"))?
-        .with_next_version()
-        .with_new_metadata(&new_metadata);
-    written.push(new_location.to_string());
-    new_metadata
-        .write_to(io, &new_location)
+    let requirements = vec![
+        TableRequirement::UuidMatch {
+            uuid: metadata.uuid(),
+        },
+        TableRequirement::RefSnapshotIdMatch {
+            r#ref: MAIN_BRANCH.to_string(),
+            snapshot_id: parent.map(|p| p.snapshot_id()),
+        },
+    ];
+    let updates = vec![
+        TableUpdate::AddSnapshot { snapshot },
+        TableUpdate::SetSnapshotRef {
+            ref_name: MAIN_BRANCH.to_string(),
+            reference: SnapshotReference::new(
+                snapshot_id,
+                SnapshotRetention::branch(None, None, None),
+            ),
+        },
+    ];
+    lake.committer()
+        .commit(table, requirements, updates)
         .await
-        .map_err(iceberg_err("writing table metadata"))?;
-    lake.metadata_swap()
-        .swap(table.identifier(), &old, &new_location.to_string())
-        .await
-        .map_err(|source| LakeError::Swap {
+        .map_err(|source| LakeError::Commit {
             table: table.identifier().to_string(),
-            source,
+            source: Box::new(source),
         })
 }
 

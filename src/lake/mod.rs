@@ -26,13 +26,13 @@ use object_store::ObjectStore;
 use crate::broker::topic_name::TopicName;
 use crate::config::{CatalogKind, Config, LakePartitioning};
 
+pub mod catalog_commit;
 pub mod commit;
 pub mod expire;
 pub mod naming;
 pub mod orphans;
 pub mod rows;
 pub mod schema;
-pub mod swap;
 pub mod typed;
 pub mod upload;
 mod write;
@@ -62,14 +62,14 @@ pub enum LakeError {
         #[source]
         source: Box<object_store::Error>,
     },
-    /// Our own metadata commit could not be applied.
+    /// A commit we built ourselves (retention) could not be applied.
     #[error("committing to {table}: {source}")]
-    Swap {
+    Commit {
         /// Table.
         table: String,
         /// Why.
         #[source]
-        source: swap::SwapError,
+        source: Box<catalog_commit::CommitError>,
     },
     /// Rows could not be assembled.
     #[error(transparent)]
@@ -125,8 +125,8 @@ pub struct Lake {
     store: Arc<dyn ObjectStore>,
     /// Invariant: prefix stripped from a location to get its object-store path.
     location_prefix: String,
-    /// Our own metadata commits (file removal) go through this, never around the catalog.
-    swap: swap::MetadataSwap,
+    /// Our own commits (file removal) go through this, never around the catalog.
+    committer: catalog_commit::CatalogCommit,
 }
 
 impl std::fmt::Debug for Lake {
@@ -246,15 +246,18 @@ impl Lake {
             props.insert(k.clone(), v.clone());
         }
         let name = config.lake.catalog.name.clone();
-        let swap = match config.lake.catalog.kind {
-            CatalogKind::Sql => swap::MetadataSwap::sql(&config.catalog_uri(), &name)
+        let committer = match config.lake.catalog.kind {
+            CatalogKind::Sql => catalog_commit::CatalogCommit::sql(&config.catalog_uri(), &name)
                 .map_err(|e| LakeError::Config(e.to_string()))?,
-            CatalogKind::Rest => swap::MetadataSwap::Unsupported(
-                "removing lake files (retention) is not available with a REST catalog: \
-                 iceberg-rust 0.10.1 has no commit that removes files and does not expose its \
-                 REST client"
-                    .into(),
-            ),
+            CatalogKind::Rest => {
+                let mut rest_props = config.lake.catalog.properties.clone();
+                if !config.lake.warehouse.is_empty() {
+                    rest_props
+                        .entry("warehouse".into())
+                        .or_insert(warehouse.clone());
+                }
+                catalog_commit::CatalogCommit::rest(&config.lake.catalog.uri, rest_props)
+            }
         };
         let catalog: Arc<dyn Catalog> = match config.lake.catalog.kind {
             CatalogKind::Sql => {
@@ -311,13 +314,13 @@ impl Lake {
             warehouse,
             store,
             location_prefix,
-            swap,
+            committer,
         })
     }
 
-    /// The catalog's metadata swap (for commits built by [`expire`]).
-    pub fn metadata_swap(&self) -> &swap::MetadataSwap {
-        &self.swap
+    /// Commits of changes we build ourselves (by [`expire`]).
+    pub fn committer(&self) -> &catalog_commit::CatalogCommit {
+        &self.committer
     }
 
     /// The catalog.

@@ -1,7 +1,7 @@
 """Retention (Pulsar's namespace `retention` policy) applied to the log and the lake, with real
 parts: the official Python client produces and consumes, the service offloads to a local-disk
-warehouse with the SQLite catalog and to a real S3 server with a real PostgreSQL catalog, and
-PyIceberg reads the table back. Consumed ledgers beyond the limit leave the log; the table drops
+warehouse with the SQLite catalog, to a real S3 server with a real PostgreSQL catalog, and to
+that S3 server's Iceberg REST catalog; PyIceberg reads the table back. Consumed ledgers beyond the limit leave the log; the table drops
 their files in a `delete` snapshot, older snapshots are expired and the files are deleted.
 Unconsumed messages are never removed; consumers and SQL see the topic start later."""
 import time
@@ -109,11 +109,30 @@ def s3_postgres_lake(make_service, s3_server, postgres):
     return svc, catalog, stored
 
 
-@pytest.mark.parametrize("where", ["local-sqlite", "s3-postgres"])
+def s3_rest_lake(make_service, s3_server):
+    svc = make_service(dict(FAST, **s3_server.rest_service_env()))
+    svc.start()
+    fs = s3_server.filesystem()
+
+    def catalog(st):
+        return s3_server.rest_catalog()
+
+    def stored(location):
+        from pyarrow.fs import FileSelector
+        base = location.removeprefix("s3://")
+        infos = fs.get_file_info(FileSelector(base, recursive=True, allow_not_found=True))
+        return {"s3://" + i.path for i in infos if i.is_file}
+
+    return svc, catalog, stored
+
+
+@pytest.mark.parametrize("where", ["local-sqlite", "s3-postgres", "s3-rest"])
 def test_retention_removes_consumed_ledgers_from_log_and_lake(make_service, tmp_path, where,
                                                                request):
     if where == "local-sqlite":
         svc, catalog_of, stored = local_lake(make_service, tmp_path)
+    elif where == "s3-rest":
+        svc, catalog_of, stored = s3_rest_lake(make_service, request.getfixturevalue("s3_server"))
     else:
         svc, catalog_of, stored = s3_postgres_lake(
             make_service, request.getfixturevalue("s3_server"),
