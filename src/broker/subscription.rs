@@ -31,6 +31,8 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use super::backlog::{backlog, LakeWait, SubscriptionStats};
+
+mod acks;
 use super::cursor::CursorState;
 use super::BrokerTopic;
 use crate::ledger::{Entry, Position};
@@ -345,26 +347,6 @@ impl State {
             .is_some_and(|at| at > tokio::time::Instant::now())
     }
 
-    /// The oldest entry not acknowledged (the next to read when all are).
-    fn first_unacked(&self) -> Position {
-        let mut first = self.read_position;
-        if let Some(p) = self.pending.keys().next() {
-            first = first.min(*p);
-        }
-        if let Some(p) = self.redeliver.iter().next() {
-            first = first.min(*p);
-        }
-        first
-    }
-
-    /// Drops acknowledged positions that are no longer after the oldest unacknowledged entry.
-    fn prune_acked(&mut self) {
-        let first = self.first_unacked();
-        self.acked = self.acked.split_off(&first);
-        self.acked.remove(&first);
-        self.dirty = true;
-    }
-
     /// Saves the cursor if it changed (durable subscriptions only).
     async fn persist(&mut self) {
         if !self.durable || !self.dirty {
@@ -473,58 +455,7 @@ impl State {
                 key: _,
                 positions,
                 cumulative,
-            } => {
-                for (p, ack_set) in positions {
-                    tracing::debug!(topic = %self.topic.name, position = %p, cumulative,
-                        redeliver = self.redeliver.len(), "ack");
-                    // Entry -1 of ledger L (a client's "message before a batch's first one")
-                    // means "before (L, 0)", not "after all of L" as u64::MAX would order it.
-                    let p = if p.entry == u64::MAX {
-                        let before = self.topic.log.position_before(Position::new(p.ledger, 0));
-                        match before {
-                            Some(b) if cumulative => b,
-                            _ => continue,
-                        }
-                    } else {
-                        p
-                    };
-                    if !cumulative {
-                        if let Some(remaining) = ack_set.filter(|w| w.iter().any(|x| *x != 0)) {
-                            // Part of a batch acknowledged: keep the entry pending with the
-                            // indices still unacknowledged (intersected with earlier acks).
-                            let merged = match self.partial.remove(&p) {
-                                Some(prev) => prev
-                                    .iter()
-                                    .zip(remaining.iter().chain(std::iter::repeat(&0)))
-                                    .map(|(a, b)| a & b)
-                                    .collect::<Vec<i64>>(),
-                                None => remaining,
-                            };
-                            if merged.iter().any(|x| *x != 0) {
-                                self.partial.insert(p, merged);
-                                self.dirty = true;
-                                continue;
-                            }
-                        }
-                    }
-                    self.partial.remove(&p);
-                    if cumulative {
-                        let acked: Vec<Position> =
-                            self.pending.range(..=p).map(|(pos, _)| *pos).collect();
-                        for a in acked {
-                            self.take_pending(a);
-                            self.redelivery_count.remove(&a);
-                        }
-                        self.redeliver.retain(|r| *r > p);
-                    } else {
-                        self.take_pending(p);
-                        self.redeliver.remove(&p);
-                        self.redelivery_count.remove(&p);
-                        self.acked.insert(p);
-                    }
-                }
-                self.prune_acked();
-            }
+            } => self.apply_acks(positions, cumulative),
             SubscriptionCommand::Redeliver(key) => self.requeue(|owner| owner == key),
             SubscriptionCommand::RemoveConsumer(key) => {
                 self.consumers.retain(|c| c.key != key);
@@ -577,20 +508,6 @@ impl State {
         }
         self.persist().await;
         Ok(())
-    }
-
-    /// Forgets a pending entry (acknowledged or requeued), releasing its key hash.
-    fn take_pending(&mut self, pos: Position) -> Option<ConsumerKey> {
-        let owner = self.pending.remove(&pos)?;
-        if let Some(h) = self.pending_hash.remove(&pos) {
-            if let Some((_, n)) = self.in_flight.get_mut(&h) {
-                *n -= 1;
-                if *n == 0 {
-                    self.in_flight.remove(&h);
-                }
-            }
-        }
-        Some(owner)
     }
 
     /// Key_Shared: the consumer that may receive an entry of key hash `h` now: the owner of

@@ -169,12 +169,21 @@ impl PartSizedWrite {
 
 #[async_trait]
 impl FileWrite for PartSizedWrite {
-    async fn write(&mut self, bs: Bytes) -> iceberg::Result<()> {
-        self.pending.extend_from_slice(&bs);
-        while self.pending.len() >= MIN_PART_BYTES {
-            let part = self.pending.split_to(MIN_PART_BYTES).freeze();
+    async fn write(&mut self, mut bs: Bytes) -> iceberg::Result<()> {
+        // Top up the pending part first; whole parts of `bs` then go on without a copy.
+        if !self.pending.is_empty() {
+            let take = (MIN_PART_BYTES - self.pending.len()).min(bs.len());
+            self.pending.extend_from_slice(&bs.split_to(take));
+            if self.pending.len() == MIN_PART_BYTES {
+                let part = self.pending.split().freeze();
+                self.send(part).await?;
+            }
+        }
+        while bs.len() >= MIN_PART_BYTES {
+            let part = bs.split_to(MIN_PART_BYTES);
             self.send(part).await?;
         }
+        self.pending.extend_from_slice(&bs);
         Ok(())
     }
 

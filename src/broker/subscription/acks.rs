@@ -1,0 +1,105 @@
+//! Acknowledgement bookkeeping of a subscription: individual, cumulative and batch-index
+//! acks against `pending`, `redeliver`, `acked` and `partial`, and the oldest unacknowledged
+//! entry they leave (the mark-delete position is the entry before it).
+
+use super::{ConsumerKey, State};
+use crate::ledger::Position;
+
+impl State {
+    /// Applies acknowledgements of `positions` (with their `ack_set` when a batch was
+    /// acknowledged in part).
+    pub(super) fn apply_acks(
+        &mut self,
+        positions: Vec<(Position, Option<Vec<i64>>)>,
+        cumulative: bool,
+    ) {
+        for (p, ack_set) in positions {
+            tracing::debug!(topic = %self.topic.name, position = %p, cumulative,
+                redeliver = self.redeliver.len(), "ack");
+            let Some(p) = self.acked_position(p, cumulative) else {
+                continue;
+            };
+            if !cumulative {
+                if let Some(remaining) = ack_set.filter(|w| w.iter().any(|x| *x != 0)) {
+                    // Part of a batch acknowledged: keep the entry pending with the
+                    // indices still unacknowledged (intersected with earlier acks).
+                    let merged = match self.partial.remove(&p) {
+                        Some(prev) => prev
+                            .iter()
+                            .zip(remaining.iter().chain(std::iter::repeat(&0)))
+                            .map(|(a, b)| a & b)
+                            .collect::<Vec<i64>>(),
+                        None => remaining,
+                    };
+                    if merged.iter().any(|x| *x != 0) {
+                        self.partial.insert(p, merged);
+                        self.dirty = true;
+                        continue;
+                    }
+                }
+            }
+            self.partial.remove(&p);
+            if cumulative {
+                let acked: Vec<Position> = self.pending.range(..=p).map(|(pos, _)| *pos).collect();
+                for a in acked {
+                    self.take_pending(a);
+                    self.redelivery_count.remove(&a);
+                }
+                self.redeliver.retain(|r| *r > p);
+            } else {
+                self.take_pending(p);
+                self.redeliver.remove(&p);
+                self.redelivery_count.remove(&p);
+                self.acked.insert(p);
+            }
+        }
+        self.prune_acked();
+    }
+
+    /// The entry an ack names. A client acknowledges "everything before a batch that starts
+    /// ledger L" as entry -1 of L, which arrives as `u64::MAX`: it means the position before
+    /// (L, 0), not the end of L. `None` when nothing is acknowledged.
+    fn acked_position(&self, p: Position, cumulative: bool) -> Option<Position> {
+        if p.entry != u64::MAX {
+            return Some(p);
+        }
+        if !cumulative {
+            return None;
+        }
+        self.topic.log.position_before(Position::new(p.ledger, 0))
+    }
+
+    /// The oldest entry not acknowledged (the next to read when all are).
+    pub(super) fn first_unacked(&self) -> Position {
+        let mut first = self.read_position;
+        if let Some(p) = self.pending.keys().next() {
+            first = first.min(*p);
+        }
+        if let Some(p) = self.redeliver.iter().next() {
+            first = first.min(*p);
+        }
+        first
+    }
+
+    /// Drops acknowledged positions that are no longer after the oldest unacknowledged entry.
+    pub(super) fn prune_acked(&mut self) {
+        let first = self.first_unacked();
+        self.acked = self.acked.split_off(&first);
+        self.acked.remove(&first);
+        self.dirty = true;
+    }
+
+    /// Forgets a pending entry (acknowledged or requeued), releasing its key hash.
+    pub(super) fn take_pending(&mut self, pos: Position) -> Option<ConsumerKey> {
+        let owner = self.pending.remove(&pos)?;
+        if let Some(h) = self.pending_hash.remove(&pos) {
+            if let Some((_, n)) = self.in_flight.get_mut(&h) {
+                *n -= 1;
+                if *n == 0 {
+                    self.in_flight.remove(&h);
+                }
+            }
+        }
+        Some(owner)
+    }
+}
