@@ -265,9 +265,9 @@ fn perf_offload(args: OffloadArgs, global: &GlobalLogFlags) -> anyhow::Result<()
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         if !args.json {
             println!(
-                "{:>5} B: {} msgs, pipeline {:.1} MB/s ({:.0} rows/s, lake/raw {:.3}); parquet-rs to memory {:.1} MB/s (ratio {:.3}); pipeline/parquet-rs {:.2}; decode alone {:.1} MB/s",
+                "{:>5} B: {} msgs, pipeline {:.1} MB/s ({:.0} rows/s, {:.2} CPU s, lake/raw {:.3}); parquet-rs to memory {:.1} MB/s (ratio {:.3}); pipeline/parquet-rs {:.2}; decode alone {:.1} MB/s",
                 report.message_size, report.messages, report.pipeline_mb_per_s,
-                report.pipeline_rows_per_s, report.lake_ratio, report.parquet_rs_mb_per_s,
+                report.pipeline_rows_per_s, report.pipeline_cpu_seconds, report.lake_ratio, report.parquet_rs_mb_per_s,
                 report.parquet_rs_ratio, report.pipeline_vs_parquet_rs, report.decode_mb_per_s
             );
         }

@@ -25,7 +25,9 @@ pub struct LakeConfig {
     /// commit until about this much Parquet is expected.
     #[schemars(with = "String")]
     pub target_file_size: ByteSize,
-    /// Rows per Arrow batch handed to the Parquet writer (also the row-group granularity).
+    /// Rows per Arrow batch handed to the Parquet writer. Row groups end at a batch boundary
+    /// once about 16 MiB are encoded. Smaller batches reuse warm memory (8192 rows of 100 B
+    /// messages are about 1 MiB of payload); see benches/RESULTS.md.
     pub batch_rows: usize,
     /// How often the offload engine looks for work (it is also woken when a ledger seals).
     #[serde(with = "humantime_serde")]
@@ -57,7 +59,7 @@ impl Default for LakeConfig {
             catalog: CatalogConfig::default(),
             s3: S3Config::default(),
             target_file_size: ByteSize::mib(128),
-            batch_rows: 65_536,
+            batch_rows: 8_192,
             check_interval: Duration::from_secs(1),
             orphan_file_age: Duration::from_secs(3600),
             orphan_check_interval: Duration::from_secs(600),

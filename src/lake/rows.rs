@@ -17,12 +17,11 @@ use arrow::array::{
 };
 use arrow::buffer::{NullBuffer, OffsetBuffer};
 use arrow::datatypes::{DataType, SchemaRef};
-use bytes::Bytes;
 
 use super::typed::TypedColumns;
 use crate::broker::schema::version_from_bytes;
 use crate::ledger::Entry;
-use crate::protocol::entry::{unroll_entry, UnrolledEntry};
+use crate::protocol::entry::{open_entry, BatchMessage, OpenedEntry};
 
 /// Why a batch could not be assembled (a schema mismatch: a bug, not bad input).
 #[derive(Debug, thiserror::Error)]
@@ -127,95 +126,130 @@ impl RowBuilder {
 
     /// Appends the messages of one entry.
     pub fn push_entry(&mut self, entry: &Entry) {
-        match unroll_entry(&entry.payload) {
-            Ok(u) => self.push_unrolled(entry, &u),
-            Err(e) => self.push_undecodable(entry, &e.to_string()),
+        let opened = match open_entry(&entry.payload) {
+            Ok(opened) => opened,
+            Err(e) => return self.push_undecodable(entry, &e.to_string()),
+        };
+        match opened.batch() {
+            // All or nothing: a batch with a broken record becomes one undecodable row.
+            Some(batch) => match batch.collect::<Result<Vec<_>, _>>() {
+                Ok(messages) => self.push_batch(entry, &opened, &messages),
+                Err(e) => self.push_undecodable(entry, &e.to_string()),
+            },
+            None => self.push_single(entry, &opened),
         }
     }
 
-    fn push_unrolled(&mut self, entry: &Entry, u: &UnrolledEntry) {
-        let m = &u.metadata;
-        let publish = ms_to_us(m.publish_time);
+    fn push_batch(&mut self, entry: &Entry, opened: &OpenedEntry, messages: &[BatchMessage<'_>]) {
+        let m = &opened.metadata;
+        let batch_size = opened.batch_size.unwrap_or(0) as i32;
         let schema_version = m.schema_version.as_deref().and_then(version_from_bytes);
-        for (i, msg) in u.messages.iter().enumerate() {
-            self.ids(entry, u, msg.batch_index, publish);
-            let single = msg.single.as_ref();
-            let event_ms = single.and_then(|s| s.event_time).or(m.event_time);
-            match event_ms.filter(|t| *t > 0) {
-                Some(t) => self.event_time.append_value(ms_to_us(t)),
-                None => self.event_time.append_null(),
-            }
-            let key = match single {
-                Some(s) => s.partition_key.as_deref(),
-                None => m.partition_key.as_deref(),
-            };
-            self.key.append_option(key);
-            let ordering = match single {
-                Some(s) => s.ordering_key.as_deref(),
-                None => m.ordering_key.as_deref(),
-            };
-            self.ordering_key.append_option(ordering);
-            let props = single.map_or(&m.properties, |s| &s.properties);
-            for kv in props {
-                self.prop_keys.append_value(&kv.key);
-                self.prop_values.append_value(&kv.value);
+        for msg in messages {
+            let s = &msg.single;
+            let null_value = s.null_value.unwrap_or(false);
+            self.push_row(
+                entry,
+                opened,
+                MessageRow {
+                    batch_index: msg.batch_index as i32,
+                    batch_size,
+                    event_ms: s.event_time,
+                    key: s.partition_key,
+                    ordering_key: s.ordering_key,
+                    sequence_id: s
+                        .sequence_id
+                        .unwrap_or_else(|| m.sequence_id.wrapping_add(u64::from(msg.batch_index))),
+                    payload: (!null_value).then_some(msg.payload),
+                    single_raw: Some(msg.single_raw),
+                    schema_version,
+                    first_in_entry: msg.batch_index == 0,
+                },
+            );
+            for (k, v) in s.properties() {
+                self.prop_keys.append_value(k);
+                self.prop_values.append_value(v);
             }
             self.prop_offsets.push(self.prop_keys.len() as i32);
-            self.producer_name.append_value(&m.producer_name);
-            let seq = single
-                .and_then(|s| s.sequence_id)
-                .unwrap_or_else(|| m.sequence_id.wrapping_add(msg.batch_index as u64));
-            self.sequence_id.append_value(seq as i64);
-            self.schema_version
-                .append_option(schema_version.map(|v| v as i64));
-            let null_value = single
-                .map_or(m.null_value, |s| s.null_value)
-                .unwrap_or(false);
-            if null_value {
-                self.payload.append_null();
-            } else {
-                self.payload.append_value(&msg.payload);
-                self.payload_bytes += msg.payload.len();
-            }
-            if let Some(t) = &mut self.typed {
-                if u.opaque || null_value {
-                    t.push_null();
-                } else {
-                    t.push(&msg.payload, schema_version);
-                }
-            }
-            self.decode_error.push(None);
-            if i == 0 {
-                self.entry_metadata.append_value(&u.metadata_raw);
-            } else {
-                self.entry_metadata.append_null();
-            }
-            self.message_metadata
-                .append_option(msg.single_raw.as_ref().map(Bytes::as_ref));
-            self.rows += 1;
         }
     }
 
-    fn ids(&mut self, entry: &Entry, u: &UnrolledEntry, batch_index: u32, publish_us: i64) {
+    fn push_single(&mut self, entry: &Entry, opened: &OpenedEntry) {
+        let m = &opened.metadata;
+        let null_value = m.null_value.unwrap_or(false);
+        let (batch_index, batch_size) = match opened.batch_size {
+            // An opaque batch (encrypted or chunked) is one row for all its messages.
+            Some(n) => (-1, n as i32),
+            None => (-1, 0),
+        };
+        self.push_row(
+            entry,
+            opened,
+            MessageRow {
+                batch_index,
+                batch_size,
+                event_ms: m.event_time,
+                key: m.partition_key.as_deref(),
+                ordering_key: m.ordering_key.as_deref(),
+                sequence_id: m.sequence_id,
+                payload: (!null_value).then_some(&opened.payload[..]),
+                single_raw: None,
+                schema_version: m.schema_version.as_deref().and_then(version_from_bytes),
+                first_in_entry: true,
+            },
+        );
+        for kv in &m.properties {
+            self.prop_keys.append_value(&kv.key);
+            self.prop_values.append_value(&kv.value);
+        }
+        self.prop_offsets.push(self.prop_keys.len() as i32);
+    }
+
+    /// Appends every column of one message's row but `properties` (the caller's).
+    fn push_row(&mut self, entry: &Entry, opened: &OpenedEntry, row: MessageRow<'_>) {
+        let publish = ms_to_us(opened.metadata.publish_time);
         self.ledger_id.append_value(entry.position.ledger as i64);
         self.entry_id.append_value(entry.position.entry as i64);
-        match (u.batch_size, u.opaque) {
-            (Some(n), false) => {
-                self.batch_index.append_value(batch_index as i32);
-                self.batch_size.append_value(n as i32);
+        self.batch_index.append_value(row.batch_index);
+        self.batch_size.append_value(row.batch_size);
+        self.partition_col.append_value(self.partition);
+        self.publish_time.append_value(publish);
+        self.publish_us.push(publish);
+        match row
+            .event_ms
+            .or(opened.metadata.event_time)
+            .filter(|t| *t > 0)
+        {
+            Some(t) => self.event_time.append_value(ms_to_us(t)),
+            None => self.event_time.append_null(),
+        }
+        self.key.append_option(row.key);
+        self.ordering_key.append_option(row.ordering_key);
+        self.producer_name
+            .append_value(&opened.metadata.producer_name);
+        self.sequence_id.append_value(row.sequence_id as i64);
+        self.schema_version
+            .append_option(row.schema_version.map(|v| v as i64));
+        match row.payload {
+            Some(p) => {
+                self.payload.append_value(p);
+                self.payload_bytes += p.len();
             }
-            (Some(n), true) => {
-                self.batch_index.append_value(-1);
-                self.batch_size.append_value(n as i32);
-            }
-            (None, _) => {
-                self.batch_index.append_value(-1);
-                self.batch_size.append_value(0);
+            None => self.payload.append_null(),
+        }
+        if let Some(t) = &mut self.typed {
+            match row.payload {
+                Some(p) if !opened.opaque => t.push(p, row.schema_version),
+                _ => t.push_null(),
             }
         }
-        self.partition_col.append_value(self.partition);
-        self.publish_time.append_value(publish_us);
-        self.publish_us.push(publish_us);
+        self.decode_error.push(None);
+        if row.first_in_entry {
+            self.entry_metadata.append_value(&opened.metadata_raw);
+        } else {
+            self.entry_metadata.append_null();
+        }
+        self.message_metadata.append_option(row.single_raw);
+        self.rows += 1;
     }
 
     fn push_undecodable(&mut self, entry: &Entry, why: &str) {
@@ -254,6 +288,12 @@ impl RowBuilder {
             payload: self.payload.values_slice().len(),
             entry_metadata: self.entry_metadata.values_slice().len(),
             message_metadata: self.message_metadata.values_slice().len(),
+            key: self.key.values_slice().len(),
+            ordering_key: self.ordering_key.values_slice().len(),
+            producer_name: self.producer_name.values_slice().len(),
+            properties: self.prop_keys.len(),
+            prop_keys: self.prop_keys.values_slice().len(),
+            prop_values: self.prop_values.values_slice().len(),
         };
         let mut typed_columns = Vec::new();
         let mut decode_errors = std::mem::take(&mut self.decode_error);
@@ -324,25 +364,62 @@ impl RowBuilder {
         Ok((batch, publish, bad_payloads))
     }
 
-    /// Sizes the large builders for a batch like the last one: growing a 32 MiB buffer by
-    /// doubling from nothing, for every batch, costs a copy of it and fresh pages each time.
+    /// Sizes every builder for a batch like the last one: growing each buffer by doubling
+    /// from nothing, for every batch, costs copies and fresh pages each time.
     fn reserve_like(&mut self, shape: &BatchShape) {
         let rows = shape.rows;
         self.payload = LargeBinaryBuilder::with_capacity(rows, shape.payload);
         self.entry_metadata = LargeBinaryBuilder::with_capacity(rows, shape.entry_metadata);
         self.message_metadata = LargeBinaryBuilder::with_capacity(rows, shape.message_metadata);
+        self.key = StringBuilder::with_capacity(rows, shape.key);
+        self.ordering_key = LargeBinaryBuilder::with_capacity(rows, shape.ordering_key);
+        self.producer_name = StringBuilder::with_capacity(rows, shape.producer_name);
+        self.prop_keys = StringBuilder::with_capacity(shape.properties, shape.prop_keys);
+        self.prop_values = StringBuilder::with_capacity(shape.properties, shape.prop_values);
+        self.prop_offsets.reserve(rows);
         self.ledger_id = Int64Builder::with_capacity(rows);
         self.entry_id = Int64Builder::with_capacity(rows);
         self.sequence_id = Int64Builder::with_capacity(rows);
+        self.schema_version = Int64Builder::with_capacity(rows);
+        self.batch_index = Int32Builder::with_capacity(rows);
+        self.batch_size = Int32Builder::with_capacity(rows);
+        self.partition_col = Int32Builder::with_capacity(rows);
+        self.publish_time =
+            TimestampMicrosecondBuilder::with_capacity(rows).with_timezone("+00:00");
+        self.event_time = TimestampMicrosecondBuilder::with_capacity(rows).with_timezone("+00:00");
         self.publish_us.reserve(rows);
         self.decode_error.reserve(rows);
     }
 }
 
-/// Sizes of one finished batch (rows, bytes of the large columns).
+/// One message's values, from its batch record or from the entry's metadata.
+struct MessageRow<'a> {
+    /// -1 for an unbatched or opaque entry.
+    batch_index: i32,
+    batch_size: i32,
+    /// Falls back to the entry's event time.
+    event_ms: Option<u64>,
+    key: Option<&'a str>,
+    ordering_key: Option<&'a [u8]>,
+    sequence_id: u64,
+    /// `None` for a null value.
+    payload: Option<&'a [u8]>,
+    single_raw: Option<&'a [u8]>,
+    schema_version: Option<u64>,
+    /// The entry's raw metadata goes on its first row only.
+    first_in_entry: bool,
+}
+
+/// Sizes of one finished batch (rows, properties, bytes of the variable-width columns).
 struct BatchShape {
     rows: usize,
     payload: usize,
     entry_metadata: usize,
     message_metadata: usize,
+    key: usize,
+    ordering_key: usize,
+    producer_name: usize,
+    properties: usize,
+    prop_keys: usize,
+    prop_values: usize,
 }

@@ -63,6 +63,9 @@ pub struct OffloadBenchReport {
     pub pipeline_mb_per_s: f64,
     /// Pipeline: rows/s.
     pub pipeline_rows_per_s: f64,
+    /// Pipeline: CPU seconds this process used (user + system, all threads; 10 ms ticks).
+    /// Steadier than wall time on a shared machine; a local S3 server's CPU is not in it.
+    pub pipeline_cpu_seconds: f64,
     /// Parquet bytes committed.
     pub lake_bytes: u64,
     /// Parquet bytes / raw payload bytes.
@@ -204,6 +207,26 @@ pub fn batch_entry(
     build_batch_entry(meta, singles)
 }
 
+/// User + system CPU seconds of this process so far, from `/proc/self/stat` (Linux; 0 where
+/// it cannot be read). Ticks are `USER_HZ`, which Linux fixes at 100 for user space.
+fn process_cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the command name (which may hold spaces) start at field 3 (`state`);
+    // utime and stime are fields 14 and 15.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
+    let ticks: u64 = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|f| f.parse::<u64>().ok())
+        .sum();
+    ticks as f64 / 100.0
+}
+
 fn mb_per_s(bytes: u64, secs: f64) -> f64 {
     bytes as f64 / 1e6 / secs.max(1e-9)
 }
@@ -276,6 +299,7 @@ pub async fn run(
             .map_err(LakeError::iceberg("schema"))?,
     );
     let started = Instant::now();
+    let cpu_before = process_cpu_seconds();
     let (_, outcome) = commit::write_and_commit(
         &lake,
         table,
@@ -285,6 +309,7 @@ pub async fn run(
     )
     .await?;
     let pipeline = started.elapsed().as_secs_f64();
+    let pipeline_cpu = process_cpu_seconds() - cpu_before;
 
     // 3. The same rows as Arrow batches, then plain parquet-rs to memory.
     let decode_started = Instant::now();
@@ -318,6 +343,7 @@ pub async fn run(
         pipeline_seconds: pipeline,
         pipeline_mb_per_s: pipeline_mb,
         pipeline_rows_per_s: outcome.rows as f64 / pipeline,
+        pipeline_cpu_seconds: pipeline_cpu,
         lake_bytes: outcome.file_bytes,
         lake_ratio: outcome.file_bytes as f64 / raw as f64,
         parquet_rs_seconds: parquet_secs,

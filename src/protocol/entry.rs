@@ -15,6 +15,7 @@ use prost::Message;
 
 use super::frame::{build_entry, entry_metadata_range, FrameError};
 use super::proto::{CompressionType, MessageMetadata, SingleMessageMetadata};
+use super::single_view::{SingleMessageView, ViewError};
 
 /// Most bytes a payload may decompress to (guards against decompression bombs).
 pub const MAX_UNCOMPRESSED_SIZE: usize = 64 * 1024 * 1024;
@@ -35,6 +36,9 @@ pub enum EntryError {
         #[source]
         source: prost::DecodeError,
     },
+    /// A batched message's metadata does not read.
+    #[error(transparent)]
+    SingleMetadata(#[from] ViewError),
     /// The payload does not decompress.
     #[error("payload does not decompress with {codec}: {reason}")]
     Decompress {
@@ -74,13 +78,26 @@ pub struct UnrolledEntry {
     pub messages: Vec<UnrolledMessage>,
 }
 
-fn be_u32(b: &[u8]) -> u32 {
-    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+/// A stored entry opened: its metadata read and its payload decompressed, messages not yet
+/// split out (see [`OpenedEntry::batch`]).
+#[derive(Debug, Clone)]
+pub struct OpenedEntry {
+    /// The entry's metadata.
+    pub metadata: MessageMetadata,
+    /// Its raw bytes, exactly as stored.
+    pub metadata_raw: Bytes,
+    /// `num_messages_in_batch` when batched, `None` otherwise.
+    pub batch_size: Option<u32>,
+    /// The payload is kept as stored, neither decompressed nor unrolled: it is encrypted, or
+    /// one chunk of a chunked message (compressed as a whole before chunking).
+    pub opaque: bool,
+    /// The payload: decompressed, unless `opaque`.
+    pub payload: Bytes,
 }
 
-/// Unrolls a stored entry (the checksum is not re-verified: it was checked on SEND and the log
+/// Opens a stored entry (the checksum is not re-verified: it was checked on SEND and the log
 /// checks its own record checksum on read).
-pub fn unroll_entry(entry: &Bytes) -> Result<UnrolledEntry, EntryError> {
+pub fn open_entry(entry: &Bytes) -> Result<OpenedEntry, EntryError> {
     let range = entry_metadata_range(entry).map_err(|e| match e {
         FrameError::Malformed(why) => EntryError::Malformed(why),
         _ => EntryError::Malformed("entry framing"),
@@ -96,35 +113,146 @@ pub fn unroll_entry(entry: &Bytes) -> Result<UnrolledEntry, EntryError> {
     let raw = entry.slice(payload_start..);
     let opaque =
         !metadata.encryption_keys.is_empty() || metadata.num_chunks_from_msg.unwrap_or(0) > 1;
-    if opaque {
-        return Ok(UnrolledEntry {
-            metadata,
-            metadata_raw,
-            batch_size,
-            opaque,
-            messages: vec![UnrolledMessage {
-                batch_index: 0,
-                single: None,
-                single_raw: None,
-                payload: raw,
-            }],
-        });
-    }
-    let payload = decompress(&metadata, raw)?;
-    let messages = match batch_size {
-        None => vec![UnrolledMessage {
-            batch_index: 0,
-            single: None,
-            single_raw: None,
-            payload,
-        }],
-        Some(n) => unroll_batch(&payload, n)?,
+    let payload = if opaque {
+        raw
+    } else {
+        decompress(&metadata, raw)?
     };
-    Ok(UnrolledEntry {
+    Ok(OpenedEntry {
         metadata,
         metadata_raw,
         batch_size,
         opaque,
+        payload,
+    })
+}
+
+impl OpenedEntry {
+    /// The messages of a batch, read in place one at a time; `None` when the entry is one
+    /// message (unbatched, or opaque).
+    pub fn batch(&self) -> Option<BatchMessages<'_>> {
+        match (self.batch_size, self.opaque) {
+            (Some(count), false) => Some(BatchMessages {
+                payload: &self.payload,
+                at: 0,
+                next: 0,
+                count,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// One message of a batch, borrowed from the decompressed payload.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchMessage<'a> {
+    /// Index inside the batch.
+    pub batch_index: u32,
+    /// Its metadata.
+    pub single: SingleMessageView<'a>,
+    /// The metadata's bytes, exactly as stored.
+    pub single_raw: &'a [u8],
+    /// The message's payload.
+    pub payload: &'a [u8],
+}
+
+/// The messages of a batch payload, `[u32 size][SingleMessageMetadata][payload]` each, checked
+/// against the payload's length as they are read.
+#[derive(Debug, Clone)]
+pub struct BatchMessages<'a> {
+    payload: &'a [u8],
+    /// Invariant: every byte before `at` belongs to the `next` messages already returned.
+    at: usize,
+    next: u32,
+    count: u32,
+}
+
+impl<'a> BatchMessages<'a> {
+    fn read(&mut self) -> Result<BatchMessage<'a>, EntryError> {
+        let rest = &self.payload[self.at..];
+        let Some((size, rest)) = rest.split_first_chunk::<4>() else {
+            return Err(EntryError::Malformed("batch ends before its declared size"));
+        };
+        let size = u32::from_be_bytes(*size) as usize;
+        let Some((single_raw, rest)) = rest.split_at_checked(size) else {
+            return Err(EntryError::Malformed(
+                "single message metadata overruns the batch",
+            ));
+        };
+        let single = SingleMessageView::parse(single_raw)?;
+        let len = usize::try_from(single.payload_size)
+            .map_err(|_| EntryError::Malformed("negative payload size in batch"))?;
+        let Some((payload, _)) = rest.split_at_checked(len) else {
+            return Err(EntryError::Malformed("message payload overruns the batch"));
+        };
+        self.at += 4 + size + len;
+        let batch_index = self.next;
+        self.next += 1;
+        Ok(BatchMessage {
+            batch_index,
+            single,
+            single_raw,
+            payload,
+        })
+    }
+}
+
+impl<'a> Iterator for BatchMessages<'a> {
+    type Item = Result<BatchMessage<'a>, EntryError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.next >= self.count {
+            return None;
+        }
+        let read = self.read();
+        if read.is_err() {
+            // Nothing after a broken record can be trusted.
+            self.next = self.count;
+        }
+        Some(read)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = (self.count - self.next) as usize;
+        (0, Some(left))
+    }
+}
+
+/// Unrolls a stored entry into owned messages (prost-decoded metadata, `Bytes` payloads).
+pub fn unroll_entry(entry: &Bytes) -> Result<UnrolledEntry, EntryError> {
+    let opened = open_entry(entry)?;
+    let messages = match opened.batch() {
+        Some(batch) => batch
+            .map(|m| {
+                let m = m?;
+                let single_raw = opened.payload.slice_ref(m.single_raw);
+                let single =
+                    SingleMessageMetadata::decode(single_raw.clone()).map_err(|source| {
+                        EntryError::Protobuf {
+                            what: "single message metadata",
+                            source,
+                        }
+                    })?;
+                Ok(UnrolledMessage {
+                    batch_index: m.batch_index,
+                    single: Some(single),
+                    single_raw: Some(single_raw),
+                    payload: opened.payload.slice_ref(m.payload),
+                })
+            })
+            .collect::<Result<Vec<_>, EntryError>>()?,
+        None => vec![UnrolledMessage {
+            batch_index: 0,
+            single: None,
+            single_raw: None,
+            payload: opened.payload.clone(),
+        }],
+    };
+    Ok(UnrolledEntry {
+        metadata: opened.metadata,
+        metadata_raw: opened.metadata_raw,
+        batch_size: opened.batch_size,
+        opaque: opened.opaque,
         messages,
     })
 }
@@ -148,44 +276,6 @@ pub fn build_batch_entry(
     }
     metadata.num_messages_in_batch = Some(count);
     build_entry(&metadata, &payload)
-}
-
-fn unroll_batch(payload: &Bytes, n: u32) -> Result<Vec<UnrolledMessage>, EntryError> {
-    let mut out = Vec::with_capacity(n.min(100_000) as usize);
-    let mut at = 0usize;
-    for batch_index in 0..n {
-        if payload.len() < at + 4 {
-            return Err(EntryError::Malformed("batch ends before its declared size"));
-        }
-        let size = be_u32(&payload[at..at + 4]) as usize;
-        at += 4;
-        if payload.len() < at + size {
-            return Err(EntryError::Malformed(
-                "single message metadata overruns the batch",
-            ));
-        }
-        let single_raw = payload.slice(at..at + size);
-        at += size;
-        let single = SingleMessageMetadata::decode(single_raw.clone()).map_err(|source| {
-            EntryError::Protobuf {
-                what: "single message metadata",
-                source,
-            }
-        })?;
-        let len = usize::try_from(single.payload_size)
-            .map_err(|_| EntryError::Malformed("negative payload size in batch"))?;
-        if payload.len() < at + len {
-            return Err(EntryError::Malformed("message payload overruns the batch"));
-        }
-        out.push(UnrolledMessage {
-            batch_index,
-            single: Some(single),
-            single_raw: Some(single_raw),
-            payload: payload.slice(at..at + len),
-        });
-        at += len;
-    }
-    Ok(out)
 }
 
 fn decompress(metadata: &MessageMetadata, payload: Bytes) -> Result<Bytes, EntryError> {

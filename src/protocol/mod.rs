@@ -20,3 +20,4 @@ pub mod command;
 pub mod entry;
 pub mod frame;
 pub mod rebuild;
+pub mod single_view;
