@@ -4,6 +4,8 @@
 //!   wire protocol, compatible with Apache Pulsar).
 //! - [`frame`]: framing: a cheap check for a complete frame, then parsing into the command and a
 //!   checksum-verified payload; encoders for outgoing frames.
+//! - [`entry`] / [`rebuild`]: stored entries opened and unrolled into messages (batches read in
+//!   place through [`single_view`]), and rebuilt from them.
 //!
 //! Invariant: nothing outside this module reads or writes raw frames; the broker receives typed
 //! commands and hands back typed responses.
