@@ -14,6 +14,7 @@ use crate::config::Config;
 use crate::lake::Lake;
 use crate::ledger::metadata::sqlite::SqliteMetadataStore;
 use crate::ledger::{Log, MetadataStore};
+use crate::offload::log_retention::LogRetention;
 use crate::offload::OffloadEngine;
 use crate::policies::PolicyStore;
 use crate::replay::Replay;
@@ -78,6 +79,8 @@ pub struct Service {
     meta: SqliteMetadataStore,
     /// The offload engine (`None` when the lake is disabled).
     pub offload: Option<OffloadEngine>,
+    /// Retention applied to the log alone. Invariant: `Some` exactly when `offload` is `None`.
+    log_retention: Option<LogRetention>,
     /// Invariant: `Some` exactly when `offload` is; dropped only by `shutdown`.
     lake_runtime: Option<tokio::runtime::Runtime>,
     /// Lake reads of replay. Invariant: `Some` exactly when `offload` is.
@@ -140,6 +143,14 @@ impl Service {
         } else {
             (None, None)
         };
+        // Without a lake, retention still applies: to the log alone.
+        let log_retention = (!config.lake.enabled).then(|| {
+            LogRetention::start(
+                log.clone(),
+                policies.clone(),
+                config.broker.retention_check_interval,
+            )
+        });
 
         let pulsar_listener =
             TcpListener::bind(config.server.pulsar_addr)
@@ -198,6 +209,7 @@ impl Service {
             http,
             meta,
             offload,
+            log_retention,
             lake_runtime,
             replay_runtime,
             pg_addr,
@@ -224,6 +236,9 @@ impl Service {
         }
         if let Some(engine) = &self.offload {
             engine.shutdown().await;
+        }
+        if let Some(task) = self.log_retention {
+            task.shutdown().await;
         }
         if let Some(rt) = self.lake_runtime {
             rt.shutdown_background();

@@ -119,6 +119,11 @@ pub struct BrokerConfig {
     #[serde(with = "humantime_serde")]
     #[schemars(with = "String")]
     pub cursor_persist_interval: Duration,
+    /// How often namespaces' retention policies are applied to the log when the lake is
+    /// disabled (with the lake, every offload pass applies them).
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub retention_check_interval: Duration,
 }
 
 impl Default for BrokerConfig {
@@ -130,6 +135,7 @@ impl Default for BrokerConfig {
             advertised_address: String::new(),
             keepalive: Duration::from_secs(30),
             cursor_persist_interval: Duration::from_secs(1),
+            retention_check_interval: Duration::from_secs(120),
             authentication: AuthenticationConfig::default(),
         }
     }
@@ -375,6 +381,9 @@ impl Config {
         }
         if self.broker.cursor_persist_interval.is_zero() {
             return invalid("broker.cursor_persist_interval", "must be positive".into());
+        }
+        if self.broker.retention_check_interval.is_zero() {
+            return invalid("broker.retention_check_interval", "must be positive".into());
         }
         if self.broker.keepalive.is_zero() {
             return invalid("broker.keepalive", "must be positive".into());

@@ -7,7 +7,8 @@
 //! chosen ledgers ([`crate::lake::commit`]), records them `Offloaded` in the metadata store,
 //! deletes local copies whose lag has passed, applies the namespace's retention policy
 //! ([`retention`]: expired ledgers leave the log, then their files leave the table through
-//! [`crate::lake::expire`]), and now and then removes orphan files.
+//! [`crate::lake::expire`]), and now and then removes orphan files. Without a lake, only the
+//! log side of retention runs ([`log_retention`]).
 //!
 //! Invariants:
 //! - One writer per table: a pass holds its table's writer lock for its whole duration, and
@@ -39,6 +40,7 @@ use crate::lake::{naming, orphans, Lake, LakeError};
 use crate::ledger::{now_ms, LedgerState, Log, MetadataError, TopicLog};
 use crate::policies::{PoliciesError, PolicyStore};
 
+pub mod log_retention;
 pub mod plan;
 pub mod retention;
 mod status;

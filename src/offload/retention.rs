@@ -25,7 +25,7 @@ use super::{lock, OffloadError, TableSlot};
 use crate::broker::cursor::CursorState;
 use crate::broker::topic_name::TopicName;
 use crate::lake::naming;
-use crate::ledger::{now_ms, LedgerId, LedgerRecord, LedgerState, Position, TopicLog};
+use crate::ledger::{now_ms, LedgerId, LedgerRecord, LedgerState, Log, Position, TopicLog};
 use crate::policies::{EffectivePolicies, RetentionPolicy};
 
 /// The oldest first-unacknowledged position among stored durable cursors; `None` when the
@@ -97,6 +97,51 @@ pub fn expirable(
     out
 }
 
+/// What the log side of one retention step found and did for a table's partitions.
+#[derive(Debug, Default)]
+pub(crate) struct LogExpiry {
+    /// Ledgers this step marked `Expired`.
+    pub newly: Vec<LedgerId>,
+    /// Ledgers that stay (any state but `Expired`).
+    pub live: BTreeSet<LedgerId>,
+    /// Some ledger of the table is `Expired` (now or before).
+    pub any_expired: bool,
+}
+
+/// The log side of retention, with or without a lake: marks `Expired` the ledgers of `logs`
+/// (one table's partitions) that `policy` removes now; their local files go with it.
+pub(crate) async fn expire_ledgers(
+    log: &Log,
+    logs: &[(i32, TopicLog)],
+    policy: &RetentionPolicy,
+) -> Result<LogExpiry, OffloadError> {
+    let meta = log.metadata();
+    let now = now_ms();
+    let mut out = LogExpiry::default();
+    for (_, topic) in logs {
+        let records = meta.topic_ledgers(topic.id()).await?;
+        let chosen = if policy.is_infinite() {
+            Vec::new()
+        } else {
+            let slowest = slowest_cursor(&topic.cursors().await?);
+            expirable(&records, policy, slowest, now)
+        };
+        for r in &records {
+            if r.state == LedgerState::Expired || chosen.contains(&r.id) {
+                out.any_expired = true;
+            } else {
+                out.live.insert(r.id);
+            }
+        }
+        for id in chosen {
+            log.expire_ledger(id).await?;
+            tracing::info!(topic = %topic.name(), ledger = id, "ledger expired by retention");
+            out.newly.push(id);
+        }
+    }
+    Ok(out)
+}
+
 impl super::Inner {
     /// Expires the ledgers the retention policy removes (log first), then removes their files
     /// from the table. Returns the table when it was loaded.
@@ -107,32 +152,11 @@ impl super::Inner {
         policies: &EffectivePolicies,
         slot: &TableSlot,
     ) -> Result<Option<Table>, OffloadError> {
-        let meta = self.log.metadata();
-        let now = now_ms();
-        let mut newly = Vec::new();
-        let mut live = BTreeSet::new();
-        let mut any_expired = false;
-        for (_, log) in logs {
-            let records = meta.topic_ledgers(log.id()).await?;
-            let chosen = if policies.retention.is_infinite() {
-                Vec::new()
-            } else {
-                let slowest = slowest_cursor(&log.cursors().await?);
-                expirable(&records, &policies.retention, slowest, now)
-            };
-            for r in &records {
-                if r.state == LedgerState::Expired || chosen.contains(&r.id) {
-                    any_expired = true;
-                } else {
-                    live.insert(r.id);
-                }
-            }
-            for id in chosen {
-                self.log.expire_ledger(id).await?;
-                tracing::info!(topic = %log.name(), ledger = id, "ledger expired by retention");
-                newly.push(id);
-            }
-        }
+        let LogExpiry {
+            newly,
+            live,
+            any_expired,
+        } = expire_ledgers(&self.log, logs, &policies.retention).await?;
         if !newly.is_empty() {
             slot.retention_pending.store(true, Ordering::Release);
             lock(&slot.status).retention.expired_ledgers += newly.len() as u64;

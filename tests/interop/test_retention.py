@@ -3,7 +3,8 @@ parts: the official Python client produces and consumes, the service offloads to
 warehouse with the SQLite catalog, to a real S3 server with a real PostgreSQL catalog, and to
 that S3 server's Iceberg REST catalog; PyIceberg reads the table back. Consumed ledgers beyond the limit leave the log; the table drops
 their files in a `delete` snapshot, older snapshots are expired and the files are deleted.
-Unconsumed messages are never removed; consumers and SQL see the topic start later."""
+Unconsumed messages are never removed; consumers and SQL see the topic start later. With the
+lake disabled, the same policy applies to the log alone."""
 import time
 import uuid
 
@@ -49,6 +50,30 @@ def receive(consumer, n):
         consumer.acknowledge(m)
         out.append(m)
     return out
+
+
+def consumers_start_after_the_expired(client, topic, first_ledger):
+    """After m0..m39 expired (m0..m49 acked by `slow`): a new subscription gets m40..m99,
+    starting in `first_ledger`; `slow` resumes at m50."""
+    fresh = client.subscribe(topic, "fresh", initial_position=pulsar.InitialPosition.Earliest)
+    got = receive(fresh, 60)
+    assert [m.data() for m in got] == [f"m{i}".encode() for i in range(40, 100)]
+    assert got[0].message_id().ledger_id() == first_ledger
+    slow = client.subscribe(topic, "slow")
+    assert slow.receive(timeout_millis=20000).data() == b"m50"
+    slow.close()
+    fresh.close()
+
+
+def restart_and_read_first(svc, topic, expected):
+    """A restart keeps what retention did: a reader from the earliest gets `expected` first."""
+    assert svc.stop() == 0
+    svc.start()
+    client = pulsar.Client(svc.url, operation_timeout_seconds=30)
+    r = client.create_reader(topic, pulsar.MessageId.earliest)
+    assert r.read_next(timeout_millis=20000).data() == expected
+    client.close()
+    assert svc.stop() == 0
 
 
 def data_files(table):
@@ -195,14 +220,7 @@ def test_retention_removes_consumed_ledgers_from_log_and_lake(make_service, tmp_
     assert ledgers == ledgers_before[2:], (ledgers, ledgers_before)
 
     # Consumers: a new subscription starts at m40 (from the lake); `slow` resumes at m50.
-    fresh = client.subscribe(topic, "fresh", initial_position=pulsar.InitialPosition.Earliest)
-    got = receive(fresh, 60)
-    assert [m.data() for m in got] == [f"m{i}".encode() for i in range(40, 100)]
-    assert got[0].message_id().ledger_id() == ledgers[0]
-    slow = client.subscribe(topic, "slow")
-    assert slow.receive(timeout_millis=20000).data() == b"m50"
-    slow.close()
-    fresh.close()
+    consumers_start_after_the_expired(client, topic, ledgers[0])
 
     # SQL sees what the lake and the log still hold.
     status, body = http("POST", f"{svc.http}/sql",
@@ -210,12 +228,44 @@ def test_retention_removes_consumed_ledgers_from_log_and_lake(make_service, tmp_
     assert status == 200, body
     assert body == [{"n": 60, "lo": ledgers[0]}], body
 
-    # A restart keeps it so.
     client.close()
-    assert svc.stop() == 0
+    restart_and_read_first(svc, topic, b"m40")
+
+
+def test_retention_without_a_lake_expires_consumed_ledgers_from_the_log(make_service):
+    """`lake.enabled = false`: no offload engine, the log alone keeps to the policy."""
+    svc = make_service({"LEDGERLAKE_LAKE__ENABLED": "false",
+                        "LEDGERLAKE_BROKER__RETENTION_CHECK_INTERVAL": "100ms",
+                        "LEDGERLAKE_LEDGER__ROLLOVER_ENTRIES": "20",
+                        "LEDGERLAKE_BROKER__CURSOR_PERSIST_INTERVAL": "100ms"})
     svc.start()
     client = pulsar.Client(svc.url, operation_timeout_seconds=30)
-    r = client.create_reader(topic, pulsar.MessageId.earliest)
-    assert r.read_next(timeout_millis=20000).data() == b"m40"
+    topic = f"persistent://public/default/nolake-{uuid.uuid4().hex[:6]}"
+    slow = client.subscribe(topic, "slow", initial_position=pulsar.InitialPosition.Earliest)
+    produce(client, topic, 0, 100)
+    before = stats(svc, topic)
+    ledgers_before = [l["ledger"]["id"] for l in before["ledgers"]]
+    assert len(ledgers_before) >= 5, ledgers_before
+
+    # Everything is older than 0 minutes, but nothing is consumed: nothing goes.
+    assert http("POST", f"{svc.http}/{NS}/retention",
+                '{"retentionTimeInMinutes": 0, "retentionSizeInMB": -1}')[0] == 204
+    time.sleep(1.5)  # ≥ 10 passes
+    assert [l["ledger"]["id"] for l in stats(svc, topic)["ledgers"]] == ledgers_before
+
+    # m0..m49 consumed: the two ledgers of m0..m39 are wholly consumed and expire.
+    got = receive(slow, 50)
+    assert [m.data() for m in got] == [f"m{i}".encode() for i in range(50)]
+    slow.close()
+    wait_for("two ledgers expired", lambda: [
+        l["ledger"]["id"] for l in stats(svc, topic)["ledgers"]] == ledgers_before[2:])
+    after = stats(svc, topic)
+    assert after["entries"] == 60, after
+    assert 0 < after["storageSize"] < before["storageSize"], (after, before)
+    time.sleep(0.5)  # more passes change nothing: m40..m49 share a ledger with unconsumed m50
+    assert [l["ledger"]["id"] for l in stats(svc, topic)["ledgers"]] == ledgers_before[2:]
+
+    # A new subscription starts at m40, the slow one resumes at m50.
+    consumers_start_after_the_expired(client, topic, ledgers_before[2])
     client.close()
-    assert svc.stop() == 0
+    restart_and_read_first(svc, topic, b"m40")

@@ -1,0 +1,89 @@
+//! Retention without a lake (`lake.enabled = false`): no offload engine runs, so this task
+//! applies the namespaces' retention policies to the log alone, every
+//! `broker.retention_check_interval`. The rules are those of [`super::retention`]: consumed
+//! ledgers beyond the time or size limit become `Expired` and their local files are deleted.
+//!
+//! Invariant: it runs only when no offload engine does (the engine applies retention on each
+//! of its passes), so one partition's ledgers are never expired by two tasks at once.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::retention::expire_ledgers;
+use super::{partition_index, OffloadError};
+use crate::broker::topic_name::TopicName;
+use crate::ledger::Log;
+use crate::policies::{PolicyStore, RetentionPolicy};
+
+/// The running task.
+#[derive(Debug)]
+pub struct LogRetention {
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl LogRetention {
+    /// Starts a pass every `interval` (the first one after `interval`).
+    pub fn start(log: Arc<Log>, policies: Arc<PolicyStore>, interval: Duration) -> Self {
+        let stop = CancellationToken::new();
+        let stopped = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut tick =
+                tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = stopped.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                if let Err(e) = pass(&log, &policies).await {
+                    tracing::warn!(error = %e, "retention pass over the log failed");
+                }
+            }
+        });
+        LogRetention { stop, task }
+    }
+
+    /// Stops the task, waiting for a pass under way to finish (a ledger is expired whole).
+    pub async fn shutdown(self) {
+        self.stop.cancel();
+        if let Err(e) = self.task.await {
+            tracing::warn!(error = %e, "retention task ended abnormally");
+        }
+    }
+}
+
+/// One pass over every persistent topic partition whose namespace limits retention. Returns
+/// how many ledgers it expired.
+pub async fn pass(log: &Log, policies: &PolicyStore) -> Result<usize, OffloadError> {
+    let mut by_namespace: BTreeMap<String, RetentionPolicy> = BTreeMap::new();
+    let mut expired = 0;
+    for t in log.metadata().list_topics().await? {
+        let Ok(name) = t.name.parse::<TopicName>() else {
+            continue;
+        };
+        if !name.persistent {
+            continue;
+        }
+        let namespace = format!("{}/{}", name.tenant, name.namespace);
+        let policy = match by_namespace.get(&namespace) {
+            Some(p) => *p,
+            None => {
+                let p = policies.effective(&namespace).await?.retention;
+                by_namespace.insert(namespace, p);
+                p
+            }
+        };
+        if policy.is_infinite() {
+            continue;
+        }
+        let topic = log.topic(&t.name).await?;
+        let done = expire_ledgers(log, &[(partition_index(&name), topic)], &policy).await?;
+        expired += done.newly.len();
+    }
+    Ok(expired)
+}
