@@ -352,10 +352,21 @@ async fn reload(lake: &Lake, table: &Table) -> Result<Table, LakeError> {
 
 /// Expires every snapshot older than `keep` except heads of refs; returns how many.
 async fn expire_older(lake: &Lake, table: Table, keep: i64) -> Result<(Table, usize), LakeError> {
-    let metadata = table.metadata();
-    // Heads of branches and tags (iceberg-rust has no public accessor for refs: read them from
-    // the metadata's JSON form).
-    let heads: BTreeSet<i64> = serde_json::to_value(metadata)
+    let heads = ref_heads(table.metadata());
+    let old: Vec<i64> = table
+        .metadata()
+        .snapshots()
+        .map(|s| s.snapshot_id())
+        .filter(|id| *id != keep && !heads.contains(id))
+        .collect();
+    let expired = old.len();
+    Ok((expire_snapshot_ids(lake, table, old).await?, expired))
+}
+
+/// Snapshots that head a branch or a tag (iceberg-rust has no public accessor for refs: they
+/// are read from the metadata's JSON form).
+pub(super) fn ref_heads(metadata: &iceberg::spec::TableMetadata) -> BTreeSet<i64> {
+    serde_json::to_value(metadata)
         .ok()
         .and_then(|v| v.get("refs").cloned())
         .and_then(|r| r.as_object().cloned())
@@ -364,26 +375,27 @@ async fn expire_older(lake: &Lake, table: Table, keep: i64) -> Result<(Table, us
                 .filter_map(|r| r.get("snapshot-id").and_then(|id| id.as_i64()))
                 .collect()
         })
-        .unwrap_or_default();
-    let old: Vec<i64> = metadata
-        .snapshots()
-        .map(|s| s.snapshot_id())
-        .filter(|id| *id != keep && !heads.contains(id))
-        .collect();
-    if old.is_empty() {
-        return Ok((table, 0));
+        .unwrap_or_default()
+}
+
+/// Expires `ids` through iceberg's `expire_snapshots` (metadata only); nothing to do for none.
+pub(super) async fn expire_snapshot_ids(
+    lake: &Lake,
+    table: Table,
+    ids: Vec<i64>,
+) -> Result<Table, LakeError> {
+    if ids.is_empty() {
+        return Ok(table);
     }
     let tx = Transaction::new(&table);
     let tx = tx
         .expire_snapshots()
-        .expire_snapshot_ids(old.iter().copied())
+        .expire_snapshot_ids(ids)
         .apply(tx)
         .map_err(iceberg_err("expiring snapshots"))?;
-    let table = tx
-        .commit(lake.catalog().as_ref())
+    tx.commit(lake.catalog().as_ref())
         .await
-        .map_err(iceberg_err("committing snapshot expiry"))?;
-    Ok((table, old.len()))
+        .map_err(iceberg_err("committing snapshot expiry"))
 }
 
 /// Deletes those of `files` that no snapshot of `table` references any more.

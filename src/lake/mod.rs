@@ -29,6 +29,7 @@ use crate::config::{CatalogKind, Config, LakePartitioning};
 pub mod catalog_commit;
 pub mod commit;
 pub mod expire;
+pub mod history;
 pub mod naming;
 pub mod orphans;
 pub mod rows;

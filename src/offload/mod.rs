@@ -600,6 +600,10 @@ impl Inner {
                 table
             }
         };
+        let table = match table {
+            Some(t) => self.expire_history(base, t).await,
+            None => None,
+        };
         self.sweep_orphans(base, slot, table).await;
         let pending = {
             let m = lock(&slot.manual);
@@ -723,6 +727,23 @@ impl Inner {
             }
         }
         Ok(())
+    }
+
+    /// Routine snapshot expiry ([`crate::lake::history`]); a failure is logged and retried
+    /// after the next commit, it never fails the pass.
+    async fn expire_history(&self, base: &TopicName, table: Table) -> Option<Table> {
+        match crate::lake::history::expire_old_snapshots(&self.lake, table, now_ms()).await {
+            Ok((table, 0)) => Some(table),
+            Ok((table, n)) => {
+                tracing::info!(topic = %base, table = %table.identifier(), expired = n,
+                    "old snapshots expired");
+                Some(table)
+            }
+            Err(e) => {
+                tracing::warn!(topic = %base, error = %e, "expiring old snapshots failed");
+                None
+            }
+        }
     }
 
     async fn sweep_orphans(&self, base: &TopicName, slot: &TableSlot, table: Option<Table>) {

@@ -76,6 +76,14 @@ def restart_and_read_first(svc, topic, expected):
     assert svc.stop() == 0
 
 
+def the_table(svc, topic, catalog_of):
+    """The topic's stats, its catalog (PyIceberg), the table's identifier and the table."""
+    st = stats(svc, topic)
+    catalog = catalog_of(st)
+    ident = tuple(st["lake"]["namespace"]) + (st["lake"]["tableName"],)
+    return st, catalog, ident, catalog.load_table(ident)
+
+
 def data_files(table):
     return set(table.inspect.files().column("file_path").to_pylist())
 
@@ -171,10 +179,7 @@ def test_retention_removes_consumed_ledgers_from_log_and_lake(make_service, tmp_
     offload_and_wait(svc, topic)
     produce(client, topic, 40, 60)
     offload_and_wait(svc, topic)
-    st = stats(svc, topic)
-    catalog = catalog_of(st)
-    ident = tuple(st["lake"]["namespace"]) + (st["lake"]["tableName"],)
-    table = catalog.load_table(ident)
+    st, catalog, ident, table = the_table(svc, topic, catalog_of)
     assert len(table.scan().to_arrow()) == 100
     files_before = data_files(table)
     ledgers_before = [l["ledger"]["id"] for l in st["ledgers"]]
@@ -269,3 +274,39 @@ def test_retention_without_a_lake_expires_consumed_ledgers_from_the_log(make_ser
     consumers_start_after_the_expired(client, topic, ledgers_before[2])
     client.close()
     restart_and_read_first(svc, topic, b"m40")
+
+
+def test_old_snapshots_expire_by_the_tables_history_properties(make_service, tmp_path):
+    """Every offload commit adds a snapshot; those older than the table's
+    `history.expire.max-snapshot-age-ms` expire (keeping `min-snapshots-to-keep`), at most one
+    expiry per 8 expirable snapshots. No row is lost and nothing is committed twice."""
+    svc, catalog_of, _ = local_lake(make_service, tmp_path)
+    client = pulsar.Client(svc.url, operation_timeout_seconds=30)
+    topic = f"persistent://public/default/history-{uuid.uuid4().hex[:6]}"
+    produce(client, topic, 0, 1)
+    offload_and_wait(svc, topic)
+    _, catalog, ident, table = the_table(svc, topic, catalog_of)
+    with table.transaction() as tx:
+        tx.set_properties({"history.expire.max-snapshot-age-ms": "1",
+                           "history.expire.min-snapshots-to-keep": "2"})
+    counts = []
+    for i in range(1, 11):
+        produce(client, topic, i, 1)
+        offload_and_wait(svc, topic)
+        counts.append(len(catalog.load_table(ident).metadata.snapshots))
+    # Snapshots 1..9 are kept (fewer than 8 expirable beyond the newest 2); the 10th commit
+    # makes 8 expirable and they go; the 11th adds one.
+    assert counts == [2, 3, 4, 5, 6, 7, 8, 9, 2, 3], counts
+    table = catalog.load_table(ident)
+    assert "ledgerlake.watermark" in table.current_snapshot().summary.additional_properties
+    rows = table.scan().to_arrow().sort_by([("ledger_id", "ascending"),
+                                            ("entry_id", "ascending")]).to_pylist()
+    assert [r["payload"] for r in rows] == [f"m{i}".encode() for i in range(11)]
+
+    # After a restart, nothing is committed again (the watermark survived the expiry).
+    client.close()
+    assert svc.stop() == 0
+    svc.start()
+    offload_and_wait(svc, topic)
+    assert len(catalog.load_table(ident).scan().to_arrow()) == 11
+    assert svc.stop() == 0
