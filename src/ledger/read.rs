@@ -10,19 +10,22 @@ use std::sync::Arc;
 use super::error::ReadError;
 use super::index::IndexEntry;
 use super::metadata::LedgerId;
-use super::record::{decode_record, Decoded};
+use bytes::Bytes;
+
+use super::record::{decode_record_shared, Decoded};
 use super::segment::segment_path;
 use super::{Entry, LogShared, Position};
 
 /// Largest single read used to fetch several neighbouring records.
 pub const COALESCE_WINDOW: u64 = 1 << 20;
 
-/// Decodes and verifies the record of `pos` found in `bytes`.
+/// Decodes and verifies the record of `pos` found in `bytes` (the entry's payload is a slice of
+/// them, not a copy).
 fn verify(
     shared: &LogShared,
     pos: Position,
     at: IndexEntry,
-    bytes: &[u8],
+    bytes: &Bytes,
 ) -> Result<Entry, ReadError> {
     let corrupt = |reason: String| ReadError::Corrupt {
         ledger: pos.ledger,
@@ -31,7 +34,7 @@ fn verify(
         offset: u64::from(at.offset),
         reason,
     };
-    match decode_record(bytes, shared.max_record_body) {
+    match decode_record_shared(bytes, shared.max_record_body) {
         Decoded::Record { record, len, .. } => {
             if len != at.len as usize {
                 return Err(corrupt(format!(
@@ -94,7 +97,7 @@ pub(crate) async fn read_one(
             .segments
             .read_at(at.segment, u64::from(at.offset), at.len as usize)
             .map_err(|e| io_error(&shared, pos, at, e))?;
-        verify(&shared, pos, at, &bytes)
+        verify(&shared, pos, at, &Bytes::from(bytes))
     })
     .await
     .map_err(|_| ReadError::Cancelled)?
@@ -129,12 +132,14 @@ pub(crate) async fn read_located(
                 j += 1;
             }
             let base = u64::from(start.offset);
-            let bytes = shared
-                .segments
-                .read_at(start.segment, base, (end - base) as usize)
-                .map_err(|e| {
-                    io_error(&shared, Position::new(ledger, first + i as u64), start, e)
-                })?;
+            let bytes = Bytes::from(
+                shared
+                    .segments
+                    .read_at(start.segment, base, (end - base) as usize)
+                    .map_err(|e| {
+                        io_error(&shared, Position::new(ledger, first + i as u64), start, e)
+                    })?,
+            );
             for (k, at) in located[i..j].iter().enumerate() {
                 let rel = (u64::from(at.offset) - base) as usize;
                 let pos = Position::new(ledger, first + (i + k) as u64);
@@ -142,7 +147,7 @@ pub(crate) async fn read_located(
                     &shared,
                     pos,
                     *at,
-                    &bytes[rel..rel + at.len as usize],
+                    &bytes.slice(rel..rel + at.len as usize),
                 )?);
             }
             i = j;

@@ -159,9 +159,25 @@ pub enum InvalidRecord {
     },
 }
 
-/// Decodes the record at the start of `buf`. `max_body` bounds the declared length so garbage
-/// cannot make the reader allocate or skip gigabytes.
+/// Decodes the record at the start of `buf` (its payload copied out). `max_body` bounds the
+/// declared length so garbage cannot make the reader allocate or skip gigabytes.
 pub fn decode_record(buf: &[u8], max_body: usize) -> Decoded {
+    decode_with(buf, max_body, |payload| {
+        Bytes::copy_from_slice(&buf[payload])
+    })
+}
+
+/// [`decode_record`] on shared bytes: the payload is a slice of `buf`, not a copy. It keeps
+/// `buf` alive as long as it lives (log reads use windows of at most 1 MiB).
+pub fn decode_record_shared(buf: &Bytes, max_body: usize) -> Decoded {
+    decode_with(buf, max_body, |payload| buf.slice(payload))
+}
+
+fn decode_with(
+    buf: &[u8],
+    max_body: usize,
+    payload: impl FnOnce(std::ops::Range<usize>) -> Bytes,
+) -> Decoded {
     if buf.len() < RECORD_HEADER_LEN {
         // Fewer bytes than a header: treat all-zero as the end, otherwise ask for more.
         if buf.iter().all(|b| *b == 0) && !buf.is_empty() {
@@ -203,7 +219,7 @@ pub fn decode_record(buf: &[u8], max_body: usize) -> Decoded {
             ledger_id: u64::from_le_bytes(u64_at(0)),
             entry_id: u64::from_le_bytes(u64_at(8)),
             publish_time_ms: i64::from_le_bytes(u64_at(16)),
-            payload: Bytes::copy_from_slice(&body[RECORD_BODY_FIXED_LEN..]),
+            payload: payload(RECORD_HEADER_LEN + RECORD_BODY_FIXED_LEN..total),
         },
         len: total,
         crc: stored,
