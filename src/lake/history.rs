@@ -30,6 +30,8 @@ pub const MAX_AGE_PROPERTY: &str = "history.expire.max-snapshot-age-ms";
 pub const MIN_KEEP_PROPERTY: &str = "history.expire.min-snapshots-to-keep";
 /// Age used when the table does not set [`MAX_AGE_PROPERTY`]: 1 day.
 pub const DEFAULT_MAX_AGE_MS: i64 = 24 * 60 * 60 * 1000;
+/// Table property: `false` forbids expiry (and every other garbage collection).
+pub const GC_ENABLED_PROPERTY: &str = "gc.enabled";
 /// Expiry waits until this many snapshots can go.
 pub const MIN_EXPIRABLE: usize = 8;
 
@@ -37,8 +39,9 @@ fn property<T: std::str::FromStr>(metadata: &TableMetadata, key: &str) -> Option
     metadata.properties().get(key).and_then(|v| v.parse().ok())
 }
 
-/// The snapshots, as `(id, timestamp ms)`, that expire at `now_ms`: older than `max_age_ms`,
-/// not among the newest `min_keep`, not a head.
+/// The snapshots, as `(id, timestamp ms)`, that expire at `now_ms` in the simple case (one
+/// branch, no per-branch settings): older than `max_age_ms`, not among the newest `min_keep`,
+/// not a head.
 pub fn expiring(
     snapshots: &[(i64, i64)],
     heads: &BTreeSet<i64>,
@@ -59,12 +62,23 @@ pub fn expiring(
 
 /// Expires `table`'s old snapshots when at least [`MIN_EXPIRABLE`] qualify; returns the table
 /// and how many went.
+///
+/// [`expiring`] only decides whether to run. Which snapshots go is iceberg's choice, by age
+/// (the cutoff below, or a branch's own `max-snapshot-age-ms`) and count
+/// (`min-snapshots-to-keep`, or a branch's own), along each branch's ancestry.
 pub async fn expire_old_snapshots(
     lake: &Lake,
     table: Table,
     now_ms: i64,
 ) -> Result<(Table, usize), LakeError> {
     let metadata = table.metadata();
+    if metadata
+        .properties()
+        .get(GC_ENABLED_PROPERTY)
+        .is_some_and(|v| v.eq_ignore_ascii_case("false"))
+    {
+        return Ok((table, 0)); // iceberg refuses expiry on such tables
+    }
     let max_age = property(metadata, MAX_AGE_PROPERTY).unwrap_or(DEFAULT_MAX_AGE_MS);
     let min_keep = property(metadata, MIN_KEEP_PROPERTY).unwrap_or(1usize);
     let snapshots: Vec<(i64, i64)> = metadata
@@ -73,24 +87,22 @@ pub async fn expire_old_snapshots(
         .collect();
     let mut heads = expire::ref_heads(metadata);
     heads.extend(metadata.current_snapshot_id());
-    let ids = expiring(&snapshots, &heads, max_age, min_keep, now_ms);
-    if ids.len() < MIN_EXPIRABLE {
+    if expiring(&snapshots, &heads, max_age, min_keep, now_ms).len() < MIN_EXPIRABLE {
         return Ok((table, 0));
     }
-    let n = ids.len();
+    let before = snapshots.len();
     let tx = Transaction::new(&table);
     let tx = tx
         .expire_snapshots()
-        .expire_snapshot_ids(ids)
         .expire_older_than_ms(now_ms.saturating_sub(max_age))
-        .retain_last(min_keep.max(1))
         .apply(tx)
         .map_err(LakeError::iceberg("expiring old snapshots"))?;
     let table = tx
         .commit(lake.catalog().as_ref())
         .await
         .map_err(LakeError::iceberg("committing snapshot expiry"))?;
-    Ok((table, n))
+    let after = table.metadata().snapshots().count();
+    Ok((table, before.saturating_sub(after)))
 }
 
 #[cfg(test)]

@@ -58,7 +58,8 @@ impl LogRetention {
 }
 
 /// One pass over every persistent topic partition whose namespace limits retention. Returns
-/// how many ledgers it expired.
+/// how many ledgers it expired. A partition that fails is logged and skipped, so it cannot
+/// hold back the others.
 pub async fn pass(log: &Log, policies: &PolicyStore) -> Result<usize, OffloadError> {
     let mut by_namespace: BTreeMap<String, RetentionPolicy> = BTreeMap::new();
     let mut expired = 0;
@@ -69,21 +70,38 @@ pub async fn pass(log: &Log, policies: &PolicyStore) -> Result<usize, OffloadErr
         if !name.persistent {
             continue;
         }
-        let namespace = format!("{}/{}", name.tenant, name.namespace);
-        let policy = match by_namespace.get(&namespace) {
-            Some(p) => *p,
-            None => {
-                let p = policies.effective(&namespace).await?.retention;
-                by_namespace.insert(namespace, p);
-                p
+        match partition(log, policies, &t.name, &name, &mut by_namespace).await {
+            Ok(n) => expired += n,
+            Err(e) => {
+                tracing::warn!(topic = %t.name, error = %e, "retention of a partition failed")
             }
-        };
-        if policy.is_infinite() {
-            continue;
         }
-        let topic = log.topic(&t.name).await?;
-        let done = expire_ledgers(log, &[(partition_index(&name), topic)], &policy).await?;
-        expired += done.newly.len();
     }
     Ok(expired)
+}
+
+/// Retention of the partition `topic` (parsed: `name`); `by_namespace` caches policies for
+/// the pass.
+async fn partition(
+    log: &Log,
+    policies: &PolicyStore,
+    topic: &str,
+    name: &TopicName,
+    by_namespace: &mut BTreeMap<String, RetentionPolicy>,
+) -> Result<usize, OffloadError> {
+    let namespace = format!("{}/{}", name.tenant, name.namespace);
+    let policy = match by_namespace.get(&namespace) {
+        Some(p) => *p,
+        None => {
+            let p = policies.effective(&namespace).await?.retention;
+            by_namespace.insert(namespace, p);
+            p
+        }
+    };
+    if policy.is_infinite() {
+        return Ok(0);
+    }
+    let topic = log.topic(topic).await?;
+    let done = expire_ledgers(log, &[(partition_index(name), topic)], &policy).await?;
+    Ok(done.newly.len())
 }
