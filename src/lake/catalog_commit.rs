@@ -162,27 +162,28 @@ impl CatalogCommit {
     /// Points `table` at `new` if it still points at `old`.
     async fn swap(&self, table: &TableIdent, old: &str, new: &str) -> Result<(), CommitError> {
         let namespace = table.namespace().join(".");
+        // The same statement and binds on either database; only the placeholders differ.
+        macro_rules! compare_and_set {
+            ($sql:expr, $pool:expr, $catalog:expr) => {
+                sqlx::query($sql)
+                    .bind(new)
+                    .bind(old)
+                    .bind($catalog)
+                    .bind(&namespace)
+                    .bind(table.name())
+                    .bind(old)
+                    .execute($pool)
+                    .await?
+                    .rows_affected()
+            };
+        }
         let affected = match self {
-            CatalogCommit::Sqlite { pool, catalog } => sqlx::query(UPDATE_SQLITE)
-                .bind(new)
-                .bind(old)
-                .bind(catalog)
-                .bind(&namespace)
-                .bind(table.name())
-                .bind(old)
-                .execute(pool)
-                .await?
-                .rows_affected(),
-            CatalogCommit::Postgres { pool, catalog } => sqlx::query(UPDATE_POSTGRES)
-                .bind(new)
-                .bind(old)
-                .bind(catalog)
-                .bind(&namespace)
-                .bind(table.name())
-                .bind(old)
-                .execute(pool)
-                .await?
-                .rows_affected(),
+            CatalogCommit::Sqlite { pool, catalog } => {
+                compare_and_set!(UPDATE_SQLITE, pool, catalog)
+            }
+            CatalogCommit::Postgres { pool, catalog } => {
+                compare_and_set!(UPDATE_POSTGRES, pool, catalog)
+            }
             CatalogCommit::Rest(_) => 0,
         };
         if affected == 1 {

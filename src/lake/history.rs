@@ -85,8 +85,14 @@ pub async fn expire_old_snapshots(
         .snapshots()
         .map(|s| (s.snapshot_id(), s.timestamp_ms()))
         .collect();
+    // Heads can only lower the count, and reading them serialises the whole metadata: count
+    // without them first, so most commits stop here cheaply.
+    let current: BTreeSet<i64> = metadata.current_snapshot_id().into_iter().collect();
+    if expiring(&snapshots, &current, max_age, min_keep, now_ms).len() < MIN_EXPIRABLE {
+        return Ok((table, 0));
+    }
     let mut heads = expire::ref_heads(metadata);
-    heads.extend(metadata.current_snapshot_id());
+    heads.extend(current);
     if expiring(&snapshots, &heads, max_age, min_keep, now_ms).len() < MIN_EXPIRABLE {
         return Ok((table, 0));
     }

@@ -164,29 +164,21 @@ impl RowBuilder {
                     schema_version,
                     first_in_entry: msg.batch_index == 0,
                 },
+                s.properties(),
             );
-            for (k, v) in s.properties() {
-                self.prop_keys.append_value(k);
-                self.prop_values.append_value(v);
-            }
-            self.prop_offsets.push(self.prop_keys.len() as i32);
         }
     }
 
     fn push_single(&mut self, entry: &Entry, opened: &OpenedEntry) {
         let m = &opened.metadata;
         let null_value = m.null_value.unwrap_or(false);
-        let (batch_index, batch_size) = match opened.batch_size {
-            // An opaque batch (encrypted or chunked) is one row for all its messages.
-            Some(n) => (-1, n as i32),
-            None => (-1, 0),
-        };
         self.push_row(
             entry,
             opened,
             MessageRow {
-                batch_index,
-                batch_size,
+                batch_index: -1,
+                // An opaque batch (encrypted or chunked) is one row for all its messages.
+                batch_size: opened.batch_size.map_or(0, |n| n as i32),
                 event_ms: m.event_time,
                 key: m.partition_key.as_deref(),
                 ordering_key: m.ordering_key.as_deref(),
@@ -196,16 +188,25 @@ impl RowBuilder {
                 schema_version: m.schema_version.as_deref().and_then(version_from_bytes),
                 first_in_entry: true,
             },
+            m.properties
+                .iter()
+                .map(|kv| (kv.key.as_str(), kv.value.as_str())),
         );
-        for kv in &m.properties {
-            self.prop_keys.append_value(&kv.key);
-            self.prop_values.append_value(&kv.value);
-        }
-        self.prop_offsets.push(self.prop_keys.len() as i32);
     }
 
-    /// Appends every column of one message's row but `properties` (the caller's).
-    fn push_row(&mut self, entry: &Entry, opened: &OpenedEntry, row: MessageRow<'_>) {
+    /// Appends every column of one message's row.
+    fn push_row<'a>(
+        &mut self,
+        entry: &Entry,
+        opened: &OpenedEntry,
+        row: MessageRow<'_>,
+        properties: impl Iterator<Item = (&'a str, &'a str)>,
+    ) {
+        for (k, v) in properties {
+            self.prop_keys.append_value(k);
+            self.prop_values.append_value(v);
+        }
+        self.prop_offsets.push(self.prop_keys.len() as i32);
         let publish = ms_to_us(opened.metadata.publish_time);
         self.ledger_id.append_value(entry.position.ledger as i64);
         self.entry_id.append_value(entry.position.entry as i64);
