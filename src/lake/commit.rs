@@ -24,7 +24,7 @@ use std::sync::Arc;
 use arrow::datatypes::SchemaRef;
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
-use parquet::basic::{Compression, ZstdLevel};
+use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 
 use super::typed::PayloadCodec;
@@ -159,6 +159,14 @@ pub fn parquet_properties(schema: &SchemaRef) -> WriterProperties {
                 .set_column_statistics_enabled(col.into(), EnabledStatistics::None);
         }
     }
+    // Unique, ascending integers: delta encoding stores a producer's sequence as almost nothing,
+    // where a dictionary is abandoned after its first megabyte and leaves plain values, whose
+    // size then depends on where row groups happen to end.
+    if schema.field_with_name("sequence_id").is_ok() {
+        b = b
+            .set_column_dictionary_enabled("sequence_id".into(), false)
+            .set_column_encoding("sequence_id".into(), Encoding::DELTA_BINARY_PACKED);
+    }
     // Bigger pages of payload bytes give ZSTD more context per frame (no statistics or
     // dictionary live on these pages, and readers fetch the whole column chunk anyway).
     if schema.field_with_name("payload").is_ok() {
@@ -197,6 +205,7 @@ pub async fn write_and_commit(
     let attempt = attempt_id();
     let first = todo.iter().map(|s| s.ledger).min().unwrap_or_default();
     let last = todo.iter().map(|s| s.ledger).max().unwrap_or_default();
+    let write_started = std::time::Instant::now();
     let files =
         match write::write_files(&table, &todo, options, progress, &attempt, (first, last)).await {
             Ok(f) => f,
@@ -206,6 +215,7 @@ pub async fn write_and_commit(
             }
         };
     crate::failpoint::hit("offload.before_commit");
+    let commit_started = std::time::Instant::now();
 
     let fresh = lake
         .load_table(&ident)
@@ -282,6 +292,9 @@ pub async fn write_and_commit(
         }
     };
     crate::failpoint::hit("offload.after_commit");
+    tracing::debug!(table = %ident, files = outcome.files, rows = outcome.rows,
+        write_ms = (commit_started - write_started).as_millis() as u64,
+        commit_ms = commit_started.elapsed().as_millis() as u64, "offload committed");
     outcome.snapshot_id = committed_table.metadata().current_snapshot_id();
     outcome.committed = todo.iter().map(|s| s.ledger).collect();
     Ok((committed_table, outcome))

@@ -216,6 +216,7 @@ async fn write_lane(
     lane: Arc<Lane>,
     spans: Vec<Span>,
 ) -> Result<LaneOutput, (LakeError, Vec<String>)> {
+    let started = std::time::Instant::now();
     let builder = DataFileWriterBuilder::new(lane.rolling.clone());
     let partitioned = !lane.spec.fields().is_empty();
     let (tx, mut rx) = tokio::sync::mpsc::channel::<BatchResult>(2);
@@ -254,6 +255,7 @@ async fn write_lane(
     }
     drop(rx);
     let _ = feeder.await;
+    let encoded_ms = started.elapsed().as_millis() as u64;
     let mut data_files = Vec::new();
     for (_, mut w) in writers {
         match w.close().await {
@@ -263,6 +265,12 @@ async fn write_lane(
             }
         }
     }
+    tracing::debug!(
+        rows,
+        encoded_ms,
+        closed_ms = started.elapsed().as_millis() as u64,
+        "lane finished"
+    );
     match failure {
         None => Ok((data_files, rows, bad_payloads)),
         Some(e) => Err((

@@ -6,6 +6,7 @@ import os
 import uuid
 
 import pulsar
+import pyarrow.parquet as pq
 import pytest
 from pulsar.schema import Array, AvroSchema, Integer, JsonSchema, Record, String
 from pyiceberg.catalog.sql import SqlCatalog
@@ -42,6 +43,13 @@ def check_round_trip(svc, client, topic, catalog_uri, warehouse, props, fs, per_
     from_iceberg = sorted((r["ledger_id"], r["entry_id"], r["batch_index"],
                            hashlib.md5(r["payload"]).hexdigest()) for r in raw)
     assert from_duck == from_iceberg
+    # Each producer numbered its messages 0, 1, 2, … and the lake keeps those sequence ids.
+    by_producer = {}
+    for r in sorted(raw, key=lambda r: (r["ledger_id"], r["entry_id"], r["batch_index"])):
+        by_producer.setdefault(r["producer_name"], []).append(r["sequence_id"])
+    assert len(by_producer) == n // per_kind
+    for name, seqs in by_producer.items():
+        assert seqs == list(range(per_kind)), (name, seqs[:10])
     return table
 
 
@@ -62,6 +70,18 @@ def test_offload_to_s3_with_sqlite_catalog(make_service, s3_server):
     snap = table.current_snapshot()
     assert "ledgerlake.watermark" in snap.summary.additional_properties
     assert "ledgerlake.ranges" in snap.summary.additional_properties
+    # Every column chunk is ZSTD; sequence ids are delta-encoded, payloads skip dictionaries.
+    fs = s3_server.filesystem()
+    for f in table.inspect.files().column("file_path").to_pylist():
+        with fs.open_input_file(f.split("://", 1)[1]) as src:
+            meta = pq.ParquetFile(src).metadata
+        for g in range(meta.num_row_groups):
+            cols = {meta.row_group(g).column(c).path_in_schema: meta.row_group(g).column(c)
+                    for c in range(meta.num_columns)}
+            assert {c.compression for c in cols.values()} == {"ZSTD"}
+            assert "DELTA_BINARY_PACKED" in cols["sequence_id"].encodings
+            assert "RLE_DICTIONARY" not in cols["sequence_id"].encodings
+            assert "RLE_DICTIONARY" not in cols["payload"].encodings
     client.close()
     assert svc.stop() == 0
 
