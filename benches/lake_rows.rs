@@ -74,7 +74,7 @@ fn decode(
 ) {
     for e in entries {
         builder.push_entry(e);
-        if builder.rows() >= batch_rows {
+        if builder.is_full(batch_rows) {
             #[allow(clippy::expect_used)]
             sink(builder.finish().expect("batch").0);
         }

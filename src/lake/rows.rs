@@ -37,6 +37,9 @@ pub enum RowsError {
     Typed(String),
 }
 
+/// Payload bytes that end a batch early (bounds memory with large messages).
+pub const MAX_BATCH_PAYLOAD: usize = 32 << 20;
+
 /// Accumulates rows of one table.
 pub struct RowBuilder {
     schema: SchemaRef,
@@ -119,9 +122,10 @@ impl RowBuilder {
         self.rows
     }
 
-    /// Payload bytes accumulated since the last [`RowBuilder::finish`].
-    pub fn payload_bytes(&self) -> usize {
-        self.payload_bytes
+    /// Whether the rows accumulated make a batch: `batch_rows` rows, or fewer rows that already
+    /// hold [`MAX_BATCH_PAYLOAD`] bytes of payload.
+    pub fn is_full(&self, batch_rows: usize) -> bool {
+        self.rows >= batch_rows || self.payload_bytes >= MAX_BATCH_PAYLOAD
     }
 
     /// Appends the messages of one entry.

@@ -40,8 +40,6 @@ use crate::ledger::{Entry, LedgerId, TopicLog};
 pub const LANES: usize = 2;
 /// Below this many payload bytes a write uses one lane (one file per partition value).
 const MIN_BYTES_PER_LANE: u64 = 8 << 20;
-/// Payload bytes that end an Arrow batch early (bounds memory with large messages).
-const MAX_BATCH_PAYLOAD: usize = 32 << 20;
 /// Bytes read from the log per call (about).
 const READ_CHUNK_BYTES: u64 = 4 << 20;
 /// Most entries read from the log per call.
@@ -388,8 +386,7 @@ async fn feed(
             let b2 = tokio::task::spawn_blocking(move || {
                 for e in &entries {
                     b.push_entry(e);
-                    let full = b.rows() >= batch_rows || b.payload_bytes() >= MAX_BATCH_PAYLOAD;
-                    if full
+                    if b.is_full(batch_rows)
                         && out
                             .blocking_send(b.finish().map_err(LakeError::from))
                             .is_err()

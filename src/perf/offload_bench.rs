@@ -369,7 +369,7 @@ async fn build_batches(
             next += entries.len() as u64;
             for e in &entries {
                 b.push_entry(e);
-                if b.rows() >= batch_rows {
+                if b.is_full(batch_rows) {
                     out.push(b.finish()?.0);
                 }
             }
