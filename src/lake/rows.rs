@@ -15,7 +15,7 @@ use arrow::array::{
     ArrayBuilder, ArrayRef, Int32Builder, Int64Builder, LargeBinaryBuilder, MapArray, RecordBatch,
     StringArray, StringBuilder, StructArray, TimestampMicrosecondBuilder,
 };
-use arrow::buffer::{NullBuffer, OffsetBuffer};
+use arrow::buffer::{NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow::datatypes::{DataType, SchemaRef};
 
 use super::typed::TypedColumns;
@@ -60,16 +60,15 @@ pub struct RowBuilder {
     sequence_id: Int64Builder,
     schema_version: Int64Builder,
     payload: LargeBinaryBuilder,
-    /// Invariant: one element per row accumulated.
-    decode_error: Vec<Option<String>>,
+    /// Rows (index since the last finish) that became undecodable rows, with the reason.
+    /// Invariant: ascending row indices, each below `rows`.
+    decode_errors: Vec<(usize, String)>,
     entry_metadata: LargeBinaryBuilder,
     message_metadata: LargeBinaryBuilder,
     typed: Option<TypedColumns>,
     rows: usize,
     /// Payload bytes accumulated (bounds a batch's memory).
     payload_bytes: usize,
-    /// Publish time (µs) of each row, for partitioning.
-    publish_us: Vec<i64>,
 }
 
 impl std::fmt::Debug for RowBuilder {
@@ -107,13 +106,12 @@ impl RowBuilder {
             sequence_id: Int64Builder::new(),
             schema_version: Int64Builder::new(),
             payload: LargeBinaryBuilder::new(),
-            decode_error: Vec::new(),
+            decode_errors: Vec::new(),
             entry_metadata: LargeBinaryBuilder::new(),
             message_metadata: LargeBinaryBuilder::new(),
             typed,
             rows: 0,
             payload_bytes: 0,
-            publish_us: Vec::new(),
         }
     }
 
@@ -136,27 +134,39 @@ impl RowBuilder {
         };
         match opened.batch() {
             // All or nothing: a batch with a broken record becomes one undecodable row.
-            Some(batch) => match batch.collect::<Result<Vec<_>, _>>() {
-                Ok(messages) => self.push_batch(entry, &opened, &messages),
-                Err(e) => self.push_undecodable(entry, &e.to_string()),
-            },
+            Some(batch) => {
+                let mut messages = Vec::with_capacity(batch.capacity_hint());
+                for message in batch {
+                    match message {
+                        Ok(message) => messages.push(message),
+                        Err(e) => return self.push_undecodable(entry, &e.to_string()),
+                    }
+                }
+                self.push_batch(entry, &opened, &messages)
+            }
             None => self.push_single(entry, &opened),
         }
     }
 
     fn push_batch(&mut self, entry: &Entry, opened: &OpenedEntry, messages: &[BatchMessage<'_>]) {
         let m = &opened.metadata;
-        let batch_size = opened.batch_size.unwrap_or(0) as i32;
         let schema_version = m.schema_version.as_deref().and_then(version_from_bytes);
+        self.push_entry_columns(
+            entry,
+            opened,
+            EntryColumns {
+                rows: messages.len(),
+                batch_size: opened.batch_size.unwrap_or(0) as i32,
+                schema_version,
+            },
+        );
         for msg in messages {
             let s = &msg.single;
             let null_value = s.null_value.unwrap_or(false);
-            self.push_row(
-                entry,
+            self.push_message(
                 opened,
                 MessageRow {
                     batch_index: msg.batch_index as i32,
-                    batch_size,
                     event_ms: s.event_time,
                     key: s.partition_key,
                     ordering_key: s.ordering_key,
@@ -166,7 +176,6 @@ impl RowBuilder {
                     payload: (!null_value).then_some(msg.payload),
                     single_raw: Some(msg.single_raw),
                     schema_version,
-                    first_in_entry: msg.batch_index == 0,
                 },
                 s.properties(),
             );
@@ -176,21 +185,28 @@ impl RowBuilder {
     fn push_single(&mut self, entry: &Entry, opened: &OpenedEntry) {
         let m = &opened.metadata;
         let null_value = m.null_value.unwrap_or(false);
-        self.push_row(
+        let schema_version = m.schema_version.as_deref().and_then(version_from_bytes);
+        self.push_entry_columns(
             entry,
+            opened,
+            EntryColumns {
+                rows: 1,
+                // An opaque batch (encrypted or chunked) is one row for all its messages.
+                batch_size: opened.batch_size.map_or(0, |n| n as i32),
+                schema_version,
+            },
+        );
+        self.push_message(
             opened,
             MessageRow {
                 batch_index: -1,
-                // An opaque batch (encrypted or chunked) is one row for all its messages.
-                batch_size: opened.batch_size.map_or(0, |n| n as i32),
                 event_ms: m.event_time,
                 key: m.partition_key.as_deref(),
                 ordering_key: m.ordering_key.as_deref(),
                 sequence_id: m.sequence_id,
                 payload: (!null_value).then_some(&opened.payload[..]),
                 single_raw: None,
-                schema_version: m.schema_version.as_deref().and_then(version_from_bytes),
-                first_in_entry: true,
+                schema_version,
             },
             m.properties
                 .iter()
@@ -198,10 +214,33 @@ impl RowBuilder {
         );
     }
 
-    /// Appends every column of one message's row.
-    fn push_row<'a>(
+    /// Appends the columns every row of one entry shares, for all of its rows at once.
+    fn push_entry_columns(&mut self, entry: &Entry, opened: &OpenedEntry, shape: EntryColumns) {
+        let n = shape.rows;
+        if n == 0 {
+            return;
+        }
+        let m = &opened.metadata;
+        self.ledger_id
+            .append_value_n(entry.position.ledger as i64, n);
+        self.entry_id.append_value_n(entry.position.entry as i64, n);
+        self.batch_size.append_value_n(shape.batch_size, n);
+        self.partition_col.append_value_n(self.partition, n);
+        self.publish_time
+            .append_value_n(ms_to_us(m.publish_time), n);
+        self.producer_name.append_value_n(&m.producer_name, n);
+        match shape.schema_version {
+            Some(v) => self.schema_version.append_value_n(v as i64, n),
+            None => self.schema_version.append_nulls(n),
+        }
+        // The entry's raw metadata goes on its first row only.
+        self.entry_metadata.append_value(&opened.metadata_raw);
+        self.entry_metadata.append_nulls(n - 1);
+    }
+
+    /// Appends the columns that differ between the messages of one entry.
+    fn push_message<'a>(
         &mut self,
-        entry: &Entry,
         opened: &OpenedEntry,
         row: MessageRow<'_>,
         properties: impl Iterator<Item = (&'a str, &'a str)>,
@@ -211,14 +250,7 @@ impl RowBuilder {
             self.prop_values.append_value(v);
         }
         self.prop_offsets.push(self.prop_keys.len() as i32);
-        let publish = ms_to_us(opened.metadata.publish_time);
-        self.ledger_id.append_value(entry.position.ledger as i64);
-        self.entry_id.append_value(entry.position.entry as i64);
         self.batch_index.append_value(row.batch_index);
-        self.batch_size.append_value(row.batch_size);
-        self.partition_col.append_value(self.partition);
-        self.publish_time.append_value(publish);
-        self.publish_us.push(publish);
         match row
             .event_ms
             .or(opened.metadata.event_time)
@@ -229,11 +261,7 @@ impl RowBuilder {
         }
         self.key.append_option(row.key);
         self.ordering_key.append_option(row.ordering_key);
-        self.producer_name
-            .append_value(&opened.metadata.producer_name);
         self.sequence_id.append_value(row.sequence_id as i64);
-        self.schema_version
-            .append_option(row.schema_version.map(|v| v as i64));
         match row.payload {
             Some(p) => {
                 self.payload.append_value(p);
@@ -247,12 +275,6 @@ impl RowBuilder {
                 _ => t.push_null(),
             }
         }
-        self.decode_error.push(None);
-        if row.first_in_entry {
-            self.entry_metadata.append_value(&opened.metadata_raw);
-        } else {
-            self.entry_metadata.append_null();
-        }
         self.message_metadata.append_option(row.single_raw);
         self.rows += 1;
     }
@@ -265,7 +287,6 @@ impl RowBuilder {
         self.batch_size.append_value(0);
         self.partition_col.append_value(self.partition);
         self.publish_time.append_value(publish);
-        self.publish_us.push(publish);
         self.event_time.append_null();
         self.key.append_null();
         self.ordering_key.append_null();
@@ -275,8 +296,8 @@ impl RowBuilder {
         self.schema_version.append_null();
         self.payload.append_value(&entry.payload);
         self.payload_bytes += entry.payload.len();
-        self.decode_error
-            .push(Some(format!("entry does not decode: {why}")));
+        self.decode_errors
+            .push((self.rows, format!("entry does not decode: {why}")));
         self.entry_metadata.append_null();
         self.message_metadata.append_null();
         if let Some(t) = &mut self.typed {
@@ -287,7 +308,7 @@ impl RowBuilder {
 
     /// Takes the accumulated rows as one record batch, with each row's publish time (µs) and
     /// the number of rows whose payload did not decode against the topic schema.
-    pub fn finish(&mut self) -> Result<(RecordBatch, Vec<i64>, usize), RowsError> {
+    pub fn finish(&mut self) -> Result<(RecordBatch, ScalarBuffer<i64>, usize), RowsError> {
         let next = BatchShape {
             rows: self.rows,
             payload: self.payload.values_slice().len(),
@@ -301,19 +322,19 @@ impl RowBuilder {
             prop_values: self.prop_values.values_slice().len(),
         };
         let mut typed_columns = Vec::new();
-        let mut decode_errors = std::mem::take(&mut self.decode_error);
+        let mut errors = std::mem::take(&mut self.decode_errors);
         let mut bad_payloads = 0;
         if let Some(t) = &mut self.typed {
-            let (columns, errors) = t.finish()?;
+            let (columns, typed_errors) = t.finish()?;
             typed_columns = columns;
-            for (row, why) in errors {
-                if let Some(slot) = decode_errors.get_mut(row) {
+            for (row, why) in typed_errors {
+                if row < self.rows {
                     bad_payloads += 1;
-                    *slot = Some(why);
+                    errors.push((row, why));
                 }
             }
         }
-        let decode_error: StringArray = decode_errors.iter().map(Option::as_deref).collect();
+        let decode_error = decode_error_column(self.rows, errors);
         let field_type = |name: &'static str| -> Result<DataType, RowsError> {
             self.schema
                 .field_with_name(name)
@@ -341,13 +362,15 @@ impl RowBuilder {
                 sorted,
             )?) as ArrayRef
         };
+        let publish_time = self.publish_time.finish();
+        let publish = publish_time.values().clone();
         let mut columns: Vec<ArrayRef> = vec![
             Arc::new(self.ledger_id.finish()),
             Arc::new(self.entry_id.finish()),
             Arc::new(self.batch_index.finish()),
             Arc::new(self.batch_size.finish()),
             Arc::new(self.partition_col.finish()),
-            Arc::new(self.publish_time.finish()),
+            Arc::new(publish_time),
             Arc::new(self.event_time.finish()),
             Arc::new(self.key.finish()),
             Arc::new(self.ordering_key.finish()),
@@ -363,7 +386,6 @@ impl RowBuilder {
         columns.extend(typed_columns);
         self.rows = 0;
         self.payload_bytes = 0;
-        let publish = std::mem::take(&mut self.publish_us);
         let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
         self.reserve_like(&next);
         Ok((batch, publish, bad_payloads))
@@ -392,16 +414,43 @@ impl RowBuilder {
         self.publish_time =
             TimestampMicrosecondBuilder::with_capacity(rows).with_timezone("+00:00");
         self.event_time = TimestampMicrosecondBuilder::with_capacity(rows).with_timezone("+00:00");
-        self.publish_us.reserve(rows);
-        self.decode_error.reserve(rows);
     }
+}
+
+/// What the rows of one entry share.
+struct EntryColumns {
+    /// Rows the entry becomes.
+    rows: usize,
+    batch_size: i32,
+    schema_version: Option<u64>,
+}
+
+/// The `decode_error` column of `rows` rows from the reasons of the rows that have one.
+fn decode_error_column(rows: usize, mut errors: Vec<(usize, String)>) -> StringArray {
+    if errors.is_empty() {
+        return StringArray::new_null(rows);
+    }
+    // Stable: a row flagged twice keeps its first reason.
+    errors.sort_by_key(|(row, _)| *row);
+    let bytes = errors.iter().map(|(_, why)| why.len()).sum();
+    let mut column = StringBuilder::with_capacity(rows, bytes);
+    let mut next = 0;
+    for (row, why) in &errors {
+        if *row < next || *row >= rows {
+            continue;
+        }
+        column.append_nulls(row - next);
+        column.append_value(why);
+        next = row + 1;
+    }
+    column.append_nulls(rows - next);
+    column.finish()
 }
 
 /// One message's values, from its batch record or from the entry's metadata.
 struct MessageRow<'a> {
     /// -1 for an unbatched or opaque entry.
     batch_index: i32,
-    batch_size: i32,
     /// Falls back to the entry's event time.
     event_ms: Option<u64>,
     key: Option<&'a str>,
@@ -410,9 +459,8 @@ struct MessageRow<'a> {
     /// `None` for a null value.
     payload: Option<&'a [u8]>,
     single_raw: Option<&'a [u8]>,
+    /// The entry's schema version (for the typed columns).
     schema_version: Option<u64>,
-    /// The entry's raw metadata goes on its first row only.
-    first_in_entry: bool,
 }
 
 /// Sizes of one finished batch (rows, properties, bytes of the variable-width columns).
@@ -427,4 +475,139 @@ struct BatchShape {
     properties: usize,
     prop_keys: usize,
     prop_values: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::{Array, AsArray};
+    use arrow::datatypes::{Int32Type, Int64Type, TimestampMicrosecondType};
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::lake::schema::envelope_schema;
+    use crate::ledger::Position;
+    use crate::perf::offload_bench::batch_entry;
+    use crate::protocol::rebuild::frame_entry;
+
+    fn builder() -> RowBuilder {
+        let schema = iceberg::arrow::schema_to_arrow_schema(&envelope_schema())
+            .unwrap_or_else(|e| panic!("{e}"));
+        RowBuilder::new(Arc::new(schema), 3, None)
+    }
+
+    fn entry(entry: u64, payload: Bytes) -> Entry {
+        Entry {
+            position: Position { ledger: 7, entry },
+            publish_time_ms: 1_000 + entry as i64,
+            payload,
+        }
+    }
+
+    #[test]
+    fn batches_unroll_and_broken_entries_become_one_flagged_row() {
+        let payloads: Vec<Vec<u8>> = (0..3).map(|i| format!("m{i}").into_bytes()).collect();
+        let good = batch_entry(&payloads, 10, 5_000, true);
+        // A batch declaring one record more than it holds: the whole batch becomes one
+        // undecodable row, none of its three good records a row of its own.
+        let torn = {
+            let opened = open_entry(&good).unwrap_or_else(|e| panic!("{e}"));
+            let mut meta = opened.metadata.clone();
+            meta.num_messages_in_batch = Some(4);
+            frame_entry(&prost::Message::encode_to_vec(&meta), &opened.payload)
+        };
+        let mut b = builder();
+        b.push_entry(&entry(0, good.clone()));
+        b.push_entry(&entry(1, Bytes::from_static(b"not an entry")));
+        b.push_entry(&entry(2, torn.clone()));
+        b.push_entry(&entry(3, good));
+        assert_eq!(b.rows(), 8);
+        let (batch, publish, bad) = b.finish().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(bad, 0);
+        assert_eq!(batch.num_rows(), 8);
+        let col = |name: &str| {
+            batch
+                .column_by_name(name)
+                .cloned()
+                .unwrap_or_else(|| panic!("{name}"))
+        };
+        let entry_ids: Vec<i64> = col("entry_id")
+            .as_primitive::<Int64Type>()
+            .values()
+            .to_vec();
+        assert_eq!(entry_ids, [0, 0, 0, 1, 2, 3, 3, 3]);
+        let index: Vec<i32> = col("batch_index")
+            .as_primitive::<Int32Type>()
+            .values()
+            .to_vec();
+        assert_eq!(index, [0, 1, 2, -1, -1, 0, 1, 2]);
+        let sizes: Vec<i32> = col("batch_size")
+            .as_primitive::<Int32Type>()
+            .values()
+            .to_vec();
+        assert_eq!(sizes, [3, 3, 3, 0, 0, 3, 3, 3]);
+        let parts = col("partition");
+        assert!(parts
+            .as_primitive::<Int32Type>()
+            .values()
+            .iter()
+            .all(|p| *p == 3));
+        let seq: Vec<i64> = col("sequence_id")
+            .as_primitive::<Int64Type>()
+            .values()
+            .to_vec();
+        assert_eq!(seq, [10, 11, 12, -1, -1, 10, 11, 12]);
+        // Batched rows carry the metadata's publish time; broken ones the entry's.
+        let times = col("publish_time");
+        let times = times.as_primitive::<TimestampMicrosecondType>();
+        assert_eq!(
+            times.values().to_vec(),
+            [
+                5_000_000, 5_000_000, 5_000_000, 1_001_000, 1_002_000, 5_000_000, 5_000_000,
+                5_000_000
+            ]
+        );
+        assert_eq!(&publish[..], times.values());
+        let errors = col("decode_error");
+        let errors = errors.as_string::<i32>();
+        let flagged: Vec<usize> = (0..8).filter(|i| errors.is_valid(*i)).collect();
+        assert_eq!(flagged, [3, 4]);
+        assert!(errors.value(3).starts_with("entry does not decode"));
+        assert!(
+            errors.value(4).contains("declared size"),
+            "{}",
+            errors.value(4)
+        );
+        let payload = col("payload");
+        let payload = payload.as_binary::<i64>();
+        assert_eq!(payload.value(1), b"m1");
+        assert_eq!(payload.value(4), &torn[..]);
+        let producers = col("producer_name");
+        assert_eq!(producers.as_string::<i32>().value(7), "perf-offload");
+        assert_eq!(producers.as_string::<i32>().value(3), "");
+        // The entry's raw metadata sits on the first row of each entry only.
+        let meta = col("entry_metadata");
+        let with_meta: Vec<usize> = (0..8).filter(|i| meta.is_valid(*i)).collect();
+        assert_eq!(with_meta, [0, 5]);
+        assert_eq!(col("schema_version").null_count(), 8);
+        assert_eq!(col("message_metadata").null_count(), 2);
+        // The builder starts over, sized like the last batch.
+        assert_eq!(b.rows(), 0);
+        assert!(b.finish().is_ok_and(|(batch, _, _)| batch.num_rows() == 0));
+    }
+
+    #[test]
+    fn decode_errors_land_on_their_rows() {
+        let column = decode_error_column(
+            6,
+            vec![
+                (4, "d".into()),
+                (1, "b".into()),
+                (4, "later".into()),
+                (9, "x".into()),
+            ],
+        );
+        let got: Vec<Option<&str>> = column.iter().collect();
+        assert_eq!(got, [None, Some("b"), None, None, Some("d"), None]);
+        assert_eq!(decode_error_column(3, Vec::new()).null_count(), 3);
+    }
 }

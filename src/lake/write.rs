@@ -15,6 +15,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use arrow::array::{BooleanArray, RecordBatch};
+use arrow::buffer::ScalarBuffer;
 use arrow::datatypes::SchemaRef;
 use iceberg::spec::{
     DataFile, DataFileFormat, Literal, PartitionKey, PartitionSpec, SchemaRef as IcebergSchemaRef,
@@ -65,7 +66,7 @@ struct Span {
 }
 
 /// A finished batch: rows, each row's publish time (µs), rows with a decode error.
-type RowBatch = (RecordBatch, Vec<i64>, usize);
+type RowBatch = (RecordBatch, ScalarBuffer<i64>, usize);
 /// What a feeder hands to its encoder.
 type BatchResult = Result<RowBatch, LakeError>;
 

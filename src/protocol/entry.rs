@@ -167,7 +167,18 @@ pub struct BatchMessages<'a> {
     count: u32,
 }
 
+/// Fewest bytes one batch record takes: its 4-byte size and a `SingleMessageMetadata` holding
+/// at least its required `payload_size` field (tag and one varint byte).
+const MIN_RECORD_BYTES: usize = 6;
+
 impl<'a> BatchMessages<'a> {
+    /// Records still to read, bounded by what the bytes left can hold (the declared count comes
+    /// from the producer and may be anything): a safe capacity for collecting them.
+    pub fn capacity_hint(&self) -> usize {
+        let declared = (self.count - self.next) as usize;
+        declared.min((self.payload.len() - self.at) / MIN_RECORD_BYTES)
+    }
+
     fn read(&mut self) -> Result<BatchMessage<'a>, EntryError> {
         let rest = &self.payload[self.at..];
         let Some((size, rest)) = rest.split_first_chunk::<4>() else {
