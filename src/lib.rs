@@ -44,6 +44,7 @@
 //! Each module has its own `thiserror` enums (one per operation where callers act differently);
 //! `anyhow` appears only in `main.rs` and [`cli`]. Errors map to a wire surface in one place per
 //! surface.
+#![forbid(unsafe_code)]
 
 pub mod admin;
 pub mod broker;
