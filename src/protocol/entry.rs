@@ -167,13 +167,15 @@ pub struct BatchMessages<'a> {
     count: u32,
 }
 
-/// Fewest bytes one batch record takes: its 4-byte size and a `SingleMessageMetadata` holding
-/// at least its required `payload_size` field (tag and one varint byte).
+/// Fewest bytes a well-formed batch record takes: its 4-byte size and a `SingleMessageMetadata`
+/// holding at least its required `payload_size` field (tag and one varint byte). Smaller records
+/// still parse; [`BatchMessages::capacity_hint`] then underestimates, which costs a reallocation.
 const MIN_RECORD_BYTES: usize = 6;
 
 impl<'a> BatchMessages<'a> {
-    /// Records still to read, bounded by what the bytes left can hold (the declared count comes
-    /// from the producer and may be anything): a safe capacity for collecting them.
+    /// Records still to read, bounded by what the bytes left can hold when well-formed (the
+    /// declared count comes from the producer and may be anything): a capacity for collecting
+    /// them that a hostile count cannot inflate.
     pub fn capacity_hint(&self) -> usize {
         let declared = (self.count - self.next) as usize;
         declared.min((self.payload.len() - self.at) / MIN_RECORD_BYTES)
