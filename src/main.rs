@@ -12,27 +12,44 @@ fn main() -> anyhow::Result<()> {
 /// The offload builds Arrow batches and Parquet pages of megabytes on several threads and frees
 /// them moments later. With glibc's defaults, an allocation above a moving threshold is a fresh
 /// `mmap`, and a freed heap top is trimmed, so the kernel faults in and zeroes the next buffer's
-/// pages again: about a tenth of the offload's CPU (benches/RESULTS.md, "allocator"). Fixed
-/// thresholds keep that memory in the process instead (its resident size stays at its peak, as
-/// with jemalloc or mimalloc). Malloc settings given in `GLIBC_TUNABLES` win.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
+/// pages again: about a tenth of the offload's CPU (benches/RESULTS.md, "malloc thresholds").
+/// With fixed thresholds, freed memory stays in the process: its resident size stays near its
+/// peak (each malloc arena may keep up to the trim threshold free). A parameter the environment
+/// already sets (`GLIBC_TUNABLES=glibc.malloc.<name>=…` or glibc's older `MALLOC_<NAME>_`
+/// variables) is left as given, e.g. `GLIBC_TUNABLES=glibc.malloc.trim_threshold=0` to give
+/// memory back eagerly.
+#[cfg(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64"))]
 #[allow(unsafe_code)]
 fn keep_freed_memory() {
-    if std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains("glibc.malloc.")) {
-        return;
-    }
-    /// glibc's largest mmap threshold on 64-bit targets.
-    const MMAP_THRESHOLD: libc::c_int = 32 << 20;
-    const TRIM_THRESHOLD: libc::c_int = 1 << 30;
-    const TOP_PAD: libc::c_int = 64 << 20;
-    // SAFETY: `mallopt` only sets parameters of glibc's allocator, under the allocator's own
-    // lock; it is called first thing in `main`, before this process starts any thread.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD);
-        libc::mallopt(libc::M_TOP_PAD, TOP_PAD);
+    let tunables = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
+    let settings: [(&str, &str, libc::c_int, libc::c_int); 3] = [
+        // 32 MiB is glibc's largest mmap threshold on 64-bit targets.
+        (
+            "mmap_threshold",
+            "MALLOC_MMAP_THRESHOLD_",
+            libc::M_MMAP_THRESHOLD,
+            32 << 20,
+        ),
+        (
+            "trim_threshold",
+            "MALLOC_TRIM_THRESHOLD_",
+            libc::M_TRIM_THRESHOLD,
+            1 << 30,
+        ),
+        ("top_pad", "MALLOC_TOP_PAD_", libc::M_TOP_PAD, 64 << 20),
+    ];
+    for (tunable, variable, param, value) in settings {
+        let given = tunables.contains(&format!("glibc.malloc.{tunable}="))
+            || std::env::var_os(variable).is_some();
+        if !given {
+            // SAFETY: a plain FFI call with two integers and no memory to uphold; glibc takes
+            // its allocator lock. A refused value leaves glibc's default (best effort).
+            unsafe {
+                libc::mallopt(param, value);
+            }
+        }
     }
 }
 
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+#[cfg(not(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64")))]
 fn keep_freed_memory() {}

@@ -3,9 +3,12 @@
 //! CPU-bound: callers run it on a blocking thread, never on an async worker.
 //!
 //! Invariants:
-//! - Rows are appended in message-id order of the entries given; nothing is dropped. An entry
-//!   that cannot be unrolled still becomes one row (`batch_index = -1`, the stored bytes after
-//!   the metadata in `payload`, the reason in `decode_error`).
+//! - Rows are appended in message-id order of the entries given; no message is dropped (a batch
+//!   entry that holds no message becomes no row). An entry that cannot be unrolled still becomes
+//!   one row (`batch_index = -1`, the stored bytes after the metadata in `payload`, the reason
+//!   in `decode_error`).
+//! - Every column holds exactly one value per row: [`RowBuilder::push_entry`] appends an
+//!   entry's shared columns for all of its rows at once, then each message's own columns.
 //! - Arrays are built with the exact Arrow types of the table's Iceberg schema
 //!   (`iceberg::arrow::schema_to_arrow_schema`), so the Parquet writer accepts them.
 
@@ -146,6 +149,16 @@ impl RowBuilder {
             }
             None => self.push_single(entry, &opened),
         }
+        debug_assert_eq!(
+            self.ledger_id.len(),
+            self.rows,
+            "a column lost step with the rows"
+        );
+        debug_assert_eq!(
+            self.payload.len(),
+            self.rows,
+            "a column lost step with the rows"
+        );
     }
 
     fn push_batch(&mut self, entry: &Entry, opened: &OpenedEntry, messages: &[BatchMessage<'_>]) {
@@ -215,8 +228,10 @@ impl RowBuilder {
     }
 
     /// Appends the columns every row of one entry shares, for all of its rows at once.
-    fn push_entry_columns(&mut self, entry: &Entry, opened: &OpenedEntry, shape: EntryColumns) {
-        let n = shape.rows;
+    ///
+    /// The caller then appends `shared.rows` messages with [`RowBuilder::push_message`].
+    fn push_entry_columns(&mut self, entry: &Entry, opened: &OpenedEntry, shared: EntryColumns) {
+        let n = shared.rows;
         if n == 0 {
             return;
         }
@@ -224,12 +239,12 @@ impl RowBuilder {
         self.ledger_id
             .append_value_n(entry.position.ledger as i64, n);
         self.entry_id.append_value_n(entry.position.entry as i64, n);
-        self.batch_size.append_value_n(shape.batch_size, n);
+        self.batch_size.append_value_n(shared.batch_size, n);
         self.partition_col.append_value_n(self.partition, n);
         self.publish_time
             .append_value_n(ms_to_us(m.publish_time), n);
         self.producer_name.append_value_n(&m.producer_name, n);
-        match shape.schema_version {
+        match shared.schema_version {
             Some(v) => self.schema_version.append_value_n(v as i64, n),
             None => self.schema_version.append_nulls(n),
         }
@@ -430,7 +445,7 @@ fn decode_error_column(rows: usize, mut errors: Vec<(usize, String)>) -> StringA
     if errors.is_empty() {
         return StringArray::new_null(rows);
     }
-    // Stable: a row flagged twice keeps its first reason.
+    // Stable, so a row flagged twice (no caller does) would keep its first reason.
     errors.sort_by_key(|(row, _)| *row);
     let bytes = errors.iter().map(|(_, why)| why.len()).sum();
     let mut column = StringBuilder::with_capacity(rows, bytes);
@@ -593,6 +608,49 @@ mod tests {
         // The builder starts over, sized like the last batch.
         assert_eq!(b.rows(), 0);
         assert!(b.finish().is_ok_and(|(batch, _, _)| batch.num_rows() == 0));
+    }
+
+    #[test]
+    fn bad_payloads_and_broken_entries_are_flagged_in_one_batch() {
+        use crate::lake::typed::{PayloadCodec, TypedColumns};
+        let envelope = iceberg::arrow::schema_to_arrow_schema(&envelope_schema())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut fields: Vec<arrow::datatypes::FieldRef> =
+            envelope.fields().iter().cloned().collect();
+        fields.push(Arc::new(arrow::datatypes::Field::new(
+            "id",
+            arrow::datatypes::DataType::Int64,
+            true,
+        )));
+        let schema = Arc::new(arrow::datatypes::Schema::new(fields));
+        let typed = TypedColumns::new(&schema, PayloadCodec::Json);
+        assert!(typed.is_some());
+        let mut b = RowBuilder::new(schema, -1, typed);
+        let payloads = [
+            br#"{"id":1}"#.to_vec(),
+            b"not json".to_vec(),
+            br#"{"id":3}"#.to_vec(),
+        ];
+        b.push_entry(&entry(0, Bytes::from_static(b"not an entry")));
+        b.push_entry(&entry(1, batch_entry(&payloads, 0, 5_000, false)));
+        let (batch, _, bad) = b.finish().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(bad, 1);
+        let ids = batch
+            .column_by_name("id")
+            .cloned()
+            .unwrap_or_else(|| panic!("id"));
+        let ids = ids.as_primitive::<Int64Type>();
+        let got: Vec<Option<i64>> = ids.iter().collect();
+        assert_eq!(got, [None, Some(1), None, Some(3)]);
+        let errors = batch
+            .column_by_name("decode_error")
+            .cloned()
+            .unwrap_or_else(|| panic!("decode_error"));
+        let errors = errors.as_string::<i32>();
+        let flagged: Vec<usize> = (0..4).filter(|i| errors.is_valid(*i)).collect();
+        assert_eq!(flagged, [0, 2]);
+        assert!(errors.value(0).starts_with("entry does not decode"));
+        assert!(!errors.value(2).starts_with("entry does not decode"));
     }
 
     #[test]

@@ -172,13 +172,19 @@ pub struct BatchMessages<'a> {
 /// still parse; [`BatchMessages::capacity_hint`] then underestimates, which costs a reallocation.
 const MIN_RECORD_BYTES: usize = 6;
 
+/// Largest capacity hint: a batch that declares more records and breaks early reserves no more
+/// (Pulsar clients batch up to 1,000 messages by default).
+const MAX_CAPACITY_HINT: usize = 8192;
+
 impl<'a> BatchMessages<'a> {
     /// Records still to read, bounded by what the bytes left can hold when well-formed (the
     /// declared count comes from the producer and may be anything): a capacity for collecting
     /// them that a hostile count cannot inflate.
     pub fn capacity_hint(&self) -> usize {
         let declared = (self.count - self.next) as usize;
-        declared.min((self.payload.len() - self.at) / MIN_RECORD_BYTES)
+        declared
+            .min((self.payload.len() - self.at) / MIN_RECORD_BYTES)
+            .min(MAX_CAPACITY_HINT)
     }
 
     fn read(&mut self) -> Result<BatchMessage<'a>, EntryError> {
