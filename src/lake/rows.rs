@@ -163,21 +163,18 @@ impl RowBuilder {
 
     fn push_batch(&mut self, entry: &Entry, opened: &OpenedEntry, messages: &[BatchMessage<'_>]) {
         let m = &opened.metadata;
-        let schema_version = m.schema_version.as_deref().and_then(version_from_bytes);
-        self.push_entry_columns(
-            entry,
-            opened,
-            EntryColumns {
-                rows: messages.len(),
-                batch_size: opened.batch_size.unwrap_or(0) as i32,
-                schema_version,
-            },
-        );
+        let shared = EntryColumns {
+            rows: messages.len(),
+            batch_size: opened.batch_size.unwrap_or(0) as i32,
+            schema_version: m.schema_version.as_deref().and_then(version_from_bytes),
+        };
+        self.push_entry_columns(entry, opened, &shared);
         for msg in messages {
             let s = &msg.single;
             let null_value = s.null_value.unwrap_or(false);
             self.push_message(
                 opened,
+                &shared,
                 MessageRow {
                     batch_index: msg.batch_index as i32,
                     event_ms: s.event_time,
@@ -188,7 +185,6 @@ impl RowBuilder {
                         .unwrap_or_else(|| m.sequence_id.wrapping_add(u64::from(msg.batch_index))),
                     payload: (!null_value).then_some(msg.payload),
                     single_raw: Some(msg.single_raw),
-                    schema_version,
                 },
                 s.properties(),
             );
@@ -198,19 +194,16 @@ impl RowBuilder {
     fn push_single(&mut self, entry: &Entry, opened: &OpenedEntry) {
         let m = &opened.metadata;
         let null_value = m.null_value.unwrap_or(false);
-        let schema_version = m.schema_version.as_deref().and_then(version_from_bytes);
-        self.push_entry_columns(
-            entry,
-            opened,
-            EntryColumns {
-                rows: 1,
-                // An opaque batch (encrypted or chunked) is one row for all its messages.
-                batch_size: opened.batch_size.map_or(0, |n| n as i32),
-                schema_version,
-            },
-        );
+        let shared = EntryColumns {
+            rows: 1,
+            // An opaque batch (encrypted or chunked) is one row for all its messages.
+            batch_size: opened.batch_size.map_or(0, |n| n as i32),
+            schema_version: m.schema_version.as_deref().and_then(version_from_bytes),
+        };
+        self.push_entry_columns(entry, opened, &shared);
         self.push_message(
             opened,
+            &shared,
             MessageRow {
                 batch_index: -1,
                 event_ms: m.event_time,
@@ -219,7 +212,6 @@ impl RowBuilder {
                 sequence_id: m.sequence_id,
                 payload: (!null_value).then_some(&opened.payload[..]),
                 single_raw: None,
-                schema_version,
             },
             m.properties
                 .iter()
@@ -230,7 +222,7 @@ impl RowBuilder {
     /// Appends the columns every row of one entry shares, for all of its rows at once.
     ///
     /// The caller then appends `shared.rows` messages with [`RowBuilder::push_message`].
-    fn push_entry_columns(&mut self, entry: &Entry, opened: &OpenedEntry, shared: EntryColumns) {
+    fn push_entry_columns(&mut self, entry: &Entry, opened: &OpenedEntry, shared: &EntryColumns) {
         let n = shared.rows;
         if n == 0 {
             return;
@@ -253,10 +245,12 @@ impl RowBuilder {
         self.entry_metadata.append_nulls(n - 1);
     }
 
-    /// Appends the columns that differ between the messages of one entry.
+    /// Appends the columns that differ between the messages of one entry (`shared` describes
+    /// the entry, for the typed columns' schema version).
     fn push_message<'a>(
         &mut self,
         opened: &OpenedEntry,
+        shared: &EntryColumns,
         row: MessageRow<'_>,
         properties: impl Iterator<Item = (&'a str, &'a str)>,
     ) {
@@ -286,7 +280,7 @@ impl RowBuilder {
         }
         if let Some(t) = &mut self.typed {
             match row.payload {
-                Some(p) if !opened.opaque => t.push(p, row.schema_version),
+                Some(p) if !opened.opaque => t.push(p, shared.schema_version),
                 _ => t.push_null(),
             }
         }
@@ -474,8 +468,6 @@ struct MessageRow<'a> {
     /// `None` for a null value.
     payload: Option<&'a [u8]>,
     single_raw: Option<&'a [u8]>,
-    /// The entry's schema version (for the typed columns).
-    schema_version: Option<u64>,
 }
 
 /// Sizes of one finished batch (rows, properties, bytes of the variable-width columns).
