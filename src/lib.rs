@@ -47,17 +47,21 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod auth;
 pub mod broker;
 pub mod cli;
 pub mod config;
 pub mod failpoint;
 pub mod lake;
 pub mod ledger;
+pub mod naming;
 pub mod offload;
+pub mod ops;
 pub mod perf;
 pub mod policies;
 pub mod protocol;
 pub mod replay;
+pub mod schema;
 pub mod service;
 pub mod sql;
 pub mod telemetry;

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{LakePartitioning, PolicyDefaults};
 use crate::ledger::{MetadataError, MetadataStore};
+use crate::naming::{NamespaceName, TopicName};
 
 /// Version byte of the persisted policies blob.
 pub const POLICIES_FORMAT_VERSION: u8 = 1;
@@ -135,14 +136,14 @@ pub struct PolicyStore {
     update_lock: tokio::sync::Mutex<()>,
 }
 
-fn scope(namespace: &str) -> String {
+fn scope(namespace: &NamespaceName) -> String {
     format!("namespace:{namespace}")
 }
 
-/// Cache key and store scope of a topic's own policies (keys never collide with namespaces,
-/// which contain no `://`).
-fn topic_scope(topic: &str) -> String {
-    format!("topic:{topic}")
+/// Cache key and store scope of a topic's own policies: those of its base topic (keys never
+/// collide with namespaces, which contain no `://`).
+fn topic_scope(topic: &TopicName) -> String {
+    format!("topic:{}", topic.base())
 }
 
 impl PolicyStore {
@@ -156,29 +157,32 @@ impl PolicyStore {
         }
     }
 
-    /// What `namespace` (`tenant/namespace`) has set.
-    pub async fn namespace(&self, namespace: &str) -> Result<NamespacePolicies, PoliciesError> {
-        self.scoped(&scope(namespace), namespace).await
+    /// What `namespace` has set.
+    pub async fn namespace(
+        &self,
+        namespace: &NamespaceName,
+    ) -> Result<NamespacePolicies, PoliciesError> {
+        self.scoped(&scope(namespace), &namespace.to_string()).await
     }
 
-    /// What topic `topic` (full name of the base topic) has set for itself.
-    pub async fn topic(&self, topic: &str) -> Result<NamespacePolicies, PoliciesError> {
-        self.scoped(&topic_scope(topic), topic).await
+    /// What topic `topic` (its base topic, for a partition) has set for itself.
+    pub async fn topic(&self, topic: &TopicName) -> Result<NamespacePolicies, PoliciesError> {
+        self.scoped(&topic_scope(topic), &topic.base().to_string())
+            .await
     }
 
-    /// Whether broker deduplication is on for `topic` (base topic name) in `namespace`: the
-    /// topic's own setting, else the namespace's, else `default`.
+    /// Whether broker deduplication is on for `topic` (a partition follows its base topic): the
+    /// topic's own setting, else its namespace's, else `default`.
     pub async fn deduplication(
         &self,
-        namespace: &str,
-        topic: &str,
+        topic: &TopicName,
         default: bool,
     ) -> Result<bool, PoliciesError> {
         if let Some(v) = self.topic(topic).await?.deduplication_enabled {
             return Ok(v);
         }
         Ok(self
-            .namespace(namespace)
+            .namespace(&topic.namespace)
             .await?
             .deduplication_enabled
             .unwrap_or(default))
@@ -210,7 +214,10 @@ impl PolicyStore {
     }
 
     /// The policies in force for `namespace`.
-    pub async fn effective(&self, namespace: &str) -> Result<EffectivePolicies, PoliciesError> {
+    pub async fn effective(
+        &self,
+        namespace: &NamespaceName,
+    ) -> Result<EffectivePolicies, PoliciesError> {
         let p = self.namespace(namespace).await?;
         let d = &self.defaults;
         Ok(EffectivePolicies {
@@ -234,20 +241,21 @@ impl PolicyStore {
     /// Applies `change` to the namespace's policies and stores the result.
     pub async fn update(
         &self,
-        namespace: &str,
+        namespace: &NamespaceName,
         change: impl FnOnce(&mut NamespacePolicies),
     ) -> Result<NamespacePolicies, PoliciesError> {
-        self.update_scoped(&scope(namespace), namespace, change)
+        self.update_scoped(&scope(namespace), &namespace.to_string(), change)
             .await
     }
 
     /// Applies `change` to a topic's own policies and stores the result.
     pub async fn update_topic(
         &self,
-        topic: &str,
+        topic: &TopicName,
         change: impl FnOnce(&mut NamespacePolicies),
     ) -> Result<NamespacePolicies, PoliciesError> {
-        self.update_scoped(&topic_scope(topic), topic, change).await
+        self.update_scoped(&topic_scope(topic), &topic.base().to_string(), change)
+            .await
     }
 
     async fn update_scoped(
@@ -310,17 +318,21 @@ mod tests {
     async fn updates_override_defaults_and_persist() -> Result<(), PoliciesError> {
         let meta: Arc<dyn MetadataStore> = Arc::new(MemoryMetadataStore::new());
         let store = PolicyStore::new(meta.clone(), PolicyDefaults::default());
-        let e = store.effective("public/default").await?;
+        let ns = NamespaceName::new("public", "default").expect("valid");
+        let e = store.effective(&ns).await?;
         assert_eq!(e.offload_threshold_bytes, 0);
         assert_eq!(e.offload_deletion_lag, Duration::from_secs(3600));
         store
-            .update("public/default", |p| p.offload_deletion_lag_ms = Some(5))
+            .update(&ns, |p| p.offload_deletion_lag_ms = Some(5))
             .await?;
         let fresh = PolicyStore::new(meta, PolicyDefaults::default());
-        let e = fresh.effective("public/default").await?;
+        let e = fresh.effective(&ns).await?;
         assert_eq!(e.offload_deletion_lag, Duration::from_millis(5));
         assert_eq!(
-            fresh.effective("other/ns").await?.offload_threshold_bytes,
+            fresh
+                .effective(&NamespaceName::new("other", "ns").expect("valid"))
+                .await?
+                .offload_threshold_bytes,
             0
         );
         Ok(())

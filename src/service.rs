@@ -110,12 +110,13 @@ impl Service {
             })?;
         let http_addr = http_listener.local_addr().map_err(ServiceError::Http)?;
         let http_stop = stop.clone();
-        let meta_cell = Arc::new(tokio::sync::OnceCell::new());
-        let services_cell = Arc::new(tokio::sync::OnceCell::new());
+        let ops_cell = Arc::new(tokio::sync::OnceCell::new());
+        // One authenticator and authorizer for every surface.
+        let access = crate::auth::Access::from_config(&config.broker.authentication);
         let app = admin::router(admin::AdminState {
             health: health.clone(),
-            meta: meta_cell.clone(),
-            services: services_cell.clone(),
+            ops: ops_cell.clone(),
+            access: access.clone(),
         });
         let http = tokio::spawn(async move {
             axum::serve(http_listener, app)
@@ -130,7 +131,6 @@ impl Service {
             SqliteMetadataStore::open_url(&config.metadata.url).await?
         };
         let store: Arc<dyn MetadataStore> = Arc::new(meta.clone());
-        let _ = meta_cell.set(store.clone());
         let log =
             Arc::new(Log::open(&config.ledger_dir(), config.ledger.clone(), store.clone()).await?);
         let policies = Arc::new(PolicyStore::new(
@@ -169,8 +169,11 @@ impl Service {
         let (replay, replay_runtime) = match &offload {
             Some(engine) => {
                 let rt = own_runtime("ll-replay", config.replay.threads)?;
-                let replay =
-                    Replay::new(engine.clone(), rt.handle().clone(), config.replay.clone());
+                let replay = Replay::new(
+                    engine.lake_handle(),
+                    rt.handle().clone(),
+                    config.replay.clone(),
+                );
                 (Some(replay), Some(rt))
             }
             None => (None, None),
@@ -180,21 +183,28 @@ impl Service {
             log.clone(),
             policies.clone(),
             replay.clone(),
+            access.clone(),
             format!("pulsar://{advertised}"),
         );
         let (sql, sql_runtime, pg_addr) = if config.sql.enabled {
-            let (engine, rt, addr) = start_sql(config, log.clone(), offload.clone(), stop.clone())?;
+            let (engine, rt, addr) = start_sql(
+                config,
+                log.clone(),
+                (offload.clone(), replay.clone()),
+                access,
+                stop.clone(),
+            )?;
             (Some(engine), Some(rt), Some(addr))
         } else {
             (None, None, None)
         };
-        let _ = services_cell.set(admin::Services {
-            log: log.clone(),
-            offload: offload.clone(),
+        let _ = ops_cell.set(crate::ops::Operations::new(
+            log.clone(),
+            broker.clone(),
+            offload.clone(),
             policies,
-            broker: broker.clone(),
             sql,
-        });
+        ));
         broker.serve(pulsar_listener);
         tracing::info!(%pulsar_addr, "pulsar listening");
         health.set_ready(true);
@@ -265,13 +275,19 @@ fn own_runtime(name: &str, threads: usize) -> Result<tokio::runtime::Runtime, Se
 fn start_sql(
     config: &Config,
     log: Arc<Log>,
-    offload: Option<OffloadEngine>,
+    (offload, replay): (Option<OffloadEngine>, Option<crate::replay::Replay>),
+    access: crate::auth::Access,
     stop: CancellationToken,
 ) -> Result<(crate::sql::SqlEngine, tokio::runtime::Runtime, SocketAddr), ServiceError> {
     let rt = own_runtime("ll-sql", config.sql.threads)?;
-    let auth = crate::broker::auth::from_config(&config.broker.authentication);
-    let engine =
-        crate::sql::SqlEngine::new(log, offload, rt.handle().clone(), config.sql.clone(), auth);
+    let engine = crate::sql::SqlEngine::new(
+        log,
+        offload.map(|e| e.lake_handle()),
+        replay,
+        rt.handle().clone(),
+        config.sql.clone(),
+        access,
+    );
     let addr = config.server.pg_addr;
     let std_listener = std::net::TcpListener::bind(addr).map_err(|source| ServiceError::Bind {
         addr,

@@ -6,8 +6,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
-use crate::broker::topic_name::TopicNameError;
 use crate::ledger::metadata::MetadataError;
+use crate::naming::TopicNameError;
 
 /// Why an admin request failed.
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +56,7 @@ impl From<crate::sql::SqlError> for AdminError {
             SqlError::Refused(_) => AdminError::Forbidden(text),
             SqlError::Invalid(_) => AdminError::BadRequest(text),
             SqlError::Unauthenticated(_) => AdminError::Unauthorized(text),
+            SqlError::Denied(_) => AdminError::Forbidden(text),
             SqlError::MemoryLimit { .. } | SqlError::Timeout(_) => AdminError::LimitExceeded(text),
             SqlError::Stopped => AdminError::NotReady,
             _ => AdminError::Internal(text),
@@ -89,6 +90,35 @@ impl From<MetadataError> for AdminError {
             MetadataError::Conflict(m) => AdminError::Conflict(m),
             other => AdminError::Metadata(other),
         }
+    }
+}
+
+impl From<crate::ops::OpsError> for AdminError {
+    fn from(e: crate::ops::OpsError) -> Self {
+        use crate::ops::OpsError;
+        match e {
+            OpsError::Invalid(m) => AdminError::BadRequest(m),
+            OpsError::NotFound(m) => AdminError::NotFound(m),
+            OpsError::Conflict(m) => AdminError::Conflict(m),
+            OpsError::Busy(m) => AdminError::PreconditionFailed(m),
+            OpsError::Disabled(m) => AdminError::Disabled(m),
+            OpsError::Offload(o) => o.into(),
+            OpsError::Policies(p) => p.into(),
+            OpsError::Metadata(m) => m.into(),
+            other => AdminError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<crate::auth::Denied> for AdminError {
+    fn from(e: crate::auth::Denied) -> Self {
+        AdminError::Forbidden(e.to_string())
+    }
+}
+
+impl From<crate::auth::AuthError> for AdminError {
+    fn from(e: crate::auth::AuthError) -> Self {
+        AdminError::Unauthorized(format!("authentication failed: {e}"))
     }
 }
 

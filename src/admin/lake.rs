@@ -15,7 +15,6 @@ use serde_json::json;
 
 use super::error::AdminError;
 use super::{topic_path, AdminState};
-use crate::offload::OffloadEngine;
 
 pub(super) fn routes() -> Router<AdminState> {
     Router::new()
@@ -29,18 +28,12 @@ pub(super) fn routes() -> Router<AdminState> {
         )
 }
 
-fn engine(state: &AdminState) -> Result<OffloadEngine, AdminError> {
-    state.services()?.offload.clone().ok_or_else(|| {
-        AdminError::Disabled("the lake is disabled in this service (lake.enabled = false)".into())
-    })
-}
-
 async fn trigger(
     State(state): State<AdminState>,
     Path((tenant, namespace, name)): Path<(String, String, String)>,
 ) -> Result<Json<serde_json::Value>, AdminError> {
     let t = topic_path(&tenant, &namespace, &name)?;
-    let ticket = engine(&state)?.request(&t).await?;
+    let ticket = state.ops()?.request_offload(&t).await?;
     Ok(Json(json!({ "request": ticket })))
 }
 
@@ -49,7 +42,7 @@ async fn status(
     Path((tenant, namespace, name)): Path<(String, String, String)>,
 ) -> Result<Json<crate::offload::OffloadStatus>, AdminError> {
     let t = topic_path(&tenant, &namespace, &name)?;
-    Ok(Json(engine(&state)?.status(&t).await?))
+    Ok(Json(state.ops()?.offload_status(&t).await?))
 }
 
 async fn stats(
@@ -57,54 +50,5 @@ async fn stats(
     Path((tenant, namespace, name)): Path<(String, String, String)>,
 ) -> Result<Json<serde_json::Value>, AdminError> {
     let t = topic_path(&tenant, &namespace, &name)?;
-    let services = state.services()?;
-    let mut ledgers = Vec::new();
-    let mut storage = 0u64;
-    let mut entries = 0u64;
-    let wanted_partition = t.partition().map(|p| p as i32);
-    let mut subscriptions = serde_json::Map::new();
-    for (partition, log) in crate::offload::partition_logs(&services.log, &t.base()).await? {
-        if wanted_partition.is_some_and(|w| w != partition) {
-            continue;
-        }
-        for (name, s) in services.broker.subscription_stats(log.name()).await {
-            let key = if partition >= 0 && wanted_partition.is_none() {
-                format!("{name} (partition {partition})")
-            } else {
-                name
-            };
-            subscriptions.insert(
-                key,
-                serde_json::to_value(s).map_err(|e| AdminError::Internal(e.to_string()))?,
-            );
-        }
-        for l in log.ledgers() {
-            if matches!(
-                l.state,
-                crate::ledger::LedgerState::Open
-                    | crate::ledger::LedgerState::Sealed
-                    | crate::ledger::LedgerState::Offloaded
-            ) {
-                storage += l.size_bytes;
-            }
-            entries += l.entry_count;
-            ledgers.push(json!({ "topic": log.name(), "ledger": l }));
-        }
-    }
-    if ledgers.is_empty() && !services.log.topic_exists(&t.to_string()).await? {
-        return Err(AdminError::NotFound(format!("Topic {t} not found")));
-    }
-    let lake = match &services.offload {
-        Some(e) => serde_json::to_value(e.lake_stats(&t).await?)
-            .map_err(|e| AdminError::Internal(e.to_string()))?,
-        None => serde_json::Value::Null,
-    };
-    Ok(Json(json!({
-        "storageSize": storage,
-        "entries": entries,
-        "ledgers": ledgers,
-        "lake": lake,
-        "subscriptions": subscriptions,
-        "replay": services.broker.replay_stats(),
-    })))
+    Ok(Json(state.ops()?.topic_stats(&t).await?))
 }

@@ -12,8 +12,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
 
-use crate::ledger::MetadataStore;
-
+mod access;
 mod delete;
 pub mod error;
 mod lake;
@@ -50,26 +49,10 @@ impl Health {
 pub struct AdminState {
     /// Readiness.
     pub health: Arc<Health>,
-    /// The metadata store, once recovery has opened it.
-    pub meta: Arc<tokio::sync::OnceCell<Arc<dyn MetadataStore>>>,
-    /// The log, the offload engine (`None` when the lake is disabled) and the namespace
-    /// policies, once recovery has finished.
-    pub services: Arc<tokio::sync::OnceCell<Services>>,
-}
-
-/// Parts of the running service the admin API drives.
-#[derive(Debug, Clone)]
-pub struct Services {
-    /// The log.
-    pub log: Arc<crate::ledger::Log>,
-    /// The offload engine, `None` when `lake.enabled = false`.
-    pub offload: Option<crate::offload::OffloadEngine>,
-    /// Namespace policies.
-    pub policies: Arc<crate::policies::PolicyStore>,
-    /// The broker (policy changes it must apply at once).
-    pub broker: Arc<crate::broker::Broker>,
-    /// The SQL engine (`None` when `sql.enabled = false`).
-    pub sql: Option<crate::sql::SqlEngine>,
+    /// The operations on the running service, once recovery has finished.
+    pub ops: Arc<tokio::sync::OnceCell<crate::ops::Operations>>,
+    /// Authentication and authorization, shared with the other surfaces.
+    pub access: crate::auth::Access,
 }
 
 /// The topic named by an admin path `/{tenant}/{namespace}/{topic}` (persistent domain).
@@ -77,39 +60,43 @@ pub(crate) fn topic_path(
     tenant: &str,
     namespace: &str,
     topic: &str,
-) -> Result<crate::broker::topic_name::TopicName, error::AdminError> {
+) -> Result<crate::naming::TopicName, error::AdminError> {
     Ok(format!("persistent://{tenant}/{namespace}/{topic}").parse()?)
 }
 
 /// The namespace `tenant/namespace` named by an admin path, checked with the topic-name rules.
-pub(crate) fn namespace_path(tenant: &str, namespace: &str) -> Result<String, error::AdminError> {
-    use crate::broker::topic_name::valid_part;
-    if valid_part(tenant) && valid_part(namespace) {
-        Ok(format!("{tenant}/{namespace}"))
-    } else {
-        Err(error::AdminError::BadRequest(format!(
-            "invalid namespace name '{tenant}/{namespace}'"
-        )))
-    }
+pub(crate) fn namespace_path(
+    tenant: &str,
+    namespace: &str,
+) -> Result<crate::naming::NamespaceName, error::AdminError> {
+    crate::naming::NamespaceName::new(tenant, namespace)
+        .map_err(|e| error::AdminError::BadRequest(e.to_string()))
 }
 
 impl AdminState {
-    /// The running services, or 503 while recovering.
-    pub fn services(&self) -> Result<&Services, error::AdminError> {
-        self.services.get().ok_or(error::AdminError::NotReady)
+    /// The operations, or 503 while recovering.
+    pub fn ops(&self) -> Result<&crate::ops::Operations, error::AdminError> {
+        self.ops.get().ok_or(error::AdminError::NotReady)
     }
 }
 
-/// The router of the HTTP surface.
+/// The router of the HTTP surface: health is open; every other route passes
+/// [`access::guard`] (authentication, then one authorization per request).
 pub fn router(state: AdminState) -> Router {
-    Router::new()
-        .route("/health/live", get(live))
-        .route("/health/ready", get(ready))
+    let guarded = Router::new()
         .merge(topics::routes())
         .merge(delete::routes())
         .merge(lake::routes())
         .merge(namespaces::routes())
         .merge(sql::routes())
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            access::guard,
+        ));
+    Router::new()
+        .route("/health/live", get(live))
+        .route("/health/ready", get(ready))
+        .merge(guarded)
         .with_state(state)
 }
 

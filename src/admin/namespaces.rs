@@ -25,6 +25,7 @@ use serde_json::json;
 use super::error::AdminError;
 use super::{namespace_path, topic_path, AdminState};
 use crate::config::LakePartitioning;
+use crate::naming::TopicName;
 use crate::policies::{NamespacePolicies, RetentionPolicy};
 
 pub(super) fn routes() -> Router<AdminState> {
@@ -70,8 +71,8 @@ fn boolean(body: &str) -> Result<bool, AdminError> {
         .map_err(|_| AdminError::BadRequest(format!("expected true or false, got '{body}'")))
 }
 
-fn base_topic(tenant: &str, ns: &str, topic: &str) -> Result<String, AdminError> {
-    Ok(topic_path(tenant, ns, topic)?.base().to_string())
+fn base_topic(tenant: &str, ns: &str, topic: &str) -> Result<TopicName, AdminError> {
+    Ok(topic_path(tenant, ns, topic)?.base())
 }
 
 async fn get_dedup(
@@ -79,13 +80,7 @@ async fn get_dedup(
     Path((t, n)): Path<(String, String)>,
 ) -> Result<Json<serde_json::Value>, AdminError> {
     let ns = namespace_path(&t, &n)?;
-    let services = s.services()?;
-    let set = services
-        .policies
-        .namespace(&ns)
-        .await?
-        .deduplication_enabled;
-    Ok(Json(json!(set.unwrap_or(services.broker.dedup_default()))))
+    Ok(Json(json!(s.ops()?.namespace_deduplication(&ns).await?)))
 }
 
 async fn set_dedup_value(
@@ -94,9 +89,7 @@ async fn set_dedup_value(
     n: &str,
     value: Option<bool>,
 ) -> Result<StatusCode, AdminError> {
-    let status = update(s, t, n, |p| p.deduplication_enabled = value).await?;
-    s.services()?.broker.apply_dedup_policies().await;
-    Ok(status)
+    update(s, t, n, |p| p.deduplication_enabled = value).await
 }
 
 async fn set_dedup(
@@ -120,13 +113,7 @@ async fn get_topic_dedup(
     Path((t, n, topic)): Path<(String, String, String)>,
 ) -> Result<Json<serde_json::Value>, AdminError> {
     let base = base_topic(&t, &n, &topic)?;
-    let ns = namespace_path(&t, &n)?;
-    let services = s.services()?;
-    let v = services
-        .policies
-        .deduplication(&ns, &base, services.broker.dedup_default())
-        .await?;
-    Ok(Json(json!(v)))
+    Ok(Json(json!(s.ops()?.deduplication(&base).await?)))
 }
 
 async fn set_topic_dedup_value(
@@ -137,12 +124,9 @@ async fn set_topic_dedup_value(
     value: Option<bool>,
 ) -> Result<StatusCode, AdminError> {
     let base = base_topic(t, n, topic)?;
-    let services = s.services()?;
-    services
-        .policies
-        .update_topic(&base, |p| p.deduplication_enabled = value)
+    s.ops()?
+        .update_topic_policies(&base, |p| p.deduplication_enabled = value)
         .await?;
-    services.broker.apply_dedup_policies().await;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -175,7 +159,7 @@ async fn update(
     change: impl FnOnce(&mut NamespacePolicies),
 ) -> Result<StatusCode, AdminError> {
     let ns = namespace_path(tenant, ns)?;
-    state.services()?.policies.update(&ns, change).await?;
+    state.ops()?.update_namespace_policies(&ns, change).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -185,7 +169,7 @@ async fn effective(
     ns: &str,
 ) -> Result<crate::policies::EffectivePolicies, AdminError> {
     let ns = namespace_path(tenant, ns)?;
-    Ok(state.services()?.policies.effective(&ns).await?)
+    Ok(state.ops()?.effective_policies(&ns).await?)
 }
 
 async fn get_threshold(

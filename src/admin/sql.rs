@@ -7,7 +7,7 @@
 //! Arrow bodies lack their end markers).
 
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::http::{header, HeaderMap};
 use axum::response::Response;
 use axum::routing::post;
@@ -43,22 +43,15 @@ fn query_text(headers: &HeaderMap, body: &[u8]) -> Result<String, AdminError> {
 
 async fn run(
     State(state): State<AdminState>,
+    Extension(principal): Extension<crate::auth::Principal>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, AdminError> {
-    let engine = state.services()?.sql.clone().ok_or_else(|| {
-        AdminError::Disabled("SQL is disabled in this service (sql.enabled = false)".into())
-    })?;
-    let token = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    engine.authenticate(token)?;
+    let engine = state.ops()?.sql()?.clone();
     let format = Format::from_accept(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()))
         .map_err(AdminError::BadRequest)?;
     let sql = query_text(&headers, &body)?;
-    let mut rows = engine.query(&sql).await?;
+    let mut rows = engine.query(&principal, &sql).await?;
     let mut encoder = format
         .encoder(rows.schema())
         .map_err(|e| AdminError::Internal(e.to_string()))?;

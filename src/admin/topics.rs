@@ -9,18 +9,13 @@ use serde_json::json;
 
 use super::error::AdminError;
 use super::{topic_path, AdminState};
-use crate::broker::topic_name::TopicName;
-use crate::ledger::MetadataStore;
+use crate::naming::TopicName;
 
 pub(super) fn routes() -> Router<AdminState> {
     Router::new().route(
         "/admin/v2/persistent/{tenant}/{namespace}/{topic}/partitions",
         put(create).post(update).get(read),
     )
-}
-
-fn meta(state: &AdminState) -> Result<std::sync::Arc<dyn MetadataStore>, AdminError> {
-    state.meta.get().cloned().ok_or(AdminError::NotReady)
 }
 
 fn topic_name(tenant: &str, namespace: &str, topic: &str) -> Result<TopicName, AdminError> {
@@ -69,9 +64,7 @@ async fn set_partitions(
 ) -> Result<StatusCode, AdminError> {
     let name = topic_name(tenant, namespace, topic)?;
     let n = partition_count(body)?;
-    meta(state)?
-        .set_partitions(&name.to_string(), n, update)
-        .await?;
+    state.ops()?.set_partitions(&name, n, update).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -80,9 +73,6 @@ async fn read(
     Path((tenant, namespace, topic)): Path<(String, String, String)>,
 ) -> Result<Json<serde_json::Value>, AdminError> {
     let name = topic_name(&tenant, &namespace, &topic)?;
-    let n = meta(&state)?
-        .get_partitions(&name.to_string())
-        .await?
-        .unwrap_or(0);
+    let n = state.ops()?.partitions(&name).await?;
     Ok(Json(json!({ "partitions": n })))
 }

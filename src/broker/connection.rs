@@ -12,26 +12,27 @@ use tokio::sync::mpsc;
 use tokio_util::codec::{FramedRead, FramedWrite};
 
 use super::dedup::Verdict;
-use super::schema;
 use super::subscription::{self, SeekTarget, SubscriptionCommand, SubscriptionHandle};
-use super::topic_name::TopicName;
 use super::{Broker, BrokerError, BrokerTopic, PROTOCOL_VERSION, SERVER_VERSION};
+use crate::auth::{Action, Principal, Resource};
 use crate::ledger::{AppendError, AppendReceipt, Position};
+use crate::naming::TopicName;
 use crate::protocol::codec::PulsarCodec;
 use crate::protocol::command::{self, Inbound, Outbound};
 use crate::protocol::frame::entry_message_count;
 use crate::protocol::proto::{self, command_ack::AckType, command_subscribe, ServerError};
+use crate::schema;
 
 /// Outbound frames queued per connection before the dispatcher waits.
 const OUTBOUND_QUEUE: usize = 1024;
 /// Receipts in flight per producer before the connection stops reading.
 const RECEIPT_QUEUE: usize = 4096;
 
-/// Maps broker errors to the wire (the one place for this surface).
 /// Bytes of metadata a message may carry beyond `broker.max_message_size` (Pulsar's
 /// `MESSAGE_SIZE_FRAME_PADDING`).
 const METADATA_PADDING: usize = 10 * 1024;
 
+/// Maps broker errors to the wire (the one place for this surface).
 fn server_error(e: &BrokerError) -> ServerError {
     match e {
         BrokerError::InvalidTopic(_) => ServerError::InvalidTopicName,
@@ -44,6 +45,7 @@ fn server_error(e: &BrokerError) -> ServerError {
             ServerError::IncompatibleSchema
         }
         BrokerError::Schema(_) => ServerError::MetadataError,
+        BrokerError::Denied(_) => ServerError::AuthorizationError,
     }
 }
 
@@ -83,7 +85,9 @@ pub struct Connection {
     out: mpsc::Sender<Outbound>,
     producers: HashMap<u64, ProducerState>,
     consumers: HashMap<u64, ConsumerState>,
-    connected: bool,
+    /// Who the connection authenticated as on CONNECT (anonymous while authentication is off).
+    /// Invariant: `Some` from CONNECT on; every command on a topic is authorized for it.
+    principal: Option<Principal>,
 }
 
 impl Connection {
@@ -115,7 +119,7 @@ impl Connection {
             out,
             producers: HashMap::new(),
             consumers: HashMap::new(),
-            connected: false,
+            principal: None,
         };
         tracing::debug!(peer = %peer, conn = conn.id, "connection opened");
         let keepalive = broker.config.keepalive;
@@ -129,7 +133,7 @@ impl Connection {
                     if last_heard.elapsed() > keepalive * 2 {
                         break "keepalive timeout".to_string();
                     }
-                    if conn.connected {
+                    if conn.principal.is_some() {
                         let _ = conn.out.send(command::ping()).await;
                     }
                 }
@@ -182,31 +186,29 @@ impl Connection {
 
     /// Handles one command; `Err(reason)` closes the connection.
     async fn handle(&mut self, cmd: Inbound) -> Result<(), String> {
-        if !self.connected && !matches!(cmd, Inbound::Connect(_)) {
+        if self.principal.is_none() && !matches!(cmd, Inbound::Connect(_)) {
             return Err("protocol error: command before CONNECT".into());
         }
         match cmd {
             Inbound::Connect(c) => {
-                if let Some(auth) = &self.broker.authenticator {
-                    let method = c.auth_method_name.as_deref().unwrap_or("none");
-                    let data = c.auth_data.as_deref().unwrap_or(&[]);
-                    match auth.authenticate(method, data) {
-                        Ok(principal) => {
-                            tracing::debug!(conn = self.id, role = %principal.role, "authenticated");
-                        }
-                        Err(e) => {
-                            self.send(command::error(
-                                u64::MAX,
-                                ServerError::AuthenticationError,
-                                e.to_string(),
-                            ))
-                            .await;
-                            return Err(format!("authentication failed: {e}"));
-                        }
+                let method = c.auth_method_name.as_deref().unwrap_or("none");
+                let data = c.auth_data.as_deref().unwrap_or(&[]);
+                match self.broker.access.authenticate(method, data) {
+                    Ok(principal) => {
+                        tracing::debug!(conn = self.id, %principal, "authenticated");
+                        self.principal = Some(principal);
+                    }
+                    Err(e) => {
+                        self.send(command::error(
+                            u64::MAX,
+                            ServerError::AuthenticationError,
+                            e.to_string(),
+                        ))
+                        .await;
+                        return Err(format!("authentication failed: {e}"));
                     }
                 }
                 let version = c.protocol_version.unwrap_or(0).min(PROTOCOL_VERSION);
-                self.connected = true;
                 let max = self.broker.config.max_message_size.as_u64() as i32;
                 self.send(command::connected(SERVER_VERSION, version, max))
                     .await;
@@ -214,9 +216,9 @@ impl Connection {
             Inbound::Ping => self.send(command::pong()).await,
             Inbound::Pong => {}
             Inbound::PartitionedMetadata(m) => {
-                let partitions = match m.topic.parse::<TopicName>() {
+                let partitions = match self.authorized(&m.topic, Action::Lookup).await {
                     Ok(name) => self.broker.partitions(&name).await,
-                    Err(e) => Err(BrokerError::from(e)),
+                    Err(e) => Err(e),
                 };
                 let reply = match partitions {
                     Ok(n) => command::partitioned_metadata(m.request_id, n),
@@ -231,13 +233,9 @@ impl Connection {
                 self.send(reply).await;
             }
             Inbound::Lookup(l) => {
-                let reply = match l.topic.parse::<TopicName>() {
+                let reply = match self.authorized(&l.topic, Action::Lookup).await {
                     Ok(_) => command::lookup_connect(l.request_id, &self.broker.service_url),
-                    Err(e) => command::lookup_failed(
-                        l.request_id,
-                        ServerError::InvalidTopicName,
-                        e.to_string(),
-                    ),
+                    Err(e) => command::lookup_failed(l.request_id, server_error(&e), e.to_string()),
                 };
                 self.send(reply).await;
             }
@@ -282,10 +280,11 @@ impl Connection {
                     return Ok(());
                 }
                 let sequence_id = send.sequence_id;
-                let highest = (sequence_id as i64).max(
+                let highest = super::dedup::highest_sequence_id(
+                    sequence_id,
                     send.highest_sequence_id
-                        .or(payload.metadata.highest_sequence_id)
-                        .map_or(-1, |h| h as i64),
+                        .or(payload.metadata.highest_sequence_id),
+                    send.num_messages.or(payload.metadata.num_messages_in_batch),
                 );
                 if let Some(parts) = producer.topic.dedup() {
                     let verdict = parts
@@ -380,12 +379,12 @@ impl Connection {
             }
             Inbound::GetLastMessageId(g) => self.last_message_id(g).await,
             Inbound::GetSchema(g) => {
-                let result = match g.topic.parse::<TopicName>() {
+                let result = match self.authorized(&g.topic, Action::Lookup).await {
                     Ok(name) => {
                         let wanted = g
                             .schema_version
                             .as_deref()
-                            .and_then(schema::version_from_bytes);
+                            .and_then(crate::naming::schema_version_from_bytes);
                         match schema::versions(&self.broker.metadata(), &name.base().to_string())
                             .await
                         {
@@ -394,15 +393,17 @@ impl Connection {
                                     Some(v) => all.into_iter().find(|(n, _)| *n == v),
                                     None => all.into_iter().last(),
                                 };
-                                found.map(|(v, sc)| (sc, schema::version_bytes(v))).ok_or((
-                                    ServerError::TopicNotFound,
-                                    "schema not found".to_string(),
-                                ))
+                                found
+                                    .map(|(v, sc)| (sc, crate::naming::schema_version_bytes(v)))
+                                    .ok_or((
+                                        ServerError::TopicNotFound,
+                                        "schema not found".to_string(),
+                                    ))
                             }
                             Err(e) => Err((ServerError::MetadataError, e.to_string())),
                         }
                     }
-                    Err(e) => Err((ServerError::InvalidTopicName, e.to_string())),
+                    Err(e) => Err((server_error(&e), e.to_string())),
                 };
                 self.send(command::get_schema_response(g.request_id, result))
                     .await;
@@ -423,11 +424,32 @@ impl Connection {
         Ok(())
     }
 
-    /// The topic partition `name`, or `None` after answering ERROR for `request_id`.
-    async fn open_topic(&mut self, name: &str, request_id: u64) -> Option<Arc<BrokerTopic>> {
-        let topic = match name.parse::<TopicName>() {
+    /// `name` parsed, once the connection's principal is authorized to do `action` on it
+    /// (a partition is authorized as its partitioned topic).
+    async fn authorized(&self, name: &str, action: Action) -> Result<TopicName, BrokerError> {
+        let name = name.parse::<TopicName>()?;
+        let principal = self
+            .principal
+            .as_ref()
+            .ok_or_else(|| BrokerError::NotSupported("command before CONNECT".into()))?;
+        self.broker
+            .access
+            .authorize(principal, action, &Resource::Topic(name.base()))
+            .await?;
+        Ok(name)
+    }
+
+    /// The topic partition `name` for `action`, or `None` after answering ERROR for
+    /// `request_id`.
+    async fn open_topic(
+        &mut self,
+        name: &str,
+        action: Action,
+        request_id: u64,
+    ) -> Option<Arc<BrokerTopic>> {
+        let topic = match self.authorized(name, action).await {
             Ok(name) => self.broker.topic(&name).await,
-            Err(e) => Err(BrokerError::from(e)),
+            Err(e) => Err(e),
         };
         match topic {
             Ok(t) => Some(t),
@@ -440,7 +462,10 @@ impl Connection {
     }
 
     async fn add_producer(&mut self, p: proto::CommandProducer) {
-        let Some(topic) = self.open_topic(&p.topic, p.request_id).await else {
+        let Some(topic) = self
+            .open_topic(&p.topic, Action::Produce, p.request_id)
+            .await
+        else {
             return;
         };
         let schema_version = match &p.schema {
@@ -448,7 +473,7 @@ impl Connection {
                 match schema::resolve(&self.broker.metadata(), &topic.name.base().to_string(), sc)
                     .await
                 {
-                    Ok(v) => Some(schema::version_bytes(v)),
+                    Ok(v) => Some(crate::naming::schema_version_bytes(v)),
                     Err(e) => {
                         let e = BrokerError::from(e);
                         self.send(command::error(
@@ -582,7 +607,10 @@ impl Connection {
     }
 
     async fn subscribe(&mut self, s: proto::CommandSubscribe) {
-        let Some(topic) = self.open_topic(&s.topic, s.request_id).await else {
+        let Some(topic) = self
+            .open_topic(&s.topic, Action::Consume, s.request_id)
+            .await
+        else {
             return;
         };
         if let Some(sc) = &s.schema {

@@ -7,7 +7,7 @@
 //!   queue (so frames never interleave).
 //! - [`subscription`]: one task per subscription, the only owner of its cursor and consumers;
 //!   it reads the log and sends MESSAGE frames within the consumers' permits.
-//! - [`topic_name`]: Pulsar's topic-name rules.
+//! - [`dedup`]: deduplication state (Pulsar semantics), folded through replay.
 //!
 //! Invariants:
 //! - SEND_RECEIPTs of a producer leave in the order of its SENDs and only after the append is
@@ -28,19 +28,21 @@ use crate::config::BrokerConfig;
 use crate::ledger::{Log, TopicLog};
 use crate::policies::PolicyStore;
 
-pub mod auth;
 pub mod backlog;
 pub mod connection;
-pub mod cursor;
-pub mod dedup;
-pub mod schema;
-pub mod subscription;
-pub mod topic_name;
 
+pub mod dedup;
+
+pub mod subscription;
+
+use crate::naming::TopicName;
 use crate::protocol::command;
 use crate::protocol::proto::command_subscribe::SubType;
 use subscription::SubscriptionHandle;
-use topic_name::TopicName;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// Version string sent in CONNECTED.
 pub const SERVER_VERSION: &str = concat!("ledgerlake-", env!("CARGO_PKG_VERSION"));
@@ -91,10 +93,16 @@ pub(crate) struct DedupParts {
 }
 
 impl DedupParts {
-    async fn load(log: &TopicLog) -> Result<DedupParts, BrokerError> {
-        let snapshot = dedup::DedupSnapshot::load(log)
+    /// Folds the state from the snapshot and the entries after it, whichever tier holds them.
+    async fn load(
+        log: &TopicLog,
+        lake: Option<&crate::replay::TopicLake>,
+    ) -> Result<DedupParts, BrokerError> {
+        let snapshot = dedup::DedupSnapshot::load(log.clone(), lake.cloned())
             .await
-            .map_err(|e| BrokerError::Storage(e.to_string()))?;
+            .map_err(|e| {
+                BrokerError::Storage(format!("deduplication state of {}: {e}", log.name()))
+            })?;
         Ok(DedupParts {
             live: Mutex::new(dedup::DedupState::from_snapshot(&snapshot)),
             snapshot: tokio::sync::Mutex::new(snapshot),
@@ -114,7 +122,7 @@ impl BrokerTopic {
             return;
         };
         let mut snap = parts.snapshot.lock().await;
-        match snap.snapshot(&self.log).await {
+        match snap.snapshot().await {
             Ok(Some(blob)) => {
                 if let Err(e) = self.log.save_cursor(dedup::SNAPSHOT_NAME, &blob).await {
                     tracing::error!(topic = %self.name, error = %e, "saving dedup snapshot failed");
@@ -133,18 +141,27 @@ pub struct Broker {
     log: Arc<Log>,
     /// URL put in LOOKUP answers.
     service_url: String,
-    topics: tokio::sync::Mutex<HashMap<String, Arc<BrokerTopic>>>,
+    /// Topic partitions by full name, each behind a slot of its own: loading, unloading or
+    /// deleting one topic holds only its slot, never the map, so a slow topic cannot delay
+    /// another. Invariant: the map's lock is never held across an `.await`.
+    topics: Mutex<HashMap<String, Arc<TopicSlot>>>,
     next_id: AtomicU64,
     boot_id: u32,
     stop: CancellationToken,
     tasks: TaskTracker,
-    /// `None` when authentication is off.
-    authenticator: Option<Arc<dyn auth::Authenticator>>,
+    /// Authentication (CONNECT) and authorization (every command on a topic).
+    access: crate::auth::Access,
     /// Namespace and topic policies (deduplication).
     policies: Arc<PolicyStore>,
     /// Lake access for ranges deleted locally (`None` when the lake is disabled).
     replay: Option<crate::replay::Replay>,
 }
+
+/// One topic partition's place in the broker: empty until loaded. Its lock is held while the
+/// topic loads or is deleted (so nobody sees it half-loaded or half-deleted) and briefly by
+/// every PRODUCER and SUBSCRIBE that looks it up.
+#[derive(Debug, Default)]
+struct TopicSlot(tokio::sync::Mutex<Option<Arc<BrokerTopic>>>);
 
 /// Why the broker could not serve a request; mapped to Pulsar's ServerError in `connection`.
 #[derive(Debug, thiserror::Error)]
@@ -152,7 +169,7 @@ pub struct Broker {
 pub enum BrokerError {
     /// The topic name is invalid.
     #[error(transparent)]
-    InvalidTopic(#[from] topic_name::TopicNameError),
+    InvalidTopic(#[from] crate::naming::TopicNameError),
     /// The topic does not exist and auto-creation is off.
     #[error("topic {0} does not exist")]
     TopicNotFound(String),
@@ -170,7 +187,10 @@ pub enum BrokerError {
     Storage(String),
     /// A schema was refused.
     #[error(transparent)]
-    Schema(#[from] schema::SchemaError),
+    Schema(#[from] crate::schema::SchemaError),
+    /// The connection's principal may not do this.
+    #[error(transparent)]
+    Denied(#[from] crate::auth::Denied),
 }
 
 impl Broker {
@@ -180,15 +200,15 @@ impl Broker {
         log: Arc<Log>,
         policies: Arc<PolicyStore>,
         replay: Option<crate::replay::Replay>,
+        access: crate::auth::Access,
         service_url: String,
     ) -> Arc<Broker> {
-        let authenticator = auth::from_config(&config.authentication);
         Arc::new(Broker {
-            authenticator,
+            access,
             config,
             log,
             service_url,
-            topics: tokio::sync::Mutex::new(HashMap::new()),
+            topics: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             boot_id: rand::random::<u32>() % 100_000,
             stop: CancellationToken::new(),
@@ -206,14 +226,9 @@ impl Broker {
     /// Whether deduplication is on for `name`: topic setting, else namespace, else
     /// `broker.deduplication`. A policy that cannot be read keeps the broker setting.
     async fn dedup_wanted(&self, name: &TopicName) -> bool {
-        let namespace = format!("{}/{}", name.tenant, name.namespace);
         match self
             .policies
-            .deduplication(
-                &namespace,
-                &name.base().to_string(),
-                self.config.deduplication,
-            )
+            .deduplication(name, self.config.deduplication)
             .await
         {
             Ok(v) => v,
@@ -227,12 +242,11 @@ impl Broker {
     /// Brings every loaded topic's deduplication in line with the policies: builds the state of
     /// newly enabled topics from the log, drops (and forgets the snapshot of) disabled ones.
     pub async fn apply_dedup_policies(&self) {
-        let topics: Vec<_> = self.topics.lock().await.values().cloned().collect();
-        for t in topics {
+        for t in self.loaded_topics() {
             let wanted = self.dedup_wanted(&t.name).await;
             let present = t.dedup().is_some();
             if wanted && !present {
-                match DedupParts::load(&t.log).await {
+                match DedupParts::load(&t.log, t.lake.as_ref()).await {
                     Ok(parts) => {
                         *t.dedup.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(parts));
                         tracing::info!(topic = %t.name, "deduplication enabled");
@@ -263,8 +277,7 @@ impl Broker {
                     _ = tick.tick() => {}
                 }
                 broker.apply_dedup_policies().await;
-                let topics: Vec<_> = broker.topics.lock().await.values().cloned().collect();
-                for t in topics {
+                for t in broker.loaded_topics() {
                     t.save_dedup_snapshot().await;
                 }
             }
@@ -298,14 +311,30 @@ impl Broker {
         self.stop.cancel();
         self.tasks.close();
         self.tasks.wait().await;
-        let topics: Vec<_> = self.topics.lock().await.values().cloned().collect();
-        for t in topics {
+        for t in self.loaded_topics() {
             t.save_dedup_snapshot().await;
             let subs: Vec<_> = t.subscriptions.lock().await.values().cloned().collect();
             for s in subs {
                 s.ask(subscription::SubscriptionCommand::Flush).await;
             }
         }
+    }
+
+    /// The slot of topic partition `key`, made empty when new.
+    fn slot(&self, key: &str) -> Arc<TopicSlot> {
+        lock(&self.topics)
+            .entry(key.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// The topics loaded now (a topic loading or being deleted at this moment is left out).
+    fn loaded_topics(&self) -> Vec<Arc<BrokerTopic>> {
+        let slots: Vec<Arc<TopicSlot>> = lock(&self.topics).values().cloned().collect();
+        slots
+            .iter()
+            .filter_map(|s| s.0.try_lock().ok().and_then(|t| t.clone()))
+            .collect()
     }
 
     fn next_id(&self) -> u64 {
@@ -341,7 +370,11 @@ impl Broker {
         &self,
         name: &str,
     ) -> Vec<(String, backlog::SubscriptionStats)> {
-        let Some(topic) = self.topics.lock().await.get(name).cloned() else {
+        let slot = lock(&self.topics).get(name).cloned();
+        let Some(topic) = (match slot {
+            Some(slot) => slot.0.lock().await.clone(),
+            None => None,
+        }) else {
             return Vec::new();
         };
         let subs: Vec<SubscriptionHandle> =
@@ -365,14 +398,15 @@ impl Broker {
     /// producers or consumers are connected to it, unless `force`, which sends them
     /// CLOSE_PRODUCER / CLOSE_CONSUMER first (clients reconnect, as with Pulsar; with
     /// auto-creation on they find a new, empty topic). Then its subscriptions end, it is
-    /// unloaded and deleted from the log (local data, ledgers, cursors, schemas). The broker's
-    /// topic map stays locked meanwhile, so no connection can load the topic half-deleted; a
-    /// producer that connects afterwards creates a new, empty topic (with auto-creation on).
-    /// Returns whether the topic existed.
+    /// unloaded and deleted from the log (local data, ledgers, cursors, schemas). The topic's
+    /// slot stays locked meanwhile, so no connection can load the topic half-deleted (other
+    /// topics are not held up); a producer that connects afterwards creates a new, empty topic
+    /// (with auto-creation on). Returns whether the topic existed.
     pub async fn delete_topic(&self, name: &TopicName, force: bool) -> Result<bool, BrokerError> {
         let key = name.to_string();
-        let mut topics = self.topics.lock().await;
-        if let Some(t) = topics.get(&key).cloned() {
+        let slot = self.slot(&key);
+        let mut loaded = slot.0.lock().await;
+        if let Some(t) = loaded.clone() {
             let producers: Vec<ProducerSlot> = t
                 .producers
                 .lock()
@@ -408,30 +442,46 @@ impl Broker {
             for s in subs {
                 s.ask(subscription::SubscriptionCommand::Delete).await;
             }
-            topics.remove(&key);
+            *loaded = None;
         }
         let existed = self
             .log
             .delete_topic(&key)
             .await
             .map_err(|e| BrokerError::Storage(format!("deleting {key}: {e}")))?;
-        drop(topics);
+        drop(loaded);
         Ok(existed)
     }
 
     /// The topic partition named `name`, loading or (if allowed) creating it.
     pub async fn topic(&self, name: &TopicName) -> Result<Arc<BrokerTopic>, BrokerError> {
         let key = name.to_string();
-        let mut topics = self.topics.lock().await;
-        if let Some(t) = topics.get(&key) {
+        let slot = self.slot(&key);
+        let mut loaded = slot.0.lock().await;
+        if let Some(t) = &*loaded {
             return Ok(t.clone());
         }
+        let t = self.load_topic(name, &key).await?;
+        *loaded = Some(t.clone());
+        Ok(t)
+    }
+
+    /// Loads topic partition `name` (`key` is its full name): its log, deduplication state and
+    /// durable subscriptions. Runs under the topic's slot lock only.
+    async fn load_topic(
+        &self,
+        name: &TopicName,
+        key: &str,
+    ) -> Result<Arc<BrokerTopic>, BrokerError> {
+        crate::failpoint::pause("broker.load_topic", key).await;
+        let key = key.to_string();
         if !self.config.allow_auto_topic_creation && !self.log.topic_exists(&key).await? {
             return Err(BrokerError::TopicNotFound(key));
         }
         let log = self.log.topic(&key).await?;
+        let lake = self.replay.as_ref().map(|r| r.topic(name));
         let dedup = if self.dedup_wanted(name).await {
-            Some(Arc::new(DedupParts::load(&log).await?))
+            Some(Arc::new(DedupParts::load(&log, lake.as_ref()).await?))
         } else {
             None
         };
@@ -442,14 +492,14 @@ impl Broker {
             producers: Mutex::new(HashMap::new()),
             subscriptions: tokio::sync::Mutex::new(HashMap::new()),
             dedup: std::sync::RwLock::new(dedup),
-            lake: self.replay.as_ref().map(|r| r.topic(name)),
+            lake,
         });
         // Durable subscriptions resume where they were.
         for (sub, blob) in t.log.cursors().await? {
             if sub == dedup::SNAPSHOT_NAME {
                 continue;
             }
-            match cursor::CursorState::decode(&blob) {
+            match crate::ledger::cursor::CursorState::decode(&blob) {
                 Ok(state) => {
                     let sub_type = SubType::try_from(state.sub_type).unwrap_or(SubType::Exclusive);
                     let h = subscription::spawn(
@@ -467,7 +517,6 @@ impl Broker {
                     "ignoring unreadable cursor"),
             }
         }
-        topics.insert(key, t.clone());
         Ok(t)
     }
 }

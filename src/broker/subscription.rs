@@ -33,8 +33,8 @@ use tokio::sync::{mpsc, oneshot};
 use super::backlog::{backlog, LakeWait, SubscriptionStats};
 
 mod acks;
-use super::cursor::CursorState;
 use super::BrokerTopic;
+use crate::ledger::cursor::CursorState;
 use crate::ledger::{Entry, Position};
 use crate::protocol::command::{self, Outbound};
 use crate::protocol::frame::{entry_message_count, entry_routing_key};

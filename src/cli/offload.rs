@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::Args;
 
-use crate::broker::topic_name::TopicName;
+use crate::naming::TopicName;
 
 /// Arguments of `ledgerlake offload`.
 #[derive(Debug, Args)]
@@ -28,7 +28,7 @@ pub struct OffloadArgs {
 fn path(topic: &TopicName) -> String {
     format!(
         "admin/v2/persistent/{}/{}/{}",
-        topic.tenant, topic.namespace, topic.local
+        topic.namespace.tenant, topic.namespace.name, topic.local
     )
 }
 

@@ -288,7 +288,7 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 /// The partitions of `topic` (`<topic>-partition-<i>`), or the topic itself when `n = 0`.
 fn partition_names(topic: &str, n: u32) -> anyhow::Result<Vec<String>> {
-    let name: crate::broker::topic_name::TopicName = topic.parse()?;
+    let name: crate::naming::TopicName = topic.parse()?;
     Ok(if n == 0 {
         vec![name.to_string()]
     } else {
@@ -299,12 +299,12 @@ fn partition_names(topic: &str, n: u32) -> anyhow::Result<Vec<String>> {
 /// Creates `topic` as a partitioned topic of `n` partitions (an existing one is kept if it has
 /// `n` partitions).
 async fn create_partitioned(admin_url: &str, topic: &str, n: u32) -> anyhow::Result<()> {
-    let name: crate::broker::topic_name::TopicName = topic.parse()?;
+    let name: crate::naming::TopicName = topic.parse()?;
     let url = format!(
         "{}/admin/v2/persistent/{}/{}/{}/partitions",
         admin_url.trim_end_matches('/'),
-        name.tenant,
-        name.namespace,
+        name.namespace.tenant,
+        name.namespace.name,
         name.local
     );
     let http = reqwest::Client::new();

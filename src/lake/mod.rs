@@ -23,12 +23,13 @@ use iceberg_catalog_sql::{SqlBindStyle, SqlCatalogBuilder};
 use iceberg_storage_opendal::OpenDalStorageFactory;
 use object_store::ObjectStore;
 
-use crate::broker::topic_name::TopicName;
 use crate::config::{CatalogKind, Config, LakePartitioning};
+use crate::naming::TopicName;
 
 pub mod catalog_commit;
 pub mod commit;
 pub mod expire;
+mod handle;
 pub mod history;
 pub mod naming;
 pub mod orphans;
@@ -37,6 +38,8 @@ pub mod schema;
 pub mod typed;
 pub mod upload;
 mod write;
+
+pub use handle::LakeHandle;
 
 /// Errors of lake operations, with the operation that failed.
 #[derive(Debug, thiserror::Error)]

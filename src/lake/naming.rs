@@ -18,7 +18,7 @@
 
 use iceberg::{NamespaceIdent, TableIdent};
 
-use crate::broker::topic_name::TopicName;
+use crate::naming::TopicName;
 
 fn keeps(b: u8) -> bool {
     b.is_ascii_lowercase() || b.is_ascii_digit()
@@ -92,7 +92,7 @@ pub fn namespace_ident(tenant: &str, namespace: &str) -> NamespaceIdent {
 pub fn table_ident(topic: &TopicName) -> TableIdent {
     let base = topic.base();
     TableIdent::new(
-        namespace_ident(&base.tenant, &base.namespace),
+        namespace_ident(&base.namespace.tenant, &base.namespace.name),
         encode_part(&base.local),
     )
 }

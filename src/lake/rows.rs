@@ -22,8 +22,8 @@ use arrow::buffer::{NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow::datatypes::{DataType, SchemaRef};
 
 use super::typed::TypedColumns;
-use crate::broker::schema::version_from_bytes;
 use crate::ledger::Entry;
+use crate::naming::schema_version_from_bytes;
 use crate::protocol::entry::{open_entry, BatchMessage, OpenedEntry};
 
 /// Why a batch could not be assembled (a schema mismatch: a bug, not bad input).
@@ -166,7 +166,10 @@ impl RowBuilder {
         let shared = EntryColumns {
             rows: messages.len(),
             batch_size: opened.batch_size.unwrap_or(0) as i32,
-            schema_version: m.schema_version.as_deref().and_then(version_from_bytes),
+            schema_version: m
+                .schema_version
+                .as_deref()
+                .and_then(schema_version_from_bytes),
         };
         self.push_entry_columns(entry, opened, &shared);
         for msg in messages {
@@ -198,7 +201,10 @@ impl RowBuilder {
             rows: 1,
             // An opaque batch (encrypted or chunked) is one row for all its messages.
             batch_size: opened.batch_size.map_or(0, |n| n as i32),
-            schema_version: m.schema_version.as_deref().and_then(version_from_bytes),
+            schema_version: m
+                .schema_version
+                .as_deref()
+                .and_then(schema_version_from_bytes),
         };
         self.push_entry_columns(entry, opened, &shared);
         self.push_message(

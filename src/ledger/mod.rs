@@ -37,6 +37,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 pub mod cache;
+pub mod cursor;
 pub mod error;
 pub mod index;
 mod journal;
@@ -53,6 +54,7 @@ pub use metadata::{LedgerId, LedgerRecord, LedgerState, MetadataError, MetadataS
 pub use topic::{AppendReceipt, LedgerInfo, TopicLog};
 
 use crate::config::LedgerConfig;
+use crate::naming::TopicName;
 use cache::{CacheBudget, IndexCache};
 use index::{read_index_file, IndexEntry};
 use journal::{Journal, JournalSettings};
@@ -458,11 +460,12 @@ impl Log {
         }
         self.shared.index_cache.remove(ledger);
         let path = index::index_path(&self.shared.index_dir, ledger);
-        match std::fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => return Err(LifecycleError::Io { path, source }),
-        }
+        blocking(move || match std::fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(LifecycleError::Io { path, source }),
+        })
+        .await?;
         self.reclaim_segments().await?;
         Ok(record)
     }
@@ -487,27 +490,32 @@ impl Log {
                 (_, Some(s)) => (l.first_segment, s.last_segment),
             })
             .collect();
-        let dir = self.shared.segments.dir().to_path_buf();
-        let io = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| LifecycleError::Io { path, source }
-        };
-        let segments = list_segments(&dir).map_err(io(&dir))?;
-        let mut removed = Vec::new();
-        for s in segments.into_iter().filter(|s| *s < current) {
-            if ranges.iter().any(|(lo, hi)| *lo <= s && s <= *hi) {
-                continue;
+        // Directory listing, removal and the directory fsync run on the blocking pool.
+        let shared = self.shared.clone();
+        blocking(move || {
+            let dir = shared.segments.dir().to_path_buf();
+            let io = |path: &Path| {
+                let path = path.to_path_buf();
+                move |source| LifecycleError::Io { path, source }
+            };
+            let segments = list_segments(&dir).map_err(io(&dir))?;
+            let mut removed = Vec::new();
+            for s in segments.into_iter().filter(|s| *s < current) {
+                if ranges.iter().any(|(lo, hi)| *lo <= s && s <= *hi) {
+                    continue;
+                }
+                shared.segments.forget(s);
+                let path = segment_path(&dir, s);
+                std::fs::remove_file(&path).map_err(io(&path))?;
+                removed.push(s);
             }
-            self.shared.segments.forget(s);
-            let path = segment_path(&dir, s);
-            std::fs::remove_file(&path).map_err(io(&path))?;
-            removed.push(s);
-        }
-        if !removed.is_empty() {
-            sync_dir(&dir).map_err(io(&dir))?;
-            tracing::info!(segments = ?removed, "reclaimed segments");
-        }
-        Ok(removed)
+            if !removed.is_empty() {
+                sync_dir(&dir).map_err(io(&dir))?;
+                tracing::info!(segments = ?removed, "reclaimed segments");
+            }
+            Ok(removed)
+        })
+        .await
     }
 
     /// Waits until everything appended before the call is durable.
@@ -525,15 +533,54 @@ impl Log {
         self.shared.journal.shutdown().await
     }
 
-    /// Current counters.
-    pub fn stats(&self) -> LogStats {
+    /// The logs of `base` (a topic, or every existing partition of a partitioned topic) with
+    /// their partition indexes (-1: not partitioned), ordered by index. The one lake table of a
+    /// topic holds these.
+    pub async fn partitions_of(
+        &self,
+        base: &TopicName,
+    ) -> Result<Vec<(i32, TopicLog)>, MetadataError> {
+        let base_name = base.base().to_string();
+        let mut out = Vec::new();
+        for t in self.metadata().list_topics().await? {
+            let Ok(name) = t.name.parse::<TopicName>() else {
+                continue;
+            };
+            if name.base().to_string() == base_name {
+                let index = name.partition().map_or(-1, |p| p as i32);
+                out.push((index, self.topic(&t.name).await?));
+            }
+        }
+        out.sort_by_key(|(p, _)| *p);
+        Ok(out)
+    }
+
+    /// Current counters (the segment directory is listed on the blocking pool).
+    pub async fn stats(&self) -> LogStats {
+        let dir = self.shared.segments.dir().to_path_buf();
+        let segments =
+            tokio::task::spawn_blocking(move || list_segments(&dir).map_or(0, |s| s.len()))
+                .await
+                .unwrap_or(0);
         LogStats {
-            segments: list_segments(self.shared.segments.dir()).map_or(0, |s| s.len()),
+            segments,
             current_segment: self.shared.journal.current_segment(),
             loaded_topics: self.loaded.lock().unwrap_or_else(|p| p.into_inner()).len(),
             tail_cache_bytes: self.shared.cache_budget.used(),
         }
     }
+}
+
+/// Runs file-system work on the blocking pool, never on an async worker.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, LifecycleError> + Send + 'static,
+) -> Result<T, LifecycleError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| LifecycleError::Io {
+            path: PathBuf::new(),
+            source: std::io::Error::other(format!("blocking task failed: {e}")),
+        })?
 }
 
 impl Drop for Log {

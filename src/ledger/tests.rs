@@ -98,7 +98,7 @@ async fn append_read_rollover_and_reopen() -> TestResult {
     ids.sort_unstable();
     ids.dedup();
     assert_eq!(ids.len(), n);
-    assert!(log.stats().segments > 1, "segments must have rolled");
+    assert!(log.stats().await.segments > 1, "segments must have rolled");
     log.shutdown().await?;
     drop((a, b, log));
 
@@ -135,7 +135,7 @@ async fn offloaded_ledgers_are_deleted_and_segments_reclaimed() -> TestResult {
         t.append(0, payload(0, i, 150)).await?.durable().await?;
     }
     t.seal_current().await?;
-    let before = log.stats().segments;
+    let before = log.stats().await.segments;
     assert!(before > 2);
     let ledgers = t.ledgers();
     // Deleting a ledger that was never offloaded needs the retention path (sealed → deleted);
@@ -154,7 +154,7 @@ async fn offloaded_ledgers_are_deleted_and_segments_reclaimed() -> TestResult {
         t.read_entry(Position::new(ledgers[0].id, 0)).await,
         Err(ReadError::Deleted(_))
     ));
-    let after = log.stats().segments;
+    let after = log.stats().await.segments;
     assert!(
         after < before,
         "segments must be reclaimed ({before} → {after})"

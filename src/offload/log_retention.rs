@@ -15,8 +15,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::retention::expire_ledgers;
 use super::{partition_index, OffloadError};
-use crate::broker::topic_name::TopicName;
 use crate::ledger::Log;
+use crate::naming::{NamespaceName, TopicName};
 use crate::policies::{PolicyStore, RetentionPolicy};
 
 /// The running task.
@@ -61,7 +61,7 @@ impl LogRetention {
 /// how many ledgers it expired. A partition that fails is logged and skipped, so it cannot
 /// hold back the others.
 pub async fn pass(log: &Log, policies: &PolicyStore) -> Result<usize, OffloadError> {
-    let mut by_namespace: BTreeMap<String, RetentionPolicy> = BTreeMap::new();
+    let mut by_namespace: BTreeMap<NamespaceName, RetentionPolicy> = BTreeMap::new();
     let mut expired = 0;
     for t in log.metadata().list_topics().await? {
         let Ok(name) = t.name.parse::<TopicName>() else {
@@ -87,14 +87,13 @@ async fn partition(
     policies: &PolicyStore,
     topic: &str,
     name: &TopicName,
-    by_namespace: &mut BTreeMap<String, RetentionPolicy>,
+    by_namespace: &mut BTreeMap<NamespaceName, RetentionPolicy>,
 ) -> Result<usize, OffloadError> {
-    let namespace = format!("{}/{}", name.tenant, name.namespace);
-    let policy = match by_namespace.get(&namespace) {
+    let policy = match by_namespace.get(&name.namespace) {
         Some(p) => *p,
         None => {
-            let p = policies.effective(&namespace).await?.retention;
-            by_namespace.insert(namespace, p);
+            let p = policies.effective(&name.namespace).await?.retention;
+            by_namespace.insert(name.namespace.clone(), p);
             p
         }
     };

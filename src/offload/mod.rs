@@ -25,20 +25,19 @@ use std::time::Instant;
 
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
-use iceberg::TableIdent;
 use serde::Serialize;
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::broker::schema as topic_schema;
-use crate::broker::topic_name::TopicName;
 use crate::config::LakeConfig;
 use crate::lake::commit::{self, LedgerSlice, Progress, WriteOptions};
 use crate::lake::typed::{self, PayloadCodec};
 use crate::lake::{naming, orphans, Lake, LakeError};
 use crate::ledger::{now_ms, LedgerState, Log, MetadataError, TopicLog};
+use crate::naming::TopicName;
 use crate::policies::{PoliciesError, PolicyStore};
+use crate::schema as topic_schema;
 
 pub mod log_retention;
 pub mod plan;
@@ -167,26 +166,6 @@ fn partition_index(name: &TopicName) -> i32 {
     name.partition().map_or(-1, |p| p as i32)
 }
 
-/// The logs of `base` (a topic, or every existing partition of a partitioned topic) with their
-/// partition indexes (-1: not partitioned), by index. The one table of a topic holds these.
-pub async fn partition_logs(
-    log: &Log,
-    base: &TopicName,
-) -> Result<Vec<(i32, TopicLog)>, MetadataError> {
-    let base_name = base.to_string();
-    let mut out = Vec::new();
-    for t in log.metadata().list_topics().await? {
-        let Ok(name) = t.name.parse::<TopicName>() else {
-            continue;
-        };
-        if name.base().to_string() == base_name {
-            out.push((partition_index(&name), log.topic(&t.name).await?));
-        }
-    }
-    out.sort_by_key(|(p, _)| *p);
-    Ok(out)
-}
-
 impl OffloadEngine {
     /// Starts the engine's scheduler on `runtime` (the lake runtime).
     pub fn start(
@@ -230,17 +209,9 @@ impl OffloadEngine {
         self.on_lake(fut).await
     }
 
-    /// Loads a table on the lake runtime (where the catalog's connections live) and returns a
-    /// read-only handle whose scans run on the caller's runtime; `None` when it does not exist.
-    pub async fn load_table_here(&self, ident: &TableIdent) -> Result<Option<Table>, OffloadError> {
-        let engine = self.clone();
-        let owned = ident.clone();
-        let loaded = self
-            .on_lake(async move { engine.lake().load_table(&owned).await })
-            .await??;
-        Ok(loaded
-            .map(|t| crate::lake::read_only_here(&t))
-            .transpose()?)
+    /// The lake with its runtime, for readers on other runtimes (replay, SQL).
+    pub fn lake_handle(&self) -> crate::lake::LakeHandle {
+        crate::lake::LakeHandle::new(self.inner.lake.clone(), self.runtime.clone())
     }
 
     async fn on_lake<T: Send + 'static>(
@@ -426,7 +397,7 @@ impl Inner {
     }
 
     async fn partition_logs(&self, base: &TopicName) -> Result<Vec<(i32, TopicLog)>, OffloadError> {
-        Ok(partition_logs(&self.log, base).await?)
+        Ok(self.log.partitions_of(base).await?)
     }
 
     async fn run(self: Arc<Self>) {
@@ -515,8 +486,7 @@ impl Inner {
         for (index, name) in partitions {
             logs.push((index, self.log.topic(&name).await?));
         }
-        let namespace = format!("{}/{}", base.tenant, base.namespace);
-        let policies = self.policies.effective(&namespace).await?;
+        let policies = self.policies.effective(&base.namespace).await?;
         // Cheap check first: nothing sealed or offloaded anywhere, no request and no retention
         // → no I/O.
         let busy = logs.iter().any(|(_, l)| {

@@ -22,10 +22,10 @@ use std::sync::atomic::Ordering;
 use iceberg::table::Table;
 
 use super::{lock, OffloadError, TableSlot};
-use crate::broker::cursor::CursorState;
-use crate::broker::topic_name::TopicName;
 use crate::lake::naming;
+use crate::ledger::cursor::{CursorState, DEDUP_SNAPSHOT};
 use crate::ledger::{now_ms, LedgerId, LedgerRecord, LedgerState, Log, Position, TopicLog};
+use crate::naming::TopicName;
 use crate::policies::{EffectivePolicies, RetentionPolicy};
 
 /// The oldest first-unacknowledged position among stored durable cursors; `None` when the
@@ -34,7 +34,7 @@ use crate::policies::{EffectivePolicies, RetentionPolicy};
 pub fn slowest_cursor(cursors: &[(String, Vec<u8>)]) -> Option<Position> {
     cursors
         .iter()
-        .filter(|(name, _)| name != crate::broker::dedup::SNAPSHOT_NAME)
+        .filter(|(name, _)| name != DEDUP_SNAPSHOT)
         .map(|(name, blob)| match CursorState::decode(blob) {
             Ok(c) => c.first_unacked,
             Err(e) => {
@@ -303,10 +303,7 @@ mod tests {
         let cursors = vec![
             ("a".to_string(), c(7, 3).encode()),
             ("b".to_string(), c(5, 9).encode()),
-            (
-                crate::broker::dedup::SNAPSHOT_NAME.to_string(),
-                b"not a cursor".to_vec(),
-            ),
+            (DEDUP_SNAPSHOT.to_string(), b"not a cursor".to_vec()),
         ];
         assert_eq!(slowest_cursor(&cursors), Some(Position::new(5, 9)));
         assert_eq!(slowest_cursor(&[]), None);

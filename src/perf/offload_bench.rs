@@ -19,13 +19,13 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use crate::broker::topic_name::TopicName;
 use crate::config::{Config, LakePartitioning};
 use crate::lake::commit::{self, LedgerSlice, Progress, WriteOptions};
 use crate::lake::rows::RowBuilder;
 use crate::lake::{Lake, LakeError};
 use crate::ledger::metadata::memory::MemoryMetadataStore;
 use crate::ledger::{LedgerState, Log};
+use crate::naming::TopicName;
 use crate::protocol::entry::build_batch_entry;
 use crate::protocol::proto::{MessageMetadata, SingleMessageMetadata};
 

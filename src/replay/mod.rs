@@ -32,11 +32,10 @@ use iceberg::TableIdent;
 use serde::Serialize;
 use tokio::sync::Semaphore;
 
-use crate::broker::topic_name::TopicName;
 use crate::config::ReplayConfig;
-use crate::lake::{naming, LakeError};
+use crate::lake::{naming, LakeError, LakeHandle};
 use crate::ledger::{LedgerId, ReadError};
-use crate::offload::{OffloadEngine, OffloadError};
+use crate::naming::TopicName;
 
 pub mod assemble;
 mod reader;
@@ -126,7 +125,8 @@ pub struct ReplayStats {
 }
 
 struct Inner {
-    engine: OffloadEngine,
+    /// The lake (catalog loads hop to its runtime).
+    lake: LakeHandle,
     runtime: tokio::runtime::Handle,
     config: ReplayConfig,
     scans: Arc<Semaphore>,
@@ -165,15 +165,11 @@ pub(crate) fn budget_bytes(b: bytesize::ByteSize) -> usize {
 const TABLE_TTL: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Replay {
-    /// Replay from the lake of `engine`, with lake reads on `runtime` (the replay runtime).
-    pub fn new(
-        engine: OffloadEngine,
-        runtime: tokio::runtime::Handle,
-        config: ReplayConfig,
-    ) -> Self {
+    /// Replay from `lake`, with lake reads on `runtime` (the replay runtime).
+    pub fn new(lake: LakeHandle, runtime: tokio::runtime::Handle, config: ReplayConfig) -> Self {
         Replay {
             inner: Arc::new(Inner {
-                engine,
+                lake,
                 runtime,
                 scans: Arc::new(Semaphore::new(config.max_concurrent_scans)),
                 broker_budget: Arc::new(Semaphore::new(budget_bytes(config.broker_budget))),
@@ -254,11 +250,7 @@ impl std::fmt::Debug for TopicLake {
 
 impl TopicLake {
     fn table_name(&self) -> String {
-        format!(
-            "{}.{}",
-            self.replay.inner.engine.lake().catalog_name(),
-            self.ident
-        )
+        format!("{}.{}", self.replay.inner.lake.catalog_name(), self.ident)
     }
 
     fn config(&self) -> &ReplayConfig {
@@ -280,11 +272,10 @@ impl TopicLake {
                 return Ok(t.clone());
             }
         }
-        let loaded = match self.replay.inner.engine.load_table_here(&self.ident).await {
+        let loaded = match self.replay.inner.lake.load_table_here(&self.ident).await {
             Ok(t) => t,
-            Err(OffloadError::Lake(e)) => return Err(self.lake_error(ledger)(e)),
-            // Loading a table fails only in the lake or when the runtime stops.
-            Err(_) => return Err(ReplayError::Stopped),
+            Err(LakeError::Stopped) => return Err(ReplayError::Stopped),
+            Err(e) => return Err(self.lake_error(ledger)(e)),
         };
         let Some(table) = loaded else {
             return Err(ReplayError::NoTable {

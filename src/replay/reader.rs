@@ -61,6 +61,11 @@ impl EntryReader {
         }
     }
 
+    /// The log this reader reads.
+    pub fn log(&self) -> &TopicLog {
+        &self.log
+    }
+
     /// The tier that served the last read.
     pub fn tier(&self) -> Tier {
         self.tier

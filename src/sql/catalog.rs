@@ -24,14 +24,15 @@ use futures::TryStreamExt;
 use iceberg::table::Table;
 
 use super::table::TopicTable;
-use super::tail::{LakeFallback, TailLedger, TailPart, TailSource};
+use super::tail::{TailLedger, TailPart, TailSource};
 use super::SqlError;
-use crate::broker::schema as topic_schema;
-use crate::broker::topic_name::TopicName;
 use crate::lake::commit::read_watermark;
+use crate::lake::LakeHandle;
 use crate::lake::{naming, schema as lake_schema, typed};
 use crate::ledger::Log;
-use crate::offload::{partition_logs, OffloadEngine};
+use crate::naming::{NamespaceName, TopicName};
+use crate::replay::Replay;
+use crate::schema as topic_schema;
 
 /// What opening a table needs.
 #[derive(Debug, Clone)]
@@ -39,7 +40,9 @@ pub struct Shared {
     /// The log (tail and listing).
     pub log: Arc<Log>,
     /// The lake (`None` when disabled).
-    pub offload: Option<OffloadEngine>,
+    pub lake: Option<LakeHandle>,
+    /// Reads by position for the tail (`None` when the lake is disabled).
+    pub replay: Option<Replay>,
 }
 
 /// tenant → namespace → topic names (base names of partitioned topics).
@@ -68,9 +71,9 @@ impl TopicCatalogList {
             };
             let base = name.base();
             listing
-                .entry(base.tenant.clone())
+                .entry(base.namespace.tenant.clone())
                 .or_default()
-                .entry(base.namespace.clone())
+                .entry(base.namespace.name.clone())
                 .or_default()
                 .insert(base.local.clone());
         }
@@ -200,8 +203,9 @@ impl SchemaProvider for NamespaceSchema {
         if !self.topics.contains(topic) {
             return Ok(None);
         }
-        let base: TopicName = format!("persistent://{}/{}/{topic}", self.tenant, self.namespace)
-            .parse()
+        let namespace = NamespaceName::new(&self.tenant, &self.namespace)
+            .map_err(|e| DataFusionError::Plan(format!("{e}")))?;
+        let base = TopicName::persistent(&namespace, topic)
             .map_err(|e| DataFusionError::Plan(format!("{e}")))?;
         let opened = match wanted {
             Wanted::Live => open_live(&self.shared, &base).await,
@@ -225,15 +229,11 @@ impl SchemaProvider for NamespaceSchema {
 }
 
 /// Loads the topic's lake table (on the lake runtime), as a read-only handle here.
-async fn load_lake_table(
-    engine: &OffloadEngine,
-    base: &TopicName,
-) -> Result<Option<Table>, SqlError> {
-    engine
-        .load_table_here(&naming::table_ident(base))
+async fn load_lake_table(lake: &LakeHandle, base: &TopicName) -> Result<Option<Table>, SqlError> {
+    lake.load_table_here(&naming::table_ident(base))
         .await
         .map_err(|e| match e {
-            crate::offload::OffloadError::Stopped => SqlError::Stopped,
+            crate::lake::LakeError::Stopped => SqlError::Stopped,
             other => SqlError::Execution(other.to_string()),
         })
 }
@@ -268,10 +268,18 @@ fn schema_without_table(
         .map_err(|e| SqlError::Execution(format!("table schema: {e}")))
 }
 
+/// The topic partition `partition` of `base` (`base` itself when -1).
+fn partition_name(base: &TopicName, partition: i32) -> TopicName {
+    match u32::try_from(partition) {
+        Ok(p) => base.partition_name(p),
+        Err(_) => base.clone(),
+    }
+}
+
 async fn open_live(shared: &Shared, base: &TopicName) -> Result<Arc<dyn TableProvider>, SqlError> {
     // 1. The lake table: snapshot and watermark from one metadata file.
-    let table = match &shared.offload {
-        Some(engine) => load_lake_table(engine, base).await?,
+    let table = match &shared.lake {
+        Some(lake) => load_lake_table(lake, base).await?,
         None => None,
     };
     let versions = topic_schema::versions(&shared.log.metadata(), &base.to_string())
@@ -292,7 +300,9 @@ async fn open_live(shared: &Shared, base: &TopicName) -> Result<Arc<dyn TablePro
         }
     };
     // 2. Then the log's end, per partition.
-    let logs = partition_logs(&shared.log, base)
+    let logs = shared
+        .log
+        .partitions_of(base)
         .await
         .map_err(|e| SqlError::Execution(format!("listing partitions: {e}")))?;
     let mut parts = Vec::with_capacity(logs.len());
@@ -320,23 +330,27 @@ async fn open_live(shared: &Shared, base: &TopicName) -> Result<Arc<dyn TablePro
             })
             .collect();
         if !ledgers.is_empty() {
+            let lake = shared
+                .replay
+                .as_ref()
+                .map(|r| r.topic(&partition_name(base, partition)));
             parts.push(TailPart {
                 partition,
                 log,
+                lake,
                 ledgers,
             });
         }
     }
-    let table_name = format!("{}.{}.{}", base.tenant, base.namespace, base.local);
+    let table_name = format!(
+        "{}.{}.{}",
+        base.namespace.tenant, base.namespace.name, base.local
+    );
     let tail = TailSource {
         table_name,
         schema: schema.clone(),
         codec: codec.map(|(c, _)| c),
         parts,
-        lake: shared.offload.as_ref().map(|engine| LakeFallback {
-            engine: engine.clone(),
-            ident: naming::table_ident(base),
-        }),
     };
     let lake = table.and_then(|t| {
         let snapshot = t.metadata().current_snapshot()?.snapshot_id();
@@ -355,8 +369,8 @@ async fn open_lake_only(
     wanted: Wanted,
 ) -> Result<Arc<dyn TableProvider>, SqlError> {
     let no_table = || SqlError::Invalid(format!("topic {base} has no lake table yet"));
-    let engine = shared.offload.as_ref().ok_or_else(no_table)?;
-    let table = load_lake_table(engine, base).await?.ok_or_else(no_table)?;
+    let lake = shared.lake.as_ref().ok_or_else(no_table)?;
+    let table = load_lake_table(lake, base).await?.ok_or_else(no_table)?;
     let snapshot_id = match wanted {
         Wanted::Snapshots => {
             let batches: Vec<_> = table

@@ -38,10 +38,11 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use futures::{Stream, StreamExt};
 use tokio::sync::{mpsc, Semaphore};
 
-use crate::broker::auth::{Authenticator, Principal};
+use crate::auth::{Access, Action, Principal, Resource};
 use crate::config::SqlConfig;
+use crate::lake::LakeHandle;
 use crate::ledger::Log;
-use crate::offload::OffloadEngine;
+use crate::replay::Replay;
 
 pub mod catalog;
 pub mod format;
@@ -79,6 +80,9 @@ pub enum SqlError {
     /// Wrong or missing credentials.
     #[error("authentication failed: {0}")]
     Unauthenticated(String),
+    /// The principal may not run queries.
+    #[error(transparent)]
+    Denied(#[from] crate::auth::Denied),
     /// The SQL runtime has stopped (the service is shutting down).
     #[error("the SQL engine is shutting down")]
     Stopped,
@@ -152,33 +156,37 @@ impl std::fmt::Debug for SqlEngine {
 struct Inner {
     log: Arc<Log>,
     /// `None` when the lake is disabled: tables are the local log only.
-    offload: Option<OffloadEngine>,
+    lake: Option<LakeHandle>,
+    /// Reads the tail by position (log, or lake for ranges deleted during a query).
+    replay: Option<Replay>,
     /// The SQL runtime (planning, scans, the live tail).
     runtime: tokio::runtime::Handle,
     config: SqlConfig,
     /// Invariant: one permit per running query.
     slots: Arc<Semaphore>,
-    /// Token check when authentication is on (`None`: any user is accepted).
-    auth: Option<Arc<dyn Authenticator>>,
+    /// Who may query (shared with the other surfaces).
+    access: Access,
 }
 
 impl SqlEngine {
     /// An engine running its queries on `runtime`.
     pub fn new(
         log: Arc<Log>,
-        offload: Option<OffloadEngine>,
+        lake: Option<LakeHandle>,
+        replay: Option<Replay>,
         runtime: tokio::runtime::Handle,
         config: SqlConfig,
-        auth: Option<Arc<dyn Authenticator>>,
+        access: Access,
     ) -> SqlEngine {
         SqlEngine {
             inner: Arc::new(Inner {
                 log,
-                offload,
+                lake,
+                replay,
                 runtime,
                 slots: Arc::new(Semaphore::new(config.max_concurrent_queries)),
                 config,
-                auth,
+                access,
             }),
         }
     }
@@ -190,18 +198,15 @@ impl SqlEngine {
 
     /// Whether clients must present a token.
     pub fn auth_required(&self) -> bool {
-        self.inner.auth.is_some()
+        self.inner.access.required()
     }
 
     /// Checks a token (the PostgreSQL password or the HTTP bearer token). With authentication
-    /// off every caller is accepted as an anonymous principal.
-    pub fn authenticate(&self, token: Option<&str>) -> Result<Option<Principal>, SqlError> {
-        let Some(auth) = &self.inner.auth else {
-            return Ok(None);
-        };
-        let token = token.ok_or_else(|| SqlError::Unauthenticated("a token is required".into()))?;
-        auth.authenticate("token", token.as_bytes())
-            .map(Some)
+    /// off every caller is the anonymous principal.
+    pub fn authenticate(&self, token: Option<&str>) -> Result<Principal, SqlError> {
+        self.inner
+            .access
+            .authenticate_token(token)
             .map_err(|e| SqlError::Unauthenticated(e.to_string()))
     }
 
@@ -222,7 +227,8 @@ impl SqlEngine {
             .map_err(|e| SqlError::Execution(e.to_string()))?;
         let topics = catalog::TopicCatalogList::load(catalog::Shared {
             log: self.inner.log.clone(),
-            offload: self.inner.offload.clone(),
+            lake: self.inner.lake.clone(),
+            replay: self.inner.replay.clone(),
         })
         .await?;
         let config = SessionConfig::new()
@@ -243,8 +249,17 @@ impl SqlEngine {
     }
 
     /// Parses `sql` (one or more statements), refuses what is not read-only and plans each
-    /// statement. Tables are resolved, and their seams pinned, here.
-    pub async fn prepare(&self, sql: &str) -> Result<Vec<Prepared>, SqlError> {
+    /// statement, for `principal` (the authorizer is asked first). Tables are resolved, and
+    /// their seams pinned, here.
+    pub async fn prepare(
+        &self,
+        principal: &Principal,
+        sql: &str,
+    ) -> Result<Vec<Prepared>, SqlError> {
+        self.inner
+            .access
+            .authorize(principal, Action::Query, &Resource::Cluster)
+            .await?;
         let engine = self.clone();
         let sql = sql.to_string();
         self.inner
@@ -362,8 +377,8 @@ impl SqlEngine {
 
     /// Prepares and runs `sql`, which must be exactly one statement; a command gives an empty
     /// stream. For the HTTP surface and the CLI.
-    pub async fn query(&self, sql: &str) -> Result<QueryStream, SqlError> {
-        let mut prepared = self.prepare(sql).await?;
+    pub async fn query(&self, principal: &Principal, sql: &str) -> Result<QueryStream, SqlError> {
+        let mut prepared = self.prepare(principal, sql).await?;
         if prepared.len() != 1 {
             return Err(SqlError::Invalid(format!(
                 "expected exactly one statement, got {}",

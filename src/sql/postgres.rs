@@ -40,6 +40,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::format::{display_strings, json_values};
 use super::{Prepared, SqlEngine, SqlError};
+use crate::auth::Principal;
+use pgwire::messages::startup::PasswordMessageFamily;
 
 /// The one place SQL errors become PostgreSQL errors (SQLSTATE codes).
 pub fn to_pg_error(e: SqlError) -> PgWireError {
@@ -50,6 +52,7 @@ pub fn to_pg_error(e: SqlError) -> PgWireError {
         SqlError::MemoryLimit { .. } => "53200", // out_of_memory
         SqlError::Timeout(_) => "57014",         // query_canceled
         SqlError::Unauthenticated(_) => "28P01", // invalid_password
+        SqlError::Denied(_) => "42501",          // insufficient_privilege
         SqlError::Stopped => "57P01",            // admin_shutdown
     };
     PgWireError::UserError(Box::new(ErrorInfo::new(
@@ -99,12 +102,15 @@ impl Handlers {
     fn new(engine: SqlEngine) -> Handlers {
         let params = server_parameters();
         let startup = if engine.auth_required() {
-            Startup::Token(Box::new(CleartextPasswordAuthStartupHandler::new(
-                TokenSource {
-                    engine: engine.clone(),
-                },
-                params,
-            )))
+            Startup::Token(
+                Box::new(CleartextPasswordAuthStartupHandler::new(
+                    TokenSource {
+                        engine: engine.clone(),
+                    },
+                    params,
+                )),
+                engine.clone(),
+            )
         } else {
             Startup::Open(OpenStartup)
         };
@@ -139,6 +145,18 @@ impl PgWireServerHandlers for Handlers {
 
     fn startup_handler(&self) -> Arc<impl StartupHandler> {
         self.startup.clone()
+    }
+}
+
+/// Client metadata key of the role a session authenticated as.
+const METADATA_ROLE: &str = "ledgerlake.role";
+
+/// The principal of a session: the role its token authenticated as (anonymous when
+/// authentication is off).
+fn session_principal<C: ClientInfo + ?Sized>(client: &C) -> Principal {
+    match client.metadata().get(METADATA_ROLE) {
+        Some(role) => Principal { role: role.clone() },
+        None => Principal::anonymous(),
     }
 }
 
@@ -184,7 +202,10 @@ impl AuthSource for TokenSource {
 
 enum Startup {
     Open(OpenStartup),
-    Token(Box<CleartextPasswordAuthStartupHandler<TokenSource, DefaultServerParameterProvider>>),
+    Token(
+        Box<CleartextPasswordAuthStartupHandler<TokenSource, DefaultServerParameterProvider>>,
+        SqlEngine,
+    ),
 }
 
 #[async_trait]
@@ -201,7 +222,29 @@ impl StartupHandler for Startup {
     {
         match self {
             Startup::Open(h) => h.on_startup(client, message).await,
-            Startup::Token(h) => h.on_startup(client, message).await,
+            Startup::Token(h, engine) => {
+                // The password is a token: keep the role it authenticates as with the session.
+                let (message, token) = match message {
+                    PgWireFrontendMessage::PasswordMessageFamily(p) => {
+                        let password = p.into_password()?;
+                        let token = password.password.trim_end_matches('\0').to_string();
+                        (
+                            PgWireFrontendMessage::PasswordMessageFamily(
+                                PasswordMessageFamily::Password(password),
+                            ),
+                            Some(token),
+                        )
+                    }
+                    other => (other, None),
+                };
+                h.on_startup(client, message).await?;
+                if let Some(token) = token {
+                    if let Ok(p) = engine.authenticate(Some(&token)) {
+                        client.metadata_mut().insert(METADATA_ROLE.into(), p.role);
+                    }
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -226,14 +269,19 @@ impl QueryParser for Parser {
 
     async fn parse_sql<C>(
         &self,
-        _client: &C,
+        client: &C,
         sql: &str,
         types: &[Option<Type>],
     ) -> PgWireResult<Option<PgStatement>>
     where
         C: ClientInfo + Unpin + Send + Sync,
     {
-        let mut prepared = self.engine.prepare(sql).await.map_err(to_pg_error)?;
+        let principal = session_principal(client);
+        let mut prepared = self
+            .engine
+            .prepare(&principal, sql)
+            .await
+            .map_err(to_pg_error)?;
         if prepared.len() != 1 {
             return Err(to_pg_error(SqlError::Invalid(
                 "cannot insert multiple commands into a prepared statement".into(),
@@ -314,14 +362,19 @@ impl Backend {
 
 #[async_trait]
 impl SimpleQueryHandler for Backend {
-    async fn do_query<C>(&self, _client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::PortalStore: pgwire::api::store::PortalStore,
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let prepared = self.engine.prepare(query).await.map_err(to_pg_error)?;
+        let principal = session_principal(client);
+        let prepared = self
+            .engine
+            .prepare(&principal, query)
+            .await
+            .map_err(to_pg_error)?;
         let mut out = Vec::with_capacity(prepared.len());
         for p in prepared {
             out.push(self.respond(p, None, None).await?);
@@ -341,7 +394,7 @@ impl ExtendedQueryHandler for Backend {
 
     async fn do_query<C>(
         &self,
-        _client: &mut C,
+        client: &mut C,
         portal: &Portal<PgStatement>,
         _max_rows: usize,
     ) -> PgWireResult<Response>
@@ -352,7 +405,12 @@ impl ExtendedQueryHandler for Backend {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let stmt = &portal.statement.statement;
-        let mut prepared = self.engine.prepare(&stmt.sql).await.map_err(to_pg_error)?;
+        let principal = session_principal(client);
+        let mut prepared = self
+            .engine
+            .prepare(&principal, &stmt.sql)
+            .await
+            .map_err(to_pg_error)?;
         if prepared.len() != 1 {
             return Err(to_pg_error(SqlError::Invalid(
                 "a prepared statement holds exactly one command".into(),

@@ -1,6 +1,7 @@
 //! The live tail of a topic's table: the messages of the ledgers the pinned lake snapshot does
-//! not hold, read from the local log and decoded to the lake table's Arrow schema by the same
-//! [`RowBuilder`] the offload engine writes Parquet with.
+//! not hold, read by position through replay's [`EntryReader`] (the one reader that chooses
+//! between log and lake) and decoded to the lake table's Arrow schema, on the blocking pool, by
+//! the same [`RowBuilder`] the offload engine writes Parquet with.
 //!
 //! Invariants:
 //! - The tail reads exactly the ledgers and entry counts fixed when the query started
@@ -9,8 +10,8 @@
 //!   range ([`Bounds`]) and are evaluated on every decoded row; they never drop a row the
 //!   filters keep.
 //! - A ledger deleted locally while the query runs (its offload committed after the pinned
-//!   snapshot, then its deletion lag passed) is read from the table's newest snapshot by
-//!   `ledger_id`/`entry_id`/`partition` instead: no message is lost or read twice.
+//!   snapshot, then its deletion lag passed) is read from the lake by the same reader, entry by
+//!   entry: no message is lost or read twice.
 
 use std::any::Any;
 use std::fmt;
@@ -28,20 +29,18 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
     SendableRecordBatchStream,
 };
-use futures::StreamExt;
-use iceberg::expr::{Predicate, Reference};
-use iceberg::spec::Datum;
-use iceberg::TableIdent;
 use tokio::sync::mpsc::Sender;
 
 use super::prune::Bounds;
 use crate::lake::rows::RowBuilder;
 use crate::lake::typed::{PayloadCodec, TypedColumns};
-use crate::ledger::{LedgerId, ReadError, TopicLog};
-use crate::offload::OffloadEngine;
+use crate::ledger::{Entry, LedgerId, Position, TopicLog};
+use crate::replay::{EntryReader, ReplayError, TopicLake};
 
-/// Entries read from the log per call.
+/// Entries read per call.
 const READ_CHUNK: u64 = 2048;
+/// How long the tail waits before asking a lake read in progress again.
+const PENDING_RETRY: std::time::Duration = std::time::Duration::from_millis(20);
 /// Rows per output batch (about).
 const BATCH_ROWS: usize = 8192;
 
@@ -60,15 +59,10 @@ pub(crate) struct TailLedger {
 pub(crate) struct TailPart {
     pub partition: i32,
     pub log: TopicLog,
+    /// Its lake side, for ledgers deleted locally during the query (`None`: lake disabled).
+    pub lake: Option<TopicLake>,
     /// Invariant: ascending ids, each above the pinned snapshot's watermark of the partition.
     pub ledgers: Vec<TailLedger>,
-}
-
-/// Where a ledger deleted during the query is read from instead.
-#[derive(Debug, Clone)]
-pub(crate) struct LakeFallback {
-    pub engine: OffloadEngine,
-    pub ident: TableIdent,
 }
 
 /// What the tail of one topic table reads.
@@ -80,7 +74,6 @@ pub(crate) struct TailSource {
     pub schema: SchemaRef,
     pub codec: Option<PayloadCodec>,
     pub parts: Vec<TailPart>,
-    pub lake: Option<LakeFallback>,
 }
 
 impl TailSource {
@@ -245,6 +238,7 @@ async fn read_tail(
         if !bounds.partition_may_match(part.partition) {
             continue;
         }
+        let mut reader = EntryReader::new(part.log.clone(), part.lake.clone());
         for ledger in &part.ledgers {
             if !bounds.ledger_may_match(
                 ledger.id as i64,
@@ -260,118 +254,88 @@ async fn read_tail(
                 .codec
                 .clone()
                 .and_then(|c| TypedColumns::new(&out.full, c));
-            let mut rows = RowBuilder::new(out.full.clone(), part.partition, typed);
+            let mut rows = Some(RowBuilder::new(out.full.clone(), part.partition, typed));
             let mut next = first;
             while next <= last {
-                let until = last.min(next + READ_CHUNK - 1);
-                let entries = match part.log.read_entries(ledger.id, next, until).await {
-                    Ok(e) => e,
-                    Err(ReadError::Deleted(_)) => {
-                        if rows.rows() > 0 && !flush(&mut rows, &out, &tx).await? {
-                            return Ok(());
-                        }
-                        read_from_lake(&source, part.partition, ledger.id, next, last, &out, &tx)
-                            .await?;
-                        break;
-                    }
-                    Err(e) => {
-                        return Err(DataFusionError::Execution(format!(
-                        "reading the live tail of {} (ledger {}, entries {next}..={until}): {e}",
-                        source.table_name, ledger.id
-                    )))
-                    }
-                };
-                if entries.is_empty() {
-                    return Err(DataFusionError::Execution(format!(
-                        "the live tail of {} lost entries {next}..={until} of ledger {}",
-                        source.table_name, ledger.id
-                    )));
-                }
+                let wanted = (last - next + 1).min(READ_CHUNK) as usize;
+                let entries = read_chunk(&mut reader, &source, ledger.id, next, wanted).await?;
                 next += entries.len() as u64;
-                for e in &entries {
-                    rows.push_entry(e);
+                let builder = rows
+                    .take()
+                    .ok_or_else(|| DataFusionError::Internal("tail row builder lost".into()))?;
+                let flush_now = next > last;
+                let (builder, batch) = decode(builder, entries, flush_now).await?;
+                rows = Some(builder);
+                if let Some(batch) = batch {
+                    if !out.send(&tx, batch).await {
+                        return Ok(());
+                    }
                 }
-                if rows.rows() >= BATCH_ROWS && !flush(&mut rows, &out, &tx).await? {
-                    return Ok(());
-                }
-            }
-            if rows.rows() > 0 && !flush(&mut rows, &out, &tx).await? {
-                return Ok(());
             }
         }
     }
     Ok(())
 }
 
-/// Sends the accumulated rows; false when the consumer went away.
-async fn flush(
-    rows: &mut RowBuilder,
-    out: &Output,
-    tx: &Sender<DFResult<RecordBatch>>,
-) -> DFResult<bool> {
-    let (batch, _, _) = rows
-        .finish()
-        .map_err(|e| DataFusionError::Execution(format!("decoding the live tail: {e}")))?;
-    Ok(out.send(tx, batch).await)
-}
-
-/// Rows `first..=last` of `ledger` from the table's newest snapshot (the ledger was committed
-/// and deleted locally after the query's snapshot).
-async fn read_from_lake(
+/// Up to `wanted` entries of `ledger` from `first` on, through replay's reader: the local log,
+/// or the lake for a ledger deleted locally during the query (its offload committed after the
+/// pinned snapshot).
+async fn read_chunk(
+    reader: &mut EntryReader,
     source: &TailSource,
-    partition: i32,
     ledger: LedgerId,
     first: u64,
-    last: u64,
-    out: &Output,
-    tx: &Sender<DFResult<RecordBatch>>,
-) -> DFResult<()> {
-    let gone = || {
-        DataFusionError::Execution(format!(
-            "ledger {ledger} of {} was deleted locally during the query and the lake has no table",
-            source.table_name
-        ))
-    };
-    let fallback = source.lake.as_ref().ok_or_else(gone)?;
-    let table = fallback
-        .engine
-        .load_table_here(&fallback.ident)
-        .await
-        .map_err(|e| DataFusionError::External(Box::new(e)))?
-        .ok_or_else(gone)?;
-    let mut predicate: Predicate = Reference::new("ledger_id")
-        .equal_to(Datum::long(ledger as i64))
-        .and(Reference::new("entry_id").greater_than_or_equal_to(Datum::long(first as i64)))
-        .and(Reference::new("entry_id").less_than_or_equal_to(Datum::long(last as i64)));
-    if partition >= 0 {
-        predicate = predicate.and(Reference::new("partition").equal_to(Datum::int(partition)));
-    }
-    let current = table.metadata().current_schema().clone();
-    let names: Vec<String> = out
-        .full
-        .fields()
-        .iter()
-        .map(|f| f.name().clone())
-        .filter(|n| current.field_by_name(n).is_some())
-        .collect();
-    let scan = table
-        .scan()
-        .select(names)
-        .with_filter(predicate)
-        .build()
-        .map_err(|e| DataFusionError::External(Box::new(e)))?;
-    let mut stream = scan
-        .to_arrow()
-        .await
-        .map_err(|e| DataFusionError::External(Box::new(e)))?;
-    while let Some(batch) = stream.next().await {
-        let batch = batch.map_err(|e| DataFusionError::External(Box::new(e)))?;
-        let batch = conform_batch(&batch, &out.full)?;
-        if !out.send(tx, batch).await {
-            return Ok(());
+    wanted: usize,
+) -> DFResult<Vec<Entry>> {
+    let from = Position::new(ledger, first);
+    loop {
+        match reader.read_from(from, wanted).await {
+            Ok(mut entries) => {
+                entries.retain(|e| e.position.ledger == ledger);
+                let in_order = entries
+                    .iter()
+                    .enumerate()
+                    .all(|(i, e)| e.position.entry == first + i as u64);
+                if entries.is_empty() || !in_order {
+                    return Err(DataFusionError::Execution(format!(
+                        "the live tail of {} lost entries from {from} (ledger {ledger})",
+                        source.table_name
+                    )));
+                }
+                return Ok(entries);
+            }
+            Err(ReplayError::Pending) => tokio::time::sleep(PENDING_RETRY).await,
+            Err(e) => {
+                return Err(DataFusionError::Execution(format!(
+                    "reading the live tail of {} from {from}: {e}",
+                    source.table_name
+                )))
+            }
         }
     }
-    Ok(())
+}
+
+/// Decodes `entries` into `rows` on the blocking pool (row decoding never runs on async
+/// workers); returns the builder and a batch when it is full or `finish` is asked.
+async fn decode(
+    mut rows: RowBuilder,
+    entries: Vec<Entry>,
+    finish: bool,
+) -> DFResult<(RowBuilder, Option<RecordBatch>)> {
+    tokio::task::spawn_blocking(move || {
+        for e in &entries {
+            rows.push_entry(e);
+        }
+        if rows.rows() == 0 || (!finish && rows.rows() < BATCH_ROWS) {
+            return Ok((rows, None));
+        }
+        let (batch, _, _) = rows
+            .finish()
+            .map_err(|e| DataFusionError::Execution(format!("decoding the live tail: {e}")))?;
+        Ok((rows, Some(batch)))
+    })
+    .await
+    .map_err(|e| DataFusionError::Execution(format!("decoding the live tail: {e}")))?
 }
 
 /// `batch` in exactly `schema`: columns by name, cast where the type differs (a file written by

@@ -12,12 +12,12 @@ use arrow::array::{
 };
 use arrow::datatypes::TimestampMicrosecondType;
 use futures::TryStreamExt;
-use ledgerlake::broker::topic_name::TopicName;
 use ledgerlake::config::{Config, LakePartitioning, ServerConfig};
 use ledgerlake::lake::commit::{self, LedgerSlice, Progress, WriteOptions};
 use ledgerlake::lake::{naming, orphans, Lake};
 use ledgerlake::ledger::metadata::memory::MemoryMetadataStore;
 use ledgerlake::ledger::Log;
+use ledgerlake::naming::TopicName;
 use ledgerlake::service::Service;
 use pulsar::compression::{Compression, CompressionZstd};
 use pulsar::{producer, Pulsar, TokioExecutor};

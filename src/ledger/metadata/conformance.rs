@@ -338,41 +338,50 @@ async fn topics_are_deleted_only_without_live_ledgers(store: &dyn MetadataStore)
     Ok(())
 }
 
-async fn run_all(make: impl Fn() -> std::sync::Arc<dyn MetadataStore>) -> TestResult {
-    topics_are_idempotent_and_increasing(&*make()).await?;
-    ledger_ids_increase_and_lifecycle_is_enforced(&*make()).await?;
-    ledgers_expire_from_every_closed_state(&*make()).await?;
-    concurrent_creates_get_distinct_ids(make()).await?;
-    cursors_are_saved_whole_and_deleted(&*make()).await?;
-    partitioned_topics_are_created_once_and_only_grow(&*make()).await?;
-    schema_versions_are_dense_and_first_writer_wins(&*make()).await?;
-    policies_are_replaced_and_removed(&*make()).await?;
-    topics_are_deleted_only_without_live_ledgers(&*make()).await?;
+/// How many checks [`run_all`] makes; each gets a store of its own.
+const CHECKS: usize = 9;
+
+/// Runs every check, each against its own fresh store from `stores` (exactly [`CHECKS`] of
+/// them, so no check can silently run against another implementation).
+async fn run_all(stores: Vec<std::sync::Arc<dyn MetadataStore>>) -> TestResult {
+    assert_eq!(stores.len(), CHECKS, "one fresh store per check");
+    let mut next = stores.into_iter();
+    let mut store = || next.next().ok_or("run_all: out of stores");
+    topics_are_idempotent_and_increasing(&*store()?).await?;
+    ledger_ids_increase_and_lifecycle_is_enforced(&*store()?).await?;
+    ledgers_expire_from_every_closed_state(&*store()?).await?;
+    concurrent_creates_get_distinct_ids(store()?).await?;
+    cursors_are_saved_whole_and_deleted(&*store()?).await?;
+    partitioned_topics_are_created_once_and_only_grow(&*store()?).await?;
+    schema_versions_are_dense_and_first_writer_wins(&*store()?).await?;
+    policies_are_replaced_and_removed(&*store()?).await?;
+    topics_are_deleted_only_without_live_ledgers(&*store()?).await?;
+    assert!(
+        store().is_err(),
+        "every store was used: CHECKS is out of date"
+    );
     Ok(())
 }
 
 #[tokio::test]
 async fn memory_store_conforms() -> TestResult {
-    run_all(|| std::sync::Arc::new(MemoryMetadataStore::new())).await
+    let stores = (0..CHECKS)
+        .map(|_| {
+            std::sync::Arc::new(MemoryMetadataStore::new()) as std::sync::Arc<dyn MetadataStore>
+        })
+        .collect();
+    run_all(stores).await
 }
 
 #[tokio::test]
 async fn sqlite_store_conforms() -> TestResult {
     let dir = tempfile::tempdir()?;
-    let mut stores = Vec::new();
-    for i in 0..8 {
-        stores.push(SqliteMetadataStore::open(&dir.path().join(format!("m{i}.db"))).await?);
+    let mut stores: Vec<std::sync::Arc<dyn MetadataStore>> = Vec::new();
+    for i in 0..CHECKS {
+        let store = SqliteMetadataStore::open(&dir.path().join(format!("m{i}.db"))).await?;
+        stores.push(std::sync::Arc::new(store));
     }
-    let next = std::sync::Mutex::new(stores.into_iter());
-    run_all(|| {
-        let s = next
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .next()
-            .map(|s| std::sync::Arc::new(s) as std::sync::Arc<dyn MetadataStore>);
-        s.unwrap_or_else(|| std::sync::Arc::new(MemoryMetadataStore::new()))
-    })
-    .await
+    run_all(stores).await
 }
 
 #[tokio::test]

@@ -9,8 +9,17 @@
 //! individually; `partial` holds batch entries acknowledged in part (batch-index acks), with the
 //! bit words of the indices still unacknowledged. Version 1 (no `partial` section) is still read.
 //! Changing the layout needs a new version and an ADR (`docs/adr/0003-cursor-v2.md`).
+//!
+//! The log keeps the cursors of a topic partition (as BookKeeper's managed ledger does); the
+//! broker's subscriptions write them, retention reads the slowest. One stored name is not a
+//! subscription: [`DEDUP_SNAPSHOT`], the broker's deduplication snapshot, kept beside them so it
+//! goes with the topic.
 
 use crate::ledger::Position;
+
+/// The stored name of the deduplication snapshot among a topic's cursors (its blob is not a
+/// [`CursorState`]; readers of cursors skip it).
+pub const DEDUP_SNAPSHOT: &str = "__ledgerlake_dedup";
 
 /// Version of the layout written by this build.
 pub const CURSOR_VERSION: u8 = 2;

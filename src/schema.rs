@@ -1,5 +1,7 @@
-//! Topic schemas: registration with versions, BACKWARD compatibility checks, and the 8-byte
-//! big-endian version ids Pulsar clients echo in every message's metadata.
+//! The schema registry: topic schemas registered with versions in the metadata store, and
+//! BACKWARD compatibility checks. The broker registers and resolves them (PRODUCER, SUBSCRIBE,
+//! GET_SCHEMA); offload and SQL read them for typed columns. Versions travel as 8-byte ids
+//! ([`crate::naming::schema_version_bytes`]).
 //!
 //! A schema is stored per topic (for a partitioned topic: per base topic, shared by its
 //! partitions) as `version u8 (=1) | protobuf-encoded Schema`. A producer or consumer whose
@@ -41,16 +43,6 @@ pub enum SchemaError {
     /// The metadata store failed.
     #[error(transparent)]
     Metadata(#[from] MetadataError),
-}
-
-/// Encodes a schema version as the clients expect it (8-byte big-endian).
-pub fn version_bytes(version: u64) -> Vec<u8> {
-    version.to_be_bytes().to_vec()
-}
-
-/// Decodes a client-sent version id.
-pub fn version_from_bytes(b: &[u8]) -> Option<u64> {
-    Some(u64::from_be_bytes(b.try_into().ok()?))
 }
 
 fn encode(schema: &proto::Schema) -> Vec<u8> {
@@ -254,7 +246,6 @@ mod tests {
             Err(SchemaError::Incompatible { version: 1, .. })
         ));
         assert_eq!(versions(&meta, "t").await?.len(), 2);
-        assert_eq!(version_from_bytes(&version_bytes(7)), Some(7));
         Ok(())
     }
 }

@@ -1,0 +1,331 @@
+//! The operations layer: every use case the admin API (and, later, the CLI and other nodes)
+//! runs on the service, in one place. Surfaces parse, authorize, call one operation and map its
+//! error; they never reach into the broker, the log, the offload engine or the metadata store
+//! themselves.
+//!
+//! Invariants:
+//! - A topic deletion holds off its table's offload for its whole duration, deletes the topic's
+//!   partitions through the broker (so no producer or consumer is left attached), then the base
+//!   topic's metadata, then the lake table; repeating a deletion finishes one that crashed.
+//! - Policy changes that the broker applies live (deduplication) are applied before the
+//!   operation returns.
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use crate::broker::{Broker, BrokerError};
+use crate::ledger::{LedgerState, Log, MetadataError};
+use crate::naming::{NamespaceName, TopicName};
+use crate::offload::{OffloadEngine, OffloadError, OffloadStatus};
+use crate::policies::{EffectivePolicies, NamespacePolicies, PoliciesError, PolicyStore};
+
+/// Why an operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpsError {
+    /// The request is malformed.
+    #[error("{0}")]
+    Invalid(String),
+    /// The object does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// The object exists in another form.
+    #[error("{0}")]
+    Conflict(String),
+    /// Clients are attached and the operation was not forced.
+    #[error("{0}")]
+    Busy(String),
+    /// The feature is switched off in this service's configuration.
+    #[error("{0}")]
+    Disabled(String),
+    /// The broker failed.
+    #[error(transparent)]
+    Broker(BrokerError),
+    /// The offload engine or the lake failed.
+    #[error(transparent)]
+    Offload(#[from] OffloadError),
+    /// Policies could not be read or stored.
+    #[error(transparent)]
+    Policies(#[from] PoliciesError),
+    /// The metadata store failed.
+    #[error(transparent)]
+    Metadata(#[from] MetadataError),
+    /// Anything else (deleting a topic's log, encoding stats).
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl From<BrokerError> for OpsError {
+    fn from(e: BrokerError) -> Self {
+        match e {
+            BrokerError::Busy(m) => OpsError::Busy(format!("{m} (force=true closes them first)")),
+            BrokerError::InvalidTopic(t) => OpsError::Invalid(t.to_string()),
+            BrokerError::Metadata(m) => OpsError::Metadata(m),
+            other => OpsError::Broker(other),
+        }
+    }
+}
+
+/// The running service as the operations see it. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Operations {
+    log: Arc<Log>,
+    broker: Arc<Broker>,
+    /// `None` when `lake.enabled = false`.
+    offload: Option<OffloadEngine>,
+    policies: Arc<PolicyStore>,
+    /// `None` when `sql.enabled = false`.
+    sql: Option<crate::sql::SqlEngine>,
+}
+
+impl Operations {
+    /// Operations over the service's parts.
+    pub fn new(
+        log: Arc<Log>,
+        broker: Arc<Broker>,
+        offload: Option<OffloadEngine>,
+        policies: Arc<PolicyStore>,
+        sql: Option<crate::sql::SqlEngine>,
+    ) -> Self {
+        Operations {
+            log,
+            broker,
+            offload,
+            policies,
+            sql,
+        }
+    }
+
+    /// The SQL engine, or why there is none.
+    pub fn sql(&self) -> Result<&crate::sql::SqlEngine, OpsError> {
+        self.sql.as_ref().ok_or_else(|| {
+            OpsError::Disabled("SQL is disabled in this service (sql.enabled = false)".into())
+        })
+    }
+
+    fn offload(&self) -> Result<&OffloadEngine, OpsError> {
+        self.offload.as_ref().ok_or_else(|| {
+            OpsError::Disabled("the lake is disabled in this service (lake.enabled = false)".into())
+        })
+    }
+
+    // ---- topics -------------------------------------------------------------------------
+
+    /// Partitions of `name` (0: not a partitioned topic).
+    pub async fn partitions(&self, name: &TopicName) -> Result<u32, OpsError> {
+        Ok(self.broker.partitions(name).await?)
+    }
+
+    /// Creates the partitioned topic `name` with `n` partitions, or (`grow`) raises its count.
+    pub async fn set_partitions(
+        &self,
+        name: &TopicName,
+        n: u32,
+        grow: bool,
+    ) -> Result<(), OpsError> {
+        if name.partition().is_some() {
+            return Err(OpsError::Invalid(format!(
+                "{name} names a partition, not a topic"
+            )));
+        }
+        if n == 0 {
+            return Err(OpsError::Invalid(
+                "a partitioned topic has at least 1 partition".into(),
+            ));
+        }
+        self.log
+            .metadata()
+            .set_partitions(&name.to_string(), n, grow)
+            .await
+            .map_err(|e| match e {
+                MetadataError::Conflict(m) => OpsError::Conflict(m),
+                other => OpsError::Metadata(other),
+            })
+    }
+
+    /// Deletes the non-partitioned topic (or single partition) `name`; refused while clients
+    /// are attached unless `force`.
+    pub async fn delete_topic(&self, name: &TopicName, force: bool) -> Result<(), OpsError> {
+        if self.partitions(name).await? > 0 {
+            return Err(OpsError::Conflict(format!(
+                "{name} is a partitioned topic: delete it through .../partitions"
+            )));
+        }
+        self.delete_all(&name.base(), vec![name.clone()], force)
+            .await
+    }
+
+    /// Deletes the partitioned topic `name` and every partition.
+    pub async fn delete_partitioned_topic(
+        &self,
+        name: &TopicName,
+        force: bool,
+    ) -> Result<(), OpsError> {
+        let partitions = self.partitions(name).await?;
+        if partitions == 0 {
+            return Err(OpsError::NotFound(format!(
+                "Partitioned topic {name} not found"
+            )));
+        }
+        let names = (0..partitions).map(|i| name.partition_name(i)).collect();
+        self.delete_all(name, names, force).await
+    }
+
+    /// Deletes the topics `names` of the table of `base`, then `base`'s own metadata (partition
+    /// count, schemas) and its lake table, with offload of that table held off throughout.
+    async fn delete_all(
+        &self,
+        base: &TopicName,
+        names: Vec<TopicName>,
+        force: bool,
+    ) -> Result<(), OpsError> {
+        let _paused = match &self.offload {
+            Some(o) => Some(o.pause_table(base).await),
+            None => None,
+        };
+        let mut existed = false;
+        for name in &names {
+            existed |= self.broker.delete_topic(name, force).await?;
+        }
+        existed |= self
+            .log
+            .delete_topic(&base.to_string())
+            .await
+            .map_err(|e| OpsError::Internal(format!("deleting {base}: {e}")))?;
+        // Also when the log part was gone already: a crash between the log deletion and the
+        // table drop is finished by repeating the deletion.
+        let dropped = match &self.offload {
+            Some(o) => o.topic_deleted(base).await?,
+            None => false,
+        };
+        if !existed && !dropped {
+            return Err(OpsError::NotFound(format!("Topic {base} not found")));
+        }
+        tracing::info!(topic = %base, partitions = names.len(), "topic deleted");
+        Ok(())
+    }
+
+    /// Asks for everything written to `name` so far to be offloaded; returns the ticket.
+    pub async fn request_offload(&self, name: &TopicName) -> Result<u64, OpsError> {
+        Ok(self.offload()?.request(name).await?)
+    }
+
+    /// The offload status of `name`.
+    pub async fn offload_status(&self, name: &TopicName) -> Result<OffloadStatus, OpsError> {
+        Ok(self.offload()?.status(name).await?)
+    }
+
+    /// Stats of `name` (a topic, a partitioned topic or one partition): storage, ledgers with
+    /// their tier, the lake table, loaded subscriptions and the broker's replay counters.
+    pub async fn topic_stats(&self, name: &TopicName) -> Result<serde_json::Value, OpsError> {
+        let mut ledgers = Vec::new();
+        let mut storage = 0u64;
+        let mut entries = 0u64;
+        let wanted_partition = name.partition().map(|p| p as i32);
+        let mut subscriptions = serde_json::Map::new();
+        for (partition, log) in self.log.partitions_of(&name.base()).await? {
+            if wanted_partition.is_some_and(|w| w != partition) {
+                continue;
+            }
+            for (sub, s) in self.broker.subscription_stats(log.name()).await {
+                let key = if partition >= 0 && wanted_partition.is_none() {
+                    format!("{sub} (partition {partition})")
+                } else {
+                    sub
+                };
+                subscriptions.insert(key, to_json(&s)?);
+            }
+            for l in log.ledgers() {
+                if matches!(
+                    l.state,
+                    LedgerState::Open | LedgerState::Sealed | LedgerState::Offloaded
+                ) {
+                    storage += l.size_bytes;
+                }
+                entries += l.entry_count;
+                ledgers.push(json!({ "topic": log.name(), "ledger": l }));
+            }
+        }
+        if ledgers.is_empty() && !self.log.topic_exists(&name.to_string()).await? {
+            return Err(OpsError::NotFound(format!("Topic {name} not found")));
+        }
+        let lake = match &self.offload {
+            Some(e) => to_json(&e.lake_stats(name).await?)?,
+            None => serde_json::Value::Null,
+        };
+        Ok(json!({
+            "storageSize": storage,
+            "entries": entries,
+            "ledgers": ledgers,
+            "lake": lake,
+            "subscriptions": subscriptions,
+            "replay": self.broker.replay_stats(),
+        }))
+    }
+
+    // ---- policies -----------------------------------------------------------------------
+
+    /// What `namespace` has set.
+    pub async fn namespace_policies(
+        &self,
+        namespace: &NamespaceName,
+    ) -> Result<NamespacePolicies, OpsError> {
+        Ok(self.policies.namespace(namespace).await?)
+    }
+
+    /// The policies in force for `namespace` (set values, else the configured defaults).
+    pub async fn effective_policies(
+        &self,
+        namespace: &NamespaceName,
+    ) -> Result<EffectivePolicies, OpsError> {
+        Ok(self.policies.effective(namespace).await?)
+    }
+
+    /// Changes `namespace`'s policies; the broker applies deduplication changes at once.
+    pub async fn update_namespace_policies(
+        &self,
+        namespace: &NamespaceName,
+        change: impl FnOnce(&mut NamespacePolicies),
+    ) -> Result<(), OpsError> {
+        self.policies.update(namespace, change).await?;
+        self.broker.apply_dedup_policies().await;
+        Ok(())
+    }
+
+    /// Changes `topic`'s own policies; the broker applies deduplication changes at once.
+    pub async fn update_topic_policies(
+        &self,
+        topic: &TopicName,
+        change: impl FnOnce(&mut NamespacePolicies),
+    ) -> Result<(), OpsError> {
+        self.policies.update_topic(topic, change).await?;
+        self.broker.apply_dedup_policies().await;
+        Ok(())
+    }
+
+    /// Whether deduplication is on for `topic` (its own setting, its namespace's, the broker's).
+    pub async fn deduplication(&self, topic: &TopicName) -> Result<bool, OpsError> {
+        Ok(self
+            .policies
+            .deduplication(topic, self.broker.dedup_default())
+            .await?)
+    }
+
+    /// The namespace's deduplication setting, or the broker's when unset.
+    pub async fn namespace_deduplication(
+        &self,
+        namespace: &NamespaceName,
+    ) -> Result<bool, OpsError> {
+        Ok(self
+            .policies
+            .namespace(namespace)
+            .await?
+            .deduplication_enabled
+            .unwrap_or(self.broker.dedup_default()))
+    }
+}
+
+fn to_json(v: &impl serde::Serialize) -> Result<serde_json::Value, OpsError> {
+    serde_json::to_value(v).map_err(|e| OpsError::Internal(format!("encoding stats: {e}")))
+}
