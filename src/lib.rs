@@ -9,36 +9,47 @@
 //!
 //! ```text
 //!  Pulsar clients ──► protocol/ ──► broker/ ──append──► ledger/ (journal + segments + index)
-//!                                     │  ▲                  │ sealed ledgers
-//!                                     │  └──── replay/ ◄────┤
-//!                                     │          ▲          ▼
-//!  psql / HTTP / CLI ──► sql/ ────────┘          └──── lake/ ◄── offload/
-//!                                                   (Iceberg on S3 or local disk)
-//!  admin/ (HTTP: health, admin API)   config/ (typed, layered)   cli/ (clap)   telemetry
+//!                                     │ positions           ▲ sealed ledgers
+//!                                     ▼                     │
+//!  psql / HTTP ──► sql/ ──────────► replay/ ─── log or lake ┤
+//!                                     │                     │
+//!                                     └──► lake/ ◄── offload/ (policy, scheduler, watermark)
+//!                                      (Iceberg; LakeHandle owns the runtime hop)
+//!  HTTP ──► admin/ ──► ops/ (use cases) ──► broker, ledger, offload, policies, sql
+//!  every surface ──► auth (Access: Authenticator + Authorizer)
+//!  leaves used by all: naming, schema, config, failpoint, telemetry
 //! ```
 //!
-//! Modules present today:
+//! Imports flow one way: `naming` ← every layer; `protocol` ← `broker`; `broker` → `ledger`,
+//! `replay`; `replay` → `ledger`, `lake`; `offload` → `ledger`, `lake`; `sql` → `replay`,
+//! `lake`, `ledger`; `ops` → `broker`, `ledger`, `offload`, `policies`, `sql`; `admin` → `ops`.
+//! The lake imports neither the broker nor the offload engine.
+//!
+//! Modules:
+//! - [`naming`]: topic and namespace names, the schema-version codec (the leaf).
 //! - [`config`]: the typed configuration tree and its layered loading.
 //! - [`ledger`]: the durable segmented log (journal with group commit, segments, indexes,
-//!   recovery, metadata store seam).
-//! - [`admin`]: the HTTP surface (health, topic partitions, offload and stats, namespace
-//!   offload policies).
-//! - [`lake`]: Iceberg tables of topics: catalog, warehouse storage, layout, rows, the
-//!   exactly-once commit protocol and orphan cleanup.
+//!   recovery, cursors, metadata store seam).
+//! - [`protocol`]: the Pulsar binary protocol (generated types, framing, typed commands).
+//! - [`broker`]: the Pulsar-protocol broker (topic slots, connections with one handler per
+//!   command, producers, subscriptions, deduplication, the `ServerError` mapping).
+//! - [`replay`]: the one reader of positions: entries from the local log or the lake, for
+//!   subscriptions, the deduplication fold and the SQL tail.
+//! - [`lake`]: Iceberg tables of topics: catalog, storage, layout, rows, the exactly-once commit
+//!   protocol, orphan cleanup and the lake runtime hop ([`lake::LakeHandle`]).
 //! - [`offload`]: the engine that moves sealed ledgers into the lake by namespace policy.
-//! - [`policies`]: namespace policies (stored, cached, with configured defaults).
-//! - [`replay`]: entries by position from the local log or the lake (consumers of offloaded
-//!   ranges), with read-ahead budgets and its own runtime.
-//! - [`failpoint`]: named crash points for tests (debug builds only).
-//! - [`cli`]: the `ledgerlake` command line.
-//! - [`perf`]: load generators behind `ledgerlake perf`.
-//! - [`protocol`]: the Pulsar binary protocol (generated types, framing).
-//! - [`service`]: wiring of a running service and its ordered shutdown.
-//! - [`telemetry`]: logging setup.
+//! - [`policies`]: namespace and topic policies (stored, cached, with configured defaults).
+//! - [`schema`]: the schema registry (versions, compatibility).
+//! - [`auth`]: who is asking and whether they may ([`auth::Access`]), for every surface.
 //! - [`sql`]: DataFusion over each topic (lake snapshot + live tail at one seam), read-only,
 //!   for PostgreSQL clients, HTTP `POST /sql` and `ledgerlake sql`.
-//!
-//! - [`broker`]: the Pulsar-protocol broker (topics, producers, subscriptions, cursors, schemas).
+//! - [`ops`]: the operations layer the admin API calls.
+//! - [`admin`]: the HTTP surface (health, admin API, `POST /sql`).
+//! - [`service`]: wiring of a running service and its ordered shutdown.
+//! - [`failpoint`]: named crash and stall points for tests (debug builds only).
+//! - [`cli`]: the `ledgerlake` command line.
+//! - [`perf`]: load generators behind `ledgerlake perf`.
+//! - [`telemetry`]: logging setup.
 //!
 //! # Errors
 //! Each module has its own `thiserror` enums (one per operation where callers act differently);

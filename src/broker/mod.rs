@@ -25,20 +25,25 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::BrokerConfig;
-use crate::ledger::{Log, TopicLog};
+use crate::ledger::Log;
 use crate::policies::PolicyStore;
 
 pub mod backlog;
 pub mod connection;
 
 pub mod dedup;
+pub mod error;
 
 pub mod subscription;
+pub mod topic;
 
 use crate::naming::TopicName;
 use crate::protocol::command;
 use crate::protocol::proto::command_subscribe::SubType;
+pub use error::BrokerError;
 use subscription::SubscriptionHandle;
+pub use topic::BrokerTopic;
+use topic::{DedupParts, ProducerSlot};
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -48,91 +53,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub const SERVER_VERSION: &str = concat!("ledgerlake-", env!("CARGO_PKG_VERSION"));
 /// Highest protocol version this broker speaks.
 pub const PROTOCOL_VERSION: i32 = 21;
-
-/// A topic partition as the broker sees it.
-#[derive(Debug)]
-pub struct BrokerTopic {
-    /// Full name.
-    pub name: TopicName,
-    /// Partition index, -1 when the topic is not partitioned.
-    pub partition: i32,
-    /// Its log.
-    pub log: TopicLog,
-    /// Producers by name. Invariant: at most one entry when any producer is exclusive.
-    producers: Mutex<HashMap<String, ProducerSlot>>,
-    /// Subscriptions by name.
-    subscriptions: tokio::sync::Mutex<HashMap<String, SubscriptionHandle>>,
-    /// Deduplication while enabled (topic, namespace or broker setting): live state and the
-    /// persisted snapshot. Invariant: `Some` only while enabled; dropped (and its snapshot
-    /// deleted) when disabled, so re-enabling rebuilds it from the log.
-    dedup: std::sync::RwLock<Option<Arc<DedupParts>>>,
-    /// The lake table replay reads for ranges deleted locally (`None`: lake disabled).
-    pub(crate) lake: Option<crate::replay::TopicLake>,
-}
-
-/// A producer connected to a topic.
-#[derive(Debug, Clone)]
-pub(crate) struct ProducerSlot {
-    /// Its connection.
-    pub conn: u64,
-    /// Its id on that connection.
-    pub producer_id: u64,
-    /// Exclusive access mode.
-    pub exclusive: bool,
-    /// Its connection's outbound queue (for a broker-initiated CLOSE_PRODUCER).
-    pub out: tokio::sync::mpsc::Sender<crate::protocol::command::Outbound>,
-}
-
-/// Deduplication state of one topic partition.
-#[derive(Debug)]
-pub(crate) struct DedupParts {
-    /// Consulted on every SEND.
-    pub live: Mutex<dedup::DedupState>,
-    /// What is persisted.
-    pub snapshot: tokio::sync::Mutex<dedup::DedupSnapshot>,
-}
-
-impl DedupParts {
-    /// Folds the state from the snapshot and the entries after it, whichever tier holds them.
-    async fn load(
-        log: &TopicLog,
-        lake: Option<&crate::replay::TopicLake>,
-    ) -> Result<DedupParts, BrokerError> {
-        let snapshot = dedup::DedupSnapshot::load(log.clone(), lake.cloned())
-            .await
-            .map_err(|e| {
-                BrokerError::Storage(format!("deduplication state of {}: {e}", log.name()))
-            })?;
-        Ok(DedupParts {
-            live: Mutex::new(dedup::DedupState::from_snapshot(&snapshot)),
-            snapshot: tokio::sync::Mutex::new(snapshot),
-        })
-    }
-}
-
-impl BrokerTopic {
-    /// The deduplication state, when deduplication is on for this topic.
-    pub(crate) fn dedup(&self) -> Option<Arc<DedupParts>> {
-        self.dedup.read().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    /// Saves the deduplication snapshot if entries were appended since the last one.
-    async fn save_dedup_snapshot(&self) {
-        let Some(parts) = self.dedup() else {
-            return;
-        };
-        let mut snap = parts.snapshot.lock().await;
-        match snap.snapshot().await {
-            Ok(Some(blob)) => {
-                if let Err(e) = self.log.save_cursor(dedup::SNAPSHOT_NAME, &blob).await {
-                    tracing::error!(topic = %self.name, error = %e, "saving dedup snapshot failed");
-                }
-            }
-            Ok(None) => {}
-            Err(e) => tracing::error!(topic = %self.name, error = %e, "dedup snapshot failed"),
-        }
-    }
-}
 
 /// Shared broker state.
 #[derive(Debug)]
@@ -162,36 +82,6 @@ pub struct Broker {
 /// every PRODUCER and SUBSCRIBE that looks it up.
 #[derive(Debug, Default)]
 struct TopicSlot(tokio::sync::Mutex<Option<Arc<BrokerTopic>>>);
-
-/// Why the broker could not serve a request; mapped to Pulsar's ServerError in `connection`.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum BrokerError {
-    /// The topic name is invalid.
-    #[error(transparent)]
-    InvalidTopic(#[from] crate::naming::TopicNameError),
-    /// The topic does not exist and auto-creation is off.
-    #[error("topic {0} does not exist")]
-    TopicNotFound(String),
-    /// The metadata store failed.
-    #[error("metadata store: {0}")]
-    Metadata(#[from] crate::ledger::metadata::MetadataError),
-    /// An exclusive producer or consumer holds the resource.
-    #[error("{0}")]
-    Busy(String),
-    /// Feature not supported (yet) by this broker.
-    #[error("{0}")]
-    NotSupported(String),
-    /// Reading the log failed.
-    #[error("storage: {0}")]
-    Storage(String),
-    /// A schema was refused.
-    #[error(transparent)]
-    Schema(#[from] crate::schema::SchemaError),
-    /// The connection's principal may not do this.
-    #[error(transparent)]
-    Denied(#[from] crate::auth::Denied),
-}
 
 impl Broker {
     /// Creates the broker state. `service_url` is what LOOKUP answers point clients to.
@@ -415,7 +305,7 @@ impl Broker {
                 .cloned()
                 .collect();
             if !producers.is_empty() && !force {
-                return Err(BrokerError::Busy(format!(
+                return Err(BrokerError::TopicBusy(format!(
                     "topic {key} has {} connected producers",
                     producers.len()
                 )));
@@ -425,7 +315,7 @@ impl Broker {
             for s in &subs {
                 let stats = s.ask(subscription::SubscriptionCommand::Stats).await;
                 if stats.is_some_and(|st| st.consumers > 0) && !force {
-                    return Err(BrokerError::Busy(format!(
+                    return Err(BrokerError::TopicBusy(format!(
                         "topic {key} has consumers connected to subscription {}",
                         s.name
                     )));

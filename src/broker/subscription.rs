@@ -33,7 +33,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::backlog::{backlog, LakeWait, SubscriptionStats};
 
 mod acks;
-use super::BrokerTopic;
+use super::{BrokerError, BrokerTopic};
 use crate::ledger::cursor::CursorState;
 use crate::ledger::{Entry, Position};
 use crate::protocol::command::{self, Outbound};
@@ -60,7 +60,7 @@ pub enum SubscriptionCommand {
         /// Where its MESSAGE frames go.
         out: mpsc::Sender<Outbound>,
         /// Reply.
-        reply: oneshot::Sender<Result<(), String>>,
+        reply: oneshot::Sender<Result<(), BrokerError>>,
     },
     /// FLOW: more permits.
     Flow(ConsumerKey, u32),
@@ -85,7 +85,7 @@ pub enum SubscriptionCommand {
         /// New read position.
         to: SeekTarget,
         /// Reply once consumers were told to reconnect.
-        reply: oneshot::Sender<Result<(), String>>,
+        reply: oneshot::Sender<Result<(), BrokerError>>,
     },
     /// Save the cursor now (graceful shutdown).
     Flush(oneshot::Sender<()>),
@@ -426,12 +426,14 @@ impl State {
                 reply,
             } => {
                 let result = if sub_type != self.sub_type {
-                    Err(format!(
+                    Err(BrokerError::ConsumerBusy(format!(
                         "subscription is {:?}; a {:?} consumer cannot join",
                         self.sub_type, sub_type
-                    ))
+                    )))
                 } else if self.sub_type == SubType::Exclusive && !self.consumers.is_empty() {
-                    Err("exclusive subscription already has a consumer".to_string())
+                    Err(BrokerError::ConsumerBusy(
+                        "exclusive subscription already has a consumer".to_string(),
+                    ))
                 } else {
                     self.consumers.push(Consumer {
                         key,
@@ -477,7 +479,9 @@ impl State {
                 let _ = done.send(());
             }
             SubscriptionCommand::Seek { reply, .. } => {
-                let _ = reply.send(Err("seek handled by the task loop".into()));
+                let _ = reply.send(Err(BrokerError::NotSupported(
+                    "seek handled by the task loop".into(),
+                )));
             }
         }
         changed
@@ -485,14 +489,14 @@ impl State {
 
     /// Resets the cursor to `to` and disconnects every consumer, as Pulsar does: clients then
     /// re-subscribe and read from the new position.
-    async fn seek(&mut self, to: SeekTarget) -> Result<(), String> {
+    async fn seek(&mut self, to: SeekTarget) -> Result<(), BrokerError> {
         let position = match to {
             SeekTarget::Position(p) => p,
             SeekTarget::PublishTime(t) => self
                 .reader
                 .find_by_publish_time(t)
                 .await
-                .map_err(|e| e.to_string())?,
+                .map_err(|e| BrokerError::Storage(format!("seek by publish time: {e}")))?,
         };
         self.read_position = position;
         self.pending.clear();

@@ -18,19 +18,14 @@
 //! in id order, so "at or below the watermark" is exactly "committed".
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use arrow::datatypes::SchemaRef;
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
-use parquet::basic::{Compression, Encoding, ZstdLevel};
-use parquet::file::properties::{EnabledStatistics, WriterProperties};
 
-use super::typed::PayloadCodec;
+pub use super::write::{parquet_properties, LedgerSlice, Progress, WriteOptions, ROW_GROUP_BYTES};
 use super::{write, Lake, LakeError};
-use crate::config::LakePartitioning;
-use crate::ledger::{LedgerId, TopicLog};
+use crate::ledger::LedgerId;
 
 /// Table property and snapshot-summary key of the watermark.
 pub const WATERMARK_KEY: &str = "ledgerlake.watermark";
@@ -41,43 +36,6 @@ pub const ATTEMPT_KEY: &str = "ledgerlake.attempt";
 
 /// Partition index → highest ledger id committed.
 pub type Watermark = BTreeMap<i32, LedgerId>;
-
-/// One sealed ledger to offload.
-#[derive(Debug, Clone)]
-pub struct LedgerSlice {
-    /// Partition index (-1: not partitioned).
-    pub partition: i32,
-    /// The partition's log.
-    pub log: TopicLog,
-    /// Ledger.
-    pub ledger: LedgerId,
-    /// Its entries (ids `0..entry_count`).
-    pub entry_count: u64,
-    /// Its payload bytes.
-    pub size_bytes: u64,
-}
-
-/// Knobs of one write.
-#[derive(Debug, Clone)]
-pub struct WriteOptions {
-    /// Target Parquet file size.
-    pub target_file_size: u64,
-    /// Rows per Arrow batch.
-    pub batch_rows: usize,
-    /// Partition granularity of the table (as created).
-    pub partitioning: LakePartitioning,
-    /// How the topic's payloads decode into typed columns, if it has a schema.
-    pub payload_codec: Option<PayloadCodec>,
-}
-
-/// Progress counters, readable while a write runs.
-#[derive(Debug, Default)]
-pub struct Progress {
-    /// Entries read from the log so far.
-    pub entries: AtomicU64,
-    /// Payload bytes read so far.
-    pub bytes: AtomicU64,
-}
 
 /// What a commit did.
 #[derive(Debug, Clone, Default)]
@@ -129,58 +87,6 @@ fn committed(w: &Watermark, s: &LedgerSlice) -> bool {
 pub fn attempt_id() -> String {
     format!("{:016x}", rand::random::<u64>())
 }
-
-/// Writer properties of lake data files: ZSTD, statistics per column chunk (page statistics on
-/// the id and time columns; none on the opaque byte columns, which skip dictionaries too).
-pub fn parquet_properties(schema: &SchemaRef) -> WriterProperties {
-    let mut b = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::default()))
-        .set_statistics_enabled(EnabledStatistics::Chunk)
-        .set_max_row_group_row_count(Some(1 << 20))
-        .set_max_row_group_bytes(Some(ROW_GROUP_BYTES));
-    // Page-level statistics on the id and time columns, so readers can skip pages.
-    for col in ["ledger_id", "entry_id", "batch_index", "publish_time"] {
-        if schema.field_with_name(col).is_ok() {
-            b = b.set_column_statistics_enabled(col.into(), EnabledStatistics::Page);
-        }
-    }
-    // Opaque, mostly unique bytes: no dictionary (it would be abandoned after its first
-    // megabyte anyway) and no min/max (nobody prunes by payload; full values would bloat the
-    // footer).
-    for col in [
-        "payload",
-        "entry_metadata",
-        "message_metadata",
-        "ordering_key",
-    ] {
-        if schema.field_with_name(col).is_ok() {
-            b = b
-                .set_column_dictionary_enabled(col.into(), false)
-                .set_column_statistics_enabled(col.into(), EnabledStatistics::None);
-        }
-    }
-    // Unique, ascending integers: delta encoding stores a producer's sequence as almost nothing,
-    // where a dictionary is abandoned after its first megabyte and leaves plain values, whose
-    // size then depends on where row groups happen to end.
-    if schema.field_with_name("sequence_id").is_ok() {
-        b = b
-            .set_column_dictionary_enabled("sequence_id".into(), false)
-            .set_column_encoding("sequence_id".into(), Encoding::DELTA_BINARY_PACKED);
-    }
-    // Bigger pages of payload bytes give ZSTD more context per frame (no statistics or
-    // dictionary live on these pages, and readers fetch the whole column chunk anyway).
-    if schema.field_with_name("payload").is_ok() {
-        b = b.set_column_data_page_size_limit("payload".into(), PAYLOAD_PAGE_BYTES);
-    }
-    b.build()
-}
-
-/// Encoded size of a row group: each is handed to storage as soon as it is encoded, so on S3
-/// its upload overlaps the encoding of the next (see [`super::upload`]).
-pub const ROW_GROUP_BYTES: usize = 16 << 20;
-
-/// Data page size of the payload column.
-const PAYLOAD_PAGE_BYTES: usize = 8 << 20;
 
 /// Writes `slices` (sealed ledgers of one table, ascending per partition) into `table` and
 /// commits them, following the protocol in the module docs.

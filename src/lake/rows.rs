@@ -35,9 +35,9 @@ pub enum RowsError {
     /// The table schema lacks an envelope column.
     #[error("table schema has no usable column '{0}'")]
     MissingColumn(&'static str),
-    /// The typed-column decoder failed on an empty row (a schema the decoder cannot build).
-    #[error("typed columns: {0}")]
-    Typed(String),
+    /// The typed columns could not be built.
+    #[error(transparent)]
+    Typed(#[from] super::typed::TypedError),
 }
 
 /// Payload bytes that end a batch early (bounds memory with large messages).

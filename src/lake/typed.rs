@@ -23,8 +23,19 @@ use arrow::datatypes::{Field, Schema as ArrowSchema};
 use arrow::json::reader::{Decoder, ReaderBuilder};
 use iceberg::spec::{ListType, MapType, NestedField, PrimitiveType, StructType, Type};
 
-use super::rows::RowsError;
 use super::schema::ENVELOPE_COLUMNS;
+
+/// Why the typed columns of a batch could not be built (a schema the decoder cannot build: a
+/// bug, not bad input; a bad payload only nulls its own row).
+#[derive(Debug, thiserror::Error)]
+pub enum TypedError {
+    /// Arrow refused the decoder or the arrays.
+    #[error("typed columns: {0}")]
+    Arrow(#[from] arrow::error::ArrowError),
+    /// The decoder failed on an empty row.
+    #[error("typed columns: {0}")]
+    Decoder(String),
+}
 
 /// Encoding of a topic's payloads.
 #[derive(Debug, Clone)]
@@ -339,7 +350,7 @@ impl TypedColumns {
         self.pending.push(None);
     }
 
-    fn decoder(&self, rows: usize) -> Result<Decoder, RowsError> {
+    fn decoder(&self, rows: usize) -> Result<Decoder, TypedError> {
         Ok(ReaderBuilder::new(self.decode_schema.clone())
             .with_batch_size(rows.max(1) + 1)
             .build_decoder()?)
@@ -374,7 +385,7 @@ impl TypedColumns {
     }
 
     /// The typed columns of the queued rows, and the rows that did not decode (index, reason).
-    pub fn finish(&mut self) -> Result<TypedOutput, RowsError> {
+    pub fn finish(&mut self) -> Result<TypedOutput, TypedError> {
         let mut errors = std::mem::take(&mut self.errors);
         let rows = self.pending.len();
         let fast = self
@@ -393,10 +404,10 @@ impl TypedColumns {
                             Ok(b) => b,
                             Err(e) => {
                                 errors.push((i, e));
-                                self.decode_one(b"{}").map_err(RowsError::Typed)?
+                                self.decode_one(b"{}").map_err(TypedError::Decoder)?
                             }
                         },
-                        None => self.decode_one(b"{}").map_err(RowsError::Typed)?,
+                        None => self.decode_one(b"{}").map_err(TypedError::Decoder)?,
                     };
                     parts.push(one);
                 }

@@ -59,7 +59,9 @@ pub enum OpsError {
 impl From<BrokerError> for OpsError {
     fn from(e: BrokerError) -> Self {
         match e {
-            BrokerError::Busy(m) => OpsError::Busy(format!("{m} (force=true closes them first)")),
+            BrokerError::TopicBusy(m) => {
+                OpsError::Busy(format!("{m} (force=true closes them first)"))
+            }
             BrokerError::InvalidTopic(t) => OpsError::Invalid(t.to_string()),
             BrokerError::Metadata(m) => OpsError::Metadata(m),
             other => OpsError::Broker(other),

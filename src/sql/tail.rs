@@ -41,6 +41,10 @@ use crate::replay::{EntryReader, ReplayError, TopicLake};
 const READ_CHUNK: u64 = 2048;
 /// How long the tail waits before asking a lake read in progress again.
 const PENDING_RETRY: std::time::Duration = std::time::Duration::from_millis(20);
+/// Failed reads of one chunk retried (with the reader's backoff) before the query fails: a
+/// ledger committed after the reader's cached table handle was loaded is found on a retry,
+/// which reloads the table.
+const READ_ATTEMPTS: u32 = 4;
 /// Rows per output batch (about).
 const BATCH_ROWS: usize = 8192;
 
@@ -288,6 +292,7 @@ async fn read_chunk(
     wanted: usize,
 ) -> DFResult<Vec<Entry>> {
     let from = Position::new(ledger, first);
+    let mut failures = 0;
     loop {
         match reader.read_from(from, wanted).await {
             Ok(mut entries) => {
@@ -305,6 +310,11 @@ async fn read_chunk(
                 return Ok(entries);
             }
             Err(ReplayError::Pending) => tokio::time::sleep(PENDING_RETRY).await,
+            Err(e) if failures + 1 < READ_ATTEMPTS => {
+                failures += 1;
+                tracing::debug!(table = %source.table_name, %from, error = %e, "tail read retried");
+                tokio::time::sleep(reader.retry_delay()).await;
+            }
             Err(e) => {
                 return Err(DataFusionError::Execution(format!(
                     "reading the live tail of {} from {from}: {e}",

@@ -8,9 +8,56 @@ import tempfile
 import time
 import urllib.request
 
+import pulsar
 import pytest
 
 from servers import Postgres, S3Server
+
+
+def eventually(check, timeout=60, interval=0.1):
+    """Calls `check` (which asserts) until it passes, then returns what it returned; after
+    `timeout` seconds its last AssertionError fails the test."""
+    deadline = time.time() + timeout
+    while True:
+        try:
+            return check()
+        except AssertionError:
+            if time.time() > deadline:
+                raise
+        time.sleep(interval)
+
+
+class Sends:
+    """The outcome of each `send_async`: `producer.send_async(payload, sends.callback(), ...)`,
+    then `sends.check(producer, n)`. The producer must be created with
+    `block_if_queue_full=True`: otherwise a full queue fails a send (ProducerQueueIsFull) and
+    only its callback knows."""
+
+    def __init__(self):
+        self.results = []
+
+    def callback(self):
+        """A callback for the next send; it records (result, message id)."""
+        i = len(self.results)
+        self.results.append(None)
+
+        def done(res, msg_id):
+            self.results[i] = (res, msg_id)
+        return done
+
+    def check(self, producer, count, timeout=60):
+        """Flushes `producer`, waits for every callback and asserts that all `count` sends were
+        acknowledged; returns their message ids in send order."""
+        producer.flush()
+
+        def answered():
+            missing = sum(1 for r in self.results if r is None)
+            assert missing == 0, f"{missing} of {len(self.results)} sends not answered"
+        eventually(answered, timeout)
+        assert len(self.results) == count, (len(self.results), count)
+        failed = [(i, r[0]) for i, r in enumerate(self.results) if r[0] != pulsar.Result.Ok]
+        assert not failed, f"{len(failed)} of {count} sends failed, first: {failed[:5]}"
+        return [r[1] for r in self.results]
 
 
 def _free_port():

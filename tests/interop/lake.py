@@ -8,6 +8,8 @@ import urllib.request
 
 import pulsar
 
+from conftest import Sends, eventually
+
 
 def http(method, url, body=None):
     req = urllib.request.Request(url, data=body.encode() if body is not None else None,
@@ -47,6 +49,16 @@ def stats(svc, topic):
     return body
 
 
+def wait_acknowledged(svc, topic, sub, through, timeout=30):
+    """Waits until the broker has the entries of subscription `sub` up to `through` (ledger,
+    entry) acknowledged: its oldest unacknowledged entry (admin stats) comes after that."""
+    def check():
+        s = stats(svc, topic)["subscriptions"][sub]
+        ledger, entry = s["markDeleteNext"].split(":")
+        assert (int(ledger), int(entry)) > tuple(through), (s, through)
+    eventually(check, timeout)
+
+
 COMPRESSIONS = [pulsar.CompressionType.NONE, pulsar.CompressionType.LZ4,
                 pulsar.CompressionType.ZLib, pulsar.CompressionType.ZSTD,
                 pulsar.CompressionType.SNAPPY]
@@ -59,24 +71,20 @@ def produce_mixed(client, topic, per_kind=200):
         batched = compression is not None
         producer = client.create_producer(
             topic, batching_enabled=batched, batching_max_messages=50,
-            batching_max_publish_delay_ms=5,
+            batching_max_publish_delay_ms=5, block_if_queue_full=True,
             compression_type=compression or pulsar.CompressionType.NONE)
-        pending = []
+        sends = Sends()
         for j in range(per_kind):
             payload = f"m{n}-{'ü' * (j % 5)}-{'x' * (j % 37)}".encode()
             kwargs = dict(properties={"n": str(n), "kind": str(i)}, event_timestamp=1_700_000_000_000 + n)
             if j % 3:
                 kwargs["partition_key"] = f"key-{j % 11}"
             if batched:
-                producer.send_async(payload, lambda res, mid: pending.append(res), **kwargs)
+                producer.send_async(payload, sends.callback(), **kwargs)
             else:
                 producer.send(payload, **kwargs)
             n += 1
-        producer.flush()
-        deadline = time.time() + 30
-        while batched and len(pending) < per_kind and time.time() < deadline:
-            time.sleep(0.01)
-        assert all(r == pulsar.Result.Ok for r in pending)
+        sends.check(producer, per_kind if batched else 0)
         producer.close()
     return n
 

@@ -4,6 +4,7 @@ import time
 
 import pulsar
 
+from conftest import Sends
 from lake import http, offload_and_wait, stats
 
 
@@ -103,23 +104,13 @@ FAST_LAKE = {
 
 
 def _send_all(producer, payloads, sequence_ids=None):
-    """Sends every payload asynchronously (blocking while the queue is full) and checks that
-    each was acknowledged; returns the message ids in send order."""
-    results = [None] * len(payloads)
-
-    def done(i):
-        return lambda res, mid: results.__setitem__(i, (res, mid))
-
+    """Sends every payload asynchronously (the producer blocks while its queue is full) and
+    checks that each was acknowledged; returns the message ids in send order."""
+    sends = Sends()
     for i, payload in enumerate(payloads):
         kwargs = {} if sequence_ids is None else {"sequence_id": sequence_ids[i]}
-        producer.send_async(payload, done(i), **kwargs)
-    producer.flush()
-    deadline = time.time() + 60
-    while any(r is None for r in results) and time.time() < deadline:
-        time.sleep(0.01)
-    assert all(r is not None and r[0] == pulsar.Result.Ok for r in results), \
-        [r for r in results if r is None or r[0] != pulsar.Result.Ok][:5]
-    return [r[1] for r in results]
+        producer.send_async(payload, sends.callback(), **kwargs)
+    return sends.check(producer, len(payloads))
 
 
 def _is_duplicate_receipt(msg_id):

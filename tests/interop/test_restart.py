@@ -6,6 +6,8 @@ import time
 import pulsar
 import pytest
 
+from conftest import Sends
+
 
 def _consume(consumer, n, timeout_ms=10000):
     receive = consumer.read_next if isinstance(consumer, pulsar.Reader) else consumer.receive
@@ -50,9 +52,10 @@ def test_graceful_restart_keeps_unbatched_and_batched_messages(fresh_service):
     topic = "persistent://public/default/restart-graceful"
     producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=20,
                                       block_if_queue_full=True)
+    sends = Sends()
     for i in range(500):
-        producer.send_async(f"b{i}".encode(), None)
-    producer.flush()
+        producer.send_async(f"b{i}".encode(), sends.callback())
+    sends.check(producer, 500)
     consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
     got = [m.data() for m in _consume(consumer, 500)]
     assert got == [f"b{i}".encode() for i in range(500)]
@@ -75,13 +78,14 @@ def test_batch_index_acks_survive_restart(fresh_service):
     t = "persistent://public/default/bia-restart"
     client = pulsar.Client(svc.url, operation_timeout_seconds=20)
     producer = client.create_producer(t, batching_enabled=True, batching_max_messages=5,
-                                      batching_max_publish_delay_ms=1000)
+                                      batching_max_publish_delay_ms=1000, block_if_queue_full=True)
     consumer = client.subscribe(t, "bia", consumer_type=pulsar.ConsumerType.Shared,
                                 initial_position=pulsar.InitialPosition.Earliest,
                                 batch_index_ack_enabled=True)
+    sends = Sends()
     for i in range(5):
-        producer.send_async(f"m{i}".encode(), None)
-    producer.flush()
+        producer.send_async(f"m{i}".encode(), sends.callback())
+    sends.check(producer, 5)
     msgs = [consumer.receive(timeout_millis=5000) for _ in range(5)]
     for m in msgs[:3]:
         consumer.acknowledge(m)

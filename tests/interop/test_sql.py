@@ -13,6 +13,7 @@ import pulsar
 import pyarrow.ipc
 import pytest
 
+from conftest import Sends, eventually
 from lake import http, offload_and_wait, stats
 
 FAST = {
@@ -64,8 +65,8 @@ def key_of(i):
 
 def produce(client, topic, first, count):
     producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=10,
-                                      batching_max_publish_delay_ms=5)
-    results = []
+                                      batching_max_publish_delay_ms=5, block_if_queue_full=True)
+    sends = Sends()
     for i in range(first, first + count):
         kwargs = {"properties": {"n": str(i), "parity": "even" if i % 2 == 0 else "odd"}}
         if i % 4:
@@ -73,12 +74,8 @@ def produce(client, topic, first, count):
         if key_of(i) is not None:
             kwargs["partition_key"] = key_of(i)
         payload = json.dumps({"i": i, "name": f"ü{i}"}).encode()
-        producer.send_async(payload, lambda res, mid: results.append(res), **kwargs)
-    producer.flush()
-    deadline = time.time() + 30
-    while len(results) < count and time.time() < deadline:
-        time.sleep(0.01)
-    assert results.count(pulsar.Result.Ok) == count
+        producer.send_async(payload, sends.callback(), **kwargs)
+    sends.check(producer, count)
     producer.close()
 
 
@@ -279,7 +276,7 @@ def test_seam_is_exact_while_producing_and_offloading(make_service):
     topic = "persistent://public/default/sql-seam"
     client = pulsar.Client(svc.url)
     producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=20,
-                                      batching_max_publish_delay_ms=2)
+                                      batching_max_publish_delay_ms=2, block_if_queue_full=True)
     acked = [0]
     sent = [0]
     stop = threading.Event()
@@ -333,6 +330,10 @@ def test_seam_is_exact_while_producing_and_offloading(make_service):
         for t in threads:
             t.join()
     producer.flush()
+
+    def all_answered():
+        assert acked[0] + len(errors) == sent[0], (acked[0], errors[:5], sent[0])
+    eventually(all_answered)
     client.close()
     assert not errors
     assert checks == 15

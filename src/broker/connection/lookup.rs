@@ -1,0 +1,97 @@
+//! CONNECT, LOOKUP, PARTITIONED_METADATA and GET_SCHEMA. Lookup failures go inside the typed
+//! responses: the C++ client matches a bare ERROR only against its other pending requests.
+
+use super::{authorized, Completion, Connection};
+use crate::auth::Action;
+use crate::broker::error::server_error;
+use crate::broker::{PROTOCOL_VERSION, SERVER_VERSION};
+use crate::naming::{schema_version_bytes, schema_version_from_bytes};
+use crate::protocol::command;
+use crate::protocol::proto::{self, ServerError};
+use crate::schema;
+
+impl Connection {
+    /// CONNECT: authenticates, then answers CONNECTED; `Err` closes the connection.
+    pub(super) async fn on_connect(&mut self, c: proto::CommandConnect) -> Result<(), String> {
+        let method = c.auth_method_name.as_deref().unwrap_or("none");
+        let data = c.auth_data.as_deref().unwrap_or(&[]);
+        match self.broker.access.authenticate(method, data) {
+            Ok(principal) => {
+                tracing::debug!(conn = self.id, %principal, "authenticated");
+                self.principal = Some(principal);
+            }
+            Err(e) => {
+                self.send(command::error(
+                    u64::MAX,
+                    ServerError::AuthenticationError,
+                    e.to_string(),
+                ))
+                .await;
+                return Err(format!("authentication failed: {e}"));
+            }
+        }
+        let version = c.protocol_version.unwrap_or(0).min(PROTOCOL_VERSION);
+        let max = self.broker.config.max_message_size.as_u64() as i32;
+        self.send(command::connected(SERVER_VERSION, version, max))
+            .await;
+        Ok(())
+    }
+
+    pub(super) fn on_partitioned_metadata(&mut self, m: proto::CommandPartitionedTopicMetadata) {
+        let (broker, principal) = (self.broker.clone(), self.principal());
+        self.defer(async move {
+            let partitions = match authorized(&broker, &principal, &m.topic, Action::Lookup).await {
+                Ok(name) => broker.partitions(&name).await,
+                Err(e) => Err(e),
+            };
+            Completion::reply(match partitions {
+                Ok(n) => command::partitioned_metadata(m.request_id, n),
+                Err(e) => command::partitioned_metadata_failed(
+                    m.request_id,
+                    server_error(&e),
+                    e.to_string(),
+                ),
+            })
+        });
+    }
+
+    pub(super) fn on_lookup(&mut self, l: proto::CommandLookupTopic) {
+        let (broker, principal) = (self.broker.clone(), self.principal());
+        self.defer(async move {
+            Completion::reply(
+                match authorized(&broker, &principal, &l.topic, Action::Lookup).await {
+                    Ok(_) => command::lookup_connect(l.request_id, &broker.service_url),
+                    Err(e) => command::lookup_failed(l.request_id, server_error(&e), e.to_string()),
+                },
+            )
+        });
+    }
+
+    pub(super) fn on_get_schema(&mut self, g: proto::CommandGetSchema) {
+        let (broker, principal) = (self.broker.clone(), self.principal());
+        self.defer(async move {
+            let result = match authorized(&broker, &principal, &g.topic, Action::Lookup).await {
+                Ok(name) => {
+                    let wanted = g
+                        .schema_version
+                        .as_deref()
+                        .and_then(schema_version_from_bytes);
+                    match schema::versions(&broker.metadata(), &name.base().to_string()).await {
+                        Ok(all) => {
+                            let found = match wanted {
+                                Some(v) => all.into_iter().find(|(n, _)| *n == v),
+                                None => all.into_iter().last(),
+                            };
+                            found
+                                .map(|(v, sc)| (sc, schema_version_bytes(v)))
+                                .ok_or((ServerError::TopicNotFound, "schema not found".to_string()))
+                        }
+                        Err(e) => Err((ServerError::MetadataError, e.to_string())),
+                    }
+                }
+                Err(e) => Err((server_error(&e), e.to_string())),
+            };
+            Completion::reply(command::get_schema_response(g.request_id, result))
+        });
+    }
+}

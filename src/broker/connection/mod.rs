@@ -1,0 +1,267 @@
+//! One client connection: the socket, the handshake, keepalive, and the dispatch of typed
+//! commands to one handler per command kind ([`lookup`], [`produce`], [`consume`]).
+//!
+//! Slow steps never block the connection's read loop: loading a topic (PRODUCER, SUBSCRIBE),
+//! metadata reads (LOOKUP, PARTITIONED_METADATA, GET_SCHEMA) and lake reads (SEEK,
+//! GET_LAST_MESSAGE_ID) run as deferred futures whose completions the loop picks up, so a topic
+//! that loads slowly delays only the commands that wait for it, never the other producers and
+//! consumers on the same connection.
+//!
+//! Invariants:
+//! - Frames leave through one queue (`out`) drained by one writer task: never interleaved.
+//! - Every command on a topic is authorized for the connection's principal first.
+//! - Broker failures reach the wire through [`super::error::server_error`] only.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::stream::FuturesUnordered;
+use futures::{SinkExt, StreamExt};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio_util::codec::{FramedRead, FramedWrite};
+
+use super::error::server_error;
+use super::{Broker, BrokerError, BrokerTopic};
+use crate::auth::{Action, Principal, Resource};
+use crate::naming::TopicName;
+use crate::protocol::codec::PulsarCodec;
+use crate::protocol::command::{self, Inbound, Outbound};
+use crate::protocol::proto::{self, ServerError};
+
+mod consume;
+mod lookup;
+mod produce;
+
+/// Outbound frames queued per connection before the dispatcher waits.
+const OUTBOUND_QUEUE: usize = 1024;
+
+/// A slow step of a command, run beside the read loop.
+type Deferred = Pin<Box<dyn Future<Output = Completion> + Send>>;
+
+/// What a deferred step hands back to the connection.
+enum Completion {
+    /// A PRODUCER's topic (and schema version) is ready, or failed.
+    Producer(
+        Box<proto::CommandProducer>,
+        Result<produce::Opened, BrokerError>,
+    ),
+    /// A SUBSCRIBE's topic is ready, or failed.
+    Subscribe(
+        Box<proto::CommandSubscribe>,
+        Result<Arc<BrokerTopic>, BrokerError>,
+    ),
+    /// A finished reply to send.
+    Reply(Box<Outbound>),
+}
+
+impl Completion {
+    fn reply(o: Outbound) -> Completion {
+        Completion::Reply(Box::new(o))
+    }
+}
+
+/// A client connection.
+pub struct Connection {
+    broker: Arc<Broker>,
+    id: u64,
+    out: mpsc::Sender<Outbound>,
+    producers: HashMap<u64, produce::ProducerState>,
+    consumers: HashMap<u64, consume::ConsumerState>,
+    /// Producer and consumer ids whose PRODUCER / SUBSCRIBE is still deferred. Invariant: an
+    /// id leaves when its completion arrives or the client closes it first (then the
+    /// completion is refused, not registered).
+    opening_producers: HashSet<u64>,
+    opening_consumers: HashSet<u64>,
+    /// Slow steps in progress.
+    deferred: FuturesUnordered<Deferred>,
+    /// Who the connection authenticated as on CONNECT (anonymous while authentication is off).
+    /// Invariant: `Some` from CONNECT on; every command on a topic is authorized for it.
+    principal: Option<Principal>,
+}
+
+impl Connection {
+    /// Serves one connection until it closes, fails, or the broker stops.
+    pub async fn run(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr) {
+        let max = broker.config.max_message_size.as_u64() as usize;
+        let (read, write) = stream.into_split();
+        let mut frames = FramedRead::new(read, PulsarCodec::new(max));
+        let (out, mut out_rx) = mpsc::channel::<Outbound>(OUTBOUND_QUEUE);
+        let writer = tokio::spawn(async move {
+            let mut sink = FramedWrite::new(write, PulsarCodec::new(max));
+            while let Some(first) = out_rx.recv().await {
+                if sink.feed(first).await.is_err() {
+                    return;
+                }
+                while let Ok(more) = out_rx.try_recv() {
+                    if sink.feed(more).await.is_err() {
+                        return;
+                    }
+                }
+                if sink.flush().await.is_err() {
+                    return;
+                }
+            }
+        });
+        let mut conn = Connection {
+            id: broker.next_id(),
+            broker: broker.clone(),
+            out,
+            producers: HashMap::new(),
+            consumers: HashMap::new(),
+            opening_producers: HashSet::new(),
+            opening_consumers: HashSet::new(),
+            deferred: FuturesUnordered::new(),
+            principal: None,
+        };
+        tracing::debug!(peer = %peer, conn = conn.id, "connection opened");
+        let keepalive = broker.config.keepalive;
+        let mut ping = tokio::time::interval(keepalive);
+        ping.tick().await;
+        let mut last_heard = Instant::now();
+        let reason = loop {
+            tokio::select! {
+                _ = broker.stop.cancelled() => break "broker shutting down".to_string(),
+                _ = ping.tick() => {
+                    if last_heard.elapsed() > keepalive * 2 {
+                        break "keepalive timeout".to_string();
+                    }
+                    if conn.principal.is_some() {
+                        let _ = conn.out.send(command::ping()).await;
+                    }
+                }
+                Some(done) = conn.deferred.next(), if !conn.deferred.is_empty() => {
+                    conn.complete(done).await;
+                }
+                frame = frames.next() => {
+                    last_heard = Instant::now();
+                    match frame {
+                        None => break "closed by client".to_string(),
+                        Some(Err(e)) => break format!("protocol error: {e}"),
+                        Some(Ok(cmd)) => {
+                            if let Err(reason) = conn.handle(cmd).await {
+                                break reason;
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        tracing::debug!(peer = %peer, conn = conn.id, %reason, "connection closed");
+        conn.close().await;
+        drop(conn);
+        let _ = writer.await;
+    }
+
+    /// Queues `o` for the writer (waits while the queue is full). The future owns a clone of
+    /// the queue's sender, so it borrows nothing of the connection.
+    fn send(&self, o: Outbound) -> impl Future<Output = ()> + Send + 'static {
+        let out = self.out.clone();
+        async move {
+            let _ = out.send(o).await;
+        }
+    }
+
+    /// Runs `fut` beside the read loop; its completion comes back to [`Connection::complete`].
+    fn defer(&mut self, fut: impl Future<Output = Completion> + Send + 'static) {
+        self.deferred.push(Box::pin(fut));
+    }
+
+    async fn complete(&mut self, done: Completion) {
+        match done {
+            Completion::Producer(p, opened) => self.finish_producer(*p, opened).await,
+            Completion::Subscribe(s, opened) => self.finish_subscribe(*s, opened).await,
+            Completion::Reply(o) => self.send(*o).await,
+        }
+    }
+
+    /// The principal, for a deferred step (commands before CONNECT never get here).
+    fn principal(&self) -> Principal {
+        self.principal.clone().unwrap_or_else(Principal::anonymous)
+    }
+
+    async fn close(&mut self) {
+        self.close_consumers().await;
+        self.close_producers();
+    }
+
+    /// Handles one command; `Err(reason)` closes the connection.
+    async fn handle(&mut self, cmd: Inbound) -> Result<(), String> {
+        if self.principal.is_none() && !matches!(cmd, Inbound::Connect(_)) {
+            return Err("protocol error: command before CONNECT".into());
+        }
+        match cmd {
+            Inbound::Connect(c) => return self.on_connect(c).await,
+            Inbound::Ping => self.send(command::pong()).await,
+            Inbound::Pong => {}
+            Inbound::PartitionedMetadata(m) => self.on_partitioned_metadata(m),
+            Inbound::Lookup(l) => self.on_lookup(l),
+            Inbound::GetSchema(g) => self.on_get_schema(g),
+            Inbound::Producer(p) => self.begin_producer(p),
+            Inbound::Send(send, payload) => self.on_send(send, *payload).await,
+            Inbound::CloseProducer(c) => self.on_close_producer(c).await,
+            Inbound::Subscribe(s) => self.begin_subscribe(s),
+            Inbound::Flow(f) => self.on_flow(f),
+            Inbound::Ack(a) => self.on_ack(a),
+            Inbound::Redeliver(r) => self.on_redeliver(r),
+            Inbound::CloseConsumer(c) => {
+                self.remove_consumer(c.consumer_id, false).await;
+                self.send(command::success(c.request_id)).await;
+            }
+            Inbound::Unsubscribe(u) => {
+                self.remove_consumer(u.consumer_id, true).await;
+                self.send(command::success(u.request_id)).await;
+            }
+            Inbound::GetLastMessageId(g) => self.on_last_message_id(g).await,
+            Inbound::Seek(s) => self.on_seek(s).await,
+            Inbound::Unsupported { kind, request_id } => {
+                tracing::debug!(conn = self.id, kind, "unsupported command");
+                if let Some(id) = request_id {
+                    self.send(command::error(
+                        id,
+                        ServerError::NotAllowedError,
+                        format!("command type {kind} is not supported by this broker"),
+                    ))
+                    .await;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `name` parsed, once `principal` is authorized to do `action` on it (a partition is
+/// authorized as its partitioned topic).
+async fn authorized(
+    broker: &Broker,
+    principal: &Principal,
+    name: &str,
+    action: Action,
+) -> Result<TopicName, BrokerError> {
+    let name = name.parse::<TopicName>()?;
+    broker
+        .access
+        .authorize(principal, action, &Resource::Topic(name.base()))
+        .await?;
+    Ok(name)
+}
+
+/// The topic partition `name` for `action`: authorized, then loaded (or created).
+async fn open_topic(
+    broker: &Broker,
+    principal: &Principal,
+    name: &str,
+    action: Action,
+) -> Result<Arc<BrokerTopic>, BrokerError> {
+    let name = authorized(broker, principal, name, action).await?;
+    broker.topic(&name).await
+}
+
+/// An ERROR reply for `request_id` carrying `e`.
+fn error_reply(request_id: u64, e: &BrokerError) -> Outbound {
+    command::error(request_id, server_error(e), e.to_string())
+}

@@ -1,0 +1,106 @@
+//! Why the broker refused or failed a request, and the one mapping of those reasons to Pulsar's
+//! `ServerError` on the wire ([`server_error`]). Every handler and every subscription reply
+//! goes through it; no handler picks a `ServerError` of its own for a broker failure.
+
+use crate::protocol::proto::ServerError;
+
+/// Why the broker could not serve a request.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BrokerError {
+    /// The topic name is invalid.
+    #[error(transparent)]
+    InvalidTopic(#[from] crate::naming::TopicNameError),
+    /// The topic does not exist and auto-creation is off.
+    #[error("topic {0} does not exist")]
+    TopicNotFound(String),
+    /// The metadata store failed.
+    #[error("metadata store: {0}")]
+    Metadata(#[from] crate::ledger::metadata::MetadataError),
+    /// An exclusive producer holds the topic, or a producer of the same name is connected.
+    #[error("{0}")]
+    ProducerBusy(String),
+    /// The subscription refuses another consumer (Exclusive taken, or another type).
+    #[error("{0}")]
+    ConsumerBusy(String),
+    /// Producers or consumers are attached (a topic deletion without `force`).
+    #[error("{0}")]
+    TopicBusy(String),
+    /// The command names a producer or consumer this connection does not have.
+    #[error("{0}")]
+    UnknownClient(String),
+    /// A command is malformed for this broker (missing fields, unsupported kinds).
+    #[error("{0}")]
+    NotSupported(String),
+    /// Reading or writing the log (or the lake behind it) failed.
+    #[error("storage: {0}")]
+    Storage(String),
+    /// A schema was refused.
+    #[error(transparent)]
+    Schema(#[from] crate::schema::SchemaError),
+    /// The connection's principal may not do this.
+    #[error(transparent)]
+    Denied(#[from] crate::auth::Denied),
+    /// The topic or subscription is stopping (deleted, unloaded, shutting down).
+    #[error("{0}")]
+    Stopped(String),
+}
+
+/// Maps broker errors to the wire (the one place for this surface).
+pub fn server_error(e: &BrokerError) -> ServerError {
+    match e {
+        BrokerError::InvalidTopic(_) => ServerError::InvalidTopicName,
+        BrokerError::TopicNotFound(_) => ServerError::TopicNotFound,
+        BrokerError::Metadata(_) => ServerError::MetadataError,
+        BrokerError::ProducerBusy(_) => ServerError::ProducerBusy,
+        BrokerError::ConsumerBusy(_) => ServerError::ConsumerBusy,
+        BrokerError::TopicBusy(_) => ServerError::ServiceNotReady,
+        BrokerError::UnknownClient(_) => ServerError::ConsumerNotFound,
+        BrokerError::NotSupported(_) => ServerError::NotAllowedError,
+        BrokerError::Storage(_) => ServerError::PersistenceError,
+        BrokerError::Schema(crate::schema::SchemaError::Incompatible { .. }) => {
+            ServerError::IncompatibleSchema
+        }
+        BrokerError::Schema(_) => ServerError::MetadataError,
+        BrokerError::Denied(_) => ServerError::AuthorizationError,
+        BrokerError::Stopped(_) => ServerError::ServiceNotReady,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_keep_their_kind_on_the_wire() {
+        let cases = [
+            (
+                BrokerError::ProducerBusy("p".into()),
+                ServerError::ProducerBusy,
+            ),
+            (
+                BrokerError::ConsumerBusy("c".into()),
+                ServerError::ConsumerBusy,
+            ),
+            (
+                BrokerError::TopicNotFound("t".into()),
+                ServerError::TopicNotFound,
+            ),
+            (
+                BrokerError::Stopped("s".into()),
+                ServerError::ServiceNotReady,
+            ),
+            (
+                BrokerError::Denied(crate::auth::Denied {
+                    principal: "role 'x'".into(),
+                    action: crate::auth::Action::Produce,
+                    resource: "topic t".into(),
+                }),
+                ServerError::AuthorizationError,
+            ),
+        ];
+        for (e, wire) in cases {
+            assert_eq!(server_error(&e), wire, "{e}");
+        }
+    }
+}
