@@ -33,6 +33,8 @@ use tokio::sync::{mpsc, oneshot};
 use super::backlog::{backlog, LakeWait, SubscriptionStats};
 
 mod acks;
+#[cfg(test)]
+mod tests;
 use super::{BrokerError, BrokerTopic};
 use crate::ledger::cursor::CursorState;
 use crate::ledger::{Entry, Position};
@@ -653,6 +655,14 @@ impl State {
                     }
                 }
                 None
+            }
+            // Failover: the active consumer (the one told ACTIVE_CONSUMER_CHANGE), not the
+            // first to join.
+            SubType::Failover => {
+                let active = self.active?;
+                self.consumers
+                    .iter()
+                    .position(|c| c.key == active && c.permits > 0)
             }
             _ => self
                 .consumers

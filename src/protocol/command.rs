@@ -4,6 +4,7 @@
 use bytes::Bytes;
 
 use super::frame::{Frame, FrameError, Payload};
+use super::inbound;
 use super::proto::base_command::Type;
 use super::proto::{self, BaseCommand};
 
@@ -22,17 +23,17 @@ pub enum Inbound {
     /// LOOKUP.
     Lookup(proto::CommandLookupTopic),
     /// PRODUCER.
-    Producer(Box<proto::CommandProducer>),
+    Producer(Box<inbound::Producer>),
     /// SEND with its payload.
     Send(proto::CommandSend, Box<Payload>),
     /// CLOSE_PRODUCER.
     CloseProducer(proto::CommandCloseProducer),
     /// SUBSCRIBE.
-    Subscribe(Box<proto::CommandSubscribe>),
+    Subscribe(Box<inbound::Subscribe>),
     /// FLOW.
     Flow(proto::CommandFlow),
     /// ACK.
-    Ack(proto::CommandAck),
+    Ack(inbound::Ack),
     /// CLOSE_CONSUMER.
     CloseConsumer(proto::CommandCloseConsumer),
     /// UNSUBSCRIBE.
@@ -40,7 +41,7 @@ pub enum Inbound {
     /// REDELIVER_UNACKNOWLEDGED_MESSAGES.
     Redeliver(proto::CommandRedeliverUnacknowledgedMessages),
     /// SEEK.
-    Seek(proto::CommandSeek),
+    Seek(inbound::Seek),
     /// GET_LAST_MESSAGE_ID.
     GetLastMessageId(proto::CommandGetLastMessageId),
     /// GET_SCHEMA.
@@ -74,7 +75,9 @@ impl TryFrom<Frame> for Inbound {
                 Inbound::PartitionedMetadata(body!(c, partition_metadata, "PARTITIONED_METADATA"))
             }
             Ok(Type::Lookup) => Inbound::Lookup(body!(c, lookup_topic, "LOOKUP")),
-            Ok(Type::Producer) => Inbound::Producer(Box::new(body!(c, producer, "PRODUCER"))),
+            Ok(Type::Producer) => {
+                Inbound::Producer(Box::new(body!(c, producer, "PRODUCER").into()))
+            }
             Ok(Type::Send) => {
                 let send = body!(c, send, "SEND");
                 let payload = frame
@@ -85,9 +88,11 @@ impl TryFrom<Frame> for Inbound {
             Ok(Type::CloseProducer) => {
                 Inbound::CloseProducer(body!(c, close_producer, "CLOSE_PRODUCER"))
             }
-            Ok(Type::Subscribe) => Inbound::Subscribe(Box::new(body!(c, subscribe, "SUBSCRIBE"))),
+            Ok(Type::Subscribe) => {
+                Inbound::Subscribe(Box::new(body!(c, subscribe, "SUBSCRIBE").into()))
+            }
             Ok(Type::Flow) => Inbound::Flow(body!(c, flow, "FLOW")),
-            Ok(Type::Ack) => Inbound::Ack(body!(c, ack, "ACK")),
+            Ok(Type::Ack) => Inbound::Ack(body!(c, ack, "ACK").into()),
             Ok(Type::CloseConsumer) => {
                 Inbound::CloseConsumer(body!(c, close_consumer, "CLOSE_CONSUMER"))
             }
@@ -97,7 +102,7 @@ impl TryFrom<Frame> for Inbound {
                 redeliver_unacknowledged_messages,
                 "REDELIVER_UNACKNOWLEDGED_MESSAGES"
             )),
-            Ok(Type::Seek) => Inbound::Seek(body!(c, seek, "SEEK")),
+            Ok(Type::Seek) => Inbound::Seek(body!(c, seek, "SEEK").into()),
             Ok(Type::GetLastMessageId) => {
                 Inbound::GetLastMessageId(body!(c, get_last_message_id, "GET_LAST_MESSAGE_ID"))
             }
@@ -153,6 +158,17 @@ pub fn message_id(
         batch_index,
         ..Default::default()
     }
+}
+
+/// The id of "no message": a duplicate's receipt, or GET_LAST_MESSAGE_ID of an empty topic
+/// (ledger and entry -1 on the wire).
+pub fn no_message_id(partition: i32, batch_index: Option<i32>) -> proto::MessageIdData {
+    message_id(u64::MAX, u64::MAX, partition, batch_index)
+}
+
+/// ERROR refusing a CONNECT (it answers no request: the request id is -1 on the wire).
+pub fn connect_refused(error: proto::ServerError, message: impl Into<String>) -> Outbound {
+    self::error(u64::MAX, error, message)
 }
 
 /// CONNECTED.

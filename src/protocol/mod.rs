@@ -4,6 +4,8 @@
 //!   wire protocol, compatible with Apache Pulsar).
 //! - [`frame`]: framing: a cheap check for a complete frame, then parsing into the command and a
 //!   checksum-verified payload; encoders for outgoing frames.
+//! - [`command`] / [`inbound`]: frames typed into commands (enum codes and sentinel ids decoded
+//!   once), and the outbound commands' constructors.
 //! - [`entry`] / [`rebuild`]: stored entries opened and unrolled into messages (batches read in
 //!   place through [`single_view`]), and rebuilt from them.
 //!
@@ -21,5 +23,6 @@ pub mod codec;
 pub mod command;
 pub mod entry;
 pub mod frame;
+pub mod inbound;
 pub mod rebuild;
 pub mod single_view;

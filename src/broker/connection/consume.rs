@@ -11,7 +11,8 @@ use crate::broker::{BrokerError, BrokerTopic};
 use crate::ledger::Position;
 use crate::protocol::command;
 use crate::protocol::frame::entry_message_count;
-use crate::protocol::proto::{self, command_ack::AckType, command_subscribe};
+use crate::protocol::inbound::{Ack, Seek, SeekTo, StartAt, Subscribe};
+use crate::protocol::proto;
 use crate::schema;
 
 /// A consumer registered on this connection.
@@ -27,7 +28,7 @@ fn stopped() -> BrokerError {
 
 impl Connection {
     /// SUBSCRIBE: authorizes and loads the topic and checks the schema beside the read loop.
-    pub(super) fn begin_subscribe(&mut self, s: Box<proto::CommandSubscribe>) {
+    pub(super) fn begin_subscribe(&mut self, s: Box<Subscribe>) {
         self.opening_consumers.insert(s.consumer_id);
         let (broker, principal) = (self.broker.clone(), self.principal());
         self.defer(async move {
@@ -47,7 +48,7 @@ impl Connection {
     /// Joins the consumer whose topic is ready to its subscription (created when new).
     pub(super) async fn finish_subscribe(
         &mut self,
-        s: proto::CommandSubscribe,
+        s: Subscribe,
         opened: Result<Arc<BrokerTopic>, BrokerError>,
     ) {
         if !self.opening_consumers.remove(&s.consumer_id) {
@@ -58,20 +59,17 @@ impl Connection {
             Ok(t) => t,
             Err(e) => return self.send(error_reply(s.request_id, &e)).await,
         };
-        let sub_type = command_subscribe::SubType::try_from(s.sub_type)
-            .unwrap_or(command_subscribe::SubType::Exclusive);
-        let durable = s.durable.unwrap_or(true);
         let handle = {
             let mut subs = topic.subscriptions.lock().await;
             match subs.get(&s.subscription) {
                 Some(h) => h.clone(),
                 None => {
-                    let start = start_position(&topic, &s);
+                    let start = start_position(&topic, s.start);
                     let h = subscription::spawn(
                         topic.clone(),
                         s.subscription.clone(),
-                        sub_type,
-                        durable,
+                        s.sub_type,
+                        s.durable,
                         start,
                         None,
                         self.broker.config.cursor_persist_interval,
@@ -84,9 +82,9 @@ impl Connection {
         let result = handle
             .ask(|reply| SubscriptionCommand::AddConsumer {
                 key: (self.id, s.consumer_id),
-                sub_type,
-                name: s.consumer_name.clone().unwrap_or_default(),
-                priority: s.priority_level.unwrap_or(0),
+                sub_type: s.sub_type,
+                name: s.consumer_name.clone(),
+                priority: s.priority,
                 out: self.out.clone(),
                 reply,
             })
@@ -116,20 +114,17 @@ impl Connection {
         }
     }
 
-    pub(super) fn on_ack(&mut self, a: proto::CommandAck) {
+    pub(super) fn on_ack(&mut self, a: Ack) {
         if let Some(c) = self.consumers.get(&a.consumer_id) {
             let positions = a
-                .message_id
-                .iter()
-                .map(|m| {
-                    let partial = (!m.ack_set.is_empty()).then(|| m.ack_set.clone());
-                    (Position::new(m.ledger_id, m.entry_id), partial)
-                })
+                .ids
+                .into_iter()
+                .map(|m| (Position::new(m.ledger, m.entry), m.unacked_in_batch))
                 .collect();
             let _ = c.subscription.tx.send(SubscriptionCommand::Ack {
                 key: (self.id, a.consumer_id),
                 positions,
-                cumulative: a.ack_type == AckType::Cumulative as i32,
+                cumulative: a.cumulative,
             });
         }
     }
@@ -176,19 +171,21 @@ impl Connection {
 
     /// SEEK: the subscription resets its cursor (a seek by time may search the lake) and
     /// disconnects its consumers; the reply comes when it did.
-    pub(super) async fn on_seek(&mut self, s: proto::CommandSeek) {
-        let Some(c) = self.consumers.remove(&s.consumer_id) else {
-            let e = BrokerError::UnknownClient("unknown consumer id".into());
-            return self.send(error_reply(s.request_id, &e)).await;
-        };
-        let to = match (&s.message_id, s.message_publish_time) {
-            (Some(id), _) => SeekTarget::Position(Position::new(id.ledger_id, id.entry_id)),
-            (None, Some(t)) => SeekTarget::PublishTime(t as i64),
-            (None, None) => {
+    pub(super) async fn on_seek(&mut self, s: Seek) {
+        let to = match s.to {
+            Some(SeekTo::Message { ledger, entry }) => {
+                SeekTarget::Position(Position::new(ledger, entry))
+            }
+            Some(SeekTo::PublishTime(t)) => SeekTarget::PublishTime(t),
+            None => {
                 let e =
                     BrokerError::NotSupported("SEEK needs a message id or a publish time".into());
                 return self.send(error_reply(s.request_id, &e)).await;
             }
+        };
+        let Some(c) = self.consumers.remove(&s.consumer_id) else {
+            let e = BrokerError::UnknownClient("unknown consumer id".into());
+            return self.send(error_reply(s.request_id, &e)).await;
         };
         self.defer(async move {
             let result = c
@@ -214,7 +211,7 @@ impl Connection {
         self.defer(async move {
             let partition = topic.partition;
             let last = match topic.log.last_confirmed() {
-                None => command::message_id(u64::MAX, u64::MAX, partition, Some(-1)),
+                None => command::no_message_id(partition, Some(-1)),
                 Some(pos) => {
                     let mut reader =
                         crate::replay::EntryReader::new(topic.log.clone(), topic.lake.clone());
@@ -238,25 +235,14 @@ impl Connection {
     }
 }
 
-/// Where a new subscription starts: a reader's start message id, else the initial position.
-fn start_position(topic: &BrokerTopic, s: &proto::CommandSubscribe) -> Position {
-    let after_last = || {
-        topic.log.last_confirmed().map_or(Position::new(0, 0), |p| {
+/// The position a new subscription starts at.
+fn start_position(topic: &BrokerTopic, start: StartAt) -> Position {
+    match start {
+        StartAt::Earliest => topic.log.first_position(),
+        StartAt::Latest => topic.log.last_confirmed().map_or(Position::new(0, 0), |p| {
             Position::new(p.ledger, p.entry + 1)
-        })
-    };
-    if let Some(id) = &s.start_message_id {
-        return match (id.ledger_id, id.entry_id) {
-            (u64::MAX, u64::MAX) => topic.log.first_position(),
-            (l, e) if l == i64::MAX as u64 && e == i64::MAX as u64 => after_last(),
-            // The broker redelivers the whole start entry; the client filters by batch index.
-            (l, e) => Position::new(l, e),
-        };
-    }
-    match s.initial_position {
-        Some(p) if p == command_subscribe::InitialPosition::Earliest as i32 => {
-            topic.log.first_position()
-        }
-        _ => after_last(),
+        }),
+        // The broker redelivers the whole start entry; the client filters by batch index.
+        StartAt::Message { ledger, entry } => Position::new(ledger, entry),
     }
 }

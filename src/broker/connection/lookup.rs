@@ -21,8 +21,7 @@ impl Connection {
                 self.principal = Some(principal);
             }
             Err(e) => {
-                self.send(command::error(
-                    u64::MAX,
+                self.send(command::connect_refused(
                     ServerError::AuthenticationError,
                     e.to_string(),
                 ))

@@ -31,7 +31,8 @@ use crate::auth::{Action, Principal, Resource};
 use crate::naming::TopicName;
 use crate::protocol::codec::PulsarCodec;
 use crate::protocol::command::{self, Inbound, Outbound};
-use crate::protocol::proto::{self, ServerError};
+use crate::protocol::inbound;
+use crate::protocol::proto::ServerError;
 
 mod consume;
 mod lookup;
@@ -46,13 +47,10 @@ type Deferred = Pin<Box<dyn Future<Output = Completion> + Send>>;
 /// What a deferred step hands back to the connection.
 enum Completion {
     /// A PRODUCER's topic (and schema version) is ready, or failed.
-    Producer(
-        Box<proto::CommandProducer>,
-        Result<produce::Opened, BrokerError>,
-    ),
+    Producer(Box<inbound::Producer>, Result<produce::Opened, BrokerError>),
     /// A SUBSCRIBE's topic is ready, or failed.
     Subscribe(
-        Box<proto::CommandSubscribe>,
+        Box<inbound::Subscribe>,
         Result<Arc<BrokerTopic>, BrokerError>,
     ),
     /// A finished reply to send.

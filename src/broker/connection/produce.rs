@@ -15,6 +15,7 @@ use crate::ledger::{AppendError, AppendReceipt};
 use crate::naming::schema_version_bytes;
 use crate::protocol::command;
 use crate::protocol::frame::Payload;
+use crate::protocol::inbound::Producer;
 use crate::protocol::proto::{self, ServerError};
 use crate::schema;
 
@@ -58,7 +59,7 @@ pub(super) struct ProducerState {
 
 impl Connection {
     /// PRODUCER: authorizes and loads the topic and resolves the schema beside the read loop.
-    pub(super) fn begin_producer(&mut self, p: Box<proto::CommandProducer>) {
+    pub(super) fn begin_producer(&mut self, p: Box<Producer>) {
         self.opening_producers.insert(p.producer_id);
         let (broker, principal) = (self.broker.clone(), self.principal());
         self.defer(async move {
@@ -85,7 +86,7 @@ impl Connection {
     /// Registers the producer whose topic is ready and answers PRODUCER_SUCCESS.
     pub(super) async fn finish_producer(
         &mut self,
-        p: proto::CommandProducer,
+        p: Producer,
         opened: Result<Opened, BrokerError>,
     ) {
         if !self.opening_producers.remove(&p.producer_id) {
@@ -100,14 +101,10 @@ impl Connection {
             Err(e) => return self.send(error_reply(p.request_id, &e)).await,
         };
         let name = p
-            .producer_name
+            .name
             .clone()
-            .filter(|n| !n.is_empty())
             .unwrap_or_else(|| self.broker.generate_producer_name());
-        let exclusive = p
-            .producer_access_mode
-            .is_some_and(|m| m != proto::ProducerAccessMode::Shared as i32);
-        if let Err(e) = self.register(&topic, &name, exclusive, p.producer_id) {
+        if let Err(e) = self.register(&topic, &name, p.exclusive, p.producer_id) {
             return self.send(error_reply(p.request_id, &e)).await;
         }
         let (tx, rx) = mpsc::channel::<ReceiptItem>(RECEIPT_QUEUE);
@@ -268,7 +265,7 @@ async fn receipts(
             ReceiptItem::Duplicate { sequence_id } => command::send_receipt(
                 producer_id,
                 sequence_id,
-                command::message_id(u64::MAX, u64::MAX, partition, None),
+                command::no_message_id(partition, None),
             ),
             ReceiptItem::Refused {
                 sequence_id,
