@@ -201,7 +201,15 @@ impl Broker {
         self.stop.cancel();
         self.tasks.close();
         self.tasks.wait().await;
-        for t in self.loaded_topics() {
+        // Every loaded topic, waiting for a slot held by a load or a deletion to be released.
+        let slots: Vec<Arc<TopicSlot>> = lock(&self.topics).values().cloned().collect();
+        let mut topics = Vec::with_capacity(slots.len());
+        for slot in slots {
+            if let Some(t) = slot.0.lock().await.clone() {
+                topics.push(t);
+            }
+        }
+        for t in topics {
             t.save_dedup_snapshot().await;
             let subs: Vec<_> = t.subscriptions.lock().await.values().cloned().collect();
             for s in subs {
@@ -321,14 +329,21 @@ impl Broker {
                     )));
                 }
             }
-            // Past every check: from here on the topic goes.
+            // Past every check: from here on the topic goes. Marked deleted under the producers'
+            // lock, so no producer registers after this (a PRODUCER whose topic load finished
+            // earlier is refused and retries); every producer registered by now is closed.
+            let producers: Vec<ProducerSlot> = {
+                let mut registry = t.producers.lock().unwrap_or_else(|p| p.into_inner());
+                t.deleted.store(true, Ordering::SeqCst);
+                registry.drain().map(|(_, v)| v).collect()
+            };
             for p in &producers {
                 let _ = p.out.send(command::close_producer(p.producer_id)).await;
             }
-            t.producers
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clear();
+            // Read after the mark: a SUBSCRIBE that joined before it is ended here; later ones
+            // see the mark under this lock and are refused.
+            let subs: Vec<SubscriptionHandle> =
+                t.subscriptions.lock().await.values().cloned().collect();
             for s in subs {
                 s.ask(subscription::SubscriptionCommand::Delete).await;
             }
@@ -383,6 +398,7 @@ impl Broker {
             subscriptions: tokio::sync::Mutex::new(HashMap::new()),
             dedup: std::sync::RwLock::new(dedup),
             lake,
+            deleted: std::sync::atomic::AtomicBool::new(false),
         });
         // Durable subscriptions resume where they were.
         for (sub, blob) in t.log.cursors().await? {

@@ -509,6 +509,8 @@ impl State {
         self.redelivery_count.clear();
         self.acked.clear();
         self.dirty = true;
+        // Every consumer goes; the next to join becomes active (and is told so).
+        self.active = None;
         for c in self.consumers.drain(..) {
             let _ = c.out.send(command::close_consumer(c.key.1)).await;
         }

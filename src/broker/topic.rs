@@ -39,6 +39,16 @@ pub struct BrokerTopic {
     pub(crate) dedup: std::sync::RwLock<Option<Arc<DedupParts>>>,
     /// The lake table replay reads for ranges deleted locally (`None`: lake disabled).
     pub(crate) lake: Option<crate::replay::TopicLake>,
+    /// Set once the topic is being deleted (under the producers' lock). Invariant: no producer
+    /// registers and no subscription is created after it is set.
+    pub(crate) deleted: std::sync::atomic::AtomicBool,
+}
+
+impl BrokerTopic {
+    /// Whether the topic is being (or was) deleted: a client holding it must load it anew.
+    pub(crate) fn is_deleted(&self) -> bool {
+        self.deleted.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 /// A producer connected to a topic.

@@ -149,6 +149,15 @@ impl Operations {
     /// Deletes the non-partitioned topic (or single partition) `name`; refused while clients
     /// are attached unless `force`.
     pub async fn delete_topic(&self, name: &TopicName, force: bool) -> Result<(), OpsError> {
+        if let Some(i) = name.partition() {
+            // Deleting one partition would take the partitioned topic's metadata and its lake
+            // table with it.
+            return Err(OpsError::Conflict(format!(
+                "{name} is partition {i} of {}: delete the partitioned topic through \
+                 .../partitions",
+                name.base()
+            )));
+        }
         if self.partitions(name).await? > 0 {
             return Err(OpsError::Conflict(format!(
                 "{name} is a partitioned topic: delete it through .../partitions"

@@ -221,7 +221,13 @@ impl StartupHandler for Startup {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         match self {
-            Startup::Open(h) => h.on_startup(client, message).await,
+            Startup::Open(h) => {
+                // The role is never the client's to claim (startup parameters land in the
+                // same metadata).
+                let result = h.on_startup(client, message).await;
+                client.metadata_mut().remove(METADATA_ROLE);
+                result
+            }
             Startup::Token(h, engine) => {
                 // The password is a token: keep the role it authenticates as with the session.
                 let (message, token) = match message {
@@ -237,7 +243,9 @@ impl StartupHandler for Startup {
                     }
                     other => (other, None),
                 };
-                h.on_startup(client, message).await?;
+                let result = h.on_startup(client, message).await;
+                client.metadata_mut().remove(METADATA_ROLE);
+                result?;
                 if let Some(token) = token {
                     if let Ok(p) = engine.authenticate(Some(&token)) {
                         client.metadata_mut().insert(METADATA_ROLE.into(), p.role);

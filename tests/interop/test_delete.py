@@ -127,6 +127,10 @@ def test_delete_partitioned_topic_and_keep_table_when_configured(make_service):
     catalog, ident, location = table_of(svc, topic)
     status, body = http("DELETE", base)
     assert status == 409, (status, body)  # a partitioned topic is deleted through .../partitions
+    # One partition alone cannot be deleted: it would take the topic's metadata and table along.
+    status, body = http("DELETE", f"{base}-partition-1?force=true")
+    assert status == 409, (status, body)
+    assert http("GET", f"{base}/partitions") == (200, {"partitions": 3})
     status, body = http("DELETE", f"{base}/partitions")
     assert status == 204, (status, body)
     assert http("GET", f"{base}/partitions") == (200, {"partitions": 0})

@@ -29,7 +29,7 @@ fn stopped() -> BrokerError {
 impl Connection {
     /// SUBSCRIBE: authorizes and loads the topic and checks the schema beside the read loop.
     pub(super) fn begin_subscribe(&mut self, s: Box<Subscribe>) {
-        self.opening_consumers.insert(s.consumer_id);
+        self.opening_consumers.insert(s.consumer_id, s.request_id);
         let (broker, principal) = (self.broker.clone(), self.principal());
         self.defer(async move {
             let opened = async {
@@ -51,16 +51,25 @@ impl Connection {
         s: Subscribe,
         opened: Result<Arc<BrokerTopic>, BrokerError>,
     ) {
-        if !self.opening_consumers.remove(&s.consumer_id) {
+        if self.opening_consumers.get(&s.consumer_id) != Some(&s.request_id) {
             let e = BrokerError::Stopped("the consumer was closed while it subscribed".into());
             return self.send(error_reply(s.request_id, &e)).await;
         }
+        self.opening_consumers.remove(&s.consumer_id);
         let topic = match opened {
             Ok(t) => t,
             Err(e) => return self.send(error_reply(s.request_id, &e)).await,
         };
         let handle = {
             let mut subs = topic.subscriptions.lock().await;
+            if topic.is_deleted() {
+                drop(subs);
+                let e = BrokerError::Stopped(format!(
+                    "topic {} was deleted meanwhile; retry",
+                    topic.name
+                ));
+                return self.send(error_reply(s.request_id, &e)).await;
+            }
             match subs.get(&s.subscription) {
                 Some(h) => h.clone(),
                 None => {
@@ -187,12 +196,21 @@ impl Connection {
             let e = BrokerError::UnknownClient("unknown consumer id".into());
             return self.send(error_reply(s.request_id, &e)).await;
         };
+        let key = (self.id, s.consumer_id);
         self.defer(async move {
             let result = c
                 .subscription
                 .ask(|reply| SubscriptionCommand::Seek { to, reply })
                 .await
                 .unwrap_or_else(|| Err(stopped()));
+            if result.is_err() {
+                // A successful seek disconnects every consumer; a failed one must not leave
+                // this one attached to the subscription but unknown to the connection.
+                let _ = c
+                    .subscription
+                    .tx
+                    .send(SubscriptionCommand::RemoveConsumer(key));
+            }
             Completion::reply(match result {
                 Ok(()) => command::success(s.request_id),
                 Err(e) => error_reply(s.request_id, &e),

@@ -12,7 +12,7 @@
 //! - Every command on a topic is authorized for the connection's principal first.
 //! - Broker failures reach the wire through [`super::error::server_error`] only.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -70,11 +70,12 @@ pub struct Connection {
     out: mpsc::Sender<Outbound>,
     producers: HashMap<u64, produce::ProducerState>,
     consumers: HashMap<u64, consume::ConsumerState>,
-    /// Producer and consumer ids whose PRODUCER / SUBSCRIBE is still deferred. Invariant: an
-    /// id leaves when its completion arrives or the client closes it first (then the
-    /// completion is refused, not registered).
-    opening_producers: HashSet<u64>,
-    opening_consumers: HashSet<u64>,
+    /// Producer and consumer ids whose PRODUCER / SUBSCRIBE is still deferred, with that
+    /// request's id. Invariant: a completion registers only when its request is still the one
+    /// recorded for its id; a client that closed the id (and perhaps asked again with the same
+    /// id) gets the stale completion refused, never registered.
+    opening_producers: HashMap<u64, u64>,
+    opening_consumers: HashMap<u64, u64>,
     /// Slow steps in progress.
     deferred: FuturesUnordered<Deferred>,
     /// Who the connection authenticated as on CONNECT (anonymous while authentication is off).
@@ -111,8 +112,8 @@ impl Connection {
             out,
             producers: HashMap::new(),
             consumers: HashMap::new(),
-            opening_producers: HashSet::new(),
-            opening_consumers: HashSet::new(),
+            opening_producers: HashMap::new(),
+            opening_consumers: HashMap::new(),
             deferred: FuturesUnordered::new(),
             principal: None,
         };

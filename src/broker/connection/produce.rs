@@ -60,7 +60,7 @@ pub(super) struct ProducerState {
 impl Connection {
     /// PRODUCER: authorizes and loads the topic and resolves the schema beside the read loop.
     pub(super) fn begin_producer(&mut self, p: Box<Producer>) {
-        self.opening_producers.insert(p.producer_id);
+        self.opening_producers.insert(p.producer_id, p.request_id);
         let (broker, principal) = (self.broker.clone(), self.principal());
         self.defer(async move {
             let opened = async {
@@ -89,10 +89,11 @@ impl Connection {
         p: Producer,
         opened: Result<Opened, BrokerError>,
     ) {
-        if !self.opening_producers.remove(&p.producer_id) {
+        if self.opening_producers.get(&p.producer_id) != Some(&p.request_id) {
             let e = BrokerError::Stopped("the producer was closed while it was created".into());
             return self.send(error_reply(p.request_id, &e)).await;
         }
+        self.opening_producers.remove(&p.producer_id);
         let Opened {
             topic,
             schema_version,
@@ -144,6 +145,12 @@ impl Connection {
         producer_id: u64,
     ) -> Result<(), BrokerError> {
         let mut producers = topic.producers.lock().unwrap_or_else(|e| e.into_inner());
+        if topic.is_deleted() {
+            return Err(BrokerError::Stopped(format!(
+                "topic {} was deleted meanwhile; retry",
+                topic.name
+            )));
+        }
         if producers.values().any(|v| v.exclusive) || (exclusive && !producers.is_empty()) {
             return Err(BrokerError::ProducerBusy(
                 "topic has an exclusive producer".into(),

@@ -52,6 +52,7 @@ impl Harness {
             subscriptions: tokio::sync::Mutex::new(HashMap::new()),
             dedup: RwLock::new(None),
             lake: None,
+            deleted: std::sync::atomic::AtomicBool::new(false),
         });
         Ok(Harness {
             _dir: dir,
