@@ -12,9 +12,8 @@ use axum::middleware::Next;
 use axum::response::Response;
 
 use super::error::AdminError;
-use super::AdminState;
+use super::{namespace_path, topic_path, AdminState};
 use crate::auth::{Action, Principal, Resource};
-use crate::naming::{NamespaceName, TopicName};
 
 /// The bearer token of a request, if any.
 pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
@@ -30,13 +29,8 @@ pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
 fn resource(params: &HashMap<&str, &str>) -> Result<Resource, AdminError> {
     let (tenant, namespace) = (params.get("tenant"), params.get("namespace"));
     match (tenant, namespace, params.get("topic")) {
-        (Some(t), Some(n), topic) => {
-            let ns = NamespaceName::new(t, n).map_err(|e| AdminError::BadRequest(e.to_string()))?;
-            match topic {
-                Some(local) => Ok(Resource::Topic(TopicName::persistent(&ns, local)?.base())),
-                None => Ok(Resource::Namespace(ns)),
-            }
-        }
+        (Some(t), Some(n), Some(local)) => Ok(Resource::Topic(topic_path(t, n, local)?.base())),
+        (Some(t), Some(n), None) => Ok(Resource::Namespace(namespace_path(t, n)?)),
         (Some(t), None, _) => Ok(Resource::Tenant(t.to_string())),
         _ => Ok(Resource::Cluster),
     }
@@ -67,6 +61,7 @@ pub(crate) async fn guard(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::naming::NamespaceName;
 
     #[test]
     fn routes_name_their_resource() -> Result<(), AdminError> {

@@ -61,7 +61,10 @@ pub(crate) fn topic_path(
     namespace: &str,
     topic: &str,
 ) -> Result<crate::naming::TopicName, error::AdminError> {
-    Ok(format!("persistent://{tenant}/{namespace}/{topic}").parse()?)
+    Ok(crate::naming::TopicName::persistent(
+        &namespace_path(tenant, namespace)?,
+        topic,
+    )?)
 }
 
 /// The namespace `tenant/namespace` named by an admin path, checked with the topic-name rules.

@@ -11,7 +11,7 @@
 //!   duplicate cannot be known yet; answer SEND_ERROR(PersistenceError).
 //!
 //! The state survives restarts: a snapshot (map + the position it covers) is saved in the
-//! metadata store under [`SNAPSHOT_NAME`]; it is computed from the log itself (the producer name
+//! metadata store under [`DEDUP_SNAPSHOT`]; it is computed from the log itself (the producer name
 //! and sequence ids in each entry's metadata), never from receipts, so an entry that became
 //! durable but whose receipt was lost in a crash is still known. At load, the entries after the
 //! snapshot are folded in the same way, through replay's [`EntryReader`] (the one reader of
@@ -24,8 +24,7 @@ use crate::ledger::{Position, TopicLog};
 use crate::protocol::frame::entry_metadata;
 use crate::replay::{EntryReader, ReplayError, TopicLake};
 
-/// Name under which the snapshot is stored with the topic's cursors.
-pub use crate::ledger::cursor::DEDUP_SNAPSHOT as SNAPSHOT_NAME;
+use crate::ledger::cursor::DEDUP_SNAPSHOT;
 const SNAPSHOT_VERSION: u8 = 1;
 const FOLD_BATCH: usize = 1024;
 /// How long the fold waits before asking a lake read in progress again.
@@ -129,7 +128,7 @@ impl DedupSnapshot {
             .cursors()
             .await
             .ok()
-            .and_then(|c| c.into_iter().find(|(n, _)| n == SNAPSHOT_NAME))
+            .and_then(|c| c.into_iter().find(|(n, _)| n == DEDUP_SNAPSHOT))
             .and_then(|(_, blob)| decode_snapshot(&blob));
         let mut st = DedupSnapshot {
             snapshot: HashMap::new(),

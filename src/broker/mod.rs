@@ -147,7 +147,11 @@ impl Broker {
                 }
             } else if !wanted && present {
                 *t.dedup.write().unwrap_or_else(|e| e.into_inner()) = None;
-                if let Err(e) = t.log.delete_cursor(dedup::SNAPSHOT_NAME).await {
+                if let Err(e) = t
+                    .log
+                    .delete_cursor(crate::ledger::cursor::DEDUP_SNAPSHOT)
+                    .await
+                {
                     tracing::warn!(topic = %t.name, error = %e, "deleting dedup snapshot failed");
                 }
                 tracing::info!(topic = %t.name, "deduplication disabled");
@@ -402,7 +406,7 @@ impl Broker {
         });
         // Durable subscriptions resume where they were.
         for (sub, blob) in t.log.cursors().await? {
-            if sub == dedup::SNAPSHOT_NAME {
+            if sub == crate::ledger::cursor::DEDUP_SNAPSHOT {
                 continue;
             }
             match crate::ledger::cursor::CursorState::decode(&blob) {

@@ -17,6 +17,7 @@ use bytes::Bytes;
 use super::dedup::{self, Verdict};
 use super::subscription::SubscriptionHandle;
 use super::BrokerError;
+use crate::ledger::cursor::DEDUP_SNAPSHOT;
 use crate::ledger::{AppendError, AppendReceipt, TopicLog};
 use crate::naming::TopicName;
 
@@ -105,7 +106,7 @@ impl BrokerTopic {
         let mut snap = parts.snapshot.lock().await;
         match snap.snapshot().await {
             Ok(Some(blob)) => {
-                if let Err(e) = self.log.save_cursor(dedup::SNAPSHOT_NAME, &blob).await {
+                if let Err(e) = self.log.save_cursor(DEDUP_SNAPSHOT, &blob).await {
                     tracing::error!(topic = %self.name, error = %e, "saving dedup snapshot failed");
                 }
             }

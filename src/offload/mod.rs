@@ -218,8 +218,8 @@ impl OffloadEngine {
         &self,
         fut: impl std::future::Future<Output = T> + Send + 'static,
     ) -> Result<T, OffloadError> {
-        self.runtime
-            .spawn(fut)
+        self.lake_handle()
+            .run(fut)
             .await
             .map_err(|_| OffloadError::Stopped)
     }
