@@ -31,8 +31,9 @@
 //! - [`ledger`]: the durable segmented log (journal with group commit, segments, indexes,
 //!   recovery, cursors, metadata store seam).
 //! - [`protocol`]: the Pulsar binary protocol (generated types, framing, typed commands).
-//! - [`broker`]: the Pulsar-protocol broker (topic slots, connections with one handler per
-//!   command, producers, subscriptions, deduplication, the `ServerError` mapping).
+//! - [`broker`]: the Pulsar-protocol broker (topic slots, one owner task per loaded topic
+//!   partition, connections with one handler per command, subscriptions, deduplication, the
+//!   `ServerError` mapping).
 //! - [`replay`]: the one reader of positions: entries from the local log or the lake, for
 //!   subscriptions, the deduplication fold and the SQL tail.
 //! - [`lake`]: Iceberg tables of topics: catalog, storage, layout, rows, the exactly-once commit

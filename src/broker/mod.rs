@@ -5,6 +5,9 @@
 //! - [`connection`]: one task per client connection; it owns the socket, turns typed inbound
 //!   commands into calls on topics and subscriptions, and writes responses through one outbound
 //!   queue (so frames never interleave).
+//! - `owner`: one task per loaded topic partition, the only owner of its producers,
+//!   subscriptions, deduplication state and policies and the path of every append; the rest
+//!   holds its handle, [`BrokerTopic`].
 //! - [`subscription`]: one task per subscription, the only owner of its cursor and consumers;
 //!   it reads the log and sends MESSAGE frames within the consumers' permits.
 //! - [`dedup`]: deduplication state (Pulsar semantics), folded through replay.
@@ -33,17 +36,14 @@ pub mod connection;
 
 pub mod dedup;
 pub mod error;
+mod owner;
 
 pub mod subscription;
 pub mod topic;
 
 use crate::naming::TopicName;
-use crate::protocol::command;
-use crate::protocol::proto::command_subscribe::SubType;
 pub use error::BrokerError;
-use subscription::SubscriptionHandle;
-pub use topic::BrokerTopic;
-use topic::{DedupParts, ProducerSlot};
+pub use topic::{BrokerTopic, TopicPolicies};
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -113,10 +113,10 @@ impl Broker {
         self.config.deduplication
     }
 
-    /// Whether deduplication is on for `name`: topic setting, else namespace, else
-    /// `broker.deduplication`. A policy that cannot be read keeps the broker setting.
-    async fn dedup_wanted(&self, name: &TopicName) -> bool {
-        match self
+    /// The policies in force for `name` (deduplication: topic setting, else namespace, else
+    /// `broker.deduplication`). A policy that cannot be read keeps the broker setting.
+    async fn policies_of(&self, name: &TopicName) -> TopicPolicies {
+        let deduplication = match self
             .policies
             .deduplication(name, self.config.deduplication)
             .await
@@ -126,36 +126,16 @@ impl Broker {
                 tracing::warn!(topic = %name, error = %e, "reading deduplication policy failed");
                 self.config.deduplication
             }
-        }
+        };
+        TopicPolicies { deduplication }
     }
 
-    /// Brings every loaded topic's deduplication in line with the policies: builds the state of
-    /// newly enabled topics from the log, drops (and forgets the snapshot of) disabled ones.
+    /// Hands every loaded topic's owner the policies now in force (enabling deduplication
+    /// folds its state in the owner; disabling drops it and forgets its snapshot).
     pub async fn apply_dedup_policies(&self) {
         for t in self.loaded_topics() {
-            let wanted = self.dedup_wanted(&t.name).await;
-            let present = t.dedup().is_some();
-            if wanted && !present {
-                match DedupParts::load(&t.log, t.lake.as_ref()).await {
-                    Ok(parts) => {
-                        *t.dedup.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(parts));
-                        tracing::info!(topic = %t.name, "deduplication enabled");
-                    }
-                    Err(e) => {
-                        tracing::error!(topic = %t.name, error = %e, "enabling deduplication failed")
-                    }
-                }
-            } else if !wanted && present {
-                *t.dedup.write().unwrap_or_else(|e| e.into_inner()) = None;
-                if let Err(e) = t
-                    .log
-                    .delete_cursor(crate::ledger::cursor::DEDUP_SNAPSHOT)
-                    .await
-                {
-                    tracing::warn!(topic = %t.name, error = %e, "deleting dedup snapshot failed");
-                }
-                tracing::info!(topic = %t.name, "deduplication disabled");
-            }
+            let policies = self.policies_of(&t.name).await;
+            t.set_policies(policies).await;
         }
     }
 
@@ -199,25 +179,19 @@ impl Broker {
         });
     }
 
-    /// Stops accepting, closes connections, waits for their tasks, then saves every durable
-    /// subscription's cursor.
+    /// Stops accepting, closes connections, waits for their tasks, then saves every loaded
+    /// topic's deduplication snapshot and durable cursors and stops its owner.
     pub async fn shutdown(&self) {
         self.stop.cancel();
         self.tasks.close();
         self.tasks.wait().await;
         // Every loaded topic, waiting for a slot held by a load or a deletion to be released.
         let slots: Vec<Arc<TopicSlot>> = lock(&self.topics).values().cloned().collect();
-        let mut topics = Vec::with_capacity(slots.len());
         for slot in slots {
-            if let Some(t) = slot.0.lock().await.clone() {
-                topics.push(t);
-            }
-        }
-        for t in topics {
-            t.save_dedup_snapshot().await;
-            let subs: Vec<_> = t.subscriptions.lock().await.values().cloned().collect();
-            for s in subs {
-                s.ask(subscription::SubscriptionCommand::Flush).await;
+            let mut loaded = slot.0.lock().await;
+            if let Some(t) = loaded.take() {
+                t.save_dedup_snapshot().await;
+                t.stop().await;
             }
         }
     }
@@ -279,8 +253,7 @@ impl Broker {
         }) else {
             return Vec::new();
         };
-        let subs: Vec<SubscriptionHandle> =
-            topic.subscriptions.lock().await.values().cloned().collect();
+        let subs = topic.subscriptions().await;
         let mut out = Vec::new();
         for h in subs {
             if let Some(stats) = h.ask(subscription::SubscriptionCommand::Stats).await {
@@ -309,48 +282,10 @@ impl Broker {
         let slot = self.slot(&key);
         let mut loaded = slot.0.lock().await;
         if let Some(t) = loaded.clone() {
-            let producers: Vec<ProducerSlot> = t
-                .producers
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .values()
-                .cloned()
-                .collect();
-            if !producers.is_empty() && !force {
-                return Err(BrokerError::TopicBusy(format!(
-                    "topic {key} has {} connected producers",
-                    producers.len()
-                )));
-            }
-            let subs: Vec<SubscriptionHandle> =
-                t.subscriptions.lock().await.values().cloned().collect();
-            for s in &subs {
-                let stats = s.ask(subscription::SubscriptionCommand::Stats).await;
-                if stats.is_some_and(|st| st.consumers > 0) && !force {
-                    return Err(BrokerError::TopicBusy(format!(
-                        "topic {key} has consumers connected to subscription {}",
-                        s.name
-                    )));
-                }
-            }
-            // Past every check: from here on the topic goes. Marked deleted under the producers'
-            // lock, so no producer registers after this (a PRODUCER whose topic load finished
-            // earlier is refused and retries); every producer registered by now is closed.
-            let producers: Vec<ProducerSlot> = {
-                let mut registry = t.producers.lock().unwrap_or_else(|p| p.into_inner());
-                t.deleted.store(true, Ordering::SeqCst);
-                registry.drain().map(|(_, v)| v).collect()
-            };
-            for p in &producers {
-                let _ = p.out.send(command::close_producer(p.producer_id)).await;
-            }
-            // Read after the mark: a SUBSCRIBE that joined before it is ended here; later ones
-            // see the mark under this lock and are refused.
-            let subs: Vec<SubscriptionHandle> =
-                t.subscriptions.lock().await.values().cloned().collect();
-            for s in subs {
-                s.ask(subscription::SubscriptionCommand::Delete).await;
-            }
+            // The owner refuses while clients are attached (unless forced), else closes them,
+            // deletes the subscriptions and stops; later commands on the old handle fail and
+            // their clients load the topic anew, after this deletion.
+            t.delete(force).await?;
             *loaded = None;
         }
         let existed = self
@@ -389,44 +324,32 @@ impl Broker {
         }
         let log = self.log.topic(&key).await?;
         let lake = self.replay.as_ref().map(|r| r.topic(name));
-        let dedup = if self.dedup_wanted(name).await {
-            Some(Arc::new(DedupParts::load(&log, lake.as_ref()).await?))
+        let policies = self.policies_of(name).await;
+        let dedup = if policies.deduplication {
+            owner::Dedup::load(&log, lake.as_ref()).await?
         } else {
-            None
+            owner::Dedup::Off
         };
-        let t = Arc::new(BrokerTopic {
-            partition: name.partition().map_or(-1, |p| p as i32),
-            name: name.clone(),
-            log,
-            producers: Mutex::new(HashMap::new()),
-            subscriptions: tokio::sync::Mutex::new(HashMap::new()),
-            dedup: std::sync::RwLock::new(dedup),
-            lake,
-            deleted: std::sync::atomic::AtomicBool::new(false),
-        });
         // Durable subscriptions resume where they were.
-        for (sub, blob) in t.log.cursors().await? {
+        let mut cursors = Vec::new();
+        for (sub, blob) in log.cursors().await? {
             if sub == crate::ledger::cursor::DEDUP_SNAPSHOT {
                 continue;
             }
             match crate::ledger::cursor::CursorState::decode(&blob) {
-                Ok(state) => {
-                    let sub_type = SubType::try_from(state.sub_type).unwrap_or(SubType::Exclusive);
-                    let h = subscription::spawn(
-                        t.clone(),
-                        sub.clone(),
-                        sub_type,
-                        true,
-                        state.first_unacked,
-                        Some(state),
-                        self.config.cursor_persist_interval,
-                    );
-                    t.subscriptions.lock().await.insert(sub, h);
-                }
+                Ok(state) => cursors.push((sub, state)),
                 Err(e) => tracing::error!(topic = %key, subscription = %sub, error = %e,
                     "ignoring unreadable cursor"),
             }
         }
-        Ok(t)
+        Ok(owner::spawn(owner::OwnerSetup {
+            name: name.clone(),
+            log,
+            lake,
+            policies,
+            dedup,
+            cursors,
+            persist_every: self.config.cursor_persist_interval,
+        }))
     }
 }

@@ -1,55 +1,49 @@
-//! The owner of one topic partition: its log, its producers, its subscriptions and its
-//! deduplication state, and the one path by which its producers' SENDs become appends
-//! ([`BrokerTopic::publish`]). Rate limits, quotas, metrics and ownership by another node attach
-//! here.
+//! A loaded topic partition as connections, subscriptions and the broker hold it:
+//! [`BrokerTopic`], the handle of the task that owns the partition ([`super::owner`]), plus what
+//! never changes while it is loaded (name, partition index, log, lake).
+//!
+//! Every change to the partition's producers, subscriptions, deduplication state and policies,
+//! and every append of a producer's message, is a [`TopicCommand`] to its owner task; the owner
+//! handles them one at a time, so none of that state has a lock. Rate limits, quotas, metrics
+//! and ownership by another node attach to the owner.
 //!
 //! Invariants:
-//! - Every append of a producer's message goes through [`BrokerTopic::publish`], which takes
-//!   the deduplication verdict and appends in one step for that producer's SEND.
-//! - At most one producer registry entry when any producer is exclusive.
-//! - Deduplication state exists exactly while deduplication is on for the topic.
+//! - A command whose owner has stopped (the topic was deleted, unloaded or the broker is
+//!   shutting down) fails with [`BrokerError::Stopped`]; the client retries and loads the topic
+//!   anew.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot};
 
-use super::dedup::{self, Verdict};
+use super::dedup::DedupSnapshot;
 use super::subscription::SubscriptionHandle;
 use super::BrokerError;
-use crate::ledger::cursor::DEDUP_SNAPSHOT;
-use crate::ledger::{AppendError, AppendReceipt, TopicLog};
+use crate::ledger::{AppendError, Position, TopicLog};
 use crate::naming::TopicName;
+use crate::protocol::command::Outbound;
+use crate::protocol::inbound::StartAt;
+use crate::protocol::proto::command_subscribe::SubType;
 
-/// A topic partition as the broker sees it.
+/// Commands queued per topic owner before senders wait (a producer's connection stops being
+/// read meanwhile: the topic's backpressure).
+pub(crate) const OWNER_QUEUE: usize = 1024;
+
+/// A loaded topic partition: the handle of its owner task.
 #[derive(Debug)]
 pub struct BrokerTopic {
     /// Full name.
     pub name: TopicName,
     /// Partition index, -1 when the topic is not partitioned.
     pub partition: i32,
-    /// Its log.
+    /// Its log (reads; appends go through the owner).
     pub log: TopicLog,
-    /// Producers by name. Invariant: at most one entry when any producer is exclusive.
-    pub(crate) producers: Mutex<HashMap<String, ProducerSlot>>,
-    /// Subscriptions by name.
-    pub(crate) subscriptions: tokio::sync::Mutex<HashMap<String, SubscriptionHandle>>,
-    /// Deduplication while enabled (topic, namespace or broker setting): live state and the
-    /// persisted snapshot. Invariant: `Some` only while enabled; dropped (and its snapshot
-    /// deleted) when disabled, so re-enabling rebuilds it from the log.
-    pub(crate) dedup: std::sync::RwLock<Option<Arc<DedupParts>>>,
     /// The lake table replay reads for ranges deleted locally (`None`: lake disabled).
     pub(crate) lake: Option<crate::replay::TopicLake>,
-    /// Set once the topic is being deleted (under the producers' lock). Invariant: no producer
-    /// registers and no subscription is created after it is set.
-    pub(crate) deleted: std::sync::atomic::AtomicBool,
-}
-
-impl BrokerTopic {
-    /// Whether the topic is being (or was) deleted: a client holding it must load it anew.
-    pub(crate) fn is_deleted(&self) -> bool {
-        self.deleted.load(std::sync::atomic::Ordering::SeqCst)
-    }
+    /// The owner task's queue. Invariant: the only way to change the partition's producers,
+    /// subscriptions, deduplication state and policies, or to append a producer's message.
+    pub(crate) owner: mpsc::Sender<TopicCommand>,
 }
 
 /// A producer connected to a topic.
@@ -62,51 +56,209 @@ pub(crate) struct ProducerSlot {
     /// Exclusive access mode.
     pub exclusive: bool,
     /// Its connection's outbound queue (for a broker-initiated CLOSE_PRODUCER).
-    pub out: tokio::sync::mpsc::Sender<crate::protocol::command::Outbound>,
+    pub out: mpsc::Sender<Outbound>,
 }
 
-/// Deduplication state of one topic partition.
+/// The policies in force for one topic partition, as the broker resolved them (topic setting,
+/// else namespace, else broker default). Rate limits and quotas join here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TopicPolicies {
+    /// Message deduplication.
+    pub deduplication: bool,
+}
+
+/// What became of one SEND, once it is settled.
 #[derive(Debug)]
-pub(crate) struct DedupParts {
-    /// Consulted on every SEND.
-    pub live: Mutex<dedup::DedupState>,
-    /// What is persisted.
-    pub snapshot: tokio::sync::Mutex<dedup::DedupSnapshot>,
+pub(crate) enum Published {
+    /// Appended: durable at this position, or the append failed.
+    Persisted(Result<Position, AppendError>),
+    /// Already persisted (deduplication): acknowledge without appending.
+    Duplicate,
+    /// The original is still in flight: the client must retry.
+    InFlight,
+    /// Deduplication is on but its state could not be built (the reason): the client must
+    /// retry.
+    DedupUnavailable(String),
 }
 
-impl DedupParts {
-    /// Folds the state from the snapshot and the entries after it, whichever tier holds them.
-    pub(crate) async fn load(
-        log: &TopicLog,
-        lake: Option<&crate::replay::TopicLake>,
-    ) -> Result<DedupParts, BrokerError> {
-        let snapshot = dedup::DedupSnapshot::load(log.clone(), lake.cloned())
-            .await
-            .map_err(|e| {
-                BrokerError::Storage(format!("deduplication state of {}: {e}", log.name()))
-            })?;
-        Ok(DedupParts {
-            live: Mutex::new(dedup::DedupState::from_snapshot(&snapshot)),
-            snapshot: tokio::sync::Mutex::new(snapshot),
-        })
-    }
+/// One SEND of a producer for the owner to publish.
+#[derive(Debug)]
+pub(crate) struct PublishRequest {
+    /// Producer name (deduplication key).
+    pub producer: Arc<str>,
+    /// The SEND's highest sequence id ([`super::dedup::highest_sequence_id`]).
+    pub highest: i64,
+    /// Publish time of its first message.
+    pub publish_time_ms: i64,
+    /// The entry to append (metadata and payload as the client sent them).
+    pub entry: Bytes,
+    /// Answered once the SEND is settled (durable, duplicate or refused).
+    pub reply: oneshot::Sender<Published>,
+}
+
+/// How a consumer's SUBSCRIBE wants its subscription.
+#[derive(Debug, Clone)]
+pub(crate) struct SubscribeRequest {
+    /// Subscription name.
+    pub name: String,
+    /// Its type when it is created.
+    pub sub_type: SubType,
+    /// Whether its cursor is saved.
+    pub durable: bool,
+    /// Where a new subscription starts.
+    pub start: StartAt,
+}
+
+/// Requests to a topic's owner task.
+#[derive(Debug)]
+pub(crate) enum TopicCommand {
+    /// Deduplication verdict, append, then the answer once durable.
+    Publish(PublishRequest),
+    /// Register a producer; replies with its `last_sequence_id` (-1 without deduplication).
+    AddProducer {
+        name: String,
+        slot: ProducerSlot,
+        reply: oneshot::Sender<Result<i64, BrokerError>>,
+    },
+    /// Forget a producer (only if it is still this connection's producer id).
+    RemoveProducer {
+        name: String,
+        conn: u64,
+        producer_id: u64,
+    },
+    /// The subscription of that name, created when new.
+    Subscribe {
+        request: SubscribeRequest,
+        reply: oneshot::Sender<SubscriptionHandle>,
+    },
+    /// Forget this subscription (if it is still the one of its name); replies when done.
+    ForgetSubscription {
+        handle: SubscriptionHandle,
+        reply: oneshot::Sender<()>,
+    },
+    /// The subscriptions now.
+    Subscriptions(oneshot::Sender<Vec<SubscriptionHandle>>),
+    /// Apply resolved policies (enabling deduplication folds its state first).
+    SetPolicies {
+        policies: TopicPolicies,
+        reply: oneshot::Sender<()>,
+    },
+    /// The deduplication snapshot to save, when deduplication is on.
+    DedupSnapshot(oneshot::Sender<Option<Arc<tokio::sync::Mutex<DedupSnapshot>>>>),
+    /// Delete: refused while clients are attached unless `force`; otherwise closes producers,
+    /// deletes subscriptions and stops the owner.
+    Delete {
+        force: bool,
+        reply: oneshot::Sender<Result<(), BrokerError>>,
+    },
+    /// Save subscriptions' cursors, settle appends in flight, and stop the owner.
+    Stop(oneshot::Sender<()>),
 }
 
 impl BrokerTopic {
-    /// The deduplication state, when deduplication is on for this topic.
-    pub(crate) fn dedup(&self) -> Option<Arc<DedupParts>> {
-        self.dedup.read().unwrap_or_else(|e| e.into_inner()).clone()
+    /// The error of a command whose owner has stopped.
+    fn gone(&self) -> BrokerError {
+        BrokerError::Stopped(format!(
+            "topic {} was deleted or unloaded meanwhile; retry",
+            self.name
+        ))
     }
 
-    /// Saves the deduplication snapshot if entries were appended since the last one.
+    /// Sends a command built around a reply channel and waits for the answer.
+    async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> TopicCommand,
+    ) -> Result<T, BrokerError> {
+        let (tx, rx) = oneshot::channel();
+        self.owner.send(make(tx)).await.map_err(|_| self.gone())?;
+        rx.await.map_err(|_| self.gone())
+    }
+
+    /// Queues one SEND; the receiver answers once it is settled. Waiting to queue is the
+    /// topic's backpressure.
+    pub(crate) async fn publish(
+        &self,
+        producer: Arc<str>,
+        highest: i64,
+        publish_time_ms: i64,
+        entry: Bytes,
+    ) -> Result<oneshot::Receiver<Published>, BrokerError> {
+        let (reply, rx) = oneshot::channel();
+        let request = PublishRequest {
+            producer,
+            highest,
+            publish_time_ms,
+            entry,
+            reply,
+        };
+        self.owner
+            .send(TopicCommand::Publish(request))
+            .await
+            .map_err(|_| self.gone())?;
+        Ok(rx)
+    }
+
+    /// Registers a producer; returns its `last_sequence_id`.
+    pub(crate) async fn add_producer(
+        &self,
+        name: String,
+        slot: ProducerSlot,
+    ) -> Result<i64, BrokerError> {
+        self.ask(|reply| TopicCommand::AddProducer { name, slot, reply })
+            .await?
+    }
+
+    /// Forgets a producer of connection `conn` (nothing if the topic has stopped).
+    pub(crate) async fn remove_producer(&self, name: String, conn: u64, producer_id: u64) {
+        let cmd = TopicCommand::RemoveProducer {
+            name,
+            conn,
+            producer_id,
+        };
+        let _ = self.owner.send(cmd).await;
+    }
+
+    /// The subscription `request` names, created when new.
+    pub(crate) async fn subscribe(
+        &self,
+        request: SubscribeRequest,
+    ) -> Result<SubscriptionHandle, BrokerError> {
+        self.ask(|reply| TopicCommand::Subscribe { request, reply })
+            .await
+    }
+
+    /// Forgets `handle`'s subscription (its task ends once its last handle goes).
+    pub(crate) async fn forget_subscription(&self, handle: SubscriptionHandle) {
+        let _ = self
+            .ask(|reply| TopicCommand::ForgetSubscription { handle, reply })
+            .await;
+    }
+
+    /// The subscriptions now (empty once the topic has stopped).
+    pub(crate) async fn subscriptions(&self) -> Vec<SubscriptionHandle> {
+        self.ask(TopicCommand::Subscriptions)
+            .await
+            .unwrap_or_default()
+    }
+
+    /// Applies resolved policies; returns when they are in force.
+    pub(crate) async fn set_policies(&self, policies: TopicPolicies) {
+        let _ = self
+            .ask(|reply| TopicCommand::SetPolicies { policies, reply })
+            .await;
+    }
+
+    /// Folds and saves the deduplication snapshot if entries were appended since the last one
+    /// (the fold runs here, not in the owner, so SENDs are not held up by it).
     pub(crate) async fn save_dedup_snapshot(&self) {
-        let Some(parts) = self.dedup() else {
+        let Ok(Some(snapshot)) = self.ask(TopicCommand::DedupSnapshot).await else {
             return;
         };
-        let mut snap = parts.snapshot.lock().await;
+        let mut snap = snapshot.lock().await;
         match snap.snapshot().await {
             Ok(Some(blob)) => {
-                if let Err(e) = self.log.save_cursor(DEDUP_SNAPSHOT, &blob).await {
+                let key = crate::ledger::cursor::DEDUP_SNAPSHOT;
+                if let Err(e) = self.log.save_cursor(key, &blob).await {
                     tracing::error!(topic = %self.name, error = %e, "saving dedup snapshot failed");
                 }
             }
@@ -114,66 +266,16 @@ impl BrokerTopic {
             Err(e) => tracing::error!(topic = %self.name, error = %e, "dedup snapshot failed"),
         }
     }
-}
 
-/// What became of one SEND.
-pub(crate) enum Published {
-    /// Appended: the receipt resolves when it is durable.
-    Appended(Result<AppendReceipt, AppendError>),
-    /// Already persisted (deduplication): acknowledge without appending.
-    Duplicate,
-    /// The original is still in flight: the client must retry.
-    InFlight,
-}
-
-impl BrokerTopic {
-    /// Publishes one SEND of producer `producer` whose highest sequence id is `highest`: the
-    /// deduplication verdict (when on), then the append. Awaiting the append is the log's
-    /// backpressure.
-    pub(crate) async fn publish(
-        &self,
-        producer: &str,
-        highest: i64,
-        publish_time_ms: i64,
-        entry: Bytes,
-    ) -> Published {
-        if let Some(parts) = self.dedup() {
-            let verdict = parts
-                .live
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .check(producer, highest);
-            match verdict {
-                Verdict::New => {}
-                Verdict::Duplicate => return Published::Duplicate,
-                Verdict::Unknown => return Published::InFlight,
-            }
-        }
-        Published::Appended(self.log.append(publish_time_ms, entry).await)
+    /// Deletes the partition's clients and subscriptions and stops its owner (see
+    /// [`TopicCommand::Delete`]).
+    pub(crate) async fn delete(&self, force: bool) -> Result<(), BrokerError> {
+        self.ask(|reply| TopicCommand::Delete { force, reply })
+            .await?
     }
 
-    /// Records the outcome of an append of `producer` (deduplication: persisted, or forgotten
-    /// so a retry is not refused as in flight).
-    pub(crate) fn published(&self, producer: &str, highest: i64, durable: bool) {
-        if let Some(parts) = self.dedup() {
-            let mut live = parts.live.lock().unwrap_or_else(|e| e.into_inner());
-            if durable {
-                live.persisted(producer, highest);
-            } else {
-                live.failed(producer);
-            }
-        }
-    }
-
-    /// The `last_sequence_id` PRODUCER_SUCCESS reports for `producer` (-1 without
-    /// deduplication).
-    pub(crate) fn last_sequence_id(&self, producer: &str) -> i64 {
-        self.dedup().map_or(-1, |parts| {
-            parts
-                .live
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .last_sequence_id(producer)
-        })
+    /// Stops the owner after saving cursors and settling appends in flight.
+    pub(crate) async fn stop(&self) {
+        let _ = self.ask(TopicCommand::Stop).await;
     }
 }

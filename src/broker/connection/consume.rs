@@ -6,12 +6,13 @@ use std::sync::Arc;
 
 use super::{error_reply, open_topic, Completion, Connection};
 use crate::auth::Action;
-use crate::broker::subscription::{self, SeekTarget, SubscriptionCommand, SubscriptionHandle};
+use crate::broker::subscription::{SeekTarget, SubscriptionCommand, SubscriptionHandle};
+use crate::broker::topic::SubscribeRequest;
 use crate::broker::{BrokerError, BrokerTopic};
 use crate::ledger::Position;
 use crate::protocol::command;
 use crate::protocol::frame::entry_message_count;
-use crate::protocol::inbound::{Ack, Seek, SeekTo, StartAt, Subscribe};
+use crate::protocol::inbound::{Ack, Seek, SeekTo, Subscribe};
 use crate::protocol::proto;
 use crate::schema;
 
@@ -26,92 +27,82 @@ fn stopped() -> BrokerError {
     BrokerError::Stopped("subscription stopped".into())
 }
 
+/// A SUBSCRIBE's consumer once attached to its subscription.
+pub(super) type Joined = (Arc<BrokerTopic>, SubscriptionHandle);
+
 impl Connection {
-    /// SUBSCRIBE: authorizes and loads the topic and checks the schema beside the read loop.
+    /// SUBSCRIBE: authorizes and loads the topic, checks the schema, and attaches the consumer
+    /// to its subscription (created by the topic's owner when new), beside the read loop.
     pub(super) fn begin_subscribe(&mut self, s: Box<Subscribe>) {
         self.opening_consumers.insert(s.consumer_id, s.request_id);
         let (broker, principal) = (self.broker.clone(), self.principal());
+        let (key, out) = ((self.id, s.consumer_id), self.out.clone());
         self.defer(async move {
-            let opened = async {
+            let joined = async {
                 let topic = open_topic(&broker, &principal, &s.topic, Action::Consume).await?;
                 if let Some(sc) = &s.schema {
                     let base = topic.name.base().to_string();
                     schema::resolve(&broker.metadata(), &base, sc).await?;
                 }
-                Ok(topic)
+                let handle = topic
+                    .subscribe(SubscribeRequest {
+                        name: s.subscription.clone(),
+                        sub_type: s.sub_type,
+                        durable: s.durable,
+                        start: s.start,
+                    })
+                    .await?;
+                handle
+                    .ask(|reply| SubscriptionCommand::AddConsumer {
+                        key,
+                        sub_type: s.sub_type,
+                        name: s.consumer_name.clone(),
+                        priority: s.priority,
+                        out,
+                        reply,
+                    })
+                    .await
+                    .unwrap_or_else(|| Err(stopped()))?;
+                Ok((topic, handle))
             }
             .await;
-            Completion::Subscribe(s, opened)
+            Completion::Subscribe(s, joined)
         });
     }
 
-    /// Joins the consumer whose topic is ready to its subscription (created when new).
+    /// Takes the attached consumer into the connection and answers SUCCESS.
     pub(super) async fn finish_subscribe(
         &mut self,
         s: Subscribe,
-        opened: Result<Arc<BrokerTopic>, BrokerError>,
+        joined: Result<Joined, BrokerError>,
     ) {
-        if self.opening_consumers.get(&s.consumer_id) != Some(&s.request_id) {
-            let e = BrokerError::Stopped("the consumer was closed while it subscribed".into());
-            return self.send(error_reply(s.request_id, &e)).await;
-        }
-        self.opening_consumers.remove(&s.consumer_id);
-        let topic = match opened {
-            Ok(t) => t,
-            Err(e) => return self.send(error_reply(s.request_id, &e)).await,
-        };
-        let handle = {
-            let mut subs = topic.subscriptions.lock().await;
-            if topic.is_deleted() {
-                drop(subs);
-                let e = BrokerError::Stopped(format!(
-                    "topic {} was deleted meanwhile; retry",
-                    topic.name
-                ));
+        let current = self.opening_consumers.get(&s.consumer_id) == Some(&s.request_id);
+        let (topic, subscription) = match joined {
+            Ok(j) if current => j,
+            Ok((topic, subscription)) => {
+                // The client closed this consumer id while it subscribed: detach it again.
+                let state = ConsumerState {
+                    topic,
+                    subscription,
+                };
+                Self::detach((self.id, s.consumer_id), state, false).await;
+                let e = BrokerError::Stopped("the consumer was closed while it subscribed".into());
                 return self.send(error_reply(s.request_id, &e)).await;
             }
-            match subs.get(&s.subscription) {
-                Some(h) => h.clone(),
-                None => {
-                    let start = start_position(&topic, s.start);
-                    let h = subscription::spawn(
-                        topic.clone(),
-                        s.subscription.clone(),
-                        s.sub_type,
-                        s.durable,
-                        start,
-                        None,
-                        self.broker.config.cursor_persist_interval,
-                    );
-                    subs.insert(s.subscription.clone(), h.clone());
-                    h
+            Err(e) => {
+                if current {
+                    self.opening_consumers.remove(&s.consumer_id);
                 }
+                return self.send(error_reply(s.request_id, &e)).await;
             }
         };
-        let result = handle
-            .ask(|reply| SubscriptionCommand::AddConsumer {
-                key: (self.id, s.consumer_id),
-                sub_type: s.sub_type,
-                name: s.consumer_name.clone(),
-                priority: s.priority,
-                out: self.out.clone(),
-                reply,
-            })
-            .await
-            .unwrap_or_else(|| Err(stopped()));
-        match result {
-            Ok(()) => {
-                self.consumers.insert(
-                    s.consumer_id,
-                    ConsumerState {
-                        topic,
-                        subscription: handle,
-                    },
-                );
-                self.send(command::success(s.request_id)).await;
-            }
-            Err(e) => self.send(error_reply(s.request_id, &e)).await,
-        }
+        self.opening_consumers.remove(&s.consumer_id);
+        let state = ConsumerState {
+            topic,
+            subscription,
+        };
+        self.consumers.insert(s.consumer_id, state);
+        self.send(command::success(s.request_id)).await;
     }
 
     pub(super) fn on_flow(&mut self, f: proto::CommandFlow) {
@@ -151,19 +142,19 @@ impl Connection {
     /// with it, and UNSUBSCRIBE deletes a durable one.
     pub(super) async fn remove_consumer(&mut self, consumer_id: u64, unsubscribe: bool) {
         self.opening_consumers.remove(&consumer_id);
-        let Some(c) = self.consumers.remove(&consumer_id) else {
-            return;
-        };
+        if let Some(c) = self.consumers.remove(&consumer_id) {
+            Self::detach((self.id, consumer_id), c, unsubscribe).await;
+        }
+    }
+
+    /// Takes consumer `key` out of its subscription (see [`Self::remove_consumer`]).
+    async fn detach(key: (u64, u64), c: ConsumerState, unsubscribe: bool) {
         let _ = c
             .subscription
             .tx
-            .send(SubscriptionCommand::RemoveConsumer((self.id, consumer_id)));
+            .send(SubscriptionCommand::RemoveConsumer(key));
         if unsubscribe || !c.subscription.durable {
-            c.topic
-                .subscriptions
-                .lock()
-                .await
-                .remove(&c.subscription.name);
+            c.topic.forget_subscription(c.subscription.clone()).await;
             if unsubscribe {
                 c.subscription.ask(SubscriptionCommand::Delete).await;
             }
@@ -196,21 +187,20 @@ impl Connection {
             let e = BrokerError::UnknownClient("unknown consumer id".into());
             return self.send(error_reply(s.request_id, &e)).await;
         };
-        let key = (self.id, s.consumer_id);
+        // The consumer leaves the subscription whatever becomes of the seek (a successful one
+        // disconnects every consumer anyway), also when the connection closes before the
+        // deferred step ran: the guard detaches it when the step ends or is dropped.
+        let detach = DetachOnDrop {
+            subscription: c.subscription.clone(),
+            key: (self.id, s.consumer_id),
+        };
         self.defer(async move {
             let result = c
                 .subscription
                 .ask(|reply| SubscriptionCommand::Seek { to, reply })
                 .await
                 .unwrap_or_else(|| Err(stopped()));
-            if result.is_err() {
-                // A successful seek disconnects every consumer; a failed one must not leave
-                // this one attached to the subscription but unknown to the connection.
-                let _ = c
-                    .subscription
-                    .tx
-                    .send(SubscriptionCommand::RemoveConsumer(key));
-            }
+            drop(detach);
             Completion::reply(match result {
                 Ok(()) => command::success(s.request_id),
                 Err(e) => error_reply(s.request_id, &e),
@@ -253,14 +243,17 @@ impl Connection {
     }
 }
 
-/// The position a new subscription starts at.
-fn start_position(topic: &BrokerTopic, start: StartAt) -> Position {
-    match start {
-        StartAt::Earliest => topic.log.first_position(),
-        StartAt::Latest => topic.log.last_confirmed().map_or(Position::new(0, 0), |p| {
-            Position::new(p.ledger, p.entry + 1)
-        }),
-        // The broker redelivers the whole start entry; the client filters by batch index.
-        StartAt::Message { ledger, entry } => Position::new(ledger, entry),
+/// Detaches a consumer from its subscription when dropped.
+struct DetachOnDrop {
+    subscription: SubscriptionHandle,
+    key: (u64, u64),
+}
+
+impl Drop for DetachOnDrop {
+    fn drop(&mut self) {
+        let _ = self
+            .subscription
+            .tx
+            .send(SubscriptionCommand::RemoveConsumer(self.key));
     }
 }

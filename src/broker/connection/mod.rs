@@ -48,10 +48,10 @@ type Deferred = Pin<Box<dyn Future<Output = Completion> + Send>>;
 enum Completion {
     /// A PRODUCER's topic (and schema version) is ready, or failed.
     Producer(Box<inbound::Producer>, Result<produce::Opened, BrokerError>),
-    /// A SUBSCRIBE's topic is ready, or failed.
+    /// A SUBSCRIBE's consumer is attached, or it failed.
     Subscribe(
         Box<inbound::Subscribe>,
-        Result<Arc<BrokerTopic>, BrokerError>,
+        Result<consume::Joined, BrokerError>,
     ),
     /// A finished reply to send.
     Reply(Box<Outbound>),
@@ -173,7 +173,7 @@ impl Connection {
     async fn complete(&mut self, done: Completion) {
         match done {
             Completion::Producer(p, opened) => self.finish_producer(*p, opened).await,
-            Completion::Subscribe(s, opened) => self.finish_subscribe(*s, opened).await,
+            Completion::Subscribe(s, joined) => self.finish_subscribe(*s, joined).await,
             Completion::Reply(o) => self.send(*o).await,
         }
     }
@@ -185,7 +185,7 @@ impl Connection {
 
     async fn close(&mut self) {
         self.close_consumers().await;
-        self.close_producers();
+        self.close_producers().await;
     }
 
     /// Handles one command; `Err(reason)` closes the connection.

@@ -4,14 +4,14 @@
 
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::{error_reply, open_topic, Completion, Connection};
 use crate::auth::Action;
 use crate::broker::dedup::highest_sequence_id;
+use crate::broker::error::server_error;
 use crate::broker::topic::{ProducerSlot, Published};
 use crate::broker::{BrokerError, BrokerTopic};
-use crate::ledger::{AppendError, AppendReceipt};
 use crate::naming::schema_version_bytes;
 use crate::protocol::command;
 use crate::protocol::frame::Payload;
@@ -26,22 +26,22 @@ const RECEIPT_QUEUE: usize = 4096;
 /// `MESSAGE_SIZE_FRAME_PADDING`).
 const METADATA_PADDING: usize = 10 * 1024;
 
-/// A PRODUCER's topic once loaded, with the schema version its schema resolved to.
+/// A PRODUCER registered with its topic's owner, with its name, its `last_sequence_id` and
+/// the schema version its schema resolved to.
 pub(super) struct Opened {
     topic: Arc<BrokerTopic>,
+    name: String,
+    last_sequence_id: i64,
     schema_version: Option<Vec<u8>>,
 }
 
 /// What a producer's receipt task answers for one SEND, in SEND order.
 enum ReceiptItem {
-    /// An append: SEND_RECEIPT once durable, SEND_ERROR if it fails.
-    Append {
+    /// Queued to the topic's owner: SEND_RECEIPT once settled, SEND_ERROR if it fails.
+    Queued {
         sequence_id: u64,
-        highest: i64,
-        receipt: Result<AppendReceipt, AppendError>,
+        settled: oneshot::Receiver<Published>,
     },
-    /// A duplicate: SEND_RECEIPT with id (-1, -1) at once.
-    Duplicate { sequence_id: u64 },
     /// A refusal: SEND_ERROR.
     Refused {
         sequence_id: u64,
@@ -53,15 +53,22 @@ enum ReceiptItem {
 /// A producer registered on this connection.
 pub(super) struct ProducerState {
     topic: Arc<BrokerTopic>,
-    name: String,
+    name: Arc<str>,
     receipts: mpsc::Sender<ReceiptItem>,
 }
 
 impl Connection {
-    /// PRODUCER: authorizes and loads the topic and resolves the schema beside the read loop.
+    /// PRODUCER: authorizes and loads the topic, resolves the schema and registers the producer
+    /// with the topic's owner, beside the read loop.
     pub(super) fn begin_producer(&mut self, p: Box<Producer>) {
         self.opening_producers.insert(p.producer_id, p.request_id);
         let (broker, principal) = (self.broker.clone(), self.principal());
+        let slot = ProducerSlot {
+            conn: self.id,
+            producer_id: p.producer_id,
+            exclusive: p.exclusive,
+            out: self.out.clone(),
+        };
         self.defer(async move {
             let opened = async {
                 let topic = open_topic(&broker, &principal, &p.topic, Action::Produce).await?;
@@ -73,8 +80,15 @@ impl Connection {
                     }
                     None => None,
                 };
+                let name = p
+                    .name
+                    .clone()
+                    .unwrap_or_else(|| broker.generate_producer_name());
+                let last_sequence_id = topic.add_producer(name.clone(), slot).await?;
                 Ok(Opened {
                     topic,
+                    name,
+                    last_sequence_id,
                     schema_version,
                 })
             }
@@ -83,94 +97,53 @@ impl Connection {
         });
     }
 
-    /// Registers the producer whose topic is ready and answers PRODUCER_SUCCESS.
+    /// Takes the registered producer into the connection and answers PRODUCER_SUCCESS.
     pub(super) async fn finish_producer(
         &mut self,
         p: Producer,
         opened: Result<Opened, BrokerError>,
     ) {
-        if self.opening_producers.get(&p.producer_id) != Some(&p.request_id) {
-            let e = BrokerError::Stopped("the producer was closed while it was created".into());
-            return self.send(error_reply(p.request_id, &e)).await;
-        }
-        self.opening_producers.remove(&p.producer_id);
-        let Opened {
-            topic,
-            schema_version,
-        } = match opened {
-            Ok(o) => o,
-            Err(e) => return self.send(error_reply(p.request_id, &e)).await,
+        let current = self.opening_producers.get(&p.producer_id) == Some(&p.request_id);
+        let o = match opened {
+            Ok(o) if current => o,
+            Ok(o) => {
+                // The client closed this producer id while it was created: unregister it.
+                o.topic
+                    .remove_producer(o.name, self.id, p.producer_id)
+                    .await;
+                let e = BrokerError::Stopped("the producer was closed while it was created".into());
+                return self.send(error_reply(p.request_id, &e)).await;
+            }
+            Err(e) => {
+                if current {
+                    self.opening_producers.remove(&p.producer_id);
+                }
+                return self.send(error_reply(p.request_id, &e)).await;
+            }
         };
-        let name = p
-            .name
-            .clone()
-            .unwrap_or_else(|| self.broker.generate_producer_name());
-        if let Err(e) = self.register(&topic, &name, p.exclusive, p.producer_id) {
-            return self.send(error_reply(p.request_id, &e)).await;
-        }
+        self.opening_producers.remove(&p.producer_id);
         let (tx, rx) = mpsc::channel::<ReceiptItem>(RECEIPT_QUEUE);
-        let task = receipts(
+        self.broker.tasks.spawn(receipts(
             rx,
             self.out.clone(),
             p.producer_id,
-            topic.clone(),
-            name.clone(),
-        );
-        self.broker.tasks.spawn(task);
-        let last_sequence_id = topic.last_sequence_id(&name);
+            o.topic.partition,
+        ));
         self.producers.insert(
             p.producer_id,
             ProducerState {
-                topic,
-                name: name.clone(),
+                topic: o.topic,
+                name: Arc::from(o.name.as_str()),
                 receipts: tx,
             },
         );
         self.send(command::producer_success(
             p.request_id,
-            &name,
-            last_sequence_id,
-            schema_version,
+            &o.name,
+            o.last_sequence_id,
+            o.schema_version,
         ))
         .await;
-    }
-
-    /// Adds the producer to the topic's registry, unless an exclusive producer or one of the
-    /// same name is there.
-    fn register(
-        &self,
-        topic: &BrokerTopic,
-        name: &str,
-        exclusive: bool,
-        producer_id: u64,
-    ) -> Result<(), BrokerError> {
-        let mut producers = topic.producers.lock().unwrap_or_else(|e| e.into_inner());
-        if topic.is_deleted() {
-            return Err(BrokerError::Stopped(format!(
-                "topic {} was deleted meanwhile; retry",
-                topic.name
-            )));
-        }
-        if producers.values().any(|v| v.exclusive) || (exclusive && !producers.is_empty()) {
-            return Err(BrokerError::ProducerBusy(
-                "topic has an exclusive producer".into(),
-            ));
-        }
-        if producers.contains_key(name) {
-            return Err(BrokerError::ProducerBusy(
-                "a producer with this name is already connected".into(),
-            ));
-        }
-        producers.insert(
-            name.to_string(),
-            ProducerSlot {
-                conn: self.id,
-                producer_id,
-                exclusive,
-                out: self.out.clone(),
-            },
-        );
-        Ok(())
     }
 
     /// SEND: checks, deduplication, append; the answer goes through the producer's receipts.
@@ -212,22 +185,21 @@ impl Connection {
             send.num_messages.or(payload.metadata.num_messages_in_batch),
         );
         let publish_time = payload.metadata.publish_time as i64;
-        // Awaiting here is the backpressure: while the log is full this connection is not read.
+        // Awaiting here is the backpressure: while the topic's owner is behind (or the log is
+        // full) this connection is not read.
         let item = match producer
             .topic
-            .publish(&producer.name, highest, publish_time, payload.entry)
+            .publish(producer.name.clone(), highest, publish_time, payload.entry)
             .await
         {
-            Published::Appended(receipt) => ReceiptItem::Append {
+            Ok(settled) => ReceiptItem::Queued {
                 sequence_id,
-                highest,
-                receipt,
+                settled,
             },
-            Published::Duplicate => ReceiptItem::Duplicate { sequence_id },
-            Published::InFlight => ReceiptItem::Refused {
+            Err(e) => ReceiptItem::Refused {
                 sequence_id,
-                error: ServerError::PersistenceError,
-                message: "Cannot determine whether the message is a duplicate at this time".into(),
+                error: server_error(&e),
+                message: e.to_string(),
             },
         };
         let _ = producer.receipts.send(item).await;
@@ -237,68 +209,72 @@ impl Connection {
         self.opening_producers.remove(&c.producer_id);
         if let Some(p) = self.producers.remove(&c.producer_id) {
             p.topic
-                .producers
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&p.name);
+                .remove_producer(p.name.to_string(), self.id, c.producer_id)
+                .await;
         }
         self.send(command::success(c.request_id)).await;
     }
 
     /// Takes this connection's producers out of their topics' registries.
-    pub(super) fn close_producers(&mut self) {
+    pub(super) async fn close_producers(&mut self) {
         for (pid, p) in self.producers.drain() {
             p.topic
-                .producers
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .retain(|_, v| !(v.conn == self.id && v.producer_id == pid));
+                .remove_producer(p.name.to_string(), self.id, pid)
+                .await;
         }
     }
 }
 
-/// One producer's receipt task: receipts resolve in append order, so answering items in
-/// arrival order keeps SEND_RECEIPTs in SEND order. Ends when the producer goes.
+/// One producer's receipt task: SENDs settle in the order the topic's owner appended them, so
+/// answering items in arrival order keeps SEND_RECEIPTs in SEND order. Ends when the producer
+/// goes.
 async fn receipts(
     mut rx: mpsc::Receiver<ReceiptItem>,
     out: mpsc::Sender<command::Outbound>,
     producer_id: u64,
-    topic: Arc<BrokerTopic>,
-    name: String,
+    partition: i32,
 ) {
-    let partition = topic.partition;
     while let Some(item) = rx.recv().await {
         let frame = match item {
-            ReceiptItem::Duplicate { sequence_id } => command::send_receipt(
-                producer_id,
-                sequence_id,
-                command::no_message_id(partition, None),
-            ),
             ReceiptItem::Refused {
                 sequence_id,
                 error,
                 message,
             } => command::send_error(producer_id, sequence_id, error, message),
-            ReceiptItem::Append {
+            ReceiptItem::Queued {
                 sequence_id,
-                highest,
-                receipt,
+                settled,
             } => {
-                let result = match receipt {
-                    Ok(r) => r.durable().await,
-                    Err(e) => Err(e),
+                let outcome = match settled.await {
+                    Ok(Published::Persisted(Ok(pos))) => Ok(Some(pos)),
+                    Ok(Published::Persisted(Err(e))) => Err(BrokerError::Storage(e.to_string())),
+                    Ok(Published::Duplicate) => Ok(None),
+                    Ok(Published::InFlight) => Err(BrokerError::Storage(
+                        "cannot determine whether the message is a duplicate at this time".into(),
+                    )),
+                    Ok(Published::DedupUnavailable(reason)) => Err(BrokerError::Storage(format!(
+                        "deduplication state unavailable: {reason}"
+                    ))),
+                    Err(_) => Err(BrokerError::Stopped(
+                        "the topic was deleted or unloaded before the message was stored; retry"
+                            .into(),
+                    )),
                 };
-                topic.published(&name, highest, result.is_ok());
-                match result {
-                    Ok(pos) => command::send_receipt(
+                match outcome {
+                    Ok(Some(pos)) => command::send_receipt(
                         producer_id,
                         sequence_id,
                         command::message_id(pos.ledger, pos.entry, partition, None),
                     ),
+                    Ok(None) => command::send_receipt(
+                        producer_id,
+                        sequence_id,
+                        command::no_message_id(partition, None),
+                    ),
                     Err(e) => command::send_error(
                         producer_id,
                         sequence_id,
-                        ServerError::PersistenceError,
+                        server_error(&e),
                         e.to_string(),
                     ),
                 }

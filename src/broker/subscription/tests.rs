@@ -1,17 +1,21 @@
 //! The subscription task driven through its command interface over a real log: dispatch by
 //! subscription type (Exclusive, Failover, Shared, Key_Shared), permits, individual,
-//! cumulative and batch-index acks, redelivery and consumers leaving.
+//! cumulative and batch-index acks, redelivery, consumers leaving and cursor persistence.
+//!
+//! Time is paused (tokio's test clock) except while the harness appends to the log: a wait for
+//! a frame that must not come ends as soon as every task is idle, and intervals fire only when
+//! a test advances the clock, so no test depends on how fast this machine is.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 
 use super::{spawn, SubscriptionCommand, SubscriptionHandle};
-use crate::broker::{BrokerError, BrokerTopic};
-use crate::config::LedgerConfig;
-use crate::ledger::metadata::memory::MemoryMetadataStore;
+use crate::broker::owner::{self, Dedup, OwnerSetup};
+use crate::broker::{BrokerError, BrokerTopic, TopicPolicies};
+use crate::ledger::cursor::CursorState;
 use crate::ledger::{Log, Position};
 use crate::protocol::command::Outbound;
 use crate::protocol::frame::build_entry;
@@ -20,10 +24,12 @@ use crate::protocol::proto::{base_command::Type, MessageMetadata};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
-/// How long a test waits for a frame that must come.
+/// How long (test clock) a test waits for a frame that must come.
 const ARRIVES: Duration = Duration::from_secs(10);
-/// How long a test watches for a frame that must not come.
+/// How long (test clock) a test watches for a frame that must not come.
 const QUIET: Duration = Duration::from_millis(300);
+/// How often subscriptions save their cursors in these tests.
+const PERSIST_EVERY: Duration = Duration::from_secs(60);
 
 struct Harness {
     _dir: tempfile::TempDir,
@@ -34,26 +40,18 @@ struct Harness {
 
 impl Harness {
     async fn new() -> Result<Harness, Box<dyn std::error::Error>> {
-        let dir = tempfile::tempdir()?;
-        let log = Arc::new(
-            Log::open(
-                dir.path(),
-                LedgerConfig::default(),
-                Arc::new(MemoryMetadataStore::new()),
-            )
-            .await?,
-        );
+        let (dir, log) = owner::test_log().await?;
         let name = "persistent://public/default/sub-test";
-        let topic = Arc::new(BrokerTopic {
+        let topic = owner::spawn(OwnerSetup {
             name: name.parse()?,
-            partition: -1,
             log: log.topic(name).await?,
-            producers: Mutex::new(HashMap::new()),
-            subscriptions: tokio::sync::Mutex::new(HashMap::new()),
-            dedup: RwLock::new(None),
             lake: None,
-            deleted: std::sync::atomic::AtomicBool::new(false),
+            policies: TopicPolicies::default(),
+            dedup: Dedup::Off,
+            cursors: Vec::new(),
+            persist_every: PERSIST_EVERY,
         });
+        tokio::time::pause();
         Ok(Harness {
             _dir: dir,
             log,
@@ -73,22 +71,42 @@ impl Harness {
         };
         self.next_sequence += 1;
         let entry = build_entry(&metadata, b"payload");
-        Ok(self.topic.log.append(0, entry).await?.durable().await?)
+        // The journal thread is real: the clock runs while it writes, so a test timeout cannot
+        // fire just because the runtime waited on it.
+        tokio::time::resume();
+        let written = async { self.topic.log.append(0, entry).await?.durable().await }.await;
+        tokio::time::pause();
+        Ok(written?)
     }
 
     fn subscribe(&self, sub_type: SubType) -> SubscriptionHandle {
+        self.subscribe_as(sub_type, false)
+    }
+
+    fn subscribe_as(&self, sub_type: SubType, durable: bool) -> SubscriptionHandle {
         spawn(
             self.topic.clone(),
             "s".into(),
             sub_type,
-            false,
+            durable,
             self.topic.log.first_position(),
             None,
-            Duration::from_secs(3600),
+            PERSIST_EVERY,
         )
     }
 
+    /// The oldest unacknowledged entry the saved cursor of subscription "s" records.
+    async fn saved_first_unacked(&self) -> Result<Option<Position>, Box<dyn std::error::Error>> {
+        for (name, blob) in self.topic.log.cursors().await? {
+            if name == "s" {
+                return Ok(Some(CursorState::decode(&blob)?.first_unacked));
+            }
+        }
+        Ok(None)
+    }
+
     async fn close(self) -> TestResult {
+        tokio::time::resume();
         self.log.shutdown().await?;
         Ok(())
     }
@@ -370,5 +388,51 @@ async fn an_entry_written_later_reaches_a_waiting_consumer() -> TestResult {
     assert!(c.receives_nothing().await);
     let p = h.append(Some("x")).await?;
     assert_eq!(c.messages(1).await, vec![p]);
+    h.close().await
+}
+
+#[tokio::test]
+async fn a_durable_cursor_is_saved_once_per_interval_and_on_flush() -> TestResult {
+    let mut h = Harness::new().await?;
+    let mut written = Vec::new();
+    for _ in 0..4 {
+        written.push(h.append(None).await?);
+    }
+    let sub = h.subscribe_as(SubType::Exclusive, true);
+    let mut c = join(&sub, 1, SubType::Exclusive, "a", 10).await?;
+    let got = c.messages(4).await;
+    assert_eq!(got, written);
+    // A new durable subscription is saved at its first tick (right after it starts: the test
+    // clock moves once every task is idle), at its start.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    sub.ask(SubscriptionCommand::Stats).await.ok_or("stopped")?;
+    assert_eq!(h.saved_first_unacked().await?, Some(written[0]));
+    ack(&sub, &c, &got[..2], true);
+    // The ack is not saved before the interval has passed ...
+    tokio::time::advance(PERSIST_EVERY - Duration::from_secs(1)).await;
+    sub.ask(SubscriptionCommand::Stats).await.ok_or("stopped")?;
+    assert_eq!(h.saved_first_unacked().await?, Some(written[0]));
+    // ... and is once it has.
+    tokio::time::advance(Duration::from_secs(2)).await;
+    sub.ask(SubscriptionCommand::Stats).await.ok_or("stopped")?;
+    assert_eq!(h.saved_first_unacked().await?, Some(written[2]));
+    // A flush saves at once.
+    ack(&sub, &c, &[got[2]], true);
+    sub.ask(SubscriptionCommand::Flush).await.ok_or("stopped")?;
+    assert_eq!(h.saved_first_unacked().await?, Some(written[3]));
+    h.close().await
+}
+
+#[tokio::test]
+async fn a_non_durable_subscription_saves_nothing() -> TestResult {
+    let mut h = Harness::new().await?;
+    let first = h.append(None).await?;
+    let sub = h.subscribe(SubType::Shared);
+    let mut c = join(&sub, 1, SubType::Shared, "a", 10).await?;
+    assert_eq!(c.messages(1).await, vec![first]);
+    ack(&sub, &c, &[first], false);
+    tokio::time::advance(PERSIST_EVERY * 3).await;
+    sub.ask(SubscriptionCommand::Flush).await.ok_or("stopped")?;
+    assert_eq!(h.saved_first_unacked().await?, None);
     h.close().await
 }

@@ -1,0 +1,438 @@
+//! The owner of one loaded topic partition: a task that alone holds the partition's producer
+//! registry, subscription registry, deduplication state and policies, and through which every
+//! producer's message is appended. Everything else talks to it with [`TopicCommand`]s through
+//! the partition's [`BrokerTopic`] handle.
+//!
+//! A SEND is published in two steps: the owner takes the deduplication verdict and appends
+//! (the log assigns the position and queues the write), then keeps the append in a queue of
+//! appends in flight and answers the SEND once the log made it durable. Answers leave in append
+//! order, and the deduplication state learns of each durable (or failed) append in that order.
+//!
+//! Invariants:
+//! - Commands are handled one at a time: a deduplication verdict and its append are never
+//!   separated by another SEND of the topic.
+//! - At most one producer is registered when any registered producer is exclusive, and no two
+//!   producers share a name.
+//! - Deduplication state is [`Dedup::On`] exactly while the policies ask for it and its fold
+//!   succeeded; while the fold fails it is [`Dedup::Unavailable`] and SENDs are refused (the
+//!   client retries), never appended unchecked.
+//! - Once the owner stops (delete, stop), every append it had queued has been answered; SENDs
+//!   queued behind the stop are dropped unanswered, which their producers see as the topic
+//!   having stopped.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::stream::FuturesOrdered;
+use futures::StreamExt;
+use tokio::sync::{mpsc, oneshot};
+
+use super::dedup::{DedupSnapshot, DedupState, Verdict};
+use super::subscription::{self, SubscriptionCommand, SubscriptionHandle};
+use super::topic::{
+    BrokerTopic, ProducerSlot, PublishRequest, Published, SubscribeRequest, TopicCommand,
+    TopicPolicies, OWNER_QUEUE,
+};
+use super::BrokerError;
+use crate::ledger::cursor::{CursorState, DEDUP_SNAPSHOT};
+use crate::ledger::{AppendError, AppendReceipt, Position, TopicLog};
+use crate::naming::TopicName;
+use crate::protocol::command;
+use crate::protocol::inbound::StartAt;
+use crate::protocol::proto::command_subscribe::SubType;
+use crate::replay::TopicLake;
+
+/// Deduplication state of one topic partition.
+#[derive(Debug)]
+pub(crate) enum Dedup {
+    /// Deduplication is off.
+    Off,
+    /// On: the live state consulted on every SEND, and the persisted snapshot (folded and
+    /// saved outside the owner, so SENDs do not wait for it).
+    On {
+        live: DedupState,
+        snapshot: Arc<tokio::sync::Mutex<DedupSnapshot>>,
+    },
+    /// On, but its state could not be folded (the reason); SENDs are refused until it is.
+    Unavailable(String),
+}
+
+impl Dedup {
+    /// Folds the state from the snapshot and the entries after it, whichever tier holds them.
+    pub(crate) async fn load(
+        log: &TopicLog,
+        lake: Option<&TopicLake>,
+    ) -> Result<Dedup, BrokerError> {
+        let snapshot = DedupSnapshot::load(log.clone(), lake.cloned())
+            .await
+            .map_err(|e| {
+                BrokerError::Storage(format!("deduplication state of {}: {e}", log.name()))
+            })?;
+        Ok(Dedup::On {
+            live: DedupState::from_snapshot(&snapshot),
+            snapshot: Arc::new(tokio::sync::Mutex::new(snapshot)),
+        })
+    }
+}
+
+/// What a topic needs to start its owner.
+pub(crate) struct OwnerSetup {
+    /// Full name.
+    pub name: TopicName,
+    /// Its log.
+    pub log: TopicLog,
+    /// Its lake side (`None`: lake disabled).
+    pub lake: Option<TopicLake>,
+    /// Policies in force at load.
+    pub policies: TopicPolicies,
+    /// Deduplication state folded at load.
+    pub dedup: Dedup,
+    /// Durable subscriptions to resume: name and saved cursor.
+    pub cursors: Vec<(String, CursorState)>,
+    /// How often subscriptions save their cursors.
+    pub persist_every: Duration,
+}
+
+/// An append whose SEND waits for durability.
+struct InFlight {
+    producer: Arc<str>,
+    highest: i64,
+    reply: oneshot::Sender<Published>,
+}
+
+/// The owner task's state.
+struct Owner {
+    /// Its own handle (new subscriptions hold it).
+    topic: Arc<BrokerTopic>,
+    /// Producers by name. Invariant: at most one entry when any is exclusive.
+    producers: HashMap<String, ProducerSlot>,
+    /// Subscriptions by name.
+    subscriptions: HashMap<String, SubscriptionHandle>,
+    /// Policies in force.
+    policies: TopicPolicies,
+    /// Invariant: `On` or `Unavailable` exactly while `policies.deduplication`.
+    dedup: Dedup,
+    persist_every: Duration,
+}
+
+/// Starts the owner of a loaded topic partition and returns its handle.
+pub(crate) fn spawn(setup: OwnerSetup) -> Arc<BrokerTopic> {
+    let (tx, rx) = mpsc::channel(OWNER_QUEUE);
+    let topic = Arc::new(BrokerTopic {
+        partition: setup.name.partition().map_or(-1, |p| p as i32),
+        name: setup.name,
+        log: setup.log,
+        lake: setup.lake,
+        owner: tx,
+    });
+    let mut subscriptions = HashMap::new();
+    for (name, state) in setup.cursors {
+        let sub_type = SubType::try_from(state.sub_type).unwrap_or(SubType::Exclusive);
+        let handle = subscription::spawn(
+            topic.clone(),
+            name.clone(),
+            sub_type,
+            true,
+            state.first_unacked,
+            Some(state),
+            setup.persist_every,
+        );
+        subscriptions.insert(name, handle);
+    }
+    let owner = Owner {
+        topic: topic.clone(),
+        producers: HashMap::new(),
+        subscriptions,
+        policies: setup.policies,
+        dedup: setup.dedup,
+        persist_every: setup.persist_every,
+    };
+    tokio::spawn(run(owner, rx));
+    topic
+}
+
+/// Waits until an append is durable.
+async fn settle(f: InFlight, receipt: AppendReceipt) -> (InFlight, Result<Position, AppendError>) {
+    let result = receipt.durable().await;
+    (f, result)
+}
+
+/// How the owner's loop ended.
+enum Exit {
+    /// Deleted: answer once appends in flight are settled.
+    Deleted(oneshot::Sender<Result<(), BrokerError>>),
+    /// Stopped.
+    Stopped(oneshot::Sender<()>),
+}
+
+async fn run(mut owner: Owner, mut rx: mpsc::Receiver<TopicCommand>) {
+    let mut appends = FuturesOrdered::new();
+    let exit = loop {
+        tokio::select! {
+            biased;
+            Some((f, result)) = appends.next(), if !appends.is_empty() => owner.settled(f, result),
+            cmd = rx.recv() => match cmd {
+                None => break None,
+                Some(TopicCommand::Publish(request)) => {
+                    if let Some((f, receipt)) = owner.publish(request).await {
+                        appends.push_back(settle(f, receipt));
+                    }
+                }
+                Some(TopicCommand::Delete { force, reply }) => match owner.delete(force).await {
+                    Ok(()) => break Some(Exit::Deleted(reply)),
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                },
+                Some(TopicCommand::Stop(reply)) => {
+                    owner.flush_subscriptions().await;
+                    break Some(Exit::Stopped(reply));
+                }
+                Some(cmd) => owner.handle(cmd).await,
+            },
+        }
+    };
+    while let Some((f, result)) = appends.next().await {
+        owner.settled(f, result);
+    }
+    match exit {
+        Some(Exit::Deleted(reply)) => {
+            let _ = reply.send(Ok(()));
+        }
+        Some(Exit::Stopped(reply)) => {
+            let _ = reply.send(());
+        }
+        None => {}
+    }
+}
+
+impl Owner {
+    /// The deduplication verdict, then the append. `None` when the SEND is answered already.
+    async fn publish(&mut self, r: PublishRequest) -> Option<(InFlight, AppendReceipt)> {
+        match &mut self.dedup {
+            Dedup::Off => {}
+            Dedup::On { live, .. } => match live.check(&r.producer, r.highest) {
+                Verdict::New => {}
+                Verdict::Duplicate => {
+                    let _ = r.reply.send(Published::Duplicate);
+                    return None;
+                }
+                Verdict::Unknown => {
+                    let _ = r.reply.send(Published::InFlight);
+                    return None;
+                }
+            },
+            Dedup::Unavailable(reason) => {
+                let _ = r.reply.send(Published::DedupUnavailable(reason.clone()));
+                return None;
+            }
+        }
+        let f = InFlight {
+            producer: r.producer,
+            highest: r.highest,
+            reply: r.reply,
+        };
+        match self.topic.log.append(r.publish_time_ms, r.entry).await {
+            Ok(receipt) => Some((f, receipt)),
+            Err(e) => {
+                self.settled(f, Err(e));
+                None
+            }
+        }
+    }
+
+    /// Records how an append ended and answers its SEND.
+    fn settled(&mut self, f: InFlight, result: Result<Position, AppendError>) {
+        if let Dedup::On { live, .. } = &mut self.dedup {
+            if result.is_ok() {
+                live.persisted(&f.producer, f.highest);
+            } else {
+                live.failed(&f.producer);
+            }
+        }
+        let _ = f.reply.send(Published::Persisted(result));
+    }
+
+    async fn handle(&mut self, cmd: TopicCommand) {
+        match cmd {
+            TopicCommand::AddProducer { name, slot, reply } => {
+                let _ = reply.send(self.add_producer(name, slot));
+            }
+            TopicCommand::RemoveProducer {
+                name,
+                conn,
+                producer_id,
+            } => {
+                let same = |p: &ProducerSlot| p.conn == conn && p.producer_id == producer_id;
+                if self.producers.get(&name).is_some_and(same) {
+                    self.producers.remove(&name);
+                }
+            }
+            TopicCommand::Subscribe { request, reply } => {
+                let _ = reply.send(self.subscribe(request));
+            }
+            TopicCommand::ForgetSubscription { handle, reply } => {
+                let same = |h: &SubscriptionHandle| h.tx.same_channel(&handle.tx);
+                if self.subscriptions.get(&handle.name).is_some_and(same) {
+                    self.subscriptions.remove(&handle.name);
+                }
+                let _ = reply.send(());
+            }
+            TopicCommand::Subscriptions(reply) => {
+                let _ = reply.send(self.subscriptions.values().cloned().collect());
+            }
+            TopicCommand::SetPolicies { policies, reply } => {
+                self.set_policies(policies).await;
+                let _ = reply.send(());
+            }
+            TopicCommand::DedupSnapshot(reply) => {
+                let snapshot = match &self.dedup {
+                    Dedup::On { snapshot, .. } => Some(snapshot.clone()),
+                    Dedup::Off | Dedup::Unavailable(_) => None,
+                };
+                let _ = reply.send(snapshot);
+            }
+            // The loop handles these itself.
+            TopicCommand::Publish(_) | TopicCommand::Delete { .. } | TopicCommand::Stop(_) => {}
+        }
+    }
+
+    /// Registers a producer unless an exclusive one or one of the same name is there.
+    fn add_producer(&mut self, name: String, slot: ProducerSlot) -> Result<i64, BrokerError> {
+        if self.producers.values().any(|v| v.exclusive)
+            || (slot.exclusive && !self.producers.is_empty())
+        {
+            return Err(BrokerError::ProducerBusy(
+                "topic has an exclusive producer".into(),
+            ));
+        }
+        if self.producers.contains_key(&name) {
+            return Err(BrokerError::ProducerBusy(
+                "a producer with this name is already connected".into(),
+            ));
+        }
+        let last = match &self.dedup {
+            Dedup::On { live, .. } => live.last_sequence_id(&name),
+            Dedup::Off | Dedup::Unavailable(_) => -1,
+        };
+        self.producers.insert(name, slot);
+        Ok(last)
+    }
+
+    /// The subscription of the requested name, created (at its start position) when new.
+    fn subscribe(&mut self, r: SubscribeRequest) -> SubscriptionHandle {
+        if let Some(h) = self.subscriptions.get(&r.name) {
+            return h.clone();
+        }
+        let start = start_position(&self.topic.log, r.start);
+        let h = subscription::spawn(
+            self.topic.clone(),
+            r.name.clone(),
+            r.sub_type,
+            r.durable,
+            start,
+            None,
+            self.persist_every,
+        );
+        self.subscriptions.insert(r.name, h.clone());
+        h
+    }
+
+    /// Puts `p` in force. Enabling deduplication folds its state here, so no SEND of this
+    /// topic is appended between the policy change and the state being ready.
+    async fn set_policies(&mut self, p: TopicPolicies) {
+        if p == self.policies && !matches!(self.dedup, Dedup::Unavailable(_)) {
+            return;
+        }
+        let on = !matches!(self.dedup, Dedup::Off);
+        let ready = matches!(self.dedup, Dedup::On { .. });
+        if p.deduplication && !ready {
+            self.dedup = match Dedup::load(&self.topic.log, self.topic.lake.as_ref()).await {
+                Ok(d) => {
+                    tracing::info!(topic = %self.topic.name, "deduplication enabled");
+                    d
+                }
+                Err(e) => {
+                    tracing::error!(topic = %self.topic.name, error = %e,
+                        "enabling deduplication failed; SENDs are refused until it succeeds");
+                    Dedup::Unavailable(e.to_string())
+                }
+            };
+        } else if !p.deduplication && on {
+            self.dedup = Dedup::Off;
+            if let Err(e) = self.topic.log.delete_cursor(DEDUP_SNAPSHOT).await {
+                tracing::warn!(topic = %self.topic.name, error = %e, "deleting dedup snapshot failed");
+            }
+            tracing::info!(topic = %self.topic.name, "deduplication disabled");
+        }
+        self.policies = p;
+    }
+
+    /// Refuses while clients are attached unless `force`; then closes every producer and
+    /// deletes every subscription.
+    async fn delete(&mut self, force: bool) -> Result<(), BrokerError> {
+        let name = &self.topic.name;
+        if !force && !self.producers.is_empty() {
+            return Err(BrokerError::TopicBusy(format!(
+                "topic {name} has {} connected producers",
+                self.producers.len()
+            )));
+        }
+        if !force {
+            for s in self.subscriptions.values() {
+                let stats = s.ask(SubscriptionCommand::Stats).await;
+                if stats.is_some_and(|st| st.consumers > 0) {
+                    return Err(BrokerError::TopicBusy(format!(
+                        "topic {name} has consumers connected to subscription {}",
+                        s.name
+                    )));
+                }
+            }
+        }
+        for (_, p) in self.producers.drain() {
+            let _ = p.out.send(command::close_producer(p.producer_id)).await;
+        }
+        for (_, s) in self.subscriptions.drain() {
+            s.ask(SubscriptionCommand::Delete).await;
+        }
+        self.dedup = Dedup::Off;
+        Ok(())
+    }
+
+    /// Saves every durable subscription's cursor.
+    async fn flush_subscriptions(&mut self) {
+        for s in self.subscriptions.values() {
+            s.ask(SubscriptionCommand::Flush).await;
+        }
+    }
+}
+
+/// The position a new subscription starts at.
+fn start_position(log: &TopicLog, start: StartAt) -> Position {
+    match start {
+        StartAt::Earliest => log.first_position(),
+        StartAt::Latest => log.last_confirmed().map_or(Position::new(0, 0), |p| {
+            Position::new(p.ledger, p.entry + 1)
+        }),
+        // The broker redelivers the whole start entry; the client filters by batch index.
+        StartAt::Message { ledger, entry } => Position::new(ledger, entry),
+    }
+}
+
+#[cfg(test)]
+mod tests;
+
+/// A log in a temporary directory over the memory metadata store, for the broker's unit tests.
+#[cfg(test)]
+pub(crate) async fn test_log(
+) -> Result<(tempfile::TempDir, Arc<crate::ledger::Log>), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let log = crate::ledger::Log::open(
+        dir.path(),
+        crate::config::LedgerConfig::default(),
+        Arc::new(crate::ledger::metadata::memory::MemoryMetadataStore::new()),
+    )
+    .await?;
+    Ok((dir, Arc::new(log)))
+}

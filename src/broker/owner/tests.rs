@@ -1,0 +1,210 @@
+//! The topic owner driven through its handle over a real log: SENDs answered in order with
+//! their positions, deduplication (duplicates answered without appending, the state folded
+//! again after a restart and when deduplication is switched on), the producer registry's
+//! exclusivity rules, and deletion refused while clients are attached unless forced.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::{spawn, test_log, Dedup, OwnerSetup};
+use crate::broker::topic::{ProducerSlot, Published, TopicPolicies};
+use crate::broker::{BrokerError, BrokerTopic};
+use crate::ledger::{Log, Position};
+use crate::protocol::command::Outbound;
+use crate::protocol::frame::build_entry;
+use crate::protocol::proto::{base_command::Type, MessageMetadata};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+const TOPIC: &str = "persistent://public/default/owner-test";
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    log: Arc<Log>,
+}
+
+impl Harness {
+    async fn new() -> Result<Harness, Box<dyn std::error::Error>> {
+        let (dir, log) = test_log().await?;
+        Ok(Harness { _dir: dir, log })
+    }
+
+    /// Loads the topic as the broker does: deduplication folded at load when `dedup`.
+    async fn load(&self, dedup: bool) -> Result<Arc<BrokerTopic>, Box<dyn std::error::Error>> {
+        let log = self.log.topic(TOPIC).await?;
+        let state = if dedup {
+            Dedup::load(&log, None).await?
+        } else {
+            Dedup::Off
+        };
+        Ok(spawn(OwnerSetup {
+            name: TOPIC.parse()?,
+            log,
+            lake: None,
+            policies: TopicPolicies {
+                deduplication: dedup,
+            },
+            dedup: state,
+            cursors: Vec::new(),
+            persist_every: Duration::from_secs(3600),
+        }))
+    }
+}
+
+/// Publishes one message of producer `p` with sequence id `seq` and waits until it settles.
+async fn send(topic: &BrokerTopic, p: &str, seq: u64) -> Result<Published, BrokerError> {
+    let metadata = MessageMetadata {
+        producer_name: p.into(),
+        sequence_id: seq,
+        publish_time: 1_700_000_000_000,
+        ..Default::default()
+    };
+    let entry = build_entry(&metadata, b"payload");
+    let settled = topic.publish(Arc::from(p), seq as i64, 0, entry).await?;
+    settled
+        .await
+        .map_err(|_| BrokerError::Stopped("owner stopped".into()))
+}
+
+fn position(p: Published) -> Result<Position, String> {
+    match p {
+        Published::Persisted(Ok(pos)) => Ok(pos),
+        other => Err(format!("expected a durable append, got {other:?}")),
+    }
+}
+
+fn slot(producer_id: u64, exclusive: bool) -> (ProducerSlot, mpsc::Receiver<Outbound>) {
+    let (out, rx) = mpsc::channel(16);
+    let slot = ProducerSlot {
+        conn: 1,
+        producer_id,
+        exclusive,
+        out,
+    };
+    (slot, rx)
+}
+
+#[tokio::test]
+async fn sends_settle_in_order_and_duplicates_are_not_stored() -> TestResult {
+    let h = Harness::new().await?;
+    let topic = h.load(true).await?;
+    // Queued back to back, answered in append order.
+    let mut pending = Vec::new();
+    for seq in 0..5u64 {
+        let metadata = MessageMetadata {
+            producer_name: "p".into(),
+            sequence_id: seq,
+            ..Default::default()
+        };
+        let entry = build_entry(&metadata, b"x");
+        pending.push(topic.publish(Arc::from("p"), seq as i64, 0, entry).await?);
+    }
+    let mut positions = Vec::new();
+    for rx in pending {
+        positions.push(position(rx.await?)?);
+    }
+    assert!(positions.windows(2).all(|w| w[0] < w[1]), "{positions:?}");
+    assert!(matches!(send(&topic, "p", 2).await?, Published::Duplicate));
+    assert_eq!(topic.log.last_confirmed(), positions.last().copied());
+    // Another producer's ids are its own.
+    position(send(&topic, "q", 2).await?)?;
+    topic.stop().await;
+    // Loaded again, the state is folded from the log.
+    let topic = h.load(true).await?;
+    let (s, _rx) = slot(7, false);
+    assert_eq!(topic.add_producer("p".into(), s).await?, 4);
+    assert!(matches!(send(&topic, "p", 4).await?, Published::Duplicate));
+    position(send(&topic, "p", 5).await?)?;
+    topic.stop().await;
+    h.log.shutdown().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn switching_deduplication_on_folds_what_was_written_without_it() -> TestResult {
+    let h = Harness::new().await?;
+    let topic = h.load(false).await?;
+    for seq in 0..3 {
+        position(send(&topic, "p", seq).await?)?;
+    }
+    // Without deduplication a re-send is stored again.
+    position(send(&topic, "p", 1).await?)?;
+    topic
+        .set_policies(TopicPolicies {
+            deduplication: true,
+        })
+        .await;
+    assert!(matches!(send(&topic, "p", 2).await?, Published::Duplicate));
+    position(send(&topic, "p", 3).await?)?;
+    // Switched off again: nothing is refused.
+    topic.set_policies(TopicPolicies::default()).await;
+    position(send(&topic, "p", 3).await?)?;
+    topic.stop().await;
+    h.log.shutdown().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_exclusive_producer_excludes_every_other() -> TestResult {
+    let h = Harness::new().await?;
+    let topic = h.load(false).await?;
+    let (a, _a) = slot(1, false);
+    assert_eq!(topic.add_producer("a".into(), a).await?, -1);
+    let (same_name, _s) = slot(2, false);
+    let refused = topic.add_producer("a".into(), same_name).await;
+    assert!(
+        matches!(refused, Err(BrokerError::ProducerBusy(_))),
+        "{refused:?}"
+    );
+    let (exclusive, _e) = slot(3, true);
+    let refused = topic.add_producer("x".into(), exclusive).await;
+    assert!(
+        matches!(refused, Err(BrokerError::ProducerBusy(_))),
+        "{refused:?}"
+    );
+    // Once "a" goes, an exclusive producer gets the topic, and then nobody else does.
+    topic.remove_producer("a".into(), 1, 1).await;
+    let (exclusive, _e) = slot(3, true);
+    topic.add_producer("x".into(), exclusive).await?;
+    let (b, _b) = slot(4, false);
+    let refused = topic.add_producer("b".into(), b).await;
+    assert!(
+        matches!(refused, Err(BrokerError::ProducerBusy(_))),
+        "{refused:?}"
+    );
+    // Removing with another connection's producer id leaves the registration alone.
+    topic.remove_producer("x".into(), 1, 99).await;
+    let (b, _b) = slot(4, false);
+    assert!(topic.add_producer("b".into(), b).await.is_err());
+    topic.stop().await;
+    h.log.shutdown().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn deletion_is_refused_while_a_producer_is_attached_unless_forced() -> TestResult {
+    let h = Harness::new().await?;
+    let topic = h.load(false).await?;
+    position(send(&topic, "p", 0).await?)?;
+    let (p, mut frames) = slot(5, false);
+    topic.add_producer("p".into(), p).await?;
+    let refused = topic.delete(false).await;
+    assert!(
+        matches!(refused, Err(BrokerError::TopicBusy(_))),
+        "{refused:?}"
+    );
+    // Still serving after the refusal.
+    position(send(&topic, "p", 1).await?)?;
+    topic.delete(true).await?;
+    match frames.recv().await {
+        Some(Outbound::Command(c)) => assert_eq!(c.r#type, Type::CloseProducer as i32),
+        other => return Err(format!("expected CLOSE_PRODUCER, got {other:?}").into()),
+    }
+    // The owner has stopped: the handle refuses, the client must load the topic anew.
+    let after = send(&topic, "p", 2).await;
+    assert!(matches!(after, Err(BrokerError::Stopped(_))), "{after:?}");
+    h.log.shutdown().await?;
+    Ok(())
+}
