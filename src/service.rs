@@ -43,6 +43,9 @@ pub enum ServiceError {
         #[source]
         source: std::io::Error,
     },
+    /// An authentication key could not be read.
+    #[error("authentication: {0}")]
+    Auth(#[from] crate::auth::jwt::KeyError),
     /// The metadata store failed to open.
     #[error("metadata store: {0}")]
     Metadata(#[from] crate::ledger::metadata::MetadataError),
@@ -112,7 +115,7 @@ impl Service {
         let http_stop = stop.clone();
         let ops_cell = Arc::new(tokio::sync::OnceCell::new());
         // One authenticator and authorizer for every surface.
-        let access = crate::auth::Access::from_config(&config.broker.authentication);
+        let access = crate::auth::Access::from_config(&config.broker.authentication)?;
         let app = admin::router(admin::AdminState {
             health: health.clone(),
             ops: ops_cell.clone(),

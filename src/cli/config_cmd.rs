@@ -30,11 +30,23 @@ pub enum ConfigCommand {
 pub fn run(cmd: ConfigCommand, global: GlobalLogFlags) -> anyhow::Result<()> {
     match cmd {
         ConfigCommand::Show { config } => {
-            let c = load_config(config.as_deref(), None, ServerOverrides::default(), &global)?;
+            let c = load_config(
+                config.as_deref(),
+                None,
+                ServerOverrides::default(),
+                Default::default(),
+                &global,
+            )?;
             print!("{}", toml::to_string_pretty(&c)?);
         }
         ConfigCommand::Check { config } => {
-            load_config(Some(&config), None, ServerOverrides::default(), &global)?;
+            load_config(
+                Some(&config),
+                None,
+                ServerOverrides::default(),
+                Default::default(),
+                &global,
+            )?;
             println!("{}: ok", config.display());
         }
         ConfigCommand::Schema => {

@@ -16,6 +16,7 @@ mod offload;
 mod perf;
 mod serve;
 mod sql;
+mod token;
 
 /// ledgerlake: Pulsar-protocol streaming with infinite retention in Apache Iceberg.
 #[derive(Debug, Parser)]
@@ -52,6 +53,9 @@ pub enum Command {
     Lake(lake_cmd::LakeCommand),
     /// Run read-only SQL over topics on a running service (interactive without a query).
     Sql(sql::SqlArgs),
+    /// Create and inspect authentication keys and tokens (the verbs of `pulsar tokens`).
+    #[command(subcommand)]
+    Token(token::TokenCommand),
 }
 
 /// Parses the command line and runs the chosen subcommand.
@@ -68,5 +72,6 @@ pub fn run() -> anyhow::Result<()> {
         Command::Offload(args) => offload::run(args),
         Command::Lake(cmd) => lake_cmd::run(cmd),
         Command::Sql(args) => sql::run(args),
+        Command::Token(cmd) => token::run(cmd),
     }
 }

@@ -232,6 +232,7 @@ fn perf_offload(args: OffloadArgs, global: &GlobalLogFlags) -> anyhow::Result<()
         args.config.as_deref(),
         None,
         crate::config::ServerOverrides::default(),
+        Default::default(),
         global,
     )?;
     let mut reports = Vec::new();

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 
-use crate::config::{self, LogFormat, Overrides, ServerOverrides, TelemetryOverrides};
+use crate::config::{
+    self, AuthOverrides, BrokerOverrides, LogFormat, Overrides, ServerOverrides, TelemetryOverrides,
+};
 use crate::service::{shutdown_signal, Service};
 use crate::telemetry;
 
@@ -37,6 +39,17 @@ pub struct ServeArgs {
     /// the SQL issue lands.)
     #[arg(long)]
     pub pg_addr: Option<SocketAddr>,
+    /// Turn authentication on and accept JWTs signed with this HS256 secret key (a file, or
+    /// `data:;base64,…`). Sets `broker.authentication.token_secret_key`.
+    #[arg(long)]
+    pub auth_token_secret_key: Option<String>,
+    /// Turn authentication on and accept JWTs signed with the private key of this public key (a
+    /// DER or PEM file, or `data:;base64,…`). Sets `broker.authentication.token_public_key`.
+    #[arg(long)]
+    pub auth_token_public_key: Option<String>,
+    /// Algorithm of `--auth-token-public-key` (RS256 by default; ES256, ES384, PS256, …).
+    #[arg(long)]
+    pub auth_token_public_alg: Option<String>,
 }
 
 /// Builds the effective configuration from a file, the environment and flags.
@@ -44,11 +57,13 @@ pub(crate) fn load_config(
     file: Option<&std::path::Path>,
     data_dir: Option<PathBuf>,
     server: ServerOverrides,
+    broker: BrokerOverrides,
     global: &GlobalLogFlags,
 ) -> anyhow::Result<config::Config> {
     let overrides = Overrides {
         data_dir,
         server,
+        broker,
         telemetry: TelemetryOverrides {
             log_format: global.log_format,
             log_level: global.log_level.clone(),
@@ -66,8 +81,16 @@ pub fn run(args: ServeArgs, global: GlobalLogFlags) -> anyhow::Result<()> {
             http_addr: args.http_addr,
             pg_addr: args.pg_addr,
         },
+        BrokerOverrides {
+            authentication: AuthOverrides::new(
+                args.auth_token_secret_key,
+                args.auth_token_public_key,
+                args.auth_token_public_alg,
+            ),
+        },
         &global,
     )?;
+
     telemetry::init(config.telemetry.log_format, &config.telemetry.log_level)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -44,6 +44,59 @@ pub struct Overrides {
     /// `--log-format`, `--log-level`.
     #[serde(skip_serializing_if = "TelemetryOverrides::is_empty")]
     pub telemetry: TelemetryOverrides,
+    /// `--auth-token-*`.
+    #[serde(skip_serializing_if = "BrokerOverrides::is_empty")]
+    pub broker: BrokerOverrides,
+}
+
+/// Broker flags.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct BrokerOverrides {
+    /// Authentication flags.
+    pub authentication: AuthOverrides,
+}
+
+impl BrokerOverrides {
+    fn is_empty(&self) -> bool {
+        self.authentication.is_empty()
+    }
+}
+
+/// `--auth-token-secret-key`, `--auth-token-public-key` (each turns authentication on),
+/// `--auth-token-public-alg`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct AuthOverrides {
+    /// Set when a key flag was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// HS256 secret key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_secret_key: Option<String>,
+    /// Public key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_public_key: Option<String>,
+    /// Its algorithm.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_public_alg: Option<String>,
+}
+
+impl AuthOverrides {
+    /// The flags as given: a key flag turns authentication on.
+    pub fn new(secret: Option<String>, public: Option<String>, alg: Option<String>) -> Self {
+        AuthOverrides {
+            enabled: (secret.is_some() || public.is_some()).then_some(true),
+            token_secret_key: secret,
+            token_public_key: public,
+            token_public_alg: alg,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.enabled.is_none()
+            && self.token_secret_key.is_none()
+            && self.token_public_key.is_none()
+            && self.token_public_alg.is_none()
+    }
 }
 
 /// Listen-address flags.

@@ -27,7 +27,10 @@ pub use lake::{
 pub use replay::ReplayConfig;
 pub use sql::SqlConfig;
 
-pub use load::{load, ConfigError, Overrides, ServerOverrides, TelemetryOverrides, ENV_PREFIX};
+pub use load::{
+    load, AuthOverrides, BrokerOverrides, ConfigError, Overrides, ServerOverrides,
+    TelemetryOverrides, ENV_PREFIX,
+};
 
 /// The whole configuration of a ledgerlake service.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -141,14 +144,51 @@ impl Default for BrokerConfig {
     }
 }
 
-/// Client authentication (Pulsar's `token` method). Off by default for the embedded config.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
+/// Client authentication (Pulsar's `token` method: opaque tokens listed here, or JSON Web
+/// Tokens checked with a key). Off by default for the embedded config. The same credentials
+/// work on the Pulsar protocol, the admin API (`Authorization: Bearer`) and SQL (PostgreSQL
+/// password, HTTP Bearer).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct AuthenticationConfig {
     /// Refuse connections without valid credentials.
     pub enabled: bool,
-    /// Accepted tokens and the role each authenticates as (`"<token>" = "<role>"`).
+    /// Accepted opaque tokens and the role each authenticates as (`"<token>" = "<role>"`).
     pub tokens: std::collections::BTreeMap<String, String>,
+    /// HS256 secret key for JWTs: a file of raw key bytes (`ledgerlake token
+    /// create-secret-key`) or `data:;base64,<key>`.
+    pub token_secret_key: Option<String>,
+    /// Public key for JWTs signed with a private key: a DER or PEM file (`ledgerlake token
+    /// create-key-pair`) or `data:;base64,<der>`.
+    pub token_public_key: Option<String>,
+    /// Algorithm of `token_public_key`: RS256 (default), RS384, RS512, PS256, PS384, PS512
+    /// (one RSA key accepts all six), ES256 or ES384.
+    pub token_public_alg: String,
+    /// The claim holding the role.
+    pub token_auth_claim: String,
+    /// When set, JWTs must carry this audience (`aud`).
+    pub token_audience: Option<String>,
+    /// How often Pulsar connections are checked for expired credentials. An expired one is
+    /// asked for fresh credentials (AUTH_CHALLENGE) and closed if none come by the next check,
+    /// if they name another role, or if the client cannot refresh.
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub refresh_check_interval: Duration,
+}
+
+impl Default for AuthenticationConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            tokens: Default::default(),
+            token_secret_key: None,
+            token_public_key: None,
+            token_public_alg: "RS256".into(),
+            token_auth_claim: "sub".into(),
+            token_audience: None,
+            refresh_check_interval: Duration::from_secs(60),
+        }
+    }
 }
 
 /// Log output.
@@ -373,10 +413,23 @@ impl Config {
                 ),
             );
         }
-        if self.broker.authentication.enabled && self.broker.authentication.tokens.is_empty() {
+        let auth = &self.broker.authentication;
+        if auth.enabled
+            && auth.tokens.is_empty()
+            && auth.token_secret_key.is_none()
+            && auth.token_public_key.is_none()
+        {
             return invalid(
-                "broker.authentication.tokens",
-                "authentication is enabled but no token is configured".into(),
+                "broker.authentication",
+                "authentication is enabled but no token, token_secret_key or token_public_key \
+                 is configured"
+                    .into(),
+            );
+        }
+        if auth.refresh_check_interval.is_zero() {
+            return invalid(
+                "broker.authentication.refresh_check_interval",
+                "must be positive".into(),
             );
         }
         if self.broker.cursor_persist_interval.is_zero() {

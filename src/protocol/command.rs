@@ -46,6 +46,8 @@ pub enum Inbound {
     GetLastMessageId(proto::CommandGetLastMessageId),
     /// GET_SCHEMA.
     GetSchema(proto::CommandGetSchema),
+    /// AUTH_RESPONSE: fresh credentials answering an AUTH_CHALLENGE.
+    AuthResponse(proto::CommandAuthResponse),
     /// Any other command: answered with an error naming it, when it has a request id.
     Unsupported {
         /// Command type number.
@@ -107,6 +109,9 @@ impl TryFrom<Frame> for Inbound {
                 Inbound::GetLastMessageId(body!(c, get_last_message_id, "GET_LAST_MESSAGE_ID"))
             }
             Ok(Type::GetSchema) => Inbound::GetSchema(body!(c, get_schema, "GET_SCHEMA")),
+            Ok(Type::AuthResponse) => {
+                Inbound::AuthResponse(body!(c, auth_response, "AUTH_RESPONSE"))
+            }
             _ => Inbound::Unsupported {
                 kind,
                 request_id: request_id_of(&c),
@@ -179,6 +184,20 @@ pub fn connected(server_version: &str, protocol_version: i32, max_message_size: 
         protocol_version: Some(protocol_version),
         max_message_size: Some(max_message_size),
         feature_flags: None,
+    });
+    Outbound::Command(c)
+}
+
+/// AUTH_CHALLENGE asking for fresh credentials of `method` (Pulsar's "PulsarAuthRefresh").
+pub fn auth_challenge(server_version: &str, protocol_version: i32, method: &str) -> Outbound {
+    let mut c = base(Type::AuthChallenge);
+    c.auth_challenge = Some(proto::CommandAuthChallenge {
+        server_version: Some(server_version.to_string()),
+        challenge: Some(proto::AuthData {
+            auth_method_name: Some(method.to_string()),
+            auth_data: Some(b"PulsarAuthRefresh".to_vec()),
+        }),
+        protocol_version: Some(protocol_version),
     });
     Outbound::Command(c)
 }

@@ -155,7 +155,7 @@ const METADATA_ROLE: &str = "ledgerlake.role";
 /// authentication is off).
 fn session_principal<C: ClientInfo + ?Sized>(client: &C) -> Principal {
     match client.metadata().get(METADATA_ROLE) {
-        Some(role) => Principal { role: role.clone() },
+        Some(role) => Principal::role(role),
         None => Principal::anonymous(),
     }
 }

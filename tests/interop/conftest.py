@@ -67,9 +67,10 @@ def _free_port():
 
 
 class Service:
-    def __init__(self, binary, data_dir, env=None):
+    def __init__(self, binary, data_dir, env=None, args=None):
         self.binary = binary
         self.env = dict(os.environ, **(env or {}))
+        self.args = list(args or [])
         self.data_dir = data_dir
         self.proc = None
         self.log_path = os.path.join(data_dir, "serve.log")
@@ -86,7 +87,7 @@ class Service:
             [self.binary, "serve", "--data-dir", os.path.join(self.data_dir, "data"),
              "--pulsar-addr", f"127.0.0.1:{self.pulsar_port}",
              "--http-addr", f"127.0.0.1:{self.http_port}",
-             "--pg-addr", f"127.0.0.1:{self.pg_port}"],
+             "--pg-addr", f"127.0.0.1:{self.pg_port}", *self.args],
             stdout=subprocess.DEVNULL, stderr=log, env=self.env)
         deadline = time.time() + 60
         while time.time() < deadline:
@@ -206,10 +207,10 @@ def make_service(request):
     made = []
     dirs = []
 
-    def make(env=None):
+    def make(env=None, args=None):
         d = tempfile.TemporaryDirectory()
         dirs.append(d)
-        svc = Service(_binary(), d.name, env=env)
+        svc = Service(_binary(), d.name, env=env, args=args)
         made.append(svc)
         return svc
 

@@ -19,6 +19,12 @@ impl Connection {
             Ok(principal) => {
                 tracing::debug!(conn = self.id, %principal, "authenticated");
                 self.principal = Some(principal);
+                self.auth_method = method.to_string();
+                self.supports_auth_refresh = c
+                    .feature_flags
+                    .as_ref()
+                    .and_then(|f| f.supports_auth_refresh)
+                    .unwrap_or(false);
             }
             Err(e) => {
                 self.send(command::connect_refused(
@@ -33,6 +39,62 @@ impl Connection {
         let max = self.broker.config.max_message_size.as_u64() as i32;
         self.send(command::connected(SERVER_VERSION, version, max))
             .await;
+        Ok(())
+    }
+
+    /// Every refresh check: a connection whose credentials expired is asked for fresh ones
+    /// (AUTH_CHALLENGE), and closed when its client cannot refresh or left the last challenge
+    /// unanswered. `Err` closes the connection.
+    pub(super) async fn check_credentials(&mut self) -> Result<(), String> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let Some(principal) = &self.principal else {
+            return Ok(());
+        };
+        if !principal.expired_at(now) {
+            return Ok(());
+        }
+        if !self.supports_auth_refresh {
+            return Err(format!(
+                "the credentials of {principal} expired and the client cannot refresh them"
+            ));
+        }
+        if self.refresh_pending {
+            return Err(format!(
+                "the credentials of {principal} expired and the client sent no fresh ones"
+            ));
+        }
+        self.refresh_pending = true;
+        tracing::debug!(conn = self.id, %principal, "credentials expired: asking for fresh ones");
+        let challenge =
+            command::auth_challenge(SERVER_VERSION, PROTOCOL_VERSION, &self.auth_method);
+        self.send(challenge).await;
+        Ok(())
+    }
+
+    /// AUTH_RESPONSE: fresh credentials must authenticate as the same role; else the
+    /// connection closes (`Err`).
+    pub(super) fn on_auth_response(&mut self, r: proto::CommandAuthResponse) -> Result<(), String> {
+        let data = r.response.unwrap_or_default();
+        let method = data
+            .auth_method_name
+            .as_deref()
+            .unwrap_or(&self.auth_method);
+        let fresh = self
+            .broker
+            .access
+            .authenticate(method, data.auth_data.as_deref().unwrap_or(&[]))
+            .map_err(|e| format!("refreshing credentials failed: {e}"))?;
+        let role = self.principal.as_ref().map(|p| p.role.clone());
+        if role.as_deref() != Some(fresh.role.as_str()) {
+            return Err(format!(
+                "refreshed credentials name {fresh}, not the connection's role"
+            ));
+        }
+        tracing::debug!(conn = self.id, principal = %fresh, "credentials refreshed");
+        self.principal = Some(fresh);
+        self.refresh_pending = false;
         Ok(())
     }
 

@@ -79,8 +79,14 @@ pub struct Connection {
     /// Slow steps in progress.
     deferred: FuturesUnordered<Deferred>,
     /// Who the connection authenticated as on CONNECT (anonymous while authentication is off).
-    /// Invariant: `Some` from CONNECT on; every command on a topic is authorized for it.
+    /// Invariant: `Some` from CONNECT on; every command on a topic is authorized for it; its
+    /// role never changes (a refresh naming another role closes the connection).
     principal: Option<Principal>,
+    /// The CONNECT's authentication method and whether the client answers AUTH_CHALLENGE.
+    auth_method: String,
+    supports_auth_refresh: bool,
+    /// An AUTH_CHALLENGE is unanswered. Invariant: set only while the principal has expired.
+    refresh_pending: bool,
 }
 
 impl Connection {
@@ -116,15 +122,26 @@ impl Connection {
             opening_consumers: HashMap::new(),
             deferred: FuturesUnordered::new(),
             principal: None,
+            auth_method: String::new(),
+            supports_auth_refresh: false,
+            refresh_pending: false,
         };
         tracing::debug!(peer = %peer, conn = conn.id, "connection opened");
         let keepalive = broker.config.keepalive;
         let mut ping = tokio::time::interval(keepalive);
         ping.tick().await;
         let mut last_heard = Instant::now();
+        let mut refresh_check =
+            tokio::time::interval(broker.config.authentication.refresh_check_interval);
+        refresh_check.tick().await;
         let reason = loop {
             tokio::select! {
                 _ = broker.stop.cancelled() => break "broker shutting down".to_string(),
+                _ = refresh_check.tick(), if broker.access.required() => {
+                    if let Err(reason) = conn.check_credentials().await {
+                        break reason;
+                    }
+                }
                 _ = ping.tick() => {
                     if last_heard.elapsed() > keepalive * 2 {
                         break "keepalive timeout".to_string();
@@ -217,6 +234,7 @@ impl Connection {
             }
             Inbound::GetLastMessageId(g) => self.on_last_message_id(g).await,
             Inbound::Seek(s) => self.on_seek(s).await,
+            Inbound::AuthResponse(r) => return self.on_auth_response(r),
             Inbound::Unsupported { kind, request_id } => {
                 tracing::debug!(conn = self.id, kind, "unsupported command");
                 if let Some(id) = request_id {

@@ -2,9 +2,12 @@
 //! protocol, the admin API, SQL over PostgreSQL and HTTP).
 //!
 //! - [`Authenticator`] turns credentials into a [`Principal`]: CONNECT's `auth_method_name` +
-//!   `auth_data`, a PostgreSQL password, an HTTP `Authorization: Bearer` token. Today's
-//!   implementation, [`StaticTokens`], maps opaque tokens (method `token`, as the Pulsar clients
-//!   send them) to roles listed in the configuration.
+//!   `auth_data`, a PostgreSQL password, an HTTP `Authorization: Bearer` token. Two
+//!   implementations, tried in that order when both are configured: [`StaticTokens`] maps
+//!   opaque tokens listed in the configuration to roles; [`jwt::JwtAuthenticator`] checks JSON
+//!   Web Tokens signed with a secret or a private key (method `token`, as the Pulsar clients
+//!   send both). A principal remembers when its token expires, so long-lived connections can
+//!   ask for a fresh one.
 //! - [`Authorizer`] decides one [`Action`] of a principal on one [`Resource`]. Every operation
 //!   of every surface asks it once. Today's implementation, [`AllowAuthenticated`], allows what
 //!   authentication allowed; tenants, permissions and superusers replace it.
@@ -18,19 +21,34 @@ use std::sync::Arc;
 
 use crate::naming::{NamespaceName, TopicName};
 
+pub mod jwt;
+
 /// Who a connection or request authenticated as.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal {
     /// Role name (what authorization checks); empty for the anonymous principal.
     pub role: String,
+    /// When the credentials expire (seconds since the Unix epoch); `None`: never.
+    pub expires_at: Option<u64>,
 }
 
 impl Principal {
     /// The principal of every request while authentication is off.
     pub fn anonymous() -> Self {
+        Principal::role("")
+    }
+
+    /// A principal of `role` whose credentials do not expire.
+    pub fn role(role: &str) -> Self {
         Principal {
-            role: String::new(),
+            role: role.to_string(),
+            expires_at: None,
         }
+    }
+
+    /// Whether the credentials have expired at `now` (seconds since the Unix epoch).
+    pub fn expired_at(&self, now: u64) -> bool {
+        self.expires_at.is_some_and(|exp| exp <= now)
     }
 
     /// Whether this is the anonymous principal.
@@ -61,6 +79,12 @@ pub enum AuthError {
     /// Authentication is on and no credentials were given.
     #[error("credentials are required (a token)")]
     Missing,
+    /// The token has expired.
+    #[error("the token has expired")]
+    Expired,
+    /// The token is not acceptable (signature, algorithm, audience, claims).
+    #[error("invalid token: {0}")]
+    InvalidToken(String),
 }
 
 /// Checks the credentials of a CONNECT.
@@ -181,16 +205,38 @@ pub struct Access {
 }
 
 impl Access {
-    /// What `config` asks for.
-    pub fn from_config(config: &crate::config::AuthenticationConfig) -> Self {
-        let authenticator = config.enabled.then(|| {
+    /// What `config` asks for; fails when a configured key cannot be read.
+    pub fn from_config(
+        config: &crate::config::AuthenticationConfig,
+    ) -> Result<Self, jwt::KeyError> {
+        let mut chain: Vec<Arc<dyn Authenticator>> = Vec::new();
+        if !config.tokens.is_empty() {
             let tokens = config.tokens.clone().into_iter().collect();
-            Arc::new(StaticTokens::new(tokens)) as Arc<dyn Authenticator>
-        });
-        Access {
+            chain.push(Arc::new(StaticTokens::new(tokens)));
+        }
+        let rules = jwt::JwtRules {
+            role_claim: config.token_auth_claim.clone(),
+            audience: config.token_audience.clone(),
+        };
+        if let Some(secret) = &config.token_secret_key {
+            chain.push(Arc::new(jwt::JwtAuthenticator::with_secret_key(
+                secret,
+                rules.clone(),
+            )?));
+        }
+        if let Some(public) = &config.token_public_key {
+            let alg = jwt::algorithm(&config.token_public_alg)?;
+            chain.push(Arc::new(jwt::JwtAuthenticator::with_public_key(
+                public, alg, rules,
+            )?));
+        }
+        let authenticator = config
+            .enabled
+            .then(|| Arc::new(AnyOf(chain)) as Arc<dyn Authenticator>);
+        Ok(Access {
             authenticator,
             authorizer: Arc::new(AllowAuthenticated),
-        }
+        })
     }
 
     /// Whether clients must present credentials.
@@ -228,6 +274,24 @@ impl Access {
     }
 }
 
+/// The first of several authenticators that accepts the credentials; when none does, the
+/// last one's reason (an empty list accepts nobody).
+#[derive(Debug)]
+struct AnyOf(Vec<Arc<dyn Authenticator>>);
+
+impl Authenticator for AnyOf {
+    fn authenticate(&self, method: &str, data: &[u8]) -> Result<Principal, AuthError> {
+        let mut refused = AuthError::InvalidCredentials;
+        for a in &self.0 {
+            match a.authenticate(method, data) {
+                Ok(p) => return Ok(p),
+                Err(e) => refused = e,
+            }
+        }
+        Err(refused)
+    }
+}
+
 /// Opaque tokens mapped to roles.
 pub struct StaticTokens {
     /// Invariant: keys are the exact token strings clients send.
@@ -260,7 +324,7 @@ impl Authenticator for StaticTokens {
         let token = token.strip_prefix("token:").unwrap_or(token).trim();
         self.tokens
             .get(token)
-            .map(|role| Principal { role: role.clone() })
+            .map(|role| Principal::role(role))
             .ok_or(AuthError::InvalidCredentials)
     }
 }
@@ -274,9 +338,7 @@ mod tests {
         let a = StaticTokens::new(HashMap::from([("s3cret".to_string(), "admin".to_string())]));
         assert_eq!(
             a.authenticate("token", b"s3cret"),
-            Ok(Principal {
-                role: "admin".into()
-            })
+            Ok(Principal::role("admin"))
         );
         assert_eq!(
             a.authenticate("token", b"wrong"),
@@ -291,7 +353,8 @@ mod tests {
 
     #[tokio::test]
     async fn access_is_anonymous_when_off_and_checked_when_on() {
-        let off = Access::from_config(&crate::config::AuthenticationConfig::default());
+        let off = Access::from_config(&crate::config::AuthenticationConfig::default())
+            .expect("no keys to read");
         assert!(!off.required());
         assert_eq!(off.authenticate_token(None), Ok(Principal::anonymous()));
         assert_eq!(off.authenticate("none", b""), Ok(Principal::anonymous()));
@@ -300,7 +363,9 @@ mod tests {
             tokens: [("t0k".to_string(), "app".to_string())]
                 .into_iter()
                 .collect(),
-        });
+            ..Default::default()
+        })
+        .expect("no keys to read");
         assert!(on.required());
         assert_eq!(on.authenticate_token(None), Err(AuthError::Missing));
         assert_eq!(
