@@ -45,6 +45,7 @@ use crate::ledger::Log;
 use crate::replay::Replay;
 
 pub mod catalog;
+mod distinct;
 pub mod format;
 pub mod guard;
 mod lake_scan;
@@ -245,6 +246,7 @@ impl SqlEngine {
         let mut ctx = SessionContext::new_with_state(state);
         datafusion_functions_json::register_all(&mut ctx)
             .map_err(|e| SqlError::Execution(e.to_string()))?;
+        ctx.add_optimizer_rule(Arc::new(distinct::DistinctNestedKeys));
         Ok(ctx)
     }
 

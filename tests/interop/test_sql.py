@@ -121,6 +121,13 @@ def test_psql_counts_aggregates_filters_nulls_maps(topic_svc):
         if key_of(i) is not None:
             expected[key_of(i)] = expected.get(key_of(i), 0) + 1
     assert {k: int(v) for k, v in rows} == expected
+    # Distinct counts of tuples and of a map, beside other aggregates, over the lake and the
+    # tail: every message has its own id and its own properties.
+    rows = psql_rows(topic_svc, """SELECT count(*),
+        count(DISTINCT (ledger_id, entry_id, batch_index)), count(DISTINCT properties),
+        count(DISTINCT (key, properties['parity'])) FROM "sql-basic" """)
+    pairs = {(key_of(i), "even" if i % 2 == 0 else "odd") for i in range(N)}
+    assert rows == [[str(N), str(N), str(N), str(len(pairs))]]
     # JSON helpers over raw JSON payloads.
     rows = psql_rows(topic_svc, """SELECT sum(json_get_int(CAST(payload AS VARCHAR), 'i'))
         FROM "sql-basic" WHERE properties['parity'] = 'even'""")

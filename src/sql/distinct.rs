@@ -1,0 +1,185 @@
+//! `count(DISTINCT x)` over nested values (a tuple such as `(ledger_id, entry_id,
+//! batch_index)`, a struct, list or map column) without exhausting the query's memory.
+//!
+//! DataFusion counts such values with a generic accumulator that keeps one `ScalarValue` per
+//! distinct value, each a one-row slice that shares (and is accounted as) its whole source
+//! batch: 20,000 rows asked the pool for 12 GB. The optimizer rule [`DistinctNestedKeys`]
+//! rewrites the argument of every `count(DISTINCT <nested>)` to `distinct_key(<nested>)`: the
+//! value in arrow's row format (a byte string, equal exactly when the values are equal, null
+//! when the value is null), which DataFusion counts with its compact byte-string accumulator.
+//! The aggregate keeps its name, so the plan's schema does not change.
+//!
+//! Invariants:
+//! - The rewrite applies only to types the row format encodes by value (nested types without
+//!   dictionaries); everything else is left to DataFusion.
+//! - `distinct_key` is injective on values and keeps nulls null, so the count is unchanged.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, BinaryBuilder};
+use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::common::tree_node::Transformed;
+use datafusion::common::{DFSchema, Result as DfResult};
+use datafusion::logical_expr::expr::AggregateFunction;
+use datafusion::logical_expr::{
+    Aggregate, ColumnarValue, Expr, ExprSchemable, LogicalPlan, ScalarFunctionArgs, ScalarUDF,
+    ScalarUDFImpl, Signature, Volatility,
+};
+use datafusion::optimizer::optimizer::ApplyOrder;
+use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
+
+/// Rewrites `count(DISTINCT <nested>)` to count row-format keys (see the module docs).
+#[derive(Debug, Default)]
+pub struct DistinctNestedKeys;
+
+/// Whether `count(DISTINCT)` over `dt` should count row-format keys instead.
+fn wants_key(dt: &DataType) -> bool {
+    fn has_dictionary(dt: &DataType) -> bool {
+        match dt {
+            DataType::Dictionary(..) => true,
+            DataType::Struct(fields) => fields.iter().any(|f| has_dictionary(f.data_type())),
+            DataType::List(f)
+            | DataType::LargeList(f)
+            | DataType::FixedSizeList(f, _)
+            | DataType::ListView(f)
+            | DataType::LargeListView(f)
+            | DataType::Map(f, _) => has_dictionary(f.data_type()),
+            _ => false,
+        }
+    }
+    let nested = matches!(
+        dt,
+        DataType::Struct(_)
+            | DataType::List(_)
+            | DataType::LargeList(_)
+            | DataType::FixedSizeList(..)
+            | DataType::Map(..)
+    );
+    nested && !has_dictionary(dt) && RowConverter::supports_fields(&[SortField::new(dt.clone())])
+}
+
+impl DistinctNestedKeys {
+    /// `e` with its distinct count over a nested value counting keys, if it is one.
+    fn rewrite_expr(e: &Expr, input: &DFSchema) -> DfResult<Option<Expr>> {
+        let (inner, name) = match e {
+            Expr::Alias(a) => (a.expr.as_ref(), a.name.clone()),
+            other => (other, other.schema_name().to_string()),
+        };
+        let Expr::AggregateFunction(AggregateFunction { func, params }) = inner else {
+            return Ok(None);
+        };
+        if !params.distinct || func.name() != "count" || params.args.len() != 1 {
+            return Ok(None);
+        }
+        let arg = &params.args[0];
+        if !wants_key(&arg.get_type(input)?) {
+            return Ok(None);
+        }
+        let mut params = params.clone();
+        params.args = vec![distinct_key_udf().call(vec![arg.clone()])];
+        let counted = Expr::AggregateFunction(AggregateFunction {
+            func: func.clone(),
+            params,
+        });
+        Ok(Some(counted.alias(name)))
+    }
+}
+
+impl OptimizerRule for DistinctNestedKeys {
+    fn name(&self) -> &str {
+        "ledgerlake_distinct_nested_keys"
+    }
+
+    fn apply_order(&self) -> Option<ApplyOrder> {
+        Some(ApplyOrder::BottomUp)
+    }
+
+    fn supports_rewrite(&self) -> bool {
+        true
+    }
+
+    fn rewrite(
+        &self,
+        plan: LogicalPlan,
+        _config: &dyn OptimizerConfig,
+    ) -> DfResult<Transformed<LogicalPlan>> {
+        let LogicalPlan::Aggregate(agg) = plan else {
+            return Ok(Transformed::no(plan));
+        };
+        let mut changed = false;
+        let mut exprs = Vec::with_capacity(agg.aggr_expr.len());
+        for e in &agg.aggr_expr {
+            match Self::rewrite_expr(e, agg.input.schema())? {
+                Some(new) => {
+                    changed = true;
+                    exprs.push(new);
+                }
+                None => exprs.push(e.clone()),
+            }
+        }
+        if !changed {
+            return Ok(Transformed::no(LogicalPlan::Aggregate(agg)));
+        }
+        let rewritten = Aggregate::try_new(agg.input.clone(), agg.group_expr.clone(), exprs)?;
+        Ok(Transformed::yes(LogicalPlan::Aggregate(rewritten)))
+    }
+}
+
+/// The `distinct_key` function.
+pub fn distinct_key_udf() -> ScalarUDF {
+    ScalarUDF::from(DistinctKey {
+        signature: Signature::any(1, Volatility::Immutable),
+    })
+}
+
+/// A value in arrow's row format: equal bytes exactly for equal values; null stays null.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct DistinctKey {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for DistinctKey {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn name(&self) -> &str {
+        "distinct_key"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> DfResult<DataType> {
+        Ok(DataType::Binary)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let Some(values) = arrays.first() else {
+            return datafusion::common::plan_err!("distinct_key takes one argument");
+        };
+        Ok(ColumnarValue::Array(row_keys(values)?))
+    }
+}
+
+/// The row-format key of each value of `values` (null where the value is null).
+fn row_keys(values: &ArrayRef) -> DfResult<ArrayRef> {
+    let converter = RowConverter::new(vec![SortField::new(values.data_type().clone())])?;
+    let rows = converter.convert_columns(std::slice::from_ref(values))?;
+    let mut out = BinaryBuilder::with_capacity(values.len(), rows.size());
+    for i in 0..values.len() {
+        if values.is_valid(i) {
+            out.append_value(rows.row(i).as_ref());
+        } else {
+            out.append_null();
+        }
+    }
+    Ok(Arc::new(out.finish()))
+}
+
+#[cfg(test)]
+mod tests;
