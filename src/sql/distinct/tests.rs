@@ -183,3 +183,16 @@ async fn explain_shows_the_key() -> TestResult {
     assert!(text.contains("distinct_key("), "{text}");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_distinct_count_of_lists_fits_and_is_exact() -> TestResult {
+    let ctx = context(true)?;
+    let expected: HashSet<_> = (0..ROWS).map(|i| (row(i).1, row(i).0)).collect();
+    let got = ints(
+        &ctx,
+        "SELECT count(*), count(DISTINCT [entry_id, ledger_id]) FROM t",
+    )
+    .await?;
+    assert_eq!(got, vec![ROWS as i64, expected.len() as i64]);
+    Ok(())
+}
