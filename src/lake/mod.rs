@@ -31,6 +31,7 @@ pub mod commit;
 pub mod expire;
 mod handle;
 pub mod history;
+pub mod inspect;
 pub mod naming;
 pub mod orphans;
 pub mod rows;

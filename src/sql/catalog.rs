@@ -6,7 +6,9 @@
 //! Besides the topic itself, a schema resolves:
 //! - `"<topic>@<snapshot id>"` and `"<topic>@<RFC 3339 time>"`: the lake table as of that
 //!   snapshot (the newest snapshot committed at or before that time), lake only;
-//! - `"<topic>$snapshots"`: the table's snapshots (id, parent, time, operation, summary).
+//! - `"<topic>$snapshots"`: the table's snapshots (id, parent, time, operation, summary);
+//!   `"<topic>$history"`, `"<topic>$files"` and `"<topic>$partitions"`
+//!   ([`super::metadata_tables`]).
 //!
 //! Invariant: the listing is taken once per session (one per request); tables are opened, and
 //! their seams pinned, when the planner resolves them.
@@ -162,11 +164,24 @@ enum Wanted {
     AsOf(i64),
     /// The snapshots metadata table.
     Snapshots,
+    /// The history metadata table.
+    History,
+    /// The current snapshot's files.
+    Files,
+    /// Rows, files and bytes per partition.
+    Partitions,
 }
 
 fn parse_table_name(name: &str) -> Result<(&str, Wanted), String> {
-    if let Some(topic) = name.strip_suffix("$snapshots") {
-        return Ok((topic, Wanted::Snapshots));
+    for (suffix, wanted) in [
+        ("$snapshots", Wanted::Snapshots),
+        ("$history", Wanted::History),
+        ("$files", Wanted::Files),
+        ("$partitions", Wanted::Partitions),
+    ] {
+        if let Some(topic) = name.strip_suffix(suffix) {
+            return Ok((topic, wanted));
+        }
     }
     let Some((topic, at)) = name.rsplit_once('@') else {
         return Ok((name, Wanted::Live));
@@ -390,6 +405,11 @@ async fn open_lake_only(
                 .map_err(|e| SqlError::Execution(e.to_string()))?;
             return Ok(Arc::new(mem));
         }
+        Wanted::History => return Ok(Arc::new(super::metadata_tables::history(&table)?)),
+        Wanted::Files => return Ok(Arc::new(super::metadata_tables::files(&table).await?)),
+        Wanted::Partitions => {
+            return Ok(Arc::new(super::metadata_tables::partitions(&table).await?))
+        }
         Wanted::Snapshot(id) => id,
         Wanted::AsOf(ms) => table
             .metadata()
@@ -438,6 +458,12 @@ mod tests {
             parse_table_name("a-b$snapshots"),
             Ok(("a-b", Wanted::Snapshots))
         );
+        assert_eq!(parse_table_name("a$files"), Ok(("a", Wanted::Files)));
+        assert_eq!(
+            parse_table_name("a$partitions"),
+            Ok(("a", Wanted::Partitions))
+        );
+        assert_eq!(parse_table_name("a$history"), Ok(("a", Wanted::History)));
         assert!(parse_table_name("t@yesterday").is_err());
     }
 }

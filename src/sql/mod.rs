@@ -49,6 +49,7 @@ mod distinct;
 pub mod format;
 pub mod guard;
 mod lake_scan;
+mod metadata_tables;
 pub mod postgres;
 mod prune;
 mod table;

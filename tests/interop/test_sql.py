@@ -176,6 +176,25 @@ def test_time_travel_and_snapshots_table(topic_svc):
     assert r.returncode != 0 and "no snapshot" in r.stderr, r.stderr
 
 
+def test_history_files_and_partitions_tables(topic_svc):
+    """The lake half of the topic, seen through its metadata tables."""
+    snapshots = psql_rows(topic_svc, 'SELECT snapshot_id FROM "sql-basic$snapshots"')
+    history = psql_rows(topic_svc, """SELECT snapshot_id, is_current_ancestor,
+        made_current_at IS NOT NULL FROM "sql-basic$history" ORDER BY made_current_at""")
+    assert sorted(h[0] for h in history) == sorted(s[0] for s in snapshots)
+    assert history[-1][1:] == ["t", "t"], history
+    files = psql_rows(topic_svc, """SELECT content, file_format, partition, record_count,
+        file_size_in_bytes > 0 FROM "sql-basic$files" """)
+    assert files and all(f[0] == "data" and f[1] == "parquet" and f[4] == "t" for f in files)
+    assert all(f[2].startswith("publish_day=") for f in files), files
+    assert sum(int(f[3]) for f in files) == N // 2
+    parts = psql_rows(topic_svc, """SELECT partition, record_count, file_count
+        FROM "sql-basic$partitions" ORDER BY partition""")
+    assert sum(int(p[1]) for p in parts) == N // 2
+    assert sum(int(p[2]) for p in parts) == len(files)
+    assert sorted(p[0] for p in parts) == sorted({f[2] for f in files})
+
+
 def test_http_json_csv_arrow(topic_svc):
     q = 'SELECT properties[\'n\'] AS n, key FROM "sql-basic" ORDER BY CAST(properties[\'n\'] AS INT) LIMIT 3'
     status, body = sql_http(topic_svc, q)
