@@ -228,7 +228,12 @@ impl JwtAuthenticator {
                 )))
             }
         };
-        let expires_at = data.claims.get("exp").and_then(serde_json::Value::as_u64);
+        // `exp` may be a fraction of a second; a token counts as expired from its ceiling on.
+        let expires_at = data
+            .claims
+            .get("exp")
+            .and_then(serde_json::Value::as_f64)
+            .map(|t| t.max(0.0).ceil() as u64);
         Ok(Principal { role, expires_at })
     }
 }

@@ -75,6 +75,8 @@ pub struct Broker {
     policies: Arc<PolicyStore>,
     /// Lake access for ranges deleted locally (`None` when the lake is disabled).
     replay: Option<crate::replay::Replay>,
+    /// Bytes of SENDs queued to topic owners, shared by every topic.
+    publish_budget: Arc<tokio::sync::Semaphore>,
 }
 
 /// One topic partition's place in the broker: empty until loaded. Its lock is held while the
@@ -105,6 +107,7 @@ impl Broker {
             tasks: TaskTracker::new(),
             policies,
             replay,
+            publish_budget: Arc::new(tokio::sync::Semaphore::new(topic::PUBLISH_BUDGET)),
         })
     }
 
@@ -350,6 +353,7 @@ impl Broker {
             dedup,
             cursors,
             persist_every: self.config.cursor_persist_interval,
+            publish_budget: self.publish_budget.clone(),
         }))
     }
 }

@@ -92,6 +92,8 @@ pub(crate) struct OwnerSetup {
     pub cursors: Vec<(String, CursorState)>,
     /// How often subscriptions save their cursors.
     pub persist_every: Duration,
+    /// The broker-wide budget of queued SEND bytes.
+    pub publish_budget: Arc<tokio::sync::Semaphore>,
 }
 
 /// An append whose SEND waits for durability.
@@ -125,6 +127,7 @@ pub(crate) fn spawn(setup: OwnerSetup) -> Arc<BrokerTopic> {
         log: setup.log,
         lake: setup.lake,
         owner: tx,
+        publish_budget: setup.publish_budget,
     });
     let mut subscriptions = HashMap::new();
     for (name, state) in setup.cursors {
@@ -233,7 +236,10 @@ impl Owner {
             highest: r.highest,
             reply: r.reply,
         };
-        match self.topic.log.append(r.publish_time_ms, r.entry).await {
+        let appended = self.topic.log.append(r.publish_time_ms, r.entry).await;
+        // Appended (or refused): the log's own budget holds the bytes from here.
+        drop(r.budget);
+        match appended {
             Ok(receipt) => Some((f, receipt)),
             Err(e) => {
                 self.settled(f, Err(e));
@@ -257,7 +263,12 @@ impl Owner {
     async fn handle(&mut self, cmd: TopicCommand) {
         match cmd {
             TopicCommand::AddProducer { name, slot, reply } => {
-                let _ = reply.send(self.add_producer(name, slot));
+                let result = self.add_producer(name.clone(), slot);
+                let added = result.is_ok();
+                if reply.send(result).is_err() && added {
+                    // Whoever asked is gone (its connection closed meanwhile): undo.
+                    self.producers.remove(&name);
+                }
             }
             TopicCommand::RemoveProducer {
                 name,
@@ -311,6 +322,14 @@ impl Owner {
             return Err(BrokerError::ProducerBusy(
                 "a producer with this name is already connected".into(),
             ));
+        }
+        if let Dedup::Unavailable(reason) = &self.dedup {
+            // Its last sequence id is unknown: a producer told -1 would have its resends
+            // taken for duplicates once the state is folded.
+            return Err(BrokerError::Stopped(format!(
+                "deduplication state of {} is unavailable ({reason}); retry",
+                self.topic.name
+            )));
         }
         let last = match &self.dedup {
             Dedup::On { live, .. } => live.last_sequence_id(&name),
@@ -435,4 +454,10 @@ pub(crate) async fn test_log(
     )
     .await?;
     Ok((dir, Arc::new(log)))
+}
+
+/// A publish budget of the broker's size, for the broker's unit tests.
+#[cfg(test)]
+pub(crate) fn test_budget() -> Arc<tokio::sync::Semaphore> {
+    Arc::new(tokio::sync::Semaphore::new(super::topic::PUBLISH_BUDGET))
 }

@@ -446,7 +446,11 @@ impl State {
                     });
                     Ok(())
                 };
-                let _ = reply.send(result);
+                let joined = result.is_ok();
+                if reply.send(result).is_err() && joined {
+                    // Whoever asked is gone (its connection closed meanwhile): undo.
+                    self.consumers.retain(|c| c.key != key);
+                }
                 changed = self.recompute_active();
             }
             SubscriptionCommand::Flow(key, permits) => {

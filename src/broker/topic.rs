@@ -30,6 +30,11 @@ use crate::protocol::proto::command_subscribe::SubType;
 /// read meanwhile: the topic's backpressure).
 pub(crate) const OWNER_QUEUE: usize = 1024;
 
+/// Bytes of SENDs queued to owners and not yet appended, across the broker. A SEND waits for
+/// its share before it is queued, so the owners' queues hold at most this much payload
+/// whatever the message size (after the append, the log's own budget takes over).
+pub(crate) const PUBLISH_BUDGET: usize = 64 * 1024 * 1024;
+
 /// A loaded topic partition: the handle of its owner task.
 #[derive(Debug)]
 pub struct BrokerTopic {
@@ -44,6 +49,8 @@ pub struct BrokerTopic {
     /// The owner task's queue. Invariant: the only way to change the partition's producers,
     /// subscriptions, deduplication state and policies, or to append a producer's message.
     pub(crate) owner: mpsc::Sender<TopicCommand>,
+    /// The broker-wide budget of queued SEND bytes ([`PUBLISH_BUDGET`]).
+    pub(crate) publish_budget: Arc<tokio::sync::Semaphore>,
 }
 
 /// A producer connected to a topic.
@@ -94,6 +101,8 @@ pub(crate) struct PublishRequest {
     pub entry: Bytes,
     /// Answered once the SEND is settled (durable, duplicate or refused).
     pub reply: oneshot::Sender<Published>,
+    /// Its share of the publish budget, released once it is appended.
+    pub budget: tokio::sync::OwnedSemaphorePermit,
 }
 
 /// How a consumer's SUBSCRIBE wants its subscription.
@@ -174,8 +183,8 @@ impl BrokerTopic {
         rx.await.map_err(|_| self.gone())
     }
 
-    /// Queues one SEND; the receiver answers once it is settled. Waiting to queue is the
-    /// topic's backpressure.
+    /// Queues one SEND; the receiver answers once it is settled. Waiting for its share of the
+    /// publish budget, then for room in the owner's queue, is the backpressure.
     pub(crate) async fn publish(
         &self,
         producer: Arc<str>,
@@ -183,6 +192,13 @@ impl BrokerTopic {
         publish_time_ms: i64,
         entry: Bytes,
     ) -> Result<oneshot::Receiver<Published>, BrokerError> {
+        let cost = entry.len().clamp(1, PUBLISH_BUDGET) as u32;
+        let budget = self
+            .publish_budget
+            .clone()
+            .acquire_many_owned(cost)
+            .await
+            .map_err(|_| self.gone())?;
         let (reply, rx) = oneshot::channel();
         let request = PublishRequest {
             producer,
@@ -190,6 +206,7 @@ impl BrokerTopic {
             publish_time_ms,
             entry,
             reply,
+            budget,
         };
         self.owner
             .send(TopicCommand::Publish(request))

@@ -130,6 +130,13 @@ fn write_key(path: &PathBuf, bytes: &[u8], secret: bool) -> anyhow::Result<()> {
     let mut f = options
         .open(path)
         .with_context(|| format!("creating {}", path.display()))?;
+    // The mode above applies only to a new file: an existing one is narrowed too.
+    #[cfg(unix)]
+    if secret {
+        use std::os::unix::fs::PermissionsExt as _;
+        f.set_permissions(std::fs::Permissions::from_mode(0o600))
+            .with_context(|| format!("restricting {}", path.display()))?;
+    }
     f.write_all(bytes)
         .with_context(|| format!("writing {}", path.display()))?;
     Ok(())

@@ -1,5 +1,5 @@
 //! `count(DISTINCT x)` over nested values (a tuple such as `(ledger_id, entry_id,
-//! batch_index)`, a struct, list or map column) without exhausting the query's memory.
+//! batch_index)`, a struct or a list) without exhausting the query's memory.
 //!
 //! DataFusion counts such values with a generic accumulator that keeps one `ScalarValue` per
 //! distinct value, each a one-row slice that shares (and is accounted as) its whole source
@@ -11,13 +11,14 @@
 //!
 //! Invariants:
 //! - The rewrite applies only to types the row format encodes by value (nested types without
-//!   dictionaries); everything else is left to DataFusion.
+//!   dictionaries); everything else is left to DataFusion. Maps are among them: arrow's row
+//!   format does not encode them, so `count(DISTINCT <map>)` still takes DataFusion's path.
 //! - `distinct_key` is injective on values and keeps nulls null, so the count is unchanged.
 
 use std::any::Any;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, BinaryBuilder};
+use datafusion::arrow::array::{Array, ArrayRef, LargeBinaryBuilder};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::common::tree_node::Transformed;
@@ -154,7 +155,7 @@ impl ScalarUDFImpl for DistinctKey {
     }
 
     fn return_type(&self, _args: &[DataType]) -> DfResult<DataType> {
-        Ok(DataType::Binary)
+        Ok(DataType::LargeBinary)
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
@@ -170,7 +171,8 @@ impl ScalarUDFImpl for DistinctKey {
 fn row_keys(values: &ArrayRef) -> DfResult<ArrayRef> {
     let converter = RowConverter::new(vec![SortField::new(values.data_type().clone())])?;
     let rows = converter.convert_columns(std::slice::from_ref(values))?;
-    let mut out = BinaryBuilder::with_capacity(values.len(), rows.size());
+    // 64-bit offsets: one batch's keys may exceed 2 GiB.
+    let mut out = LargeBinaryBuilder::with_capacity(values.len(), rows.size());
     for i in 0..values.len() {
         if values.is_valid(i) {
             out.append_value(rows.row(i).as_ref());

@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
-use super::{error_reply, open_topic, Completion, Connection};
+use super::{
+    begin_opening, cancel_opening, error_reply, finish_opening, open_topic, Completion, Connection,
+};
 use crate::auth::Action;
 use crate::broker::subscription::{SeekTarget, SubscriptionCommand, SubscriptionHandle};
 use crate::broker::topic::SubscribeRequest;
@@ -27,14 +29,31 @@ fn stopped() -> BrokerError {
     BrokerError::Stopped("subscription stopped".into())
 }
 
-/// A SUBSCRIBE's consumer once attached to its subscription.
-pub(super) type Joined = (Arc<BrokerTopic>, SubscriptionHandle);
+/// A SUBSCRIBE's consumer once attached to its subscription: detached again when dropped
+/// unless kept (so a consumer whose connection closed, or that the client closed, while it
+/// subscribed does not stay attached).
+pub(super) struct Joined {
+    state: Option<ConsumerState>,
+    key: (u64, u64),
+}
+
+impl Drop for Joined {
+    fn drop(&mut self) {
+        if let Some(c) = self.state.take() {
+            let key = self.key;
+            tokio::spawn(async move { Connection::detach(key, c, false).await });
+        }
+    }
+}
 
 impl Connection {
     /// SUBSCRIBE: authorizes and loads the topic, checks the schema, and attaches the consumer
     /// to its subscription (created by the topic's owner when new), beside the read loop.
-    pub(super) fn begin_subscribe(&mut self, s: Box<Subscribe>) {
-        self.opening_consumers.insert(s.consumer_id, s.request_id);
+    pub(super) async fn begin_subscribe(&mut self, s: Box<Subscribe>) {
+        let opening = &mut self.opening_consumers;
+        if let Err(e) = begin_opening(opening, s.consumer_id, s.request_id, "consumer") {
+            return self.send(error_reply(s.request_id, &e)).await;
+        }
         let (broker, principal) = (self.broker.clone(), self.principal());
         let (key, out) = ((self.id, s.consumer_id), self.out.clone());
         self.defer(async move {
@@ -63,7 +82,14 @@ impl Connection {
                     })
                     .await
                     .unwrap_or_else(|| Err(stopped()))?;
-                Ok((topic, handle))
+                let state = ConsumerState {
+                    topic,
+                    subscription: handle,
+                };
+                Ok(Joined {
+                    state: Some(state),
+                    key,
+                })
             }
             .await;
             Completion::Subscribe(s, joined)
@@ -76,32 +102,20 @@ impl Connection {
         s: Subscribe,
         joined: Result<Joined, BrokerError>,
     ) {
-        let current = self.opening_consumers.get(&s.consumer_id) == Some(&s.request_id);
-        let (topic, subscription) = match joined {
+        let current = finish_opening(&mut self.opening_consumers, s.consumer_id, s.request_id);
+        let mut joined = match joined {
             Ok(j) if current => j,
-            Ok((topic, subscription)) => {
-                // The client closed this consumer id while it subscribed: detach it again.
-                let state = ConsumerState {
-                    topic,
-                    subscription,
-                };
-                Self::detach((self.id, s.consumer_id), state, false).await;
+            Ok(_) => {
+                // The client closed this consumer id while it subscribed: dropping the
+                // attachment detaches it.
                 let e = BrokerError::Stopped("the consumer was closed while it subscribed".into());
                 return self.send(error_reply(s.request_id, &e)).await;
             }
-            Err(e) => {
-                if current {
-                    self.opening_consumers.remove(&s.consumer_id);
-                }
-                return self.send(error_reply(s.request_id, &e)).await;
-            }
+            Err(e) => return self.send(error_reply(s.request_id, &e)).await,
         };
-        self.opening_consumers.remove(&s.consumer_id);
-        let state = ConsumerState {
-            topic,
-            subscription,
-        };
-        self.consumers.insert(s.consumer_id, state);
+        if let Some(state) = joined.state.take() {
+            self.consumers.insert(s.consumer_id, state);
+        }
         self.send(command::success(s.request_id)).await;
     }
 
@@ -141,7 +155,7 @@ impl Connection {
     /// Detaches a consumer (CLOSE_CONSUMER, UNSUBSCRIBE); a non-durable subscription goes
     /// with it, and UNSUBSCRIBE deletes a durable one.
     pub(super) async fn remove_consumer(&mut self, consumer_id: u64, unsubscribe: bool) {
-        self.opening_consumers.remove(&consumer_id);
+        cancel_opening(&mut self.opening_consumers, consumer_id);
         if let Some(c) = self.consumers.remove(&consumer_id) {
             Self::detach((self.id, consumer_id), c, unsubscribe).await;
         }

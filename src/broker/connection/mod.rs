@@ -63,6 +63,56 @@ impl Completion {
     }
 }
 
+/// A PRODUCER or SUBSCRIBE in progress for one id.
+#[derive(Debug, Clone, Copy)]
+struct Opening {
+    request_id: u64,
+    /// The client closed the id meanwhile.
+    cancelled: bool,
+}
+
+/// Records request `request_id` for `id`, unless one is already in progress.
+fn begin_opening(
+    map: &mut HashMap<u64, Opening>,
+    id: u64,
+    request_id: u64,
+    what: &str,
+) -> Result<(), BrokerError> {
+    if map.contains_key(&id) {
+        return Err(BrokerError::Stopped(format!(
+            "{what} {id} is still being created on this connection; retry"
+        )));
+    }
+    let cancelled = false;
+    map.insert(
+        id,
+        Opening {
+            request_id,
+            cancelled,
+        },
+    );
+    Ok(())
+}
+
+/// Marks the request in progress for `id` (if any) cancelled.
+fn cancel_opening(map: &mut HashMap<u64, Opening>, id: u64) {
+    if let Some(o) = map.get_mut(&id) {
+        o.cancelled = true;
+    }
+}
+
+/// Ends request `request_id` for `id`; whether it may register (not cancelled).
+fn finish_opening(map: &mut HashMap<u64, Opening>, id: u64, request_id: u64) -> bool {
+    match map.get(&id) {
+        Some(o) if o.request_id == request_id => {
+            let current = !o.cancelled;
+            map.remove(&id);
+            current
+        }
+        _ => false,
+    }
+}
+
 /// A client connection.
 pub struct Connection {
     broker: Arc<Broker>,
@@ -70,12 +120,12 @@ pub struct Connection {
     out: mpsc::Sender<Outbound>,
     producers: HashMap<u64, produce::ProducerState>,
     consumers: HashMap<u64, consume::ConsumerState>,
-    /// Producer and consumer ids whose PRODUCER / SUBSCRIBE is still deferred, with that
-    /// request's id. Invariant: a completion registers only when its request is still the one
-    /// recorded for its id; a client that closed the id (and perhaps asked again with the same
-    /// id) gets the stale completion refused, never registered.
-    opening_producers: HashMap<u64, u64>,
-    opening_consumers: HashMap<u64, u64>,
+    /// Producer and consumer ids whose PRODUCER / SUBSCRIBE is still deferred. Invariant: at
+    /// most one request per id is in progress (another one for the same id is refused with
+    /// ServiceNotReady, which clients retry, as Pulsar does); a request whose id the client
+    /// closed meanwhile is cancelled, and its registration is undone when it completes.
+    opening_producers: HashMap<u64, Opening>,
+    opening_consumers: HashMap<u64, Opening>,
     /// Slow steps in progress.
     deferred: FuturesUnordered<Deferred>,
     /// Who the connection authenticated as on CONNECT (anonymous while authentication is off).
@@ -217,10 +267,10 @@ impl Connection {
             Inbound::PartitionedMetadata(m) => self.on_partitioned_metadata(m),
             Inbound::Lookup(l) => self.on_lookup(l),
             Inbound::GetSchema(g) => self.on_get_schema(g),
-            Inbound::Producer(p) => self.begin_producer(p),
+            Inbound::Producer(p) => self.begin_producer(p).await,
             Inbound::Send(send, payload) => self.on_send(send, *payload).await,
             Inbound::CloseProducer(c) => self.on_close_producer(c).await,
-            Inbound::Subscribe(s) => self.begin_subscribe(s),
+            Inbound::Subscribe(s) => self.begin_subscribe(s).await,
             Inbound::Flow(f) => self.on_flow(f),
             Inbound::Ack(a) => self.on_ack(a),
             Inbound::Redeliver(r) => self.on_redeliver(r),

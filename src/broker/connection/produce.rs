@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::{error_reply, open_topic, Completion, Connection};
+use super::{
+    begin_opening, cancel_opening, error_reply, finish_opening, open_topic, Completion, Connection,
+};
 use crate::auth::Action;
 use crate::broker::dedup::highest_sequence_id;
 use crate::broker::error::server_error;
@@ -29,10 +31,31 @@ const METADATA_PADDING: usize = 10 * 1024;
 /// A PRODUCER registered with its topic's owner, with its name, its `last_sequence_id` and
 /// the schema version its schema resolved to.
 pub(super) struct Opened {
-    topic: Arc<BrokerTopic>,
-    name: String,
+    registration: Registration,
     last_sequence_id: i64,
     schema_version: Option<Vec<u8>>,
+}
+
+/// A producer's registration with its topic's owner, undone when dropped unless kept (so a
+/// PRODUCER whose connection closed, or that the client closed, while it was created does not
+/// hold its name for ever).
+pub(super) struct Registration {
+    topic: Arc<BrokerTopic>,
+    name: String,
+    conn: u64,
+    producer_id: u64,
+    kept: bool,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if self.kept {
+            return;
+        }
+        let (topic, name) = (self.topic.clone(), std::mem::take(&mut self.name));
+        let (conn, producer_id) = (self.conn, self.producer_id);
+        tokio::spawn(async move { topic.remove_producer(name, conn, producer_id).await });
+    }
 }
 
 /// What a producer's receipt task answers for one SEND, in SEND order.
@@ -60,9 +83,12 @@ pub(super) struct ProducerState {
 impl Connection {
     /// PRODUCER: authorizes and loads the topic, resolves the schema and registers the producer
     /// with the topic's owner, beside the read loop.
-    pub(super) fn begin_producer(&mut self, p: Box<Producer>) {
-        self.opening_producers.insert(p.producer_id, p.request_id);
-        let (broker, principal) = (self.broker.clone(), self.principal());
+    pub(super) async fn begin_producer(&mut self, p: Box<Producer>) {
+        let opening = &mut self.opening_producers;
+        if let Err(e) = begin_opening(opening, p.producer_id, p.request_id, "producer") {
+            return self.send(error_reply(p.request_id, &e)).await;
+        }
+        let (broker, principal, conn) = (self.broker.clone(), self.principal(), self.id);
         let slot = ProducerSlot {
             conn: self.id,
             producer_id: p.producer_id,
@@ -85,9 +111,15 @@ impl Connection {
                     .clone()
                     .unwrap_or_else(|| broker.generate_producer_name());
                 let last_sequence_id = topic.add_producer(name.clone(), slot).await?;
-                Ok(Opened {
+                let registration = Registration {
                     topic,
                     name,
+                    conn,
+                    producer_id: p.producer_id,
+                    kept: false,
+                };
+                Ok(Opened {
+                    registration,
                     last_sequence_id,
                     schema_version,
                 })
@@ -103,45 +135,39 @@ impl Connection {
         p: Producer,
         opened: Result<Opened, BrokerError>,
     ) {
-        let current = self.opening_producers.get(&p.producer_id) == Some(&p.request_id);
-        let o = match opened {
+        let current = finish_opening(&mut self.opening_producers, p.producer_id, p.request_id);
+        let mut o = match opened {
             Ok(o) if current => o,
-            Ok(o) => {
-                // The client closed this producer id while it was created: unregister it.
-                o.topic
-                    .remove_producer(o.name, self.id, p.producer_id)
-                    .await;
+            Ok(_) => {
+                // The client closed this producer id while it was created: dropping the
+                // registration undoes it.
                 let e = BrokerError::Stopped("the producer was closed while it was created".into());
                 return self.send(error_reply(p.request_id, &e)).await;
             }
-            Err(e) => {
-                if current {
-                    self.opening_producers.remove(&p.producer_id);
-                }
-                return self.send(error_reply(p.request_id, &e)).await;
-            }
+            Err(e) => return self.send(error_reply(p.request_id, &e)).await,
         };
-        self.opening_producers.remove(&p.producer_id);
+        o.registration.kept = true;
+        let (topic, name) = (o.registration.topic.clone(), o.registration.name.clone());
         let (tx, rx) = mpsc::channel::<ReceiptItem>(RECEIPT_QUEUE);
         self.broker.tasks.spawn(receipts(
             rx,
             self.out.clone(),
             p.producer_id,
-            o.topic.partition,
+            topic.partition,
         ));
         self.producers.insert(
             p.producer_id,
             ProducerState {
-                topic: o.topic,
-                name: Arc::from(o.name.as_str()),
+                topic,
+                name: Arc::from(name.as_str()),
                 receipts: tx,
             },
         );
         self.send(command::producer_success(
             p.request_id,
-            &o.name,
+            &name,
             o.last_sequence_id,
-            o.schema_version,
+            o.schema_version.take(),
         ))
         .await;
     }
@@ -206,7 +232,7 @@ impl Connection {
     }
 
     pub(super) async fn on_close_producer(&mut self, c: proto::CommandCloseProducer) {
-        self.opening_producers.remove(&c.producer_id);
+        cancel_opening(&mut self.opening_producers, c.producer_id);
         if let Some(p) = self.producers.remove(&c.producer_id) {
             p.topic
                 .remove_producer(p.name.to_string(), self.id, c.producer_id)

@@ -49,6 +49,7 @@ impl Harness {
             dedup: state,
             cursors: Vec::new(),
             persist_every: Duration::from_secs(3600),
+            publish_budget: super::test_budget(),
         }))
     }
 }
@@ -205,6 +206,28 @@ async fn deletion_is_refused_while_a_producer_is_attached_unless_forced() -> Tes
     // The owner has stopped: the handle refuses, the client must load the topic anew.
     let after = send(&topic, "p", 2).await;
     assert!(matches!(after, Err(BrokerError::Stopped(_))), "{after:?}");
+    h.log.shutdown().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_registration_nobody_waits_for_is_undone() -> TestResult {
+    let h = Harness::new().await?;
+    let topic = h.load(false).await?;
+    // The connection that asked closed before the answer: its oneshot is gone.
+    let (reply, gone) = tokio::sync::oneshot::channel();
+    drop(gone);
+    let (exclusive, _e) = slot(1, true);
+    let cmd = crate::broker::topic::TopicCommand::AddProducer {
+        name: "ghost".into(),
+        slot: exclusive,
+        reply,
+    };
+    topic.owner.send(cmd).await?;
+    // Neither its name nor its exclusivity is held.
+    let (s, _s) = slot(2, false);
+    assert_eq!(topic.add_producer("ghost".into(), s).await?, -1);
+    topic.stop().await;
     h.log.shutdown().await?;
     Ok(())
 }

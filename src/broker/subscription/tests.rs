@@ -50,6 +50,7 @@ impl Harness {
             dedup: Dedup::Off,
             cursors: Vec::new(),
             persist_every: PERSIST_EVERY,
+            publish_budget: owner::test_budget(),
         });
         tokio::time::pause();
         Ok(Harness {
@@ -434,5 +435,26 @@ async fn a_non_durable_subscription_saves_nothing() -> TestResult {
     tokio::time::advance(PERSIST_EVERY * 3).await;
     sub.ask(SubscriptionCommand::Flush).await.ok_or("stopped")?;
     assert_eq!(h.saved_first_unacked().await?, None);
+    h.close().await
+}
+
+#[tokio::test]
+async fn a_consumer_nobody_waits_for_is_detached() -> TestResult {
+    let h = Harness::new().await?;
+    let sub = h.subscribe(SubType::Exclusive);
+    // The connection that asked closed before the answer: its oneshot is gone.
+    let (reply, gone) = tokio::sync::oneshot::channel();
+    drop(gone);
+    let (out, _frames) = mpsc::channel(16);
+    let _ = sub.tx.send(SubscriptionCommand::AddConsumer {
+        key: (1, 9),
+        sub_type: SubType::Exclusive,
+        name: "ghost".into(),
+        priority: 0,
+        out,
+        reply,
+    });
+    // The exclusive subscription is free for the next consumer.
+    join(&sub, 1, SubType::Exclusive, "a", 1).await?;
     h.close().await
 }
