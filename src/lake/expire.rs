@@ -26,7 +26,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use iceberg::spec::{
-    DataContentType, DataFile, FormatVersion, ManifestContentType, ManifestFile, ManifestList,
+    DataContentType, DataFile, FormatVersion, ManifestContentType, ManifestFile,
     ManifestListWriter, ManifestWriterBuilder, Operation, PrimitiveLiteral, Snapshot,
     SnapshotReference, SnapshotRetention, Summary, MAIN_BRANCH,
 };
@@ -110,14 +110,7 @@ pub async fn remove_expired(
         });
     };
     let io = table.file_io();
-    let bytes = io
-        .new_input(current.manifest_list())
-        .map_err(iceberg_err("opening a manifest list"))?
-        .read()
-        .await
-        .map_err(iceberg_err("reading a manifest list"))?;
-    let list = ManifestList::parse_with_version(&bytes, metadata.format_version())
-        .map_err(iceberg_err("parsing a manifest list"))?;
+    let list = super::inspect::manifest_list(&table, current).await?;
 
     let snapshot_id = new_snapshot_id(&table);
     let sequence_number = metadata.next_sequence_number();

@@ -7,7 +7,7 @@
 
 use iceberg::spec::{
     DataContentType, Datum, Literal, ManifestList, PartitionSpec, PrimitiveLiteral, PrimitiveType,
-    Schema, Struct, Transform, Type,
+    Schema, Snapshot, Struct, Transform, Type,
 };
 use iceberg::table::Table;
 
@@ -36,6 +36,23 @@ pub struct FileRow {
     pub sequence_number: Option<i64>,
 }
 
+/// The manifest list of `snapshot` of `table` (read and parsed; every reader of manifests in
+/// the lake goes through here).
+pub(crate) async fn manifest_list(
+    table: &Table,
+    snapshot: &Snapshot,
+) -> Result<ManifestList, LakeError> {
+    let bytes = table
+        .file_io()
+        .new_input(snapshot.manifest_list())
+        .map_err(LakeError::iceberg("opening a manifest list"))?
+        .read()
+        .await
+        .map_err(LakeError::iceberg("reading a manifest list"))?;
+    ManifestList::parse_with_version(&bytes, table.metadata().format_version())
+        .map_err(LakeError::iceberg("parsing a manifest list"))
+}
+
 /// The live files of the table's current snapshot (none without a snapshot).
 pub async fn current_files(table: &Table) -> Result<Vec<FileRow>, LakeError> {
     let metadata = table.metadata();
@@ -43,14 +60,7 @@ pub async fn current_files(table: &Table) -> Result<Vec<FileRow>, LakeError> {
         return Ok(Vec::new());
     };
     let io = table.file_io();
-    let bytes = io
-        .new_input(snapshot.manifest_list())
-        .map_err(LakeError::iceberg("opening a manifest list"))?
-        .read()
-        .await
-        .map_err(LakeError::iceberg("reading a manifest list"))?;
-    let list = ManifestList::parse_with_version(&bytes, metadata.format_version())
-        .map_err(LakeError::iceberg("parsing a manifest list"))?;
+    let list = manifest_list(table, snapshot).await?;
     let schema = metadata.current_schema();
     let mut rows = Vec::new();
     for mf in list.entries() {

@@ -10,7 +10,6 @@
 use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
 
-use iceberg::spec::ManifestList;
 use iceberg::table::Table;
 use object_store::ObjectStoreExt;
 
@@ -33,14 +32,7 @@ pub async fn referenced_files(table: &Table) -> Result<FileReport, LakeError> {
     let mut report = FileReport::default();
     let current = metadata.current_snapshot_id();
     for snapshot in metadata.snapshots() {
-        let bytes = io
-            .new_input(snapshot.manifest_list())
-            .map_err(LakeError::iceberg("opening a manifest list"))?
-            .read()
-            .await
-            .map_err(LakeError::iceberg("reading a manifest list"))?;
-        let list = ManifestList::parse_with_version(&bytes, metadata.format_version())
-            .map_err(LakeError::iceberg("parsing a manifest list"))?;
+        let list = super::inspect::manifest_list(table, snapshot).await?;
         let is_current = Some(snapshot.snapshot_id()) == current;
         for mf in list.entries() {
             if !is_current && !seen_manifests.insert(mf.manifest_path.clone()) {
