@@ -15,14 +15,15 @@
 //!                                     │                     │
 //!                                     └──► lake/ ◄── offload/ (policy, scheduler, watermark)
 //!                                      (Iceberg; LakeHandle owns the runtime hop)
-//!  HTTP ──► admin/ ──► ops/ (use cases) ──► broker, ledger, offload, policies, sql
-//!  every surface ──► auth (Access: Authenticator + Authorizer)
+//!  HTTP ──► admin/ ──► ops/ (use cases) ──► broker, ledger, offload, policies, tenancy, sql
+//!  every surface ──► auth (Access: Authenticator + Authorizer ◄── tenancy's authorizer)
 //!  leaves used by all: naming, schema, config, failpoint, telemetry
 //! ```
 //!
 //! Imports flow one way: `naming` ← every layer; `protocol` ← `broker`; `broker` → `ledger`,
 //! `replay`; `replay` → `ledger`, `lake`; `offload` → `ledger`, `lake`; `sql` → `replay`,
-//! `lake`, `ledger`; `ops` → `broker`, `ledger`, `offload`, `policies`, `sql`; `admin` → `ops`.
+//! `lake`, `ledger`; `tenancy` → `auth`, `ledger`; `broker` → `tenancy`; `ops` → `broker`,
+//! `ledger`, `offload`, `policies`, `tenancy`, `sql`; `admin` → `ops`.
 //! The lake imports neither the broker nor the offload engine.
 //!
 //! Modules:
@@ -40,6 +41,8 @@
 //!   protocol, orphan cleanup and the lake runtime hop ([`lake::LakeHandle`]).
 //! - [`offload`]: the engine that moves sealed ledgers into the lake by namespace policy.
 //! - [`policies`]: namespace and topic policies (stored, cached, with configured defaults).
+//! - [`tenancy`]: tenants, namespaces, clusters and permissions (stored, cached), and the
+//!   authorizer that applies Pulsar's rules with them.
 //! - [`schema`]: the schema registry (versions, compatibility).
 //! - [`auth`]: who is asking and whether they may ([`auth::Access`]), for every surface.
 //! - [`sql`]: DataFusion over each topic (lake snapshot + live tail at one seam), read-only,
@@ -77,3 +80,4 @@ pub mod schema;
 pub mod service;
 pub mod sql;
 pub mod telemetry;
+pub mod tenancy;

@@ -51,7 +51,7 @@ const PARTITION_SUFFIX: &str = "-partition-";
 pub struct NamespaceNameError(pub String);
 
 /// Whether `s` is a valid tenant, namespace or local-name part.
-fn valid_part(s: &str) -> bool {
+pub fn valid_part(s: &str) -> bool {
     !s.is_empty()
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '=' | ':' | '.'))

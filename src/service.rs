@@ -18,6 +18,8 @@ use crate::offload::log_retention::LogRetention;
 use crate::offload::OffloadEngine;
 use crate::policies::PolicyStore;
 use crate::replay::Replay;
+use crate::tenancy::authorizer::TenancyAuthorizer;
+use crate::tenancy::{ClusterData, Tenancy};
 
 /// Why the service failed to start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +51,9 @@ pub enum ServiceError {
     /// The metadata store failed to open.
     #[error("metadata store: {0}")]
     Metadata(#[from] crate::ledger::metadata::MetadataError),
+    /// The tenancy records could not be set up.
+    #[error("tenancy: {0}")]
+    Tenancy(#[from] crate::tenancy::TenancyError),
     /// The log failed to open (recovery).
     #[error("log recovery failed: {0}")]
     Log(#[from] crate::ledger::OpenError),
@@ -114,8 +119,22 @@ impl Service {
         let http_addr = http_listener.local_addr().map_err(ServiceError::Http)?;
         let http_stop = stop.clone();
         let ops_cell = Arc::new(tokio::sync::OnceCell::new());
-        // One authenticator and authorizer for every surface.
-        let access = crate::auth::Access::from_config(&config.broker.authentication)?;
+        let meta = if config.metadata.url.is_empty() {
+            SqliteMetadataStore::open(&config.data_dir.join("metadata.db")).await?
+        } else {
+            SqliteMetadataStore::open_url(&config.metadata.url).await?
+        };
+        let store: Arc<dyn MetadataStore> = Arc::new(meta.clone());
+        let tenancy = Arc::new(Tenancy::new(store.clone(), &config.broker.cluster_name));
+        // One authenticator and authorizer for every surface; permissions apply while
+        // authentication is on.
+        let mut access = crate::auth::Access::from_config(&config.broker.authentication)?;
+        if access.required() {
+            access = access.with_authorizer(Arc::new(TenancyAuthorizer::new(
+                tenancy.clone(),
+                config.broker.authentication.superuser_roles.clone(),
+            )));
+        }
         let app = admin::router(admin::AdminState {
             health: health.clone(),
             ops: ops_cell.clone(),
@@ -128,12 +147,6 @@ impl Service {
         });
         tracing::info!(%http_addr, "http listening (health, admin)");
 
-        let meta = if config.metadata.url.is_empty() {
-            SqliteMetadataStore::open(&config.data_dir.join("metadata.db")).await?
-        } else {
-            SqliteMetadataStore::open_url(&config.metadata.url).await?
-        };
-        let store: Arc<dyn MetadataStore> = Arc::new(meta.clone());
         let log =
             Arc::new(Log::open(&config.ledger_dir(), config.ledger.clone(), store.clone()).await?);
         let policies = Arc::new(PolicyStore::new(
@@ -181,14 +194,29 @@ impl Service {
             }
             None => (None, None),
         };
+        // The local cluster at today's addresses, the default namespace, and a namespace for
+        // every stored topic.
+        let in_use = store
+            .list_topics()
+            .await?
+            .into_iter()
+            .filter_map(|t| t.name.parse::<crate::naming::TopicName>().ok())
+            .map(|t| t.namespace);
+        let local = ClusterData {
+            service_url: format!("http://{http_addr}"),
+            broker_service_url: format!("pulsar://{advertised}"),
+            ..ClusterData::default()
+        };
+        tenancy.bootstrap(&local, in_use).await?;
         let broker = Broker::new(
             config.broker.clone(),
             log.clone(),
-            policies.clone(),
+            (policies.clone(), tenancy.clone()),
             replay.clone(),
             access.clone(),
             format!("pulsar://{advertised}"),
         );
+        let authorization = access.required();
         let (sql, sql_runtime, pg_addr) = if config.sql.enabled {
             let (engine, rt, addr) = start_sql(
                 config,
@@ -205,7 +233,7 @@ impl Service {
             log.clone(),
             broker.clone(),
             offload.clone(),
-            policies,
+            (policies, tenancy, authorization),
             sql,
         ));
         broker.serve(pulsar_listener);

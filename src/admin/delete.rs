@@ -30,11 +30,12 @@ pub(super) fn routes() -> Router<AdminState> {
         )
 }
 
-/// Query parameters of the DELETE paths.
+/// Query parameters of the DELETE paths (topics, namespaces, tenants).
 #[derive(Debug, serde::Deserialize)]
-struct DeleteParams {
+pub(super) struct DeleteParams {
+    /// Delete even though clients are attached (topics; refused for tenants and namespaces).
     #[serde(default)]
-    force: bool,
+    pub(super) force: bool,
 }
 
 async fn delete_topic(

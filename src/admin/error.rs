@@ -43,9 +43,16 @@ pub enum AdminError {
     /// A limit of the service was reached (query memory, query time).
     #[error("{0}")]
     LimitExceeded(String),
-    /// The object is in use (a topic with connected clients).
+    /// The object is in use (a topic with connected clients), or a rule of the request is
+    /// broken (unknown cluster, permission not set at that level).
     #[error("{0}")]
     PreconditionFailed(String),
+    /// The service does not allow this (forced deletion).
+    #[error("{0}")]
+    NotAllowed(String),
+    /// Not available in this configuration (permissions without authorization).
+    #[error("{0}")]
+    NotImplemented(String),
 }
 
 impl From<crate::sql::SqlError> for AdminError {
@@ -55,6 +62,7 @@ impl From<crate::sql::SqlError> for AdminError {
         match e {
             SqlError::Refused(_) => AdminError::Forbidden(text),
             SqlError::Invalid(_) => AdminError::BadRequest(text),
+            SqlError::TableNotFound(_) => AdminError::NotFound(text),
             SqlError::Unauthenticated(_) => AdminError::Unauthorized(text),
             SqlError::Denied(_) => AdminError::Forbidden(text),
             SqlError::MemoryLimit { .. } | SqlError::Timeout(_) => AdminError::LimitExceeded(text),
@@ -105,7 +113,24 @@ impl From<crate::ops::OpsError> for AdminError {
             OpsError::Offload(o) => o.into(),
             OpsError::Policies(p) => p.into(),
             OpsError::Metadata(m) => m.into(),
+            OpsError::Tenancy(t) => t.into(),
+            OpsError::NotAllowed(m) => AdminError::NotAllowed(m),
+            OpsError::NotImplemented(m) => AdminError::NotImplemented(m),
             other => AdminError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<crate::tenancy::TenancyError> for AdminError {
+    fn from(e: crate::tenancy::TenancyError) -> Self {
+        use crate::tenancy::TenancyError;
+        let text = e.to_string();
+        match e {
+            TenancyError::NotFound(_) => AdminError::NotFound(text),
+            TenancyError::Exists(_) | TenancyError::NotEmpty(_) => AdminError::Conflict(text),
+            TenancyError::Invalid(_) => AdminError::PreconditionFailed(text),
+            TenancyError::Metadata(m) => AdminError::Metadata(m),
+            TenancyError::Corrupt { .. } => AdminError::Internal(text),
         }
     }
 }
@@ -141,6 +166,8 @@ impl IntoResponse for AdminError {
             AdminError::Forbidden(_) => StatusCode::FORBIDDEN,
             AdminError::LimitExceeded(_) => StatusCode::UNPROCESSABLE_ENTITY,
             AdminError::PreconditionFailed(_) => StatusCode::PRECONDITION_FAILED,
+            AdminError::NotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            AdminError::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
         };
         (status, Json(json!({ "reason": self.to_string() }))).into_response()
     }

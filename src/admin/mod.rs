@@ -1,6 +1,6 @@
-//! The HTTP surface on `server.http_addr`: health and the first Pulsar admin API paths (topic
-//! partitions, offload and stats, namespace offload policies); metrics, the rest of the admin
-//! API joins it in later issues. `POST /sql` runs read-only SQL ([`crate::sql`]). Errors map to HTTP statuses in [`error`] and only
+//! The HTTP surface on `server.http_addr`: health and Pulsar admin API paths (clusters,
+//! tenants, namespaces and their policies and permissions; topic partitions, permissions,
+//! offload and stats); metrics and the rest of the admin API join it in later issues. `POST /sql` runs read-only SQL ([`crate::sql`]). Errors map to HTTP statuses in [`error`] and only
 //! there.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,7 +17,9 @@ mod delete;
 pub mod error;
 mod lake;
 mod namespaces;
+mod permissions;
 mod sql;
+mod tenancy;
 mod topics;
 
 /// Readiness shared between the service and the HTTP handlers.
@@ -91,6 +93,8 @@ pub fn router(state: AdminState) -> Router {
         .merge(delete::routes())
         .merge(lake::routes())
         .merge(namespaces::routes())
+        .merge(tenancy::routes())
+        .merge(permissions::routes())
         .merge(sql::routes())
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),

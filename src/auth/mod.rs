@@ -9,8 +9,9 @@
 //!   send both). A principal remembers when its token expires, so long-lived connections can
 //!   ask for a fresh one.
 //! - [`Authorizer`] decides one [`Action`] of a principal on one [`Resource`]. Every operation
-//!   of every surface asks it once. Today's implementation, [`AllowAuthenticated`], allows what
-//!   authentication allowed; tenants, permissions and superusers replace it.
+//!   of every surface asks it once. With authentication off, [`AllowAuthenticated`] allows
+//!   everything (every request is anonymous); with it on, the service installs the tenancy
+//!   authorizer ([`crate::tenancy::authorizer`]: superusers, tenant admins, grants).
 //!
 //! Invariant: with authentication on, no request reaches an operation without a principal that
 //! the authenticator accepted; with it off, every request is the anonymous principal.
@@ -134,6 +135,13 @@ pub enum Resource {
     Namespace(NamespaceName),
     /// A topic (a partition is authorized as its partitioned topic).
     Topic(TopicName),
+    /// A subscription of a topic: consuming through it also obeys the subscription's rules.
+    Subscription {
+        /// The (base) topic.
+        topic: TopicName,
+        /// The subscription's name.
+        name: String,
+    },
 }
 
 impl fmt::Display for Resource {
@@ -143,6 +151,9 @@ impl fmt::Display for Resource {
             Resource::Tenant(t) => write!(f, "tenant {t}"),
             Resource::Namespace(n) => write!(f, "namespace {n}"),
             Resource::Topic(t) => write!(f, "topic {t}"),
+            Resource::Subscription { topic, name } => {
+                write!(f, "subscription '{name}' of topic {topic}")
+            }
         }
     }
 }
@@ -239,7 +250,12 @@ impl Access {
         })
     }
 
-    /// Whether clients must present credentials.
+    /// The same authentication, deciding with `authorizer`.
+    pub fn with_authorizer(self, authorizer: Arc<dyn Authorizer>) -> Self {
+        Access { authorizer, ..self }
+    }
+
+    /// Whether clients must present credentials (and so whether permissions apply).
     pub fn required(&self) -> bool {
         self.authenticator.is_some()
     }
@@ -263,14 +279,32 @@ impl Access {
         }
     }
 
-    /// Asks the authorizer.
+    /// Asks the authorizer; a refusal is logged with role, action and resource.
     pub async fn authorize(
         &self,
         principal: &Principal,
         action: Action,
         resource: &Resource,
     ) -> Result<(), Denied> {
-        self.authorizer.authorize(principal, action, resource).await
+        let decision = self.authorizer.authorize(principal, action, resource).await;
+        if let Err(denied) = &decision {
+            tracing::warn!(role = %principal.role, %action, %resource, "refused: {denied}");
+        }
+        decision
+    }
+
+    /// Whether the authorizer allows it, without logging a refusal (for filtering listings:
+    /// a role's SQL catalog shows only the topics it may read).
+    pub async fn permits(
+        &self,
+        principal: &Principal,
+        action: Action,
+        resource: &Resource,
+    ) -> bool {
+        self.authorizer
+            .authorize(principal, action, resource)
+            .await
+            .is_ok()
     }
 }
 

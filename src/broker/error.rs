@@ -14,6 +14,9 @@ pub enum BrokerError {
     /// The topic does not exist and auto-creation is off.
     #[error("topic {0} does not exist")]
     TopicNotFound(String),
+    /// The topic would be created in a namespace that does not exist.
+    #[error("Namespace {0} does not exist")]
+    NamespaceNotFound(String),
     /// The metadata store failed.
     #[error("metadata store: {0}")]
     Metadata(#[from] crate::ledger::metadata::MetadataError),
@@ -38,19 +41,32 @@ pub enum BrokerError {
     /// A schema was refused.
     #[error(transparent)]
     Schema(#[from] crate::schema::SchemaError),
-    /// The connection's principal may not do this.
-    #[error(transparent)]
+    /// The connection's principal may not do this (Pulsar's message, then who and on what).
+    #[error("Client is not authorized to {verb} ({0})", verb = pulsar_verb(.0.action))]
     Denied(#[from] crate::auth::Denied),
     /// The topic or subscription is stopping (deleted, unloaded, shutting down).
     #[error("{0}")]
     Stopped(String),
 }
 
+/// The verb of Pulsar's "Client is not authorized to …" refusals.
+fn pulsar_verb(action: crate::auth::Action) -> &'static str {
+    use crate::auth::Action;
+    match action {
+        Action::Produce => "Produce",
+        Action::Consume => "subscribe",
+        Action::Lookup => "Lookup",
+        _ => "do this",
+    }
+}
+
 /// Maps broker errors to the wire (the one place for this surface).
 pub fn server_error(e: &BrokerError) -> ServerError {
     match e {
         BrokerError::InvalidTopic(_) => ServerError::InvalidTopicName,
-        BrokerError::TopicNotFound(_) => ServerError::TopicNotFound,
+        BrokerError::TopicNotFound(_) | BrokerError::NamespaceNotFound(_) => {
+            ServerError::TopicNotFound
+        }
         BrokerError::Metadata(_) => ServerError::MetadataError,
         BrokerError::ProducerBusy(_) => ServerError::ProducerBusy,
         BrokerError::ConsumerBusy(_) => ServerError::ConsumerBusy,

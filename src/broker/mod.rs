@@ -73,6 +73,8 @@ pub struct Broker {
     access: crate::auth::Access,
     /// Namespace and topic policies (deduplication).
     policies: Arc<PolicyStore>,
+    /// Which namespaces exist (a topic is only created in one).
+    tenancy: Arc<crate::tenancy::Tenancy>,
     /// Lake access for ranges deleted locally (`None` when the lake is disabled).
     replay: Option<crate::replay::Replay>,
     /// Bytes of SENDs queued to topic owners, shared by every topic.
@@ -90,7 +92,7 @@ impl Broker {
     pub fn new(
         config: BrokerConfig,
         log: Arc<Log>,
-        policies: Arc<PolicyStore>,
+        (policies, tenancy): (Arc<PolicyStore>, Arc<crate::tenancy::Tenancy>),
         replay: Option<crate::replay::Replay>,
         access: crate::auth::Access,
         service_url: String,
@@ -106,6 +108,7 @@ impl Broker {
             stop: CancellationToken::new(),
             tasks: TaskTracker::new(),
             policies,
+            tenancy,
             replay,
             publish_budget: Arc::new(tokio::sync::Semaphore::new(topic::PUBLISH_BUDGET)),
         })
@@ -322,8 +325,22 @@ impl Broker {
     ) -> Result<Arc<BrokerTopic>, BrokerError> {
         crate::failpoint::pause("broker.load_topic", key).await;
         let key = key.to_string();
-        if !self.config.allow_auto_topic_creation && !self.log.topic_exists(&key).await? {
-            return Err(BrokerError::TopicNotFound(key));
+        if !self.log.topic_exists(&key).await? {
+            if !self.config.allow_auto_topic_creation {
+                return Err(BrokerError::TopicNotFound(key));
+            }
+            // Auto-creation only inside a namespace that exists.
+            let exists = self
+                .tenancy
+                .namespace(&name.namespace)
+                .await
+                .map_err(|e| match e {
+                    crate::tenancy::TenancyError::Metadata(m) => BrokerError::Metadata(m),
+                    other => BrokerError::Stopped(other.to_string()),
+                })?;
+            if exists.is_none() {
+                return Err(BrokerError::NamespaceNotFound(name.namespace.to_string()));
+            }
         }
         let log = self.log.topic(&key).await?;
         let lake = self.replay.as_ref().map(|r| r.topic(name));

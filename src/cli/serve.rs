@@ -50,6 +50,10 @@ pub struct ServeArgs {
     /// Algorithm of `--auth-token-public-key` (RS256 by default; ES256, ES384, PS256, …).
     #[arg(long)]
     pub auth_token_public_alg: Option<String>,
+    /// Roles allowed everything, comma-separated (`a,b`). Sets
+    /// `broker.authentication.superuser_roles`.
+    #[arg(long, value_delimiter = ',')]
+    pub superuser_roles: Vec<String>,
 }
 
 /// Builds the effective configuration from a file, the environment and flags.
@@ -86,7 +90,8 @@ pub fn run(args: ServeArgs, global: GlobalLogFlags) -> anyhow::Result<()> {
                 args.auth_token_secret_key,
                 args.auth_token_public_key,
                 args.auth_token_public_alg,
-            ),
+            )
+            .with_superusers(args.superuser_roles),
         },
         &global,
     )?;

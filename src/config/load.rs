@@ -78,16 +78,28 @@ pub struct AuthOverrides {
     /// Its algorithm.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token_public_alg: Option<String>,
+    /// Roles allowed everything.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub superuser_roles: Option<Vec<String>>,
 }
 
 impl AuthOverrides {
-    /// The flags as given: a key flag turns authentication on.
+    /// The key flags as given: a key flag turns authentication on.
     pub fn new(secret: Option<String>, public: Option<String>, alg: Option<String>) -> Self {
         AuthOverrides {
             enabled: (secret.is_some() || public.is_some()).then_some(true),
             token_secret_key: secret,
             token_public_key: public,
             token_public_alg: alg,
+            superuser_roles: None,
+        }
+    }
+
+    /// With `--superuser-roles` (an empty list changes nothing).
+    pub fn with_superusers(self, roles: Vec<String>) -> Self {
+        AuthOverrides {
+            superuser_roles: (!roles.is_empty()).then_some(roles),
+            ..self
         }
     }
 
@@ -96,6 +108,7 @@ impl AuthOverrides {
             && self.token_secret_key.is_none()
             && self.token_public_key.is_none()
             && self.token_public_alg.is_none()
+            && self.superuser_roles.is_none()
     }
 }
 

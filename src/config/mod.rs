@@ -111,6 +111,9 @@ pub struct BrokerConfig {
     pub deduplication: bool,
     /// `host:port` clients are told to connect to in LOOKUP answers. Empty: `server.pulsar_addr`.
     pub advertised_address: String,
+    /// Name of the cluster this service is (`/admin/v2/clusters`; the cluster of the default
+    /// tenant `public` and of new namespaces). `standalone`, as Pulsar standalone.
+    pub cluster_name: String,
     /// Interval of broker PINGs; a connection silent for twice this long is closed.
     #[serde(with = "humantime_serde")]
     #[schemars(with = "String")]
@@ -136,6 +139,7 @@ impl Default for BrokerConfig {
             allow_auto_topic_creation: true,
             deduplication: false,
             advertised_address: String::new(),
+            cluster_name: "standalone".into(),
             keepalive: Duration::from_secs(30),
             cursor_persist_interval: Duration::from_secs(1),
             retention_check_interval: Duration::from_secs(120),
@@ -168,6 +172,10 @@ pub struct AuthenticationConfig {
     pub token_auth_claim: String,
     /// When set, JWTs must carry this audience (`aud`).
     pub token_audience: Option<String>,
+    /// Roles allowed everything: tenants, clusters, every namespace and topic (Pulsar's
+    /// `superUserRoles`). Every other role needs to be a tenant's admin or to be granted
+    /// `produce` / `consume` on a namespace or topic.
+    pub superuser_roles: Vec<String>,
     /// How often Pulsar connections are checked for expired credentials. An expired one is
     /// asked for fresh credentials (AUTH_CHALLENGE) and closed if none come by the next check,
     /// if they name another role, or if the client cannot refresh.
@@ -186,6 +194,7 @@ impl Default for AuthenticationConfig {
             token_public_alg: "RS256".into(),
             token_auth_claim: "sub".into(),
             token_audience: None,
+            superuser_roles: Vec::new(),
             refresh_check_interval: Duration::from_secs(60),
         }
     }

@@ -19,6 +19,9 @@ use crate::ledger::{LedgerState, Log, MetadataError};
 use crate::naming::{NamespaceName, TopicName};
 use crate::offload::{OffloadEngine, OffloadError, OffloadStatus};
 use crate::policies::{EffectivePolicies, NamespacePolicies, PoliciesError, PolicyStore};
+use crate::tenancy::{Tenancy, TenancyError};
+
+mod tenancy;
 
 /// Why an operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +54,16 @@ pub enum OpsError {
     /// The metadata store failed.
     #[error(transparent)]
     Metadata(#[from] MetadataError),
+    /// Tenants, namespaces, clusters or permissions refused the change.
+    #[error(transparent)]
+    Tenancy(#[from] TenancyError),
+    /// The service does not allow this (forced deletion of tenants and namespaces).
+    #[error("{0}")]
+    NotAllowed(String),
+    /// The service does not implement this in its configuration (granting permissions while
+    /// authorization is off).
+    #[error("{0}")]
+    NotImplemented(String),
     /// Anything else (deleting a topic's log, encoding stats).
     #[error("{0}")]
     Internal(String),
@@ -77,6 +90,10 @@ pub struct Operations {
     /// `None` when `lake.enabled = false`.
     offload: Option<OffloadEngine>,
     policies: Arc<PolicyStore>,
+    /// Tenants, namespaces, clusters, permissions.
+    tenancy: Arc<Tenancy>,
+    /// Whether permissions apply (authentication is on); granting is refused otherwise.
+    authorization: bool,
     /// `None` when `sql.enabled = false`.
     sql: Option<crate::sql::SqlEngine>,
 }
@@ -87,7 +104,7 @@ impl Operations {
         log: Arc<Log>,
         broker: Arc<Broker>,
         offload: Option<OffloadEngine>,
-        policies: Arc<PolicyStore>,
+        (policies, tenancy, authorization): (Arc<PolicyStore>, Arc<Tenancy>, bool),
         sql: Option<crate::sql::SqlEngine>,
     ) -> Self {
         Operations {
@@ -95,6 +112,8 @@ impl Operations {
             broker,
             offload,
             policies,
+            tenancy,
+            authorization,
             sql,
         }
     }
@@ -136,6 +155,7 @@ impl Operations {
                 "a partitioned topic has at least 1 partition".into(),
             ));
         }
+        self.existing_namespace(&name.namespace).await?;
         self.log
             .metadata()
             .set_partitions(&name.to_string(), n, grow)
@@ -282,6 +302,7 @@ impl Operations {
         &self,
         namespace: &NamespaceName,
     ) -> Result<NamespacePolicies, OpsError> {
+        self.existing_namespace(namespace).await?;
         Ok(self.policies.namespace(namespace).await?)
     }
 
@@ -290,6 +311,7 @@ impl Operations {
         &self,
         namespace: &NamespaceName,
     ) -> Result<EffectivePolicies, OpsError> {
+        self.existing_namespace(namespace).await?;
         Ok(self.policies.effective(namespace).await?)
     }
 
@@ -299,6 +321,7 @@ impl Operations {
         namespace: &NamespaceName,
         change: impl FnOnce(&mut NamespacePolicies),
     ) -> Result<(), OpsError> {
+        self.existing_namespace(namespace).await?;
         self.policies.update(namespace, change).await?;
         self.broker.apply_dedup_policies().await;
         Ok(())
@@ -310,6 +333,7 @@ impl Operations {
         topic: &TopicName,
         change: impl FnOnce(&mut NamespacePolicies),
     ) -> Result<(), OpsError> {
+        self.existing_namespace(&topic.namespace).await?;
         self.policies.update_topic(topic, change).await?;
         self.broker.apply_dedup_policies().await;
         Ok(())
@@ -328,6 +352,7 @@ impl Operations {
         &self,
         namespace: &NamespaceName,
     ) -> Result<bool, OpsError> {
+        self.existing_namespace(namespace).await?;
         Ok(self
             .policies
             .namespace(namespace)

@@ -10,8 +10,10 @@
 //!   `"<topic>$history"`, `"<topic>$files"` and `"<topic>$partitions"`
 //!   ([`super::metadata_tables`]).
 //!
-//! Invariant: the listing is taken once per session (one per request); tables are opened, and
-//! their seams pinned, when the planner resolves them.
+//! Invariants: the listing is taken once per session (one per request) and holds only the
+//! topics the session's principal may read, so another tenant's topic is "not found or not
+//! authorized" wherever it is named (queries, `SHOW TABLES`, `information_schema`); tables are
+//! opened, and their seams pinned, when the planner resolves them.
 
 use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet};
@@ -28,6 +30,7 @@ use iceberg::table::Table;
 use super::table::TopicTable;
 use super::tail::{TailLedger, TailPart, TailSource};
 use super::SqlError;
+use crate::auth::{Access, Action, Principal, Resource};
 use crate::lake::commit::read_watermark;
 use crate::lake::LakeHandle;
 use crate::lake::{naming, schema as lake_schema, typed};
@@ -58,9 +61,15 @@ pub struct TopicCatalogList {
 }
 
 impl TopicCatalogList {
-    /// Lists the topics existing now.
-    pub async fn load(shared: Shared) -> Result<TopicCatalogList, SqlError> {
+    /// Lists the topics existing now that `principal` may read (`consume`, asked as
+    /// [`Action::Query`]); the others are neither listed nor resolvable.
+    pub async fn load(
+        shared: Shared,
+        access: &Access,
+        principal: &Principal,
+    ) -> Result<TopicCatalogList, SqlError> {
         let mut listing = Listing::new();
+        let mut asked: std::collections::HashMap<TopicName, bool> = Default::default();
         let topics = shared
             .log
             .metadata()
@@ -72,6 +81,18 @@ impl TopicCatalogList {
                 continue;
             };
             let base = name.base();
+            let visible = match asked.get(&base) {
+                Some(v) => *v,
+                None => {
+                    let resource = Resource::Topic(base.clone());
+                    let v = access.permits(principal, Action::Query, &resource).await;
+                    asked.insert(base.clone(), v);
+                    v
+                }
+            };
+            if !visible {
+                continue;
+            }
             listing
                 .entry(base.namespace.tenant.clone())
                 .or_default()

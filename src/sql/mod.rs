@@ -65,6 +65,10 @@ pub enum SqlError {
     /// The statement does not parse or does not plan (unknown table or column, bad types).
     #[error("{0}")]
     Invalid(String),
+    /// The statement names a table that does not exist or that the principal may not read
+    /// (the two are not told apart).
+    #[error("{0}")]
+    TableNotFound(String),
     /// The query failed while running.
     #[error("query failed: {0}")]
     Execution(String),
@@ -98,6 +102,9 @@ impl SqlError {
                 limit: limit.to_string(),
                 detail: detail.clone(),
             },
+            DataFusionError::Plan(m) if m.starts_with("table '") && m.ends_with("' not found") => {
+                SqlError::TableNotFound(format!("{m} or not authorized"))
+            }
             DataFusionError::SQL(..)
             | DataFusionError::Plan(_)
             | DataFusionError::SchemaError(..)
@@ -216,8 +223,8 @@ impl SqlEngine {
         self.inner.config.memory_limit.to_string()
     }
 
-    /// A session whose catalogs are the topics existing now.
-    async fn session(&self) -> Result<SessionContext, SqlError> {
+    /// A session whose catalogs are the topics existing now that `principal` may read.
+    async fn session(&self, principal: &Principal) -> Result<SessionContext, SqlError> {
         let limit = self.inner.config.memory_limit.as_u64() as usize;
         // No spilling: a query over its memory limit fails clearly, and no query writes files.
         let runtime_env = RuntimeEnvBuilder::new()
@@ -227,11 +234,15 @@ impl SqlEngine {
             )
             .build_arc()
             .map_err(|e| SqlError::Execution(e.to_string()))?;
-        let topics = catalog::TopicCatalogList::load(catalog::Shared {
-            log: self.inner.log.clone(),
-            lake: self.inner.lake.clone(),
-            replay: self.inner.replay.clone(),
-        })
+        let topics = catalog::TopicCatalogList::load(
+            catalog::Shared {
+                log: self.inner.log.clone(),
+                lake: self.inner.lake.clone(),
+                replay: self.inner.replay.clone(),
+            },
+            &self.inner.access,
+            principal,
+        )
         .await?;
         let config = SessionConfig::new()
             .with_information_schema(true)
@@ -264,15 +275,19 @@ impl SqlEngine {
             .authorize(principal, Action::Query, &Resource::Cluster)
             .await?;
         let engine = self.clone();
-        let sql = sql.to_string();
+        let (sql, principal) = (sql.to_string(), principal.clone());
         self.inner
             .runtime
-            .spawn(async move { engine.prepare_here(&sql).await })
+            .spawn(async move { engine.prepare_here(&sql, &principal).await })
             .await
             .map_err(|_| SqlError::Stopped)?
     }
 
-    async fn prepare_here(&self, sql: &str) -> Result<Vec<Prepared>, SqlError> {
+    async fn prepare_here(
+        &self,
+        sql: &str,
+        principal: &Principal,
+    ) -> Result<Vec<Prepared>, SqlError> {
         let statements = guard::parse(sql)?;
         let mut out = Vec::with_capacity(statements.len());
         let mut session: Option<SessionContext> = None;
@@ -283,7 +298,7 @@ impl SqlEngine {
                     let ctx = match &session {
                         Some(s) => s.clone(),
                         None => {
-                            let s = self.session().await?;
+                            let s = self.session(principal).await?;
                             session = Some(s.clone());
                             s
                         }

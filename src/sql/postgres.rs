@@ -48,6 +48,7 @@ pub fn to_pg_error(e: SqlError) -> PgWireError {
     let code = match &e {
         SqlError::Refused(_) => "25006",         // read_only_sql_transaction
         SqlError::Invalid(_) => "42000",         // syntax_error_or_access_rule_violation
+        SqlError::TableNotFound(_) => "42P01",   // undefined_table
         SqlError::Execution(_) => "XX000",       // internal_error
         SqlError::MemoryLimit { .. } => "53200", // out_of_memory
         SqlError::Timeout(_) => "57014",         // query_canceled

@@ -6,6 +6,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 import pulsar
@@ -101,6 +102,23 @@ class Service:
                 time.sleep(0.05)
         raise RuntimeError("ledgerlake did not become ready:\n" + open(self.log_path).read())
 
+    def create_namespace(self, namespace, token=None):
+        """Creates `tenant/namespace` (and its tenant when missing) through the admin API."""
+        tenant = namespace.split("/")[0]
+        body = '{"adminRoles":[],"allowedClusters":["standalone"]}'
+        for path, data, ok in [(f"/admin/v2/tenants/{tenant}", body, (204, 409)),
+                               (f"/admin/v2/namespaces/{namespace}", "", (204,))]:
+            req = urllib.request.Request(self.http + path, data=data.encode(), method="PUT",
+                                         headers={"Content-Type": "application/json"})
+            if token:
+                req.add_header("Authorization", f"Bearer {token}")
+            try:
+                with urllib.request.urlopen(req, timeout=30) as r:
+                    status = r.status
+            except urllib.error.HTTPError as e:
+                status = e.code
+            assert status in ok, (path, status)
+
     def stop(self, sig=signal.SIGTERM):
         if self.proc and self.proc.poll() is None:
             os.kill(self.proc.pid, sig)
@@ -141,10 +159,12 @@ def dedup_service():
 
 @pytest.fixture
 def auth_service():
-    """A service of its own requiring token authentication (token 's3cret' → role 'app')."""
+    """A service of its own requiring token authentication (token 's3cret' → role 'app', a
+    superuser)."""
     yield from _own_service({
         "LEDGERLAKE_BROKER__AUTHENTICATION__ENABLED": "true",
         "LEDGERLAKE_BROKER__AUTHENTICATION__TOKENS": '{s3cret="app"}',
+        "LEDGERLAKE_BROKER__AUTHENTICATION__SUPERUSER_ROLES": '["app"]',
     })
 
 

@@ -69,6 +69,7 @@ def test_dedup_by_namespace_and_topic_policy(fresh_service):
             text = r.read().decode()
             return r.status, text
 
+    assert call("PUT", "/namespaces/public/dd")[0] == 204
     assert call("GET", "/namespaces/public/dd/deduplication")[1] == "false"
     assert call("POST", "/namespaces/public/dd/deduplication", "true")[0] == 204
     assert call("GET", "/namespaces/public/dd/deduplication")[1] == "true"

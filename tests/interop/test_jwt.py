@@ -19,6 +19,10 @@ from conftest import _binary, eventually
 from test_sql import psql, sql_http
 
 
+# The roles these tests use may do everything; permissions are tested in test_tenancy.py.
+SUPERUSERS = ["--superuser-roles", "app,svc,reader"]
+
+
 def token_cli(*args, check=True):
     r = subprocess.run([_binary(), "token", *args], capture_output=True, text=True, timeout=60)
     if check:
@@ -91,7 +95,7 @@ def test_secret_key_tokens_work_on_every_surface_and_forgeries_do_not(make_servi
     key = tmp_path / "secret.key"
     token_cli("create-secret-key", "--output", str(key))
     assert key.stat().st_size == 32 and (key.stat().st_mode & 0o777) == 0o600
-    svc = make_service(args=["--auth-token-secret-key", str(key)])
+    svc = make_service(args=["--auth-token-secret-key", str(key), *SUPERUSERS])
     svc.start()
     token = make_token("--secret-key", str(key), "--subject", "app")
     assert produce_and_consume(svc, token, "jwt-secret") == b"hello"
@@ -124,7 +128,7 @@ def test_key_pair_tokens_and_the_wrong_key_or_algorithm(make_service, tmp_path, 
     private, public = tmp_path / "private.key", tmp_path / "public.key"
     token_cli("create-key-pair", "--algorithm", alg,
               "--output-private-key", str(private), "--output-public-key", str(public))
-    svc = make_service(args=["--auth-token-public-key", str(public),
+    svc = make_service(args=["--auth-token-public-key", str(public), *SUPERUSERS,
                              "--auth-token-public-alg", alg])
     svc.start()
     token = make_token("--private-key", str(private), "--algorithm", alg, "--subject", "svc")
@@ -169,7 +173,7 @@ def refresh_service(make_service, tmp_path):
     svc = make_service(
         env={"LEDGERLAKE_BROKER__AUTHENTICATION__REFRESH_CHECK_INTERVAL": "1s",
              "LEDGERLAKE_TELEMETRY__LOG_LEVEL": "ledgerlake::broker=debug,info"},
-        args=["--auth-token-secret-key", str(key)])
+        args=["--auth-token-secret-key", str(key), *SUPERUSERS])
     svc.start()
     return svc, key
 

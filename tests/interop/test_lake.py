@@ -94,6 +94,7 @@ def test_offload_with_postgres_catalog(make_service, s3_server, postgres):
     svc = make_service(env)
     svc.start()
     client = pulsar.Client(svc.url, operation_timeout_seconds=30)
+    svc.create_namespace("acme/eu-west")
     topic = f"persistent://acme/eu-west/clicks-{uuid.uuid4().hex[:6]}"
     pg_uri = uri.replace("postgres://", "postgresql+psycopg2://")
     check_round_trip(svc, client, topic, pg_uri, f"s3://warehouse/{prefix}",

@@ -171,6 +171,15 @@ fn pulsar_rs_messages_land_in_the_lake_exactly() -> TestResult {
             Pulsar::builder(format!("pulsar://{}", service.pulsar_addr), TokioExecutor)
                 .build()
                 .await?;
+        // Topics are created only in namespaces that exist.
+        let addr = service.http_addr;
+        let tenant = r#"{"adminRoles":[],"allowedClusters":["standalone"]}"#;
+        assert_eq!(
+            http("PUT", addr, "/admin/v2/tenants/acme", tenant).await?.0,
+            204
+        );
+        let ns = "/admin/v2/namespaces/acme/orders-ns";
+        assert_eq!(http("PUT", addr, ns, "").await?.0, 204);
         let topic: TopicName = "persistent://acme/orders-ns/Orders.v1".parse()?;
         let mut expected = Vec::new();
         let mut in_entry: BTreeMap<(u64, u64), i32> = BTreeMap::new();

@@ -58,7 +58,14 @@ impl Connection {
         let (key, out) = ((self.id, s.consumer_id), self.out.clone());
         self.defer(async move {
             let joined = async {
-                let topic = open_topic(&broker, &principal, &s.topic, Action::Consume).await?;
+                let topic = open_topic(
+                    &broker,
+                    &principal,
+                    &s.topic,
+                    Action::Consume,
+                    Some(&s.subscription),
+                )
+                .await?;
                 if let Some(sc) = &s.schema {
                     let base = topic.name.base().to_string();
                     schema::resolve(&broker.metadata(), &base, sc).await?;

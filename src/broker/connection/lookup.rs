@@ -101,10 +101,11 @@ impl Connection {
     pub(super) fn on_partitioned_metadata(&mut self, m: proto::CommandPartitionedTopicMetadata) {
         let (broker, principal) = (self.broker.clone(), self.principal());
         self.defer(async move {
-            let partitions = match authorized(&broker, &principal, &m.topic, Action::Lookup).await {
-                Ok(name) => broker.partitions(&name).await,
-                Err(e) => Err(e),
-            };
+            let partitions =
+                match authorized(&broker, &principal, &m.topic, Action::Lookup, None).await {
+                    Ok(name) => broker.partitions(&name).await,
+                    Err(e) => Err(e),
+                };
             Completion::reply(match partitions {
                 Ok(n) => command::partitioned_metadata(m.request_id, n),
                 Err(e) => command::partitioned_metadata_failed(
@@ -120,7 +121,7 @@ impl Connection {
         let (broker, principal) = (self.broker.clone(), self.principal());
         self.defer(async move {
             Completion::reply(
-                match authorized(&broker, &principal, &l.topic, Action::Lookup).await {
+                match authorized(&broker, &principal, &l.topic, Action::Lookup, None).await {
                     Ok(_) => command::lookup_connect(l.request_id, &broker.service_url),
                     Err(e) => command::lookup_failed(l.request_id, server_error(&e), e.to_string()),
                 },
@@ -131,7 +132,8 @@ impl Connection {
     pub(super) fn on_get_schema(&mut self, g: proto::CommandGetSchema) {
         let (broker, principal) = (self.broker.clone(), self.principal());
         self.defer(async move {
-            let result = match authorized(&broker, &principal, &g.topic, Action::Lookup).await {
+            let result = match authorized(&broker, &principal, &g.topic, Action::Lookup, None).await
+            {
                 Ok(name) => {
                     let wanted = g
                         .schema_version

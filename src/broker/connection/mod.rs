@@ -302,29 +302,36 @@ impl Connection {
 }
 
 /// `name` parsed, once `principal` is authorized to do `action` on it (a partition is
-/// authorized as its partitioned topic).
+/// authorized as its partitioned topic), through `subscription` when it consumes.
 async fn authorized(
     broker: &Broker,
     principal: &Principal,
     name: &str,
     action: Action,
+    subscription: Option<&str>,
 ) -> Result<TopicName, BrokerError> {
     let name = name.parse::<TopicName>()?;
-    broker
-        .access
-        .authorize(principal, action, &Resource::Topic(name.base()))
-        .await?;
+    let on = match subscription {
+        Some(sub) => Resource::Subscription {
+            topic: name.base(),
+            name: sub.to_string(),
+        },
+        None => Resource::Topic(name.base()),
+    };
+    broker.access.authorize(principal, action, &on).await?;
     Ok(name)
 }
 
-/// The topic partition `name` for `action`: authorized, then loaded (or created).
+/// The topic partition `name` for `action` (through `subscription` when it consumes):
+/// authorized, then loaded (or created).
 async fn open_topic(
     broker: &Broker,
     principal: &Principal,
     name: &str,
     action: Action,
+    subscription: Option<&str>,
 ) -> Result<Arc<BrokerTopic>, BrokerError> {
-    let name = authorized(broker, principal, name, action).await?;
+    let name = authorized(broker, principal, name, action, subscription).await?;
     broker.topic(&name).await
 }
 

@@ -97,7 +97,8 @@ impl Connection {
         };
         self.defer(async move {
             let opened = async {
-                let topic = open_topic(&broker, &principal, &p.topic, Action::Produce).await?;
+                let topic =
+                    open_topic(&broker, &principal, &p.topic, Action::Produce, None).await?;
                 let schema_version = match &p.schema {
                     Some(sc) => {
                         let base = topic.name.base().to_string();

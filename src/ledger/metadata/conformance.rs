@@ -296,6 +296,52 @@ async fn policies_are_replaced_and_removed(store: &dyn MetadataStore) -> TestRes
     Ok(())
 }
 
+async fn partitioned_topics_are_listed_by_prefix(store: &dyn MetadataStore) -> TestResult {
+    store.set_partitions("persistent://a/n/x", 2, false).await?;
+    store.set_partitions("persistent://a/n/y", 3, false).await?;
+    store
+        .set_partitions("persistent://a/n2/z", 1, false)
+        .await?;
+    assert_eq!(
+        store.list_partitioned_topics("persistent://a/n/").await?,
+        [
+            ("persistent://a/n/x".to_string(), 2),
+            ("persistent://a/n/y".to_string(), 3)
+        ]
+    );
+    assert_eq!(store.list_partitioned_topics("").await?.len(), 3);
+    assert!(store
+        .list_partitioned_topics("persistent://b/")
+        .await?
+        .is_empty());
+    Ok(())
+}
+
+async fn policies_are_created_once_and_listed_by_prefix(store: &dyn MetadataStore) -> TestResult {
+    assert!(store.create_policies("tenant:a", b"1").await?);
+    assert!(!store.create_policies("tenant:a", b"2").await?, "exists");
+    assert_eq!(
+        store.get_policies("tenant:a").await?.as_deref(),
+        Some(&b"1"[..])
+    );
+    store.create_policies("tenant:b_%", b"3").await?;
+    store.create_policies("tenantx", b"4").await?;
+    store.create_policies("ns:a/x", b"5").await?;
+    store.create_policies("tenant:", b"6").await?;
+    let listed = store.list_policies("tenant:").await?;
+    let scopes: Vec<&str> = listed.iter().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(scopes, ["tenant:", "tenant:a", "tenant:b_%"]);
+    assert_eq!(listed[2].1, b"3");
+    assert_eq!(store.list_policies("tenant:b_").await?.len(), 1);
+    assert!(store.list_policies("nothing").await?.is_empty());
+    store.set_policies("tenant:a", None).await?;
+    assert!(
+        store.create_policies("tenant:a", b"7").await?,
+        "removed, so free again"
+    );
+    Ok(())
+}
+
 async fn topics_are_deleted_only_without_live_ledgers(store: &dyn MetadataStore) -> TestResult {
     let t = store.get_or_create_topic("gone", 0).await?;
     let keep = store.get_or_create_topic("kept", 0).await?;
@@ -339,7 +385,7 @@ async fn topics_are_deleted_only_without_live_ledgers(store: &dyn MetadataStore)
 }
 
 /// How many checks [`run_all`] makes; each gets a store of its own.
-const CHECKS: usize = 9;
+const CHECKS: usize = 11;
 
 /// Runs every check, each against its own fresh store from `stores` (exactly [`CHECKS`] of
 /// them, so no check can silently run against another implementation).
@@ -355,6 +401,8 @@ async fn run_all(stores: Vec<std::sync::Arc<dyn MetadataStore>>) -> TestResult {
     partitioned_topics_are_created_once_and_only_grow(&*store()?).await?;
     schema_versions_are_dense_and_first_writer_wins(&*store()?).await?;
     policies_are_replaced_and_removed(&*store()?).await?;
+    policies_are_created_once_and_listed_by_prefix(&*store()?).await?;
+    partitioned_topics_are_listed_by_prefix(&*store()?).await?;
     topics_are_deleted_only_without_live_ledgers(&*store()?).await?;
     assert!(
         store().is_err(),

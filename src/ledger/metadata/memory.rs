@@ -228,6 +228,19 @@ impl MetadataStore for MemoryMetadataStore {
         Ok(())
     }
 
+    async fn list_partitioned_topics(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<(String, u32)>, MetadataError> {
+        Ok(self
+            .lock()
+            .partitioned
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| (k.clone(), *v))
+            .collect())
+    }
+
     async fn get_partitions(&self, name: &str) -> Result<Option<u32>, MetadataError> {
         Ok(self.lock().partitioned.get(name).copied())
     }
@@ -280,5 +293,24 @@ impl MetadataStore for MemoryMetadataStore {
             None => s.policies.remove(scope),
         };
         Ok(())
+    }
+
+    async fn create_policies(&self, scope: &str, policies: &[u8]) -> Result<bool, MetadataError> {
+        let mut s = self.lock();
+        if s.policies.contains_key(scope) {
+            return Ok(false);
+        }
+        s.policies.insert(scope.to_string(), policies.to_vec());
+        Ok(true)
+    }
+
+    async fn list_policies(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, MetadataError> {
+        Ok(self
+            .lock()
+            .policies
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect())
     }
 }

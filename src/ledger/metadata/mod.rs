@@ -337,6 +337,13 @@ pub trait MetadataStore: Send + Sync + fmt::Debug + 'static {
     /// The partition count of a partitioned topic, `None` when `name` is not partitioned.
     async fn get_partitions(&self, name: &str) -> Result<Option<u32>, MetadataError>;
 
+    /// Every partitioned topic whose name starts with `prefix`, with its partition count,
+    /// ascending by name.
+    async fn list_partitioned_topics(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<(String, u32)>, MetadataError>;
+
     /// Stores schema `version` of topic `topic` (an opaque, versioned blob owned by the broker).
     /// Versions are dense from 0: storing a version that exists, or not the next one, fails
     /// with [`MetadataError::Conflict`] (so concurrent registrations cannot both win).
@@ -357,4 +364,11 @@ pub trait MetadataStore: Send + Sync + fmt::Debug + 'static {
     /// Replaces (or with `None` removes) the policies blob of `scope`.
     async fn set_policies(&self, scope: &str, policies: Option<&[u8]>)
         -> Result<(), MetadataError>;
+
+    /// Stores `policies` under `scope` only if nothing is stored there; `false` (and nothing
+    /// changed) when something is. Of concurrent creations exactly one wins.
+    async fn create_policies(&self, scope: &str, policies: &[u8]) -> Result<bool, MetadataError>;
+
+    /// Every `(scope, blob)` whose scope starts with `prefix`, ascending by scope.
+    async fn list_policies(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, MetadataError>;
 }

@@ -571,6 +571,31 @@ impl MetadataStore for SqliteMetadataStore {
         Ok(())
     }
 
+    async fn list_partitioned_topics(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<(String, u32)>, MetadataError> {
+        sqlx::query(
+            "SELECT name, partitions FROM ll_partitioned_topics \
+             WHERE substr(name, 1, ?) = ? ORDER BY name",
+        )
+        .bind(prefix.chars().count() as i64)
+        .bind(prefix)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend("list partitioned topics"))?
+        .iter()
+        .map(|row| {
+            Ok((
+                row.try_get::<String, _>(0)
+                    .map_err(backend("decode partitioned topic"))?,
+                row.try_get::<i64, _>(1)
+                    .map_err(backend("decode partitioned topic"))? as u32,
+            ))
+        })
+        .collect()
+    }
+
     async fn get_partitions(&self, name: &str) -> Result<Option<u32>, MetadataError> {
         sqlx::query("SELECT partitions FROM ll_partitioned_topics WHERE name = ?")
             .bind(name)
@@ -658,5 +683,39 @@ impl MetadataStore for SqliteMetadataStore {
             .await
             .map_err(backend("set policies"))?;
         Ok(())
+    }
+
+    async fn create_policies(&self, scope: &str, policies: &[u8]) -> Result<bool, MetadataError> {
+        let done = sqlx::query(
+            "INSERT INTO ll_policies(scope, policies) VALUES (?, ?) ON CONFLICT(scope) DO NOTHING",
+        )
+        .bind(scope)
+        .bind(policies)
+        .execute(&self.pool)
+        .await
+        .map_err(backend("create policies"))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn list_policies(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, MetadataError> {
+        // substr rather than LIKE: scopes may hold '%' and '_'.
+        sqlx::query(
+            "SELECT scope, policies FROM ll_policies WHERE substr(scope, 1, ?) = ? ORDER BY scope",
+        )
+        .bind(prefix.chars().count() as i64)
+        .bind(prefix)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend("list policies"))?
+        .iter()
+        .map(|row| {
+            Ok((
+                row.try_get::<String, _>(0)
+                    .map_err(backend("decode policies"))?,
+                row.try_get::<Vec<u8>, _>(1)
+                    .map_err(backend("decode policies"))?,
+            ))
+        })
+        .collect()
     }
 }

@@ -1,0 +1,388 @@
+//! Use cases over tenants, namespaces, clusters and permissions (Pulsar's `/admin/v2/tenants`,
+//! `/clusters`, `/namespaces` and `…/permissions`), with Pulsar's rules: a namespace is deleted
+//! only without topics, forced deletion is not allowed, granting needs authorization on.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{Operations, OpsError};
+use crate::naming::{NamespaceName, TopicName};
+use crate::policies::{NamespacePolicies, RetentionPolicy};
+use crate::tenancy::{
+    AuthAction, ClusterData, Grants, NamespaceRecord, SubscriptionAuthMode, TenancyError,
+    TenantInfo,
+};
+
+/// What `PUT /namespaces/{t}/{ns}` may carry besides the record: the policies ledgerlake
+/// applies from a Pulsar `Policies` body (other fields of that body are ignored).
+#[derive(Debug, Default, Deserialize)]
+struct CreationPolicies {
+    #[serde(default)]
+    retention_policies: Option<RetentionPolicy>,
+    #[serde(default, rename = "deduplicationEnabled")]
+    deduplication_enabled: Option<bool>,
+}
+
+impl Operations {
+    fn permissions_enabled(&self) -> Result<(), OpsError> {
+        if self.authorization {
+            Ok(())
+        } else {
+            Err(OpsError::NotImplemented(
+                "Authorization is not enabled (turn authentication on)".into(),
+            ))
+        }
+    }
+
+    // ---- clusters ----
+
+    /// Every cluster's name.
+    pub async fn clusters(&self) -> Result<Vec<String>, OpsError> {
+        Ok(self.tenancy.clusters().await?)
+    }
+
+    /// Cluster `name`.
+    pub async fn cluster(&self, name: &str) -> Result<ClusterData, OpsError> {
+        self.tenancy
+            .cluster(name)
+            .await?
+            .ok_or_else(|| OpsError::NotFound("Cluster does not exist".into()))
+    }
+
+    /// Adds cluster `name`.
+    pub async fn create_cluster(&self, name: &str, data: &ClusterData) -> Result<(), OpsError> {
+        Ok(self.tenancy.create_cluster(name, data).await?)
+    }
+
+    /// Replaces cluster `name`'s URLs.
+    pub async fn update_cluster(&self, name: &str, data: &ClusterData) -> Result<(), OpsError> {
+        Ok(self.tenancy.update_cluster(name, data).await?)
+    }
+
+    /// Removes cluster `name`.
+    pub async fn delete_cluster(&self, name: &str) -> Result<(), OpsError> {
+        Ok(self.tenancy.delete_cluster(name).await?)
+    }
+
+    // ---- tenants ----
+
+    /// Every tenant's name.
+    pub async fn tenants(&self) -> Result<Vec<String>, OpsError> {
+        Ok(self.tenancy.tenants().await?)
+    }
+
+    /// Tenant `name`'s admins and clusters.
+    pub async fn tenant(&self, name: &str) -> Result<TenantInfo, OpsError> {
+        self.tenancy
+            .tenant(name)
+            .await?
+            .map(|t| TenantInfo::clone(&t))
+            .ok_or_else(|| OpsError::NotFound("Tenant does not exist".into()))
+    }
+
+    /// Creates tenant `name`.
+    pub async fn create_tenant(&self, name: &str, info: TenantInfo) -> Result<(), OpsError> {
+        self.tenancy.create_tenant(name, info).await?;
+        tracing::info!(tenant = name, "tenant created");
+        Ok(())
+    }
+
+    /// Replaces tenant `name`'s admins and clusters.
+    pub async fn update_tenant(&self, name: &str, info: TenantInfo) -> Result<(), OpsError> {
+        Ok(self.tenancy.update_tenant(name, info).await?)
+    }
+
+    /// Deletes tenant `name`, which must hold no namespace (forced deletion is not allowed).
+    pub async fn delete_tenant(&self, name: &str, force: bool) -> Result<(), OpsError> {
+        if force {
+            return Err(OpsError::NotAllowed(
+                "Broker doesn't allow forced deletion of tenants".into(),
+            ));
+        }
+        self.tenancy.delete_tenant(name).await?;
+        tracing::info!(tenant = name, "tenant deleted");
+        Ok(())
+    }
+
+    // ---- namespaces ----
+
+    /// The namespaces of `tenant` (`"t/ns"`).
+    pub async fn namespaces(&self, tenant: &str) -> Result<Vec<String>, OpsError> {
+        Ok(self
+            .tenancy
+            .namespaces(tenant)
+            .await?
+            .iter()
+            .map(ToString::to_string)
+            .collect())
+    }
+
+    /// Namespace `ns`'s record, or 404.
+    pub(crate) async fn existing_namespace(
+        &self,
+        ns: &NamespaceName,
+    ) -> Result<Arc<NamespaceRecord>, OpsError> {
+        self.tenancy
+            .namespace(ns)
+            .await?
+            .ok_or_else(|| OpsError::NotFound("Namespace does not exist".into()))
+    }
+
+    /// Creates namespace `ns`, from a Pulsar `Policies` body when one is given (its auth
+    /// policies, clusters, subscription mode, retention and deduplication).
+    pub async fn create_namespace(
+        &self,
+        ns: &NamespaceName,
+        body: Option<&str>,
+    ) -> Result<(), OpsError> {
+        let (record, extra) = match body.map(str::trim).filter(|b| !b.is_empty()) {
+            None => (NamespaceRecord::default(), CreationPolicies::default()),
+            Some(b) => (
+                serde_json::from_str(b).map_err(|e| OpsError::Invalid(format!("policies: {e}")))?,
+                serde_json::from_str(b).map_err(|e| OpsError::Invalid(format!("policies: {e}")))?,
+            ),
+        };
+        self.tenancy.create_namespace(ns, record).await?;
+        if extra.retention_policies.is_some() || extra.deduplication_enabled.is_some() {
+            self.policies
+                .update(ns, |p| {
+                    p.retention = extra.retention_policies;
+                    p.deduplication_enabled = extra.deduplication_enabled;
+                })
+                .await?;
+        }
+        tracing::info!(namespace = %ns, "namespace created");
+        Ok(())
+    }
+
+    /// Deletes namespace `ns`, which must hold no topic, with its policies.
+    pub async fn delete_namespace(&self, ns: &NamespaceName, force: bool) -> Result<(), OpsError> {
+        if force {
+            return Err(OpsError::NotAllowed(
+                "Broker doesn't allow forced deletion of namespaces".into(),
+            ));
+        }
+        self.existing_namespace(ns).await?;
+        let prefix = format!("persistent://{ns}/");
+        let meta = self.log.metadata();
+        let has_topics = meta
+            .list_topics()
+            .await?
+            .iter()
+            .any(|t| t.name.starts_with(&prefix))
+            || !meta.list_partitioned_topics(&prefix).await?.is_empty();
+        if has_topics {
+            return Err(OpsError::Conflict(
+                "Cannot delete non empty namespace".into(),
+            ));
+        }
+        self.tenancy.delete_namespace(ns).await?;
+        self.policies
+            .update(ns, |p| *p = NamespacePolicies::default())
+            .await?;
+        tracing::info!(namespace = %ns, "namespace deleted");
+        Ok(())
+    }
+
+    /// Namespace `ns`'s policies in Pulsar's `Policies` shape (what is set; offload and
+    /// retention values are the namespace's own, `null` when it follows the default).
+    pub async fn namespace_document(
+        &self,
+        ns: &NamespaceName,
+    ) -> Result<serde_json::Value, OpsError> {
+        let record = self.existing_namespace(ns).await?;
+        let p = self.policies.namespace(ns).await?;
+        Ok(json!({
+            "auth_policies": record.auth_policies,
+            "replication_clusters": record.replication_clusters,
+            "bundles": { "boundaries": ["0x00000000", "0xffffffff"], "numBundles": 1 },
+            "subscription_auth_mode": record.subscription_auth_mode,
+            "deleted": false,
+            "deduplicationEnabled": p.deduplication_enabled,
+            "retention_policies": p.retention,
+            "offload_threshold": p.offload_threshold_bytes,
+            "offload_threshold_in_seconds": p.offload_threshold_seconds,
+            "offload_deletion_lag_ms": p.offload_deletion_lag_ms,
+        }))
+    }
+
+    // ---- permissions ----
+
+    /// `role → actions` granted on namespace `ns`.
+    pub async fn namespace_permissions(&self, ns: &NamespaceName) -> Result<Grants, OpsError> {
+        Ok(self
+            .existing_namespace(ns)
+            .await?
+            .auth_policies
+            .namespace_auth
+            .clone())
+    }
+
+    /// Grants `actions` on namespace `ns` to `role` (replacing what it had there).
+    pub async fn grant_namespace(
+        &self,
+        ns: &NamespaceName,
+        role: &str,
+        actions: BTreeSet<AuthAction>,
+    ) -> Result<(), OpsError> {
+        self.permissions_enabled()?;
+        self.tenancy
+            .update_namespace(ns, |r| {
+                r.auth_policies
+                    .namespace_auth
+                    .insert(role.to_string(), actions);
+                Ok(())
+            })
+            .await?;
+        tracing::info!(namespace = %ns, role, "permissions granted");
+        Ok(())
+    }
+
+    /// Takes `role`'s grants on namespace `ns` away.
+    pub async fn revoke_namespace(&self, ns: &NamespaceName, role: &str) -> Result<(), OpsError> {
+        self.permissions_enabled()?;
+        self.tenancy
+            .update_namespace(ns, |r| {
+                r.auth_policies.namespace_auth.remove(role);
+                Ok(())
+            })
+            .await?;
+        tracing::info!(namespace = %ns, role, "permissions revoked");
+        Ok(())
+    }
+
+    /// `role → actions` on topic `topic`: its namespace's grants and its own together.
+    pub async fn topic_permissions(&self, topic: &TopicName) -> Result<Grants, OpsError> {
+        let record = self.existing_namespace(&topic.namespace).await?;
+        let mut all = record.auth_policies.namespace_auth.clone();
+        if let Some(own) = record
+            .auth_policies
+            .destination_auth
+            .get(&topic.base().to_string())
+        {
+            for (role, actions) in own {
+                all.entry(role.clone()).or_default().extend(actions);
+            }
+        }
+        Ok(all)
+    }
+
+    /// Grants `actions` on topic `topic` (its base topic) to `role`.
+    pub async fn grant_topic(
+        &self,
+        topic: &TopicName,
+        role: &str,
+        actions: BTreeSet<AuthAction>,
+    ) -> Result<(), OpsError> {
+        self.permissions_enabled()?;
+        let key = topic.base().to_string();
+        self.tenancy
+            .update_namespace(&topic.namespace, |r| {
+                r.auth_policies
+                    .destination_auth
+                    .entry(key)
+                    .or_default()
+                    .insert(role.to_string(), actions);
+                Ok(())
+            })
+            .await?;
+        tracing::info!(%topic, role, "permissions granted");
+        Ok(())
+    }
+
+    /// Takes `role`'s grants on topic `topic` away; 412 when it has none at topic level.
+    pub async fn revoke_topic(&self, topic: &TopicName, role: &str) -> Result<(), OpsError> {
+        self.permissions_enabled()?;
+        let key = topic.base().to_string();
+        self.tenancy
+            .update_namespace(&topic.namespace, |r| {
+                let grants = r.auth_policies.destination_auth.get_mut(&key);
+                if grants.and_then(|g| g.remove(role)).is_none() {
+                    return Err(TenancyError::Invalid(format!(
+                        "Permissions are not set at the topic level: {role}"
+                    )));
+                }
+                if r.auth_policies
+                    .destination_auth
+                    .get(&key)
+                    .is_some_and(|g| g.is_empty())
+                {
+                    r.auth_policies.destination_auth.remove(&key);
+                }
+                Ok(())
+            })
+            .await?;
+        tracing::info!(%topic, role, "permissions revoked");
+        Ok(())
+    }
+
+    /// Restricts subscription `sub` of namespace `ns` to `roles` (added to those it has).
+    pub async fn grant_subscription(
+        &self,
+        ns: &NamespaceName,
+        sub: &str,
+        roles: BTreeSet<String>,
+    ) -> Result<(), OpsError> {
+        self.permissions_enabled()?;
+        self.tenancy
+            .update_namespace(ns, |r| {
+                let listed = r
+                    .auth_policies
+                    .subscription_auth_roles
+                    .entry(sub.to_string());
+                listed.or_default().extend(roles);
+                Ok(())
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Removes `role` from subscription `sub`'s roles.
+    pub async fn revoke_subscription(
+        &self,
+        ns: &NamespaceName,
+        sub: &str,
+        role: &str,
+    ) -> Result<(), OpsError> {
+        self.permissions_enabled()?;
+        self.tenancy
+            .update_namespace(ns, |r| {
+                let roles = &mut r.auth_policies.subscription_auth_roles;
+                if let Some(listed) = roles.get_mut(sub) {
+                    listed.remove(role);
+                    if listed.is_empty() {
+                        roles.remove(sub);
+                    }
+                }
+                Ok(())
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Sets namespace `ns`'s subscription naming rule.
+    pub async fn set_subscription_auth_mode(
+        &self,
+        ns: &NamespaceName,
+        mode: SubscriptionAuthMode,
+    ) -> Result<(), OpsError> {
+        self.tenancy
+            .update_namespace(ns, |r| {
+                r.subscription_auth_mode = mode;
+                Ok(())
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Namespace `ns`'s subscription naming rule.
+    pub async fn subscription_auth_mode(
+        &self,
+        ns: &NamespaceName,
+    ) -> Result<SubscriptionAuthMode, OpsError> {
+        Ok(self.existing_namespace(ns).await?.subscription_auth_mode)
+    }
+}

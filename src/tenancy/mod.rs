@@ -1,0 +1,480 @@
+//! Tenants, namespaces and clusters, as Pulsar has them: which exist, who administers a tenant,
+//! and who may produce to or consume from a namespace or one of its topics. [`Tenancy`] keeps
+//! the records ([`records`]) in the metadata store and a cache of the ones the authorizer reads
+//! on every PRODUCER, SUBSCRIBE and LOOKUP; [`authorizer::TenancyAuthorizer`] decides with them.
+//!
+//! What exists:
+//! - the local cluster (named by `broker.cluster_name`, `standalone` by default, its URLs
+//!   refreshed at every start) and any cluster records added through the admin API;
+//! - tenants ([`TenantInfo`]); the embedded defaults create `public`;
+//! - namespaces ([`NamespaceRecord`]: grants, clusters, subscription rule); the defaults create
+//!   `public/default`. A topic can only be created in a namespace that exists.
+//!
+//! Invariants:
+//! - Writes go to the metadata store first, then to the cache: a reader never sees a record a
+//!   crash could take back. Creations use the store's create-if-absent, so of two concurrent
+//!   creations one gets "already exists".
+//! - The cache holds only records that exist (a lookup of a missing name asks the store, so a
+//!   client naming random namespaces cannot grow it).
+//! - A tenant is deleted only without namespaces; a namespace only without topics (checked by
+//!   the operations layer, which sees the topics).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, RwLock};
+
+use crate::ledger::{MetadataError, MetadataStore};
+use crate::naming::{valid_part, NamespaceName};
+
+pub mod authorizer;
+pub mod records;
+
+pub use records::{
+    AuthAction, AuthPolicies, ClusterData, Grants, NamespaceRecord, SubscriptionAuthMode,
+    TenantInfo,
+};
+
+/// Why a tenancy operation failed. The messages are Pulsar's where Pulsar has one.
+#[derive(Debug, thiserror::Error)]
+pub enum TenancyError {
+    /// The tenant, namespace or cluster does not exist (HTTP 404).
+    #[error("{0} does not exist")]
+    NotFound(String),
+    /// It already exists (HTTP 409).
+    #[error("{0} already exists")]
+    Exists(String),
+    /// It still holds namespaces or topics (HTTP 409).
+    #[error("{0}")]
+    NotEmpty(String),
+    /// The request breaks a rule (bad name, unknown cluster; HTTP 412).
+    #[error("{0}")]
+    Invalid(String),
+    /// The metadata store failed.
+    #[error(transparent)]
+    Metadata(#[from] MetadataError),
+    /// A stored record is not understood.
+    #[error("stored record {scope} is invalid: {reason}")]
+    Corrupt {
+        /// Where it is stored.
+        scope: String,
+        /// Why it is refused.
+        reason: String,
+    },
+}
+
+fn tenant_scope(tenant: &str) -> String {
+    format!("tenancy/tenant/{tenant}")
+}
+
+fn cluster_scope(cluster: &str) -> String {
+    format!("tenancy/cluster/{cluster}")
+}
+
+fn namespace_prefix(tenant: &str) -> String {
+    format!("tenancy/namespace/{tenant}/")
+}
+
+fn namespace_scope(ns: &NamespaceName) -> String {
+    format!("{}{}", namespace_prefix(&ns.tenant), ns.name)
+}
+
+/// The records of tenancy, cached. Cheap to share (`Arc`).
+#[derive(Debug)]
+pub struct Tenancy {
+    meta: Arc<dyn MetadataStore>,
+    /// Name of the cluster this service is.
+    local_cluster: String,
+    /// Invariant: every entry equals the stored tenant record.
+    tenants: Cached<String, TenantInfo>,
+    /// Invariant: every entry equals the stored namespace record.
+    namespaces: Cached<NamespaceName, NamespaceRecord>,
+    /// Serialises read-modify-write updates (and keeps the cache in step with the store).
+    update_lock: tokio::sync::Mutex<()>,
+}
+
+/// Records by name (only records that exist).
+#[derive(Debug)]
+struct Cached<K, V>(RwLock<HashMap<K, Arc<V>>>);
+
+impl<K: std::hash::Hash + Eq, V> Cached<K, V> {
+    fn new() -> Self {
+        Cached(RwLock::new(HashMap::new()))
+    }
+
+    fn get(&self, key: &K) -> Option<Arc<V>> {
+        self.0
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .cloned()
+    }
+
+    /// Caches `value` (or forgets `key` when `None`); returns what is cached now.
+    fn set(&self, key: K, value: Option<V>) -> Option<Arc<V>> {
+        let mut map = self.0.write().unwrap_or_else(|p| p.into_inner());
+        match value {
+            Some(v) => {
+                let v = Arc::new(v);
+                map.insert(key, v.clone());
+                Some(v)
+            }
+            None => {
+                map.remove(&key);
+                None
+            }
+        }
+    }
+}
+
+impl Tenancy {
+    /// Tenancy over `meta`, for the cluster named `local_cluster`.
+    pub fn new(meta: Arc<dyn MetadataStore>, local_cluster: &str) -> Self {
+        Tenancy {
+            meta,
+            local_cluster: local_cluster.to_string(),
+            tenants: Cached::new(),
+            namespaces: Cached::new(),
+            update_lock: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The name of the cluster this service is.
+    pub fn local_cluster(&self) -> &str {
+        &self.local_cluster
+    }
+
+    /// The record stored at `scope`, if any.
+    async fn load<T: serde::de::DeserializeOwned>(
+        &self,
+        scope: &str,
+    ) -> Result<Option<T>, TenancyError> {
+        let Some(blob) = self.meta.get_policies(scope).await? else {
+            return Ok(None);
+        };
+        records::decode(&blob)
+            .map(Some)
+            .map_err(|reason| TenancyError::Corrupt {
+                scope: scope.to_string(),
+                reason,
+            })
+    }
+
+    /// At start: records the local cluster at `local`'s URLs, then makes sure `public` and
+    /// `public/default` exist, and that every namespace in `in_use` (the namespaces of topics
+    /// already stored, e.g. by a version without tenancy) exists, so no stored topic is left
+    /// outside a namespace.
+    pub async fn bootstrap(
+        &self,
+        local: &ClusterData,
+        in_use: impl IntoIterator<Item = NamespaceName>,
+    ) -> Result<(), TenancyError> {
+        self.meta
+            .set_policies(
+                &cluster_scope(&self.local_cluster),
+                Some(&records::encode(local)),
+            )
+            .await?;
+        let mut wanted: BTreeSet<NamespaceName> = in_use.into_iter().collect();
+        wanted.insert(NamespaceName::new("public", "default").map_err(invalid)?);
+        for ns in wanted {
+            if self.tenant(&ns.tenant).await?.is_none() {
+                let info = TenantInfo {
+                    admin_roles: BTreeSet::new(),
+                    allowed_clusters: BTreeSet::from([self.local_cluster.clone()]),
+                };
+                if self
+                    .meta
+                    .create_policies(&tenant_scope(&ns.tenant), &records::encode(&info))
+                    .await?
+                {
+                    tracing::info!(tenant = %ns.tenant, "created tenant");
+                }
+            }
+            if self.namespace(&ns).await?.is_none() {
+                let record = self.new_namespace_record();
+                if self
+                    .meta
+                    .create_policies(&namespace_scope(&ns), &records::encode(&record))
+                    .await?
+                {
+                    tracing::info!(namespace = %ns, "created namespace");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn new_namespace_record(&self) -> NamespaceRecord {
+        NamespaceRecord {
+            replication_clusters: BTreeSet::from([self.local_cluster.clone()]),
+            ..NamespaceRecord::default()
+        }
+    }
+
+    // ---- clusters ----
+
+    /// Every cluster's name.
+    pub async fn clusters(&self) -> Result<Vec<String>, TenancyError> {
+        let prefix = cluster_scope("");
+        Ok(self
+            .meta
+            .list_policies(&prefix)
+            .await?
+            .into_iter()
+            .filter_map(|(scope, _)| scope.strip_prefix(&prefix).map(str::to_string))
+            .collect())
+    }
+
+    /// Cluster `name`'s record.
+    pub async fn cluster(&self, name: &str) -> Result<Option<ClusterData>, TenancyError> {
+        self.load(&cluster_scope(name)).await
+    }
+
+    /// Adds cluster `name` (a record other services and tenants can refer to).
+    pub async fn create_cluster(&self, name: &str, data: &ClusterData) -> Result<(), TenancyError> {
+        if !valid_part(name) {
+            return Err(TenancyError::Invalid(format!(
+                "Invalid cluster name '{name}'"
+            )));
+        }
+        if !self
+            .meta
+            .create_policies(&cluster_scope(name), &records::encode(data))
+            .await?
+        {
+            return Err(TenancyError::Exists(format!("Cluster {name}")));
+        }
+        Ok(())
+    }
+
+    /// Replaces cluster `name`'s URLs.
+    pub async fn update_cluster(&self, name: &str, data: &ClusterData) -> Result<(), TenancyError> {
+        let _g = self.update_lock.lock().await;
+        if self.cluster(name).await?.is_none() {
+            return Err(TenancyError::NotFound(format!("Cluster {name}")));
+        }
+        self.meta
+            .set_policies(&cluster_scope(name), Some(&records::encode(data)))
+            .await?;
+        Ok(())
+    }
+
+    /// Removes cluster `name`: never the local one, nor one a tenant may use.
+    pub async fn delete_cluster(&self, name: &str) -> Result<(), TenancyError> {
+        let _g = self.update_lock.lock().await;
+        if self.cluster(name).await?.is_none() {
+            return Err(TenancyError::NotFound(format!("Cluster {name}")));
+        }
+        if name == self.local_cluster {
+            return Err(TenancyError::Invalid(format!(
+                "Cluster {name} is this service's own cluster"
+            )));
+        }
+        for tenant in self.tenants().await? {
+            if let Some(info) = self.tenant(&tenant).await? {
+                if info.allowed_clusters.contains(name) {
+                    return Err(TenancyError::Invalid(format!(
+                        "Cluster {name} is in use by tenant {tenant}"
+                    )));
+                }
+            }
+        }
+        self.meta.set_policies(&cluster_scope(name), None).await?;
+        Ok(())
+    }
+
+    // ---- tenants ----
+
+    /// Every tenant's name, ascending.
+    pub async fn tenants(&self) -> Result<Vec<String>, TenancyError> {
+        let prefix = tenant_scope("");
+        Ok(self
+            .meta
+            .list_policies(&prefix)
+            .await?
+            .into_iter()
+            .filter_map(|(scope, _)| scope.strip_prefix(&prefix).map(str::to_string))
+            .collect())
+    }
+
+    /// Tenant `name`'s record, `None` when it does not exist.
+    pub async fn tenant(&self, name: &str) -> Result<Option<Arc<TenantInfo>>, TenancyError> {
+        if let Some(t) = self.tenants.get(&name.to_string()) {
+            return Ok(Some(t));
+        }
+        let info = self.load::<TenantInfo>(&tenant_scope(name)).await?;
+        Ok(info.and_then(|i| self.tenants.set(name.to_string(), Some(i))))
+    }
+
+    async fn check_tenant_info(&self, name: &str, info: &TenantInfo) -> Result<(), TenancyError> {
+        if !valid_part(name) {
+            return Err(TenancyError::Invalid(format!(
+                "Invalid tenant name '{name}'"
+            )));
+        }
+        if info.allowed_clusters.is_empty() {
+            return Err(TenancyError::Invalid("Clusters can not be empty".into()));
+        }
+        let known: BTreeSet<String> = self.clusters().await?.into_iter().collect();
+        let unknown: Vec<&String> = info.allowed_clusters.difference(&known).collect();
+        if !unknown.is_empty() {
+            return Err(TenancyError::Invalid(format!(
+                "Clusters {unknown:?} do not exist"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Creates tenant `name`.
+    pub async fn create_tenant(&self, name: &str, info: TenantInfo) -> Result<(), TenancyError> {
+        let _g = self.update_lock.lock().await;
+        self.check_tenant_info(name, &info).await?;
+        if !self
+            .meta
+            .create_policies(&tenant_scope(name), &records::encode(&info))
+            .await?
+        {
+            return Err(TenancyError::Exists(format!("Tenant {name}")));
+        }
+        self.tenants.set(name.to_string(), Some(info));
+        Ok(())
+    }
+
+    /// Replaces tenant `name`'s admins and clusters.
+    pub async fn update_tenant(&self, name: &str, info: TenantInfo) -> Result<(), TenancyError> {
+        let _g = self.update_lock.lock().await;
+        self.check_tenant_info(name, &info).await?;
+        if self.tenant(name).await?.is_none() {
+            return Err(TenancyError::NotFound(format!("Tenant {name}")));
+        }
+        self.meta
+            .set_policies(&tenant_scope(name), Some(&records::encode(&info)))
+            .await?;
+        self.tenants.set(name.to_string(), Some(info));
+        Ok(())
+    }
+
+    /// Deletes tenant `name`, which must hold no namespace.
+    pub async fn delete_tenant(&self, name: &str) -> Result<(), TenancyError> {
+        let _g = self.update_lock.lock().await;
+        if self.tenant(name).await?.is_none() {
+            return Err(TenancyError::NotFound(format!("Tenant {name}")));
+        }
+        if !self
+            .meta
+            .list_policies(&namespace_prefix(name))
+            .await?
+            .is_empty()
+        {
+            return Err(TenancyError::NotEmpty(
+                "The tenant still has active namespaces".into(),
+            ));
+        }
+        self.meta.set_policies(&tenant_scope(name), None).await?;
+        self.tenants.set(name.to_string(), None);
+        Ok(())
+    }
+
+    // ---- namespaces ----
+
+    /// The namespaces of tenant `tenant`, ascending.
+    pub async fn namespaces(&self, tenant: &str) -> Result<Vec<NamespaceName>, TenancyError> {
+        if self.tenant(tenant).await?.is_none() {
+            return Err(TenancyError::NotFound(format!("Tenant {tenant}")));
+        }
+        let prefix = namespace_prefix(tenant);
+        Ok(self
+            .meta
+            .list_policies(&prefix)
+            .await?
+            .into_iter()
+            .filter_map(|(scope, _)| {
+                let name = scope.strip_prefix(&prefix)?;
+                NamespaceName::new(tenant, name).ok()
+            })
+            .collect())
+    }
+
+    /// Namespace `ns`'s record, `None` when it does not exist.
+    pub async fn namespace(
+        &self,
+        ns: &NamespaceName,
+    ) -> Result<Option<Arc<NamespaceRecord>>, TenancyError> {
+        if let Some(r) = self.namespaces.get(ns) {
+            return Ok(Some(r));
+        }
+        let record = self.load::<NamespaceRecord>(&namespace_scope(ns)).await?;
+        Ok(record.and_then(|r| self.namespaces.set(ns.clone(), Some(r))))
+    }
+
+    /// Creates namespace `ns` in an existing tenant, on the clusters `record` names (the local
+    /// cluster when none), which the tenant must allow.
+    pub async fn create_namespace(
+        &self,
+        ns: &NamespaceName,
+        mut record: NamespaceRecord,
+    ) -> Result<(), TenancyError> {
+        let _g = self.update_lock.lock().await;
+        let tenant = self
+            .tenant(&ns.tenant)
+            .await?
+            .ok_or_else(|| TenancyError::NotFound(format!("Tenant {}", ns.tenant)))?;
+        if record.replication_clusters.is_empty() {
+            record.replication_clusters = BTreeSet::from([self.local_cluster.clone()]);
+        }
+        for c in &record.replication_clusters {
+            if !tenant.allowed_clusters.contains(c) {
+                return Err(TenancyError::Invalid(format!(
+                    "Cluster [{c}] is not in the list of allowed clusters list for tenant [{}]",
+                    ns.tenant
+                )));
+            }
+        }
+        if !self
+            .meta
+            .create_policies(&namespace_scope(ns), &records::encode(&record))
+            .await?
+        {
+            return Err(TenancyError::Exists(format!("Namespace {ns}")));
+        }
+        self.namespaces.set(ns.clone(), Some(record));
+        Ok(())
+    }
+
+    /// Applies `change` to namespace `ns`'s record and stores the result.
+    pub async fn update_namespace<R>(
+        &self,
+        ns: &NamespaceName,
+        change: impl FnOnce(&mut NamespaceRecord) -> Result<R, TenancyError>,
+    ) -> Result<R, TenancyError> {
+        let _g = self.update_lock.lock().await;
+        let current = self
+            .namespace(ns)
+            .await?
+            .ok_or_else(|| TenancyError::NotFound(format!("Namespace {ns}")))?;
+        let mut record = NamespaceRecord::clone(&current);
+        let out = change(&mut record)?;
+        self.meta
+            .set_policies(&namespace_scope(ns), Some(&records::encode(&record)))
+            .await?;
+        self.namespaces.set(ns.clone(), Some(record));
+        Ok(out)
+    }
+
+    /// Removes namespace `ns`'s record (the caller has checked it holds no topic).
+    pub async fn delete_namespace(&self, ns: &NamespaceName) -> Result<(), TenancyError> {
+        let _g = self.update_lock.lock().await;
+        if self.namespace(ns).await?.is_none() {
+            return Err(TenancyError::NotFound(format!("Namespace {ns}")));
+        }
+        self.meta.set_policies(&namespace_scope(ns), None).await?;
+        self.namespaces.set(ns.clone(), None);
+        Ok(())
+    }
+}
+
+fn invalid(e: impl std::fmt::Display) -> TenancyError {
+    TenancyError::Invalid(e.to_string())
+}
+
+#[cfg(test)]
+mod tests;
