@@ -45,6 +45,30 @@ pub struct NamespacePolicies {
     /// `retention` (Pulsar's `RetentionPolicies`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<RetentionPolicy>,
+    /// `publishRate`: the most each topic partition accepts (at topic scope, wins over the
+    /// namespace's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub publish_rate: Option<PublishRate>,
+    /// `resourcegroup`: the resource group whose quota the namespace's topics share
+    /// (namespace scope only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_group_name: Option<String>,
+}
+
+/// Pulsar's `PublishRate`: messages and bytes per second (-1 or 0 = unlimited).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PublishRate {
+    /// Messages per second.
+    #[serde(default = "unlimited")]
+    pub publish_throttling_rate_in_msg: i64,
+    /// Bytes per second.
+    #[serde(default = "unlimited")]
+    pub publish_throttling_rate_in_byte: i64,
+}
+
+fn unlimited() -> i64 {
+    -1
 }
 
 /// Pulsar's `RetentionPolicies`: how long (and how much of) a topic's consumed messages are
@@ -188,6 +212,34 @@ impl PolicyStore {
             .unwrap_or(default))
     }
 
+    /// The publish rate in force for `topic` (its own, else its namespace's) and the resource
+    /// group its namespace is attached to.
+    pub async fn publish_limits(
+        &self,
+        topic: &TopicName,
+    ) -> Result<(Option<PublishRate>, Option<String>), PoliciesError> {
+        let ns = self.namespace(&topic.namespace).await?;
+        let own = self.topic(topic).await?.publish_rate;
+        Ok((own.or(ns.publish_rate), ns.resource_group_name))
+    }
+
+    /// The namespaces attached to resource group `group`.
+    pub async fn namespaces_in_group(&self, group: &str) -> Result<Vec<String>, PoliciesError> {
+        let prefix = "namespace:";
+        let mut out = Vec::new();
+        for (scope, blob) in self.meta.list_policies(prefix).await? {
+            let owner = scope.trim_start_matches(prefix).to_string();
+            let p = NamespacePolicies::decode(&blob).map_err(|reason| PoliciesError::Corrupt {
+                owner: owner.clone(),
+                reason,
+            })?;
+            if p.resource_group_name.as_deref() == Some(group) {
+                out.push(owner);
+            }
+        }
+        Ok(out)
+    }
+
     async fn scoped(&self, key: &str, owner: &str) -> Result<NamespacePolicies, PoliciesError> {
         if let Some(p) = self
             .cache
@@ -292,6 +344,8 @@ mod tests {
             hour in proptest::option::of(any::<bool>()),
             dedup in proptest::option::of(any::<bool>()),
             retention in proptest::option::of((any::<i64>(), any::<i64>())),
+            rate in proptest::option::of((any::<i64>(), any::<i64>())),
+            group in proptest::option::of(".{0,10}"),
         ) {
             let p = NamespacePolicies {
                 offload_threshold_bytes: a,
@@ -303,6 +357,11 @@ mod tests {
                     retention_time_in_minutes: t,
                     retention_size_in_mb: s,
                 }),
+                publish_rate: rate.map(|(m, b)| PublishRate {
+                    publish_throttling_rate_in_msg: m,
+                    publish_throttling_rate_in_byte: b,
+                }),
+                resource_group_name: group,
             };
             prop_assert_eq!(NamespacePolicies::decode(&p.encode()), Ok(p));
         }

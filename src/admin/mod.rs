@@ -1,6 +1,6 @@
 //! The HTTP surface on `server.http_addr`: health and Pulsar admin API paths (clusters,
-//! tenants, namespaces and their policies and permissions; topic partitions, permissions,
-//! offload and stats); metrics and the rest of the admin API join it in later issues. `POST /sql` runs read-only SQL ([`crate::sql`]). Errors map to HTTP statuses in [`error`] and only
+//! tenants, namespaces and their policies and permissions, publish rates and resource groups;
+//! topic partitions, permissions, offload and stats); metrics and the rest of the admin API join it in later issues. `POST /sql` runs read-only SQL ([`crate::sql`]). Errors map to HTTP statuses in [`error`] and only
 //! there.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,6 +18,7 @@ pub mod error;
 mod lake;
 mod namespaces;
 mod permissions;
+mod quotas;
 mod sql;
 mod tenancy;
 mod topics;
@@ -95,6 +96,7 @@ pub fn router(state: AdminState) -> Router {
         .merge(namespaces::routes())
         .merge(tenancy::routes())
         .merge(permissions::routes())
+        .merge(quotas::routes())
         .merge(sql::routes())
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),

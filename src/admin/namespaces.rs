@@ -152,7 +152,8 @@ fn number(body: &str) -> Result<i64, AdminError> {
         .map_err(|_| AdminError::BadRequest(format!("expected a number, got '{body}'")))
 }
 
-async fn update(
+/// Applies `change` to namespace `tenant/ns`'s policies: 204.
+pub(super) async fn update(
     state: &AdminState,
     tenant: &str,
     ns: &str,

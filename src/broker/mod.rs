@@ -11,6 +11,8 @@
 //! - [`subscription`]: one task per subscription, the only owner of its cursor and consumers;
 //!   it reads the log and sends MESSAGE frames within the consumers' permits.
 //! - [`dedup`]: deduplication state (Pulsar semantics), folded through replay.
+//! - [`throttle`]: publish rate limits (topic or namespace `publishRate`, resource-group
+//!   quotas), token buckets that stop a producer's connection from being read while in debt.
 //!
 //! Invariants:
 //! - SEND_RECEIPTs of a producer leave in the order of its SENDs and only after the append is
@@ -39,10 +41,12 @@ pub mod error;
 mod owner;
 
 pub mod subscription;
+pub mod throttle;
 pub mod topic;
 
 use crate::naming::TopicName;
 pub use error::BrokerError;
+use throttle::{PublishLimiter, Rate};
 pub use topic::{BrokerTopic, TopicPolicies};
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -77,6 +81,9 @@ pub struct Broker {
     tenancy: Arc<crate::tenancy::Tenancy>,
     /// Lake access for ranges deleted locally (`None` when the lake is disabled).
     replay: Option<crate::replay::Replay>,
+    /// Publish limiters of resource groups, by group name. Invariant: each has the group's
+    /// current publish quota (replaced when it changes).
+    group_limiters: Mutex<HashMap<String, Arc<PublishLimiter>>>,
     /// Bytes of SENDs queued to topic owners, shared by every topic.
     publish_budget: Arc<tokio::sync::Semaphore>,
 }
@@ -110,6 +117,7 @@ impl Broker {
             policies,
             tenancy,
             replay,
+            group_limiters: Default::default(),
             publish_budget: Arc::new(tokio::sync::Semaphore::new(topic::PUBLISH_BUDGET)),
         })
     }
@@ -137,11 +145,13 @@ impl Broker {
     }
 
     /// Hands every loaded topic's owner the policies now in force (enabling deduplication
-    /// folds its state in the owner; disabling drops it and forgets its snapshot).
-    pub async fn apply_dedup_policies(&self) {
+    /// folds its state in the owner; disabling drops it and forgets its snapshot) and puts its
+    /// publish limits in force.
+    pub async fn apply_policies(&self) {
         for t in self.loaded_topics() {
             let policies = self.policies_of(&t.name).await;
             t.set_policies(policies).await;
+            self.apply_throttle(&t).await;
         }
     }
 
@@ -156,7 +166,7 @@ impl Broker {
                     _ = broker.stop.cancelled() => return,
                     _ = tick.tick() => {}
                 }
-                broker.apply_dedup_policies().await;
+                broker.apply_policies().await;
                 for t in broker.loaded_topics() {
                     t.save_dedup_snapshot().await;
                 }
@@ -247,16 +257,27 @@ impl Broker {
         self.log.metadata()
     }
 
+    /// Topic partition `name` if it is loaded (never loads it).
+    async fn loaded(&self, name: &str) -> Option<Arc<BrokerTopic>> {
+        let slot = lock(&self.topics).get(name).cloned()?;
+        let topic = slot.0.lock().await.clone();
+        topic
+    }
+
+    /// SENDs of loaded topic partition `name` its own publish rate throttled (0 when it is not
+    /// loaded).
+    pub async fn publish_throttled(&self, name: &str) -> u64 {
+        self.loaded(name)
+            .await
+            .map_or(0, |t| t.throttle.throttled())
+    }
+
     /// Stats of the subscriptions of topic partition `name` if it is loaded (else empty).
     pub async fn subscription_stats(
         &self,
         name: &str,
     ) -> Vec<(String, backlog::SubscriptionStats)> {
-        let slot = lock(&self.topics).get(name).cloned();
-        let Some(topic) = (match slot {
-            Some(slot) => slot.0.lock().await.clone(),
-            None => None,
-        }) else {
+        let Some(topic) = self.loaded(name).await else {
             return Vec::new();
         };
         let subs = topic.subscriptions().await;
@@ -362,7 +383,7 @@ impl Broker {
                     "ignoring unreadable cursor"),
             }
         }
-        Ok(owner::spawn(owner::OwnerSetup {
+        let topic = owner::spawn(owner::OwnerSetup {
             name: name.clone(),
             log,
             lake,
@@ -371,6 +392,61 @@ impl Broker {
             cursors,
             persist_every: self.config.cursor_persist_interval,
             publish_budget: self.publish_budget.clone(),
-        }))
+        });
+        self.apply_throttle(&topic).await;
+        Ok(topic)
+    }
+
+    /// Puts the publish limits in force for `t`: its own rate (the topic's `publishRate`, else
+    /// its namespace's) and the shared limiter of its namespace's resource group. A policy that
+    /// cannot be read leaves the limits as they were.
+    async fn apply_throttle(&self, t: &BrokerTopic) {
+        let (rate, group) = match self.policies.publish_limits(&t.name).await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(topic = %t.name, error = %e, "reading publish rate failed");
+                return;
+            }
+        };
+        let own = rate.map_or(Rate::default(), |r| {
+            Rate::from_pulsar(
+                r.publish_throttling_rate_in_msg,
+                r.publish_throttling_rate_in_byte,
+            )
+        });
+        let group = match group {
+            Some(g) => self.group_limiter(&g).await,
+            None => None,
+        };
+        t.throttle.set(own, group);
+    }
+
+    /// The limiter shared by the topics of resource group `name` (`None`: no such group, or
+    /// no publish quota). A changed quota gets a new limiter.
+    async fn group_limiter(&self, name: &str) -> Option<Arc<PublishLimiter>> {
+        let rg = match self.tenancy.resource_group(name).await {
+            Ok(Some(rg)) => rg,
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::warn!(group = name, error = %e, "reading resource group failed");
+                return None;
+            }
+        };
+        let rate = Rate::from_pulsar(rg.publish_rate_in_msgs, rg.publish_rate_in_bytes);
+        if rate.is_unlimited() {
+            return None;
+        }
+        let mut limiters = self
+            .group_limiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match limiters.get(name) {
+            Some(l) if l.rate() == rate => Some(l.clone()),
+            _ => {
+                let l = PublishLimiter::new(rate);
+                limiters.insert(name.to_string(), l.clone());
+                Some(l)
+            }
+        }
     }
 }

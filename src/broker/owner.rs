@@ -128,6 +128,7 @@ pub(crate) fn spawn(setup: OwnerSetup) -> Arc<BrokerTopic> {
         lake: setup.lake,
         owner: tx,
         publish_budget: setup.publish_budget,
+        throttle: Default::default(),
     });
     let mut subscriptions = HashMap::new();
     for (name, state) in setup.cursors {

@@ -4,8 +4,9 @@
 //!
 //! Every change to the partition's producers, subscriptions, deduplication state and policies,
 //! and every append of a producer's message, is a [`TopicCommand`] to its owner task; the owner
-//! handles them one at a time, so none of that state has a lock. Rate limits, quotas, metrics
-//! and ownership by another node attach to the owner.
+//! handles them one at a time, so none of that state has a lock. The publish rate limits are
+//! the exception: token buckets the producers' connections take from directly (a small lock,
+//! [`super::throttle`]), so throttling costs no round trip to the owner.
 //!
 //! Invariants:
 //! - A command whose owner has stopped (the topic was deleted, unloaded or the broker is
@@ -51,6 +52,9 @@ pub struct BrokerTopic {
     pub(crate) owner: mpsc::Sender<TopicCommand>,
     /// The broker-wide budget of queued SEND bytes ([`PUBLISH_BUDGET`]).
     pub(crate) publish_budget: Arc<tokio::sync::Semaphore>,
+    /// Publish rate limits in force (shared with producers' connections, which stop reading
+    /// while a limit is in debt; the broker replaces them when policies change).
+    pub(crate) throttle: super::throttle::TopicThrottle,
 }
 
 /// A producer connected to a topic.

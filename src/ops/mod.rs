@@ -7,8 +7,8 @@
 //! - A topic deletion holds off its table's offload for its whole duration, deletes the topic's
 //!   partitions through the broker (so no producer or consumer is left attached), then the base
 //!   topic's metadata, then the lake table; repeating a deletion finishes one that crashed.
-//! - Policy changes that the broker applies live (deduplication) are applied before the
-//!   operation returns.
+//! - Policy changes that the broker applies live (deduplication, publish rates) are applied
+//!   before the operation returns.
 
 use std::sync::Arc;
 
@@ -255,10 +255,12 @@ impl Operations {
         let mut entries = 0u64;
         let wanted_partition = name.partition().map(|p| p as i32);
         let mut subscriptions = serde_json::Map::new();
+        let mut rate_limited = 0u64;
         for (partition, log) in self.log.partitions_of(&name.base()).await? {
             if wanted_partition.is_some_and(|w| w != partition) {
                 continue;
             }
+            rate_limited += self.broker.publish_throttled(log.name()).await;
             for (sub, s) in self.broker.subscription_stats(log.name()).await {
                 let key = if partition >= 0 && wanted_partition.is_none() {
                     format!("{sub} (partition {partition})")
@@ -291,6 +293,7 @@ impl Operations {
             "ledgers": ledgers,
             "lake": lake,
             "subscriptions": subscriptions,
+            "publishRateLimitedTimes": rate_limited,
             "replay": self.broker.replay_stats(),
         }))
     }
@@ -304,6 +307,12 @@ impl Operations {
     ) -> Result<NamespacePolicies, OpsError> {
         self.existing_namespace(namespace).await?;
         Ok(self.policies.namespace(namespace).await?)
+    }
+
+    /// What topic `topic` (its base topic) has set for itself.
+    pub async fn topic_policies(&self, topic: &TopicName) -> Result<NamespacePolicies, OpsError> {
+        self.existing_namespace(&topic.namespace).await?;
+        Ok(self.policies.topic(topic).await?)
     }
 
     /// The policies in force for `namespace` (set values, else the configured defaults).
@@ -323,7 +332,7 @@ impl Operations {
     ) -> Result<(), OpsError> {
         self.existing_namespace(namespace).await?;
         self.policies.update(namespace, change).await?;
-        self.broker.apply_dedup_policies().await;
+        self.broker.apply_policies().await;
         Ok(())
     }
 
@@ -335,7 +344,7 @@ impl Operations {
     ) -> Result<(), OpsError> {
         self.existing_namespace(&topic.namespace).await?;
         self.policies.update_topic(topic, change).await?;
-        self.broker.apply_dedup_policies().await;
+        self.broker.apply_policies().await;
         Ok(())
     }
 

@@ -12,8 +12,8 @@ use super::{Operations, OpsError};
 use crate::naming::{NamespaceName, TopicName};
 use crate::policies::{NamespacePolicies, RetentionPolicy};
 use crate::tenancy::{
-    AuthAction, ClusterData, Grants, NamespaceRecord, SubscriptionAuthMode, TenancyError,
-    TenantInfo,
+    AuthAction, ClusterData, Grants, NamespaceRecord, ResourceGroup, SubscriptionAuthMode,
+    TenancyError, TenantInfo,
 };
 
 /// What `PUT /namespaces/{t}/{ns}` may carry besides the record: the policies ledgerlake
@@ -65,6 +65,58 @@ impl Operations {
     /// Removes cluster `name`.
     pub async fn delete_cluster(&self, name: &str) -> Result<(), OpsError> {
         Ok(self.tenancy.delete_cluster(name).await?)
+    }
+
+    // ---- resource groups ----
+
+    /// Every resource group's name.
+    pub async fn resource_groups(&self) -> Result<Vec<String>, OpsError> {
+        Ok(self.tenancy.resource_groups().await?)
+    }
+
+    /// Resource group `name`.
+    pub async fn resource_group(&self, name: &str) -> Result<ResourceGroup, OpsError> {
+        self.tenancy
+            .resource_group(name)
+            .await?
+            .ok_or_else(|| OpsError::NotFound("ResourceGroup does not exist".into()))
+    }
+
+    /// Creates or replaces resource group `name`; topics attached to it follow at once.
+    pub async fn put_resource_group(
+        &self,
+        name: &str,
+        group: &ResourceGroup,
+    ) -> Result<(), OpsError> {
+        self.tenancy.put_resource_group(name, group).await?;
+        self.broker.apply_policies().await;
+        Ok(())
+    }
+
+    /// Removes resource group `name`, which no namespace may use.
+    pub async fn delete_resource_group(&self, name: &str) -> Result<(), OpsError> {
+        let users = self.policies.namespaces_in_group(name).await?;
+        if !users.is_empty() {
+            return Err(OpsError::Tenancy(TenancyError::Invalid(format!(
+                "ResourceGroup {name} is in use by {}",
+                users.join(", ")
+            ))));
+        }
+        Ok(self.tenancy.delete_resource_group(name).await?)
+    }
+
+    /// Attaches namespace `ns` to resource group `group` (`None`: detaches it).
+    pub async fn set_namespace_resource_group(
+        &self,
+        ns: &NamespaceName,
+        group: Option<&str>,
+    ) -> Result<(), OpsError> {
+        if let Some(g) = group {
+            self.resource_group(g).await?;
+        }
+        let group = group.map(str::to_string);
+        self.update_namespace_policies(ns, |p| p.resource_group_name = group)
+            .await
     }
 
     // ---- tenants ----

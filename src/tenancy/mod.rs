@@ -29,8 +29,8 @@ pub mod authorizer;
 pub mod records;
 
 pub use records::{
-    AuthAction, AuthPolicies, ClusterData, Grants, NamespaceRecord, SubscriptionAuthMode,
-    TenantInfo,
+    AuthAction, AuthPolicies, ClusterData, Grants, NamespaceRecord, ResourceGroup,
+    SubscriptionAuthMode, TenantInfo,
 };
 
 /// Why a tenancy operation failed. The messages are Pulsar's where Pulsar has one.
@@ -67,6 +67,10 @@ fn tenant_scope(tenant: &str) -> String {
 
 fn cluster_scope(cluster: &str) -> String {
     format!("tenancy/cluster/{cluster}")
+}
+
+fn group_scope(group: &str) -> String {
+    format!("tenancy/resourcegroup/{group}")
 }
 
 fn namespace_prefix(tenant: &str) -> String {
@@ -214,14 +218,7 @@ impl Tenancy {
 
     /// Every cluster's name.
     pub async fn clusters(&self) -> Result<Vec<String>, TenancyError> {
-        let prefix = cluster_scope("");
-        Ok(self
-            .meta
-            .list_policies(&prefix)
-            .await?
-            .into_iter()
-            .filter_map(|(scope, _)| scope.strip_prefix(&prefix).map(str::to_string))
-            .collect())
+        self.names(&cluster_scope("")).await
     }
 
     /// Cluster `name`'s record.
@@ -282,18 +279,60 @@ impl Tenancy {
         Ok(())
     }
 
+    /// The names stored under `prefix` (the rest of each scope), ascending.
+    async fn names(&self, prefix: &str) -> Result<Vec<String>, TenancyError> {
+        Ok(self
+            .meta
+            .list_policies(prefix)
+            .await?
+            .into_iter()
+            .filter_map(|(scope, _)| scope.strip_prefix(prefix).map(str::to_string))
+            .collect())
+    }
+
+    // ---- resource groups ----
+
+    /// Every resource group's name.
+    pub async fn resource_groups(&self) -> Result<Vec<String>, TenancyError> {
+        self.names(&group_scope("")).await
+    }
+
+    /// Resource group `name`.
+    pub async fn resource_group(&self, name: &str) -> Result<Option<ResourceGroup>, TenancyError> {
+        self.load(&group_scope(name)).await
+    }
+
+    /// Creates or replaces resource group `name`.
+    pub async fn put_resource_group(
+        &self,
+        name: &str,
+        group: &ResourceGroup,
+    ) -> Result<(), TenancyError> {
+        if !valid_part(name) {
+            return Err(TenancyError::Invalid(format!(
+                "Invalid resource group name '{name}'"
+            )));
+        }
+        self.meta
+            .set_policies(&group_scope(name), Some(&records::encode(group)))
+            .await?;
+        Ok(())
+    }
+
+    /// Removes resource group `name` (the caller has checked no namespace uses it).
+    pub async fn delete_resource_group(&self, name: &str) -> Result<(), TenancyError> {
+        if self.resource_group(name).await?.is_none() {
+            return Err(TenancyError::NotFound(format!("ResourceGroup {name}")));
+        }
+        self.meta.set_policies(&group_scope(name), None).await?;
+        Ok(())
+    }
+
     // ---- tenants ----
 
     /// Every tenant's name, ascending.
     pub async fn tenants(&self) -> Result<Vec<String>, TenancyError> {
-        let prefix = tenant_scope("");
-        Ok(self
-            .meta
-            .list_policies(&prefix)
-            .await?
-            .into_iter()
-            .filter_map(|(scope, _)| scope.strip_prefix(&prefix).map(str::to_string))
-            .collect())
+        self.names(&tenant_scope("")).await
     }
 
     /// Tenant `name`'s record, `None` when it does not exist.

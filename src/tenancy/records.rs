@@ -45,6 +45,30 @@ pub struct ClusterData {
     pub broker_service_url_tls: String,
 }
 
+/// Pulsar's `ResourceGroup`: quotas shared by every topic of the namespaces attached to it
+/// (-1 = unlimited). The publish quota is enforced; the dispatch quota is stored and shown,
+/// not enforced yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceGroup {
+    /// Messages per second published, across the group.
+    #[serde(default = "unlimited")]
+    pub publish_rate_in_msgs: i64,
+    /// Bytes per second published, across the group.
+    #[serde(default = "unlimited")]
+    pub publish_rate_in_bytes: i64,
+    /// Messages per second dispatched (stored; not enforced yet).
+    #[serde(default = "unlimited")]
+    pub dispatch_rate_in_msgs: i64,
+    /// Bytes per second dispatched (stored; not enforced yet).
+    #[serde(default = "unlimited")]
+    pub dispatch_rate_in_bytes: i64,
+}
+
+fn unlimited() -> i64 {
+    -1
+}
+
 /// Pulsar's `AuthAction`: what a grant allows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -197,6 +221,13 @@ mod tests {
                 broker_service_url_tls: urls[3].clone(),
             };
             prop_assert_eq!(decode::<ClusterData>(&encode(&c)), Ok(c));
+            let g = ResourceGroup {
+                publish_rate_in_msgs: urls[0].len() as i64 - 3,
+                publish_rate_in_bytes: urls[1].len() as i64,
+                dispatch_rate_in_msgs: -1,
+                dispatch_rate_in_bytes: urls[3].len() as i64 * 1000,
+            };
+            prop_assert_eq!(decode::<ResourceGroup>(&encode(&g)), Ok(g));
         }
     }
 

@@ -237,6 +237,17 @@ def test_isolation_matrix(tenants):
     assert call(svc, "GET", "/namespaces/b/ns", token=tok["root"])[0] == 200
     assert call(svc, "GET", "/tenants", token=tok["root"]) == (200, ["a", "b", "public"])
 
+    # Quotas are the superuser's: a tenant admin can neither define a resource group nor attach
+    # or detach its own namespace (it may read which one applies).
+    quota = {"publishRateInMsgs": 100}
+    assert call(svc, "PUT", "/resourcegroups/q", quota, token=tok["b-admin"])[0] == 403
+    assert call(svc, "PUT", "/resourcegroups/q", quota, token=tok["root"])[0] == 204
+    assert call(svc, "POST", "/namespaces/b/ns/resourcegroup/q", token=tok["b-admin"])[0] == 403
+    assert call(svc, "POST", "/namespaces/b/ns/resourcegroup/q", token=tok["root"])[0] == 204
+    assert call(svc, "GET", "/namespaces/b/ns/resourcegroup", token=tok["b-admin"]) == (200, "q")
+    assert call(svc, "DELETE", "/namespaces/b/ns/resourcegroup", token=tok["b-admin"])[0] == 403
+    assert call(svc, "GET", "/namespaces/b/ns/resourcegroup", token=tok["a-admin"])[0] == 403
+
 
 def test_grants_and_subscription_rules_apply_live_and_persist(tenants):
     svc, tok = tenants

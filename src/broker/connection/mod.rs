@@ -137,6 +137,9 @@ pub struct Connection {
     supports_auth_refresh: bool,
     /// An AUTH_CHALLENGE is unanswered. Invariant: set only while the principal has expired.
     refresh_pending: bool,
+    /// While set, a publish rate limit of one of this connection's producers is in debt and
+    /// no frame is read until then (Pulsar's throttling: nothing is refused or dropped).
+    throttled_until: Option<tokio::time::Instant>,
 }
 
 impl Connection {
@@ -175,6 +178,7 @@ impl Connection {
             auth_method: String::new(),
             supports_auth_refresh: false,
             refresh_pending: false,
+            throttled_until: None,
         };
         tracing::debug!(peer = %peer, conn = conn.id, "connection opened");
         let keepalive = broker.config.keepalive;
@@ -193,7 +197,7 @@ impl Connection {
                     }
                 }
                 _ = ping.tick() => {
-                    if last_heard.elapsed() > keepalive * 2 {
+                    if conn.throttled_until.is_none() && last_heard.elapsed() > keepalive * 2 {
                         break "keepalive timeout".to_string();
                     }
                     if conn.principal.is_some() {
@@ -203,7 +207,12 @@ impl Connection {
                 Some(done) = conn.deferred.next(), if !conn.deferred.is_empty() => {
                     conn.complete(done).await;
                 }
-                frame = frames.next() => {
+                _ = sleep_until_some(conn.throttled_until), if conn.throttled_until.is_some() => {
+                    conn.throttled_until = None;
+                    // Frames the client sent meanwhile are waiting unread.
+                    last_heard = Instant::now();
+                }
+                frame = frames.next(), if conn.throttled_until.is_none() => {
                     last_heard = Instant::now();
                     match frame {
                         None => break "closed by client".to_string(),
@@ -298,6 +307,14 @@ impl Connection {
             }
         }
         Ok(())
+    }
+}
+
+/// Sleeps until `at` (forever when `None`; the caller guards the branch).
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -212,6 +212,19 @@ impl Connection {
             send.num_messages.or(payload.metadata.num_messages_in_batch),
         );
         let publish_time = payload.metadata.publish_time as i64;
+        let messages = send
+            .num_messages
+            .or(payload.metadata.num_messages_in_batch)
+            .map_or(1, |n| n.max(1) as u64);
+        // Over a publish rate, this SEND still goes through, and the connection is not read
+        // until the limit's debt is repaid.
+        if let Some(resume) = producer
+            .topic
+            .throttle
+            .acquire(messages, payload.entry.len() as u64)
+        {
+            self.throttled_until = Some(self.throttled_until.map_or(resume, |t| t.max(resume)));
+        }
         // Awaiting here is the backpressure: while the topic's owner is behind (or the log is
         // full) this connection is not read.
         let item = match producer

@@ -1,0 +1,185 @@
+//! Publish rates and resource-group quotas through Pulsar's paths; changes apply to loaded
+//! topics before the answer:
+//! - `GET|POST|DELETE /admin/v2/namespaces/{tenant}/{namespace}/publishRate` and
+//!   `/admin/v2/persistent/{tenant}/{namespace}/{topic}/publishRate` (`PublishRate`
+//!   `{"publishThrottlingRateInMsg": n, "publishThrottlingRateInByte": b}`, -1 = unlimited; per
+//!   topic partition; the topic's wins over its namespace's); GET answers `null` when unset;
+//! - `GET /admin/v2/resourcegroups`, `GET|PUT|DELETE /admin/v2/resourcegroups/{group}`
+//!   (`ResourceGroup` `{"publishRateInMsgs", "publishRateInBytes", "dispatchRateInMsgs",
+//!   "dispatchRateInBytes"}`): a quota shared by every topic of the namespaces attached to it,
+//!   e.g. all of a tenant's; superusers only; DELETE answers 412 while a namespace uses it;
+//! - `GET|DELETE /admin/v2/namespaces/{tenant}/{namespace}/resourcegroup` and
+//!   `POST …/resourcegroup/{group}`: the namespace's group. Attaching and detaching are for
+//!   superusers (a tenant admin must not lift its own tenant's quota); reading is for the
+//!   tenant's admins too.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
+
+use super::error::AdminError;
+use super::namespaces::update;
+use super::tenancy::json_body;
+use super::{namespace_path, topic_path, AdminState};
+use crate::auth::{Action, Principal, Resource};
+use crate::policies::PublishRate;
+use crate::tenancy::ResourceGroup;
+
+pub(super) fn routes() -> Router<AdminState> {
+    let ns = "/admin/v2/namespaces/{tenant}/{namespace}";
+    Router::new()
+        .route(
+            &format!("{ns}/publishRate"),
+            get(get_ns_rate).post(set_ns_rate).delete(delete_ns_rate),
+        )
+        .route(
+            "/admin/v2/persistent/{tenant}/{namespace}/{topic}/publishRate",
+            get(get_topic_rate)
+                .post(set_topic_rate)
+                .delete(delete_topic_rate),
+        )
+        .route("/admin/v2/resourcegroups", get(list_groups))
+        .route(
+            "/admin/v2/resourcegroups/{group}",
+            get(get_group).put(put_group).delete(delete_group),
+        )
+        .route(
+            &format!("{ns}/resourcegroup"),
+            get(get_ns_group).delete(detach_group),
+        )
+        .route(&format!("{ns}/resourcegroup/{{group}}"), post(attach_group))
+}
+
+fn rate(body: &str) -> Result<PublishRate, AdminError> {
+    json_body(body)
+}
+
+async fn get_ns_rate(
+    State(s): State<AdminState>,
+    Path((t, n)): Path<(String, String)>,
+) -> Result<Json<Option<PublishRate>>, AdminError> {
+    let ns = namespace_path(&t, &n)?;
+    Ok(Json(s.ops()?.namespace_policies(&ns).await?.publish_rate))
+}
+
+async fn set_ns_rate(
+    State(s): State<AdminState>,
+    Path((t, n)): Path<(String, String)>,
+    body: String,
+) -> Result<StatusCode, AdminError> {
+    let v = rate(&body)?;
+    update(&s, &t, &n, |p| p.publish_rate = Some(v)).await
+}
+
+async fn delete_ns_rate(
+    State(s): State<AdminState>,
+    Path((t, n)): Path<(String, String)>,
+) -> Result<StatusCode, AdminError> {
+    update(&s, &t, &n, |p| p.publish_rate = None).await
+}
+
+async fn get_topic_rate(
+    State(s): State<AdminState>,
+    Path((t, n, topic)): Path<(String, String, String)>,
+) -> Result<Json<Option<PublishRate>>, AdminError> {
+    let name = topic_path(&t, &n, &topic)?.base();
+    Ok(Json(s.ops()?.topic_policies(&name).await?.publish_rate))
+}
+
+async fn set_topic_rate_value(
+    s: &AdminState,
+    (t, n, topic): (String, String, String),
+    value: Option<PublishRate>,
+) -> Result<StatusCode, AdminError> {
+    let name = topic_path(&t, &n, &topic)?.base();
+    s.ops()?
+        .update_topic_policies(&name, |p| p.publish_rate = value)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn set_topic_rate(
+    State(s): State<AdminState>,
+    Path(path): Path<(String, String, String)>,
+    body: String,
+) -> Result<StatusCode, AdminError> {
+    let v = rate(&body)?;
+    set_topic_rate_value(&s, path, Some(v)).await
+}
+
+async fn delete_topic_rate(
+    State(s): State<AdminState>,
+    Path(path): Path<(String, String, String)>,
+) -> Result<StatusCode, AdminError> {
+    set_topic_rate_value(&s, path, None).await
+}
+
+async fn list_groups(State(s): State<AdminState>) -> Result<Json<Vec<String>>, AdminError> {
+    Ok(Json(s.ops()?.resource_groups().await?))
+}
+
+async fn get_group(
+    State(s): State<AdminState>,
+    Path(g): Path<String>,
+) -> Result<Json<ResourceGroup>, AdminError> {
+    Ok(Json(s.ops()?.resource_group(&g).await?))
+}
+
+async fn put_group(
+    State(s): State<AdminState>,
+    Path(g): Path<String>,
+    body: String,
+) -> Result<StatusCode, AdminError> {
+    s.ops()?.put_resource_group(&g, &json_body(&body)?).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn delete_group(
+    State(s): State<AdminState>,
+    Path(g): Path<String>,
+) -> Result<StatusCode, AdminError> {
+    s.ops()?.delete_resource_group(&g).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn get_ns_group(
+    State(s): State<AdminState>,
+    Path((t, n)): Path<(String, String)>,
+) -> Result<Json<Option<String>>, AdminError> {
+    let ns = namespace_path(&t, &n)?;
+    Ok(Json(
+        s.ops()?.namespace_policies(&ns).await?.resource_group_name,
+    ))
+}
+
+/// Attaching or detaching a group changes a tenant's quota: superusers only (the access guard
+/// let tenant admins through, as for every other namespace route).
+async fn superuser_only(s: &AdminState, principal: &Principal) -> Result<(), AdminError> {
+    s.access
+        .authorize(principal, Action::AdminWrite, &Resource::Cluster)
+        .await?;
+    Ok(())
+}
+
+async fn attach_group(
+    State(s): State<AdminState>,
+    Extension(principal): Extension<Principal>,
+    Path((t, n, g)): Path<(String, String, String)>,
+) -> Result<StatusCode, AdminError> {
+    superuser_only(&s, &principal).await?;
+    let ns = namespace_path(&t, &n)?;
+    s.ops()?.set_namespace_resource_group(&ns, Some(&g)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn detach_group(
+    State(s): State<AdminState>,
+    Extension(principal): Extension<Principal>,
+    Path((t, n)): Path<(String, String)>,
+) -> Result<StatusCode, AdminError> {
+    superuser_only(&s, &principal).await?;
+    let ns = namespace_path(&t, &n)?;
+    s.ops()?.set_namespace_resource_group(&ns, None).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

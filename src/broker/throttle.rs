@@ -1,0 +1,275 @@
+//! Publish rate limits, as Pulsar throttles producers: token buckets of messages and bytes that
+//! refill continuously; every SEND takes its messages and bytes (it is never refused or
+//! dropped), and while a bucket is in debt the producer's connection is not read (Pulsar's
+//! `setAutoRead(false)`), so the client's own pending queue absorbs the excess.
+//!
+//! Two kinds of limiter apply to a topic partition: its own (`publishRate` of the topic, else of
+//! its namespace) and its namespace's resource group's (shared by every topic partition of
+//! every namespace attached to the group: the tenant quota). A SEND takes from both; the
+//! connection waits for the later of the two.
+//!
+//! Invariants:
+//! - A bucket holds at most a tenth of a second of its rate (at least one message's worth), so
+//!   a producer idle for a while cannot then exceed its rate by more than that.
+//! - Every time a SEND leaves a bucket in debt counts once in `throttled`
+//!   (`publishRateLimitedTimes`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// A rate in messages and bytes per second; `None` = unlimited in that dimension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Rate {
+    /// Messages per second.
+    pub msgs: Option<u64>,
+    /// Bytes per second.
+    pub bytes: Option<u64>,
+}
+
+impl Rate {
+    /// A rate from Pulsar's numbers (≤ 0 = unlimited).
+    pub fn from_pulsar(msgs: i64, bytes: i64) -> Rate {
+        let positive = |v: i64| u64::try_from(v).ok().filter(|v| *v > 0);
+        Rate {
+            msgs: positive(msgs),
+            bytes: positive(bytes),
+        }
+    }
+
+    /// Whether nothing is limited.
+    pub fn is_unlimited(&self) -> bool {
+        self.msgs.is_none() && self.bytes.is_none()
+    }
+}
+
+/// One bucket: `tokens` may go negative (debt), refilled at `rate` per second up to `burst`.
+#[derive(Debug)]
+struct Bucket {
+    rate: f64,
+    burst: f64,
+    tokens: f64,
+}
+
+impl Bucket {
+    fn new(rate: u64) -> Bucket {
+        let rate = rate as f64;
+        let burst = (rate / 10.0).max(1.0);
+        Bucket {
+            rate,
+            burst,
+            tokens: burst,
+        }
+    }
+
+    /// Refills for `elapsed`, takes `n`; how long until the debt is repaid (zero if none).
+    fn take(&mut self, elapsed: Duration, n: u64) -> Duration {
+        self.tokens = (self.tokens + elapsed.as_secs_f64() * self.rate).min(self.burst);
+        self.tokens -= n as f64;
+        if self.tokens >= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(-self.tokens / self.rate)
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Buckets {
+    msgs: Option<Bucket>,
+    bytes: Option<Bucket>,
+    last: Instant,
+}
+
+/// Token buckets of one limit, shared by everything it limits.
+#[derive(Debug)]
+pub struct PublishLimiter {
+    rate: Rate,
+    state: Mutex<Buckets>,
+    /// SENDs that left a bucket in debt.
+    throttled: AtomicU64,
+}
+
+impl PublishLimiter {
+    /// A limiter of `rate`, full.
+    pub fn new(rate: Rate) -> Arc<PublishLimiter> {
+        Arc::new(PublishLimiter {
+            rate,
+            state: Mutex::new(Buckets {
+                msgs: rate.msgs.map(Bucket::new),
+                bytes: rate.bytes.map(Bucket::new),
+                last: Instant::now(),
+            }),
+            throttled: AtomicU64::new(0),
+        })
+    }
+
+    /// Its rate.
+    pub fn rate(&self) -> Rate {
+        self.rate
+    }
+
+    /// Takes `msgs` messages of `bytes` bytes at `now`; when the sender must wait before
+    /// sending more, until when.
+    pub fn acquire(&self, msgs: u64, bytes: u64, now: Instant) -> Option<Instant> {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let elapsed = now.saturating_duration_since(s.last);
+        s.last = s.last.max(now);
+        let wait_msgs = s
+            .msgs
+            .as_mut()
+            .map_or(Duration::ZERO, |b| b.take(elapsed, msgs));
+        let wait_bytes = s
+            .bytes
+            .as_mut()
+            .map_or(Duration::ZERO, |b| b.take(elapsed, bytes));
+        let wait = wait_msgs.max(wait_bytes);
+        if wait.is_zero() {
+            return None;
+        }
+        self.throttled.fetch_add(1, Ordering::Relaxed);
+        Some(now + wait)
+    }
+
+    /// SENDs that were throttled so far.
+    pub fn throttled(&self) -> u64 {
+        self.throttled.load(Ordering::Relaxed)
+    }
+}
+
+/// The topic's own limiter and its namespace's resource group's.
+#[derive(Debug, Default)]
+struct Limiters {
+    own: Option<Arc<PublishLimiter>>,
+    group: Option<Arc<PublishLimiter>>,
+}
+
+/// The limiters in force for one topic partition; replaced when policies change.
+#[derive(Debug, Default)]
+pub struct TopicThrottle {
+    /// Invariant: the limiters of the policies in force.
+    limiters: RwLock<Limiters>,
+    /// Throttled SENDs counted by limiters this topic no longer uses.
+    retired: AtomicU64,
+}
+
+impl TopicThrottle {
+    /// Puts `own` (a new limiter of that rate, unless the current one has it already) and
+    /// `group` in force.
+    pub fn set(&self, own: Rate, group: Option<Arc<PublishLimiter>>) {
+        let mut l = self.limiters.write().unwrap_or_else(|p| p.into_inner());
+        let keep = l.own.as_ref().is_some_and(|c| c.rate() == own);
+        if !keep {
+            if let Some(old) = l.own.take() {
+                self.retired.fetch_add(old.throttled(), Ordering::Relaxed);
+            }
+            l.own = (!own.is_unlimited()).then(|| PublishLimiter::new(own));
+        }
+        l.group = group;
+    }
+
+    /// Takes one SEND of `msgs` messages and `bytes` bytes from every limiter in force; until
+    /// when the connection must not be read, if it must wait.
+    pub fn acquire(&self, msgs: u64, bytes: u64) -> Option<Instant> {
+        let l = self.limiters.read().unwrap_or_else(|p| p.into_inner());
+        if l.own.is_none() && l.group.is_none() {
+            return None;
+        }
+        let now = Instant::now();
+        let own = l.own.as_ref().and_then(|x| x.acquire(msgs, bytes, now));
+        let group = l.group.as_ref().and_then(|x| x.acquire(msgs, bytes, now));
+        own.max(group)
+    }
+
+    /// SENDs of this topic partition its own limits throttled (`publishRateLimitedTimes`).
+    pub fn throttled(&self) -> u64 {
+        let l = self.limiters.read().unwrap_or_else(|p| p.into_inner());
+        self.retired.load(Ordering::Relaxed) + l.own.as_ref().map_or(0, |x| x.throttled())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sends `per_send` messages as fast as the limiter allows for `secs` of simulated time;
+    /// messages sent.
+    fn drive(l: &PublishLimiter, per_send: u64, size: u64, secs: u64) -> u64 {
+        let start = Instant::now();
+        let end = start + Duration::from_secs(secs);
+        let (mut now, mut sent) = (start, 0);
+        while now < end {
+            sent += per_send;
+            if let Some(resume) = l.acquire(per_send, per_send * size, now) {
+                now = resume;
+            }
+        }
+        sent
+    }
+
+    #[test]
+    fn rates_hold_over_time_within_one_burst() {
+        for (rate, per_send) in [(100, 1), (1000, 10), (5000, 100)] {
+            let l = PublishLimiter::new(Rate::from_pulsar(rate, -1));
+            let sent = drive(&l, per_send, 10, 10);
+            let expected = rate as u64 * 10;
+            assert!(
+                sent >= expected && sent <= expected + rate as u64 / 10 + 2 * per_send,
+                "rate {rate}: {sent} in 10 s"
+            );
+            assert!(l.throttled() > 0);
+        }
+        let l = PublishLimiter::new(Rate::from_pulsar(-1, 100_000));
+        let sent = drive(&l, 1, 1000, 10);
+        assert!(
+            (1000..=1012).contains(&sent),
+            "bytes: {sent} msgs of 1000 B in 10 s"
+        );
+    }
+
+    #[test]
+    fn unlimited_and_idle_do_not_wait() {
+        let l = PublishLimiter::new(Rate::from_pulsar(0, -1));
+        assert!(Rate::from_pulsar(0, -1).is_unlimited());
+        assert_eq!(l.acquire(1_000_000, 1 << 30, Instant::now()), None);
+        let l = PublishLimiter::new(Rate::from_pulsar(10, -1));
+        let t = Instant::now();
+        assert_eq!(
+            l.acquire(1, 1, t),
+            None,
+            "a burst of a tenth of a second, at least 1"
+        );
+        assert!(l.acquire(1, 1, t).is_some());
+        // After an idle hour the bucket holds one burst, not an hour's worth.
+        let later = t + Duration::from_secs(3600);
+        assert_eq!(l.acquire(1, 1, later), None);
+        assert!(l.acquire(1, 1, later).is_some());
+    }
+
+    #[test]
+    fn a_topic_waits_for_the_later_of_its_limiters_and_keeps_its_counts() {
+        let throttle = TopicThrottle::default();
+        assert_eq!(throttle.acquire(100, 100), None, "no limits");
+        let group = PublishLimiter::new(Rate::from_pulsar(1, -1));
+        throttle.set(Rate::from_pulsar(1000, -1), Some(group.clone()));
+        assert!(
+            throttle.acquire(5, 5).is_some(),
+            "the group's limit is the lower"
+        );
+        assert_eq!(group.throttled(), 1);
+        assert_eq!(throttle.throttled(), 0, "its own limit was not exceeded");
+        throttle.set(Rate::from_pulsar(1, -1), None);
+        assert!(throttle.acquire(5, 5).is_some());
+        throttle.set(Rate::from_pulsar(1, -1), None);
+        assert_eq!(
+            throttle.throttled(),
+            1,
+            "same rate: same limiter, count kept"
+        );
+        throttle.set(Rate::default(), None);
+        assert_eq!(throttle.throttled(), 1, "count kept when the limit goes");
+        assert_eq!(throttle.acquire(5, 5), None);
+    }
+}

@@ -1,0 +1,109 @@
+"""Publish rate limits and resource-group quotas (issue 17), measured with the official
+client: Pulsar's throttling stops reading the producer's connection while a limit is in debt,
+so a producer sending as fast as it can is acknowledged at the limit, nothing is refused or
+lost, and the counts show in stats. Each rate is measured over 10 s after a 1 s warm-up and
+must be within ±10 % of the limit."""
+import threading
+import time
+
+import pulsar
+
+from test_tenancy import call
+
+
+def measure(svc, topic, seconds=10, size=100, warmup=1):
+    """Sends `size`-byte messages to `topic` as fast as the service accepts them for
+    `warmup + seconds`; acknowledged messages per second after the warm-up, and how many
+    sends failed."""
+    client = pulsar.Client(svc.url, operation_timeout_seconds=60)
+    producer = client.create_producer(topic, batching_enabled=False, block_if_queue_full=True,
+                                      max_pending_messages=50, send_timeout_millis=0)
+    acks, failed = [], []
+
+    def done(res, _msg_id):
+        (acks if res == pulsar.Result.Ok else failed).append(time.monotonic())
+
+    payload = b"x" * size
+    t0 = time.monotonic()
+    start, end = t0 + warmup, t0 + warmup + seconds
+    while time.monotonic() < end:
+        producer.send_async(payload, done)
+    producer.flush()
+    client.close()
+    return sum(1 for t in acks if start <= t < end) / seconds, len(failed)
+
+
+def within(measured, limit, tolerance=0.10):
+    return abs(measured - limit) <= tolerance * limit
+
+
+def test_namespace_and_topic_publish_rates(fresh_service):
+    svc = fresh_service
+    svc.start()
+    assert call(svc, "PUT", "/namespaces/public/rl")[0] == 204
+    assert call(svc, "GET", "/namespaces/public/rl/publishRate") == (200, None)
+    rate = {"publishThrottlingRateInMsg": 200, "publishThrottlingRateInByte": -1}
+    assert call(svc, "POST", "/namespaces/public/rl/publishRate", rate)[0] == 204
+    assert call(svc, "GET", "/namespaces/public/rl/publishRate") == (200, rate)
+
+    msgs, failed = measure(svc, "persistent://public/rl/a")
+    assert within(msgs, 200) and failed == 0, (msgs, failed)
+    status, stats = call(svc, "GET", "/persistent/public/rl/a/stats")
+    assert stats["publishRateLimitedTimes"] > 0, stats
+
+    # A topic's own rate wins over its namespace's: 100 kB/s of 1 kB messages.
+    topic_rate = {"publishThrottlingRateInMsg": -1, "publishThrottlingRateInByte": 100_000}
+    assert call(svc, "POST", "/persistent/public/rl/b/publishRate", topic_rate)[0] == 204
+    msgs, failed = measure(svc, "persistent://public/rl/b", size=1000)
+    assert within(msgs * 1000, 100_000) and failed == 0, (msgs * 1000, failed)
+
+    # Removing the limit applies to the live topic at once.
+    assert call(svc, "DELETE", "/namespaces/public/rl/publishRate")[0] == 204
+    msgs, failed = measure(svc, "persistent://public/rl/a", seconds=3)
+    assert msgs > 2 * 200 and failed == 0, msgs
+    assert call(svc, "POST", "/namespaces/public/rl/publishRate", "{bad")[0] == 400
+
+
+def test_a_resource_group_caps_a_whole_tenant(fresh_service):
+    svc = fresh_service
+    svc.start()
+    quota = {"publishRateInMsgs": 300, "publishRateInBytes": -1,
+             "dispatchRateInMsgs": -1, "dispatchRateInBytes": -1}
+    assert call(svc, "PUT", "/resourcegroups/team-quota", quota)[0] == 204
+    assert call(svc, "GET", "/resourcegroups") == (200, ["team-quota"])
+    assert call(svc, "GET", "/resourcegroups/team-quota") == (200, quota)
+    assert call(svc, "PUT", "/tenants/team",
+                {"adminRoles": [], "allowedClusters": ["standalone"]})[0] == 204
+    for ns in ["team/n1", "team/n2"]:
+        assert call(svc, "PUT", f"/namespaces/{ns}")[0] == 204
+        assert call(svc, "POST", f"/namespaces/{ns}/resourcegroup/team-quota")[0] == 204
+    assert call(svc, "GET", "/namespaces/team/n1/resourcegroup") == (200, "team-quota")
+    assert call(svc, "POST", "/namespaces/team/n1/resourcegroup/nope")[0] == 404
+    assert call(svc, "DELETE", "/resourcegroups/team-quota")[0] == 412
+
+    # Two producers on two namespaces of the tenant share the quota; another tenant's producer
+    # at the same time is not held back by it.
+    results = {}
+
+    def run(key, topic):
+        results[key] = measure(svc, topic)
+
+    threads = [threading.Thread(target=run, args=(k, t)) for k, t in [
+        ("n1", "persistent://team/n1/x"), ("n2", "persistent://team/n2/y"),
+        ("other", "persistent://public/default/neighbour")]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    team = results["n1"][0] + results["n2"][0]
+    assert within(team, 300), results
+    assert results["n1"][0] > 50 and results["n2"][0] > 50, results
+    assert results["other"][0] > 2 * 300, results
+    assert all(failed == 0 for _, failed in results.values()), results
+
+    # Detached, the namespaces are free again; the group can then go.
+    for ns in ["team/n1", "team/n2"]:
+        assert call(svc, "DELETE", f"/namespaces/{ns}/resourcegroup")[0] == 204
+    assert call(svc, "DELETE", "/resourcegroups/team-quota")[0] == 204
+    msgs, _ = measure(svc, "persistent://team/n1/x", seconds=3)
+    assert msgs > 2 * 300, msgs
