@@ -4,7 +4,9 @@
 //! - `GET /admin/v2/tenants`, `GET|PUT|POST|DELETE /admin/v2/tenants/{tenant}` (`TenantInfo`
 //!   `{"adminRoles": […], "allowedClusters": […]}`; superusers only, so the path parameter is
 //!   not named `tenant` for the access guard);
-//! - `GET /admin/v2/namespaces/{tenant}` → `["t/ns", …]`,
+//! - `GET /admin/v2/namespaces/{tenant}` → `["t/ns", …]`; `GET
+//!   /admin/v2/persistent/{tenant}/{namespace}` → its topics and partitions, `…/partitioned` →
+//!   its partitioned topics;
 //!   `GET|PUT|DELETE /admin/v2/namespaces/{tenant}/{namespace}` (GET answers Pulsar's
 //!   `Policies` document; PUT takes one optionally); tenant admins and superusers.
 //!
@@ -40,6 +42,14 @@ pub(super) fn routes() -> Router<AdminState> {
                 .delete(delete_tenant),
         )
         .route("/admin/v2/namespaces/{tenant}", get(list_namespaces))
+        .route(
+            "/admin/v2/persistent/{tenant}/{namespace}",
+            get(list_topics),
+        )
+        .route(
+            "/admin/v2/persistent/{tenant}/{namespace}/partitioned",
+            get(list_partitioned),
+        )
         .route(
             "/admin/v2/namespaces/{tenant}/{namespace}",
             get(get_namespace)
@@ -161,4 +171,20 @@ async fn delete_namespace(
     let ns = namespace_path(&t, &n)?;
     s.ops()?.delete_namespace(&ns, f.force).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+async fn list_topics(
+    State(s): State<AdminState>,
+    Path((t, n)): Path<(String, String)>,
+) -> Result<Json<Vec<String>>, AdminError> {
+    let ns = namespace_path(&t, &n)?;
+    Ok(Json(s.ops()?.topics(&ns).await?))
+}
+
+async fn list_partitioned(
+    State(s): State<AdminState>,
+    Path((t, n)): Path<(String, String)>,
+) -> Result<Json<Vec<String>>, AdminError> {
+    let ns = namespace_path(&t, &n)?;
+    Ok(Json(s.ops()?.partitioned_topics(&ns).await?))
 }

@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 
 use crate::config::LogFormat;
 
+mod admin;
 mod config_cmd;
 mod lake_cmd;
 mod offload;
@@ -56,6 +57,9 @@ pub enum Command {
     /// Create and inspect authentication keys and tokens (the verbs of `pulsar tokens`).
     #[command(subcommand)]
     Token(token::TokenCommand),
+    /// Tenants, namespaces, topics, permissions and quotas of a running service (the verbs of
+    /// `pulsar-admin`).
+    Admin(admin::AdminArgs),
 }
 
 /// Parses the command line and runs the chosen subcommand.
@@ -73,5 +77,6 @@ pub fn run() -> anyhow::Result<()> {
         Command::Lake(cmd) => lake_cmd::run(cmd),
         Command::Sql(args) => sql::run(args),
         Command::Token(cmd) => token::run(cmd),
+        Command::Admin(args) => admin::run(args),
     }
 }

@@ -63,6 +63,10 @@ pub struct ProduceArgs {
     /// Pulsar service URL of the running service.
     #[arg(long, default_value = "pulsar://127.0.0.1:6650")]
     pub service_url: String,
+    /// Token to authenticate with (a service with authentication on; also sent to the admin
+    /// API).
+    #[arg(long, env = "LEDGERLAKE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
     /// Topic names; several may be given (comma-separated).
     #[arg(
         long,
@@ -120,6 +124,10 @@ pub struct ConsumeArgs {
     /// Pulsar service URL of the running service.
     #[arg(long, default_value = "pulsar://127.0.0.1:6650")]
     pub service_url: String,
+    /// Token to authenticate with (a service with authentication on; also sent to the admin
+    /// API).
+    #[arg(long, env = "LEDGERLAKE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
     /// Topic to consume.
     #[arg(long, default_value = "persistent://public/default/perf")]
     pub topic: String,
@@ -299,7 +307,12 @@ fn partition_names(topic: &str, n: u32) -> anyhow::Result<Vec<String>> {
 
 /// Creates `topic` as a partitioned topic of `n` partitions (an existing one is kept if it has
 /// `n` partitions).
-async fn create_partitioned(admin_url: &str, topic: &str, n: u32) -> anyhow::Result<()> {
+async fn create_partitioned(
+    admin_url: &str,
+    topic: &str,
+    n: u32,
+    token: Option<&str>,
+) -> anyhow::Result<()> {
     let name: crate::naming::TopicName = topic.parse()?;
     let url = format!(
         "{}/admin/v2/persistent/{}/{}/{}/partitions",
@@ -309,8 +322,11 @@ async fn create_partitioned(admin_url: &str, topic: &str, n: u32) -> anyhow::Res
         name.local
     );
     let http = reqwest::Client::new();
-    let resp = http
-        .put(&url)
+    let bearer = |r: reqwest::RequestBuilder| match token {
+        Some(t) => r.bearer_auth(t),
+        None => r,
+    };
+    let resp = bearer(http.put(&url))
         .body(n.to_string())
         .send()
         .await
@@ -318,7 +334,7 @@ async fn create_partitioned(admin_url: &str, topic: &str, n: u32) -> anyhow::Res
     if resp.status().is_success() {
         return Ok(());
     }
-    let existing: serde_json::Value = http.get(&url).send().await?.json().await?;
+    let existing: serde_json::Value = bearer(http.get(&url)).send().await?.json().await?;
     if existing["partitions"].as_u64() == Some(u64::from(n)) {
         return Ok(());
     }
@@ -333,12 +349,18 @@ fn perf_produce(args: ProduceArgs) -> anyhow::Result<()> {
     let mut topics = Vec::new();
     for t in &args.topic {
         if args.partitions > 0 {
-            rt.block_on(create_partitioned(&args.admin_url, t, args.partitions))?;
+            rt.block_on(create_partitioned(
+                &args.admin_url,
+                t,
+                args.partitions,
+                args.token.as_deref(),
+            ))?;
         }
         topics.extend(partition_names(t, args.partitions)?);
     }
     let opts = pulsar_load::ProduceOptions {
         addr: service_addr(&args.service_url)?,
+        token: args.token.clone(),
         topics,
         producers_per_topic: args.producers.max(1),
         rate: args.rate,
@@ -369,6 +391,7 @@ fn perf_produce(args: ProduceArgs) -> anyhow::Result<()> {
 fn perf_consume(args: ConsumeArgs) -> anyhow::Result<()> {
     let opts = pulsar_load::ConsumeOptions {
         addr: service_addr(&args.service_url)?,
+        token: args.token.clone(),
         topics: partition_names(&args.topic, args.partitions)?,
         subscription: args.subscription.clone(),
         consumers: args.consumers.max(1),

@@ -217,16 +217,8 @@ impl Operations {
                 "Broker doesn't allow forced deletion of namespaces".into(),
             ));
         }
-        self.existing_namespace(ns).await?;
-        let prefix = format!("persistent://{ns}/");
-        let meta = self.log.metadata();
-        let has_topics = meta
-            .list_topics()
-            .await?
-            .iter()
-            .any(|t| t.name.starts_with(&prefix))
-            || !meta.list_partitioned_topics(&prefix).await?.is_empty();
-        if has_topics {
+        let (topics, partitioned) = (self.topics(ns).await?, self.partitioned_topics(ns).await?);
+        if !topics.is_empty() || !partitioned.is_empty() {
             return Err(OpsError::Conflict(
                 "Cannot delete non empty namespace".into(),
             ));
@@ -237,6 +229,31 @@ impl Operations {
             .await?;
         tracing::info!(namespace = %ns, "namespace deleted");
         Ok(())
+    }
+
+    /// The topics stored in namespace `ns` (non-partitioned topics and partitions), ascending.
+    pub async fn topics(&self, ns: &NamespaceName) -> Result<Vec<String>, OpsError> {
+        self.existing_namespace(ns).await?;
+        let prefix = format!("persistent://{ns}/");
+        let mut names: Vec<String> = self
+            .log
+            .metadata()
+            .list_topics()
+            .await?
+            .into_iter()
+            .map(|t| t.name)
+            .filter(|n| n.starts_with(&prefix))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// The partitioned topics of namespace `ns`, ascending.
+    pub async fn partitioned_topics(&self, ns: &NamespaceName) -> Result<Vec<String>, OpsError> {
+        self.existing_namespace(ns).await?;
+        let prefix = format!("persistent://{ns}/");
+        let listed = self.log.metadata().list_partitioned_topics(&prefix).await?;
+        Ok(listed.into_iter().map(|(name, _)| name).collect())
     }
 
     /// Namespace `ns`'s policies in Pulsar's `Policies` shape (what is set; offload and

@@ -69,11 +69,13 @@ fn base(kind: Type) -> BaseCommand {
 }
 
 /// CONNECT.
-pub fn connect(client_version: &str) -> ClientFrame {
+pub fn connect(client_version: &str, token: Option<&str>) -> ClientFrame {
     let mut c = base(Type::Connect);
     c.connect = Some(proto::CommandConnect {
         client_version: client_version.to_string(),
         protocol_version: Some(20),
+        auth_method_name: token.map(|_| "token".to_string()),
+        auth_data: token.map(|t| t.as_bytes().to_vec()),
         ..Default::default()
     });
     ClientFrame::Command(c)

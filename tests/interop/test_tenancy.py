@@ -11,12 +11,14 @@
 """
 import json
 import signal
+import subprocess
 import urllib.error
 import urllib.request
 
 import pulsar
 import pytest
 
+from conftest import _binary
 from test_jwt import make_token, token_cli
 from test_sql import psql, sql_http
 
@@ -289,3 +291,44 @@ def test_grants_and_subscription_rules_apply_live_and_persist(tenants):
     assert subscribe(svc, tok["auditor"], topic, sub="auditor-2") == b"b"
     assert call(svc, "GET", "/namespaces/b/ns/subscriptionAuthMode", token=b_admin)[1] == "Prefix"
     assert produce(svc, tok["a-app"], "persistent://a/ns/t") is None
+
+
+def admin_cli(svc, *args, token=None):
+    cmd = [_binary(), "admin", "--url", svc.http, *args]
+    if token:
+        cmd += ["--token", token]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+
+def test_admin_cli_speaks_pulsar_admins_verbs(fresh_service):
+    svc = fresh_service
+    svc.start()
+
+    def ok(*args):
+        r = admin_cli(svc, *args)
+        assert r.returncode == 0, (args, r.stderr)
+        return r.stdout
+
+    ok("tenants", "create", "acme", "--admin-roles", "ops,dev", "--allowed-clusters", "standalone")
+    assert ok("tenants", "list") == "acme\npublic\n"
+    table = ok("tenants", "get", "acme")
+    assert "adminRoles" in table and "ops" in table and "allowedClusters" in table, table
+    assert json.loads(ok("tenants", "get", "acme", "--json")) == {
+        "adminRoles": ["dev", "ops"], "allowedClusters": ["standalone"]}
+    again = admin_cli(svc, "tenants", "create", "acme")
+    assert again.returncode != 0 and "409" in again.stderr and "already exists" in again.stderr
+    ok("namespaces", "create", "acme/ns")
+    assert ok("namespaces", "list", "acme") == "acme/ns\n"
+    ok("topics", "create-partitioned-topic", "persistent://acme/ns/p", "-p", "3")
+    assert ok("topics", "list-partitioned-topics", "acme/ns") == "persistent://acme/ns/p\n"
+    ok("namespaces", "set-publish-rate", "acme/ns", "--msg-publish-rate", "100")
+    assert json.loads(ok("namespaces", "get-publish-rate", "acme/ns", "--json")) == {
+        "publishThrottlingRateInMsg": 100, "publishThrottlingRateInByte": -1}
+    refused = admin_cli(svc, "namespaces", "grant-permission", "acme/ns", "--role", "app",
+                        "--actions", "produce")
+    assert refused.returncode != 0 and "501" in refused.stderr, refused.stderr
+    assert admin_cli(svc, "namespaces", "create", "not-a-namespace").returncode != 0
+    ok("topics", "delete", "persistent://acme/ns/p", "--partitioned")
+    ok("namespaces", "delete", "acme/ns")
+    ok("tenants", "delete", "acme")
+    assert ok("tenants", "list") == "public\n"
