@@ -60,15 +60,20 @@ pub struct NamespacePolicies {
 #[serde(rename_all = "camelCase")]
 pub struct PublishRate {
     /// Messages per second.
-    #[serde(default = "unlimited")]
+    #[serde(default = "unlimited", deserialize_with = "null_is_unlimited")]
     pub publish_throttling_rate_in_msg: i64,
     /// Bytes per second.
-    #[serde(default = "unlimited")]
+    #[serde(default = "unlimited", deserialize_with = "null_is_unlimited")]
     pub publish_throttling_rate_in_byte: i64,
 }
 
 fn unlimited() -> i64 {
     -1
+}
+
+/// A JSON `null` (Java's boxed `Integer`/`Long` unset) means unlimited too.
+fn null_is_unlimited<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+    Ok(Option::<i64>::deserialize(d)?.unwrap_or(-1))
 }
 
 /// Pulsar's `RetentionPolicies`: how long (and how much of) a topic's consumed messages are

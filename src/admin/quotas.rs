@@ -4,6 +4,8 @@
 //!   `/admin/v2/persistent/{tenant}/{namespace}/{topic}/publishRate` (`PublishRate`
 //!   `{"publishThrottlingRateInMsg": n, "publishThrottlingRateInByte": b}`, -1 = unlimited; per
 //!   topic partition; the topic's wins over its namespace's); GET answers `null` when unset;
+//!   setting and removing them is for superusers (a tenant admin must not lift the limits an
+//!   operator set; it may read them);
 //! - `GET /admin/v2/resourcegroups`, `GET|PUT|DELETE /admin/v2/resourcegroups/{group}`
 //!   (`ResourceGroup` `{"publishRateInMsgs", "publishRateInBytes", "dispatchRateInMsgs",
 //!   "dispatchRateInBytes"}`): a quota shared by every topic of the namespaces attached to it,
@@ -65,17 +67,21 @@ async fn get_ns_rate(
 
 async fn set_ns_rate(
     State(s): State<AdminState>,
+    Extension(principal): Extension<Principal>,
     Path((t, n)): Path<(String, String)>,
     body: String,
 ) -> Result<StatusCode, AdminError> {
+    superuser_only(&s, &principal).await?;
     let v = rate(&body)?;
     update(&s, &t, &n, |p| p.publish_rate = Some(v)).await
 }
 
 async fn delete_ns_rate(
     State(s): State<AdminState>,
+    Extension(principal): Extension<Principal>,
     Path((t, n)): Path<(String, String)>,
 ) -> Result<StatusCode, AdminError> {
+    superuser_only(&s, &principal).await?;
     update(&s, &t, &n, |p| p.publish_rate = None).await
 }
 
@@ -101,17 +107,21 @@ async fn set_topic_rate_value(
 
 async fn set_topic_rate(
     State(s): State<AdminState>,
+    Extension(principal): Extension<Principal>,
     Path(path): Path<(String, String, String)>,
     body: String,
 ) -> Result<StatusCode, AdminError> {
+    superuser_only(&s, &principal).await?;
     let v = rate(&body)?;
     set_topic_rate_value(&s, path, Some(v)).await
 }
 
 async fn delete_topic_rate(
     State(s): State<AdminState>,
+    Extension(principal): Extension<Principal>,
     Path(path): Path<(String, String, String)>,
 ) -> Result<StatusCode, AdminError> {
+    superuser_only(&s, &principal).await?;
     set_topic_rate_value(&s, path, None).await
 }
 
@@ -153,8 +163,8 @@ async fn get_ns_group(
     ))
 }
 
-/// Attaching or detaching a group changes a tenant's quota: superusers only (the access guard
-/// let tenant admins through, as for every other namespace route).
+/// Setting rates and attaching or detaching a group change a tenant's quota: superusers only
+/// (the access guard let tenant admins through, as for every other namespace route).
 async fn superuser_only(s: &AdminState, principal: &Principal) -> Result<(), AdminError> {
     s.access
         .authorize(principal, Action::AdminWrite, &Resource::Cluster)

@@ -11,6 +11,10 @@
 //! Invariants:
 //! - A bucket holds at most a tenth of a second of its rate (at least one message's worth), so
 //!   a producer idle for a while cannot then exceed its rate by more than that.
+//! - A bucket's debt is at most [`MAX_DEBT`] of its rate, so no connection stays unread longer
+//!   than that (clients' keepalives are 30 s and more; an AUTH_RESPONSE is read in time) and
+//!   no single SEND (a client may claim any message count) can stall everyone sharing the
+//!   limiter. A batch bigger than that much of the rate is let through after the pause.
 //! - Every time a SEND leaves a bucket in debt counts once in `throttled`
 //!   (`publishRateLimitedTimes`).
 
@@ -19,6 +23,9 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+/// The longest a bucket's debt can make its senders wait.
+pub const MAX_DEBT: Duration = Duration::from_secs(5);
 
 /// A rate in messages and bytes per second; `None` = unlimited in that dimension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -67,7 +74,7 @@ impl Bucket {
     /// Refills for `elapsed`, takes `n`; how long until the debt is repaid (zero if none).
     fn take(&mut self, elapsed: Duration, n: u64) -> Duration {
         self.tokens = (self.tokens + elapsed.as_secs_f64() * self.rate).min(self.burst);
-        self.tokens -= n as f64;
+        self.tokens = (self.tokens - n as f64).max(-self.rate * MAX_DEBT.as_secs_f64());
         if self.tokens >= 0.0 {
             Duration::ZERO
         } else {
@@ -227,6 +234,16 @@ mod tests {
             (1000..=1012).contains(&sent),
             "bytes: {sent} msgs of 1000 B in 10 s"
         );
+    }
+
+    #[test]
+    fn debt_is_bounded() {
+        let l = PublishLimiter::new(Rate::from_pulsar(10, -1));
+        let t = Instant::now();
+        let resume = l.acquire(u32::MAX as u64, 1, t).expect("in debt");
+        assert!(resume - t <= MAX_DEBT, "{:?}", resume - t);
+        // Once the (bounded) debt is repaid, the limiter serves again.
+        assert_eq!(l.acquire(1, 1, resume + Duration::from_millis(200)), None);
     }
 
     #[test]

@@ -275,6 +275,8 @@ impl Operations {
             "offload_threshold": p.offload_threshold_bytes,
             "offload_threshold_in_seconds": p.offload_threshold_seconds,
             "offload_deletion_lag_ms": p.offload_deletion_lag_ms,
+            "publishMaxMessageRate": p.publish_rate.map(|r| json!({ self.tenancy.local_cluster(): r })),
+            "resource_group_name": p.resource_group_name,
         }))
     }
 

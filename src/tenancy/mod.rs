@@ -12,7 +12,9 @@
 //!
 //! Invariants:
 //! - Writes go to the metadata store first, then to the cache: a reader never sees a record a
-//!   crash could take back. Creations use the store's create-if-absent, so of two concurrent
+//!   crash could take back. A write first drops the cached record and bumps the cache's
+//!   generation; a reader that loaded the old record before caches it only if no write came
+//!   between (so a revoked grant cannot come back from a slow reader). Creations use the store's create-if-absent, so of two concurrent
 //!   creations one gets "already exists".
 //! - The cache holds only records that exist (a lookup of a missing name asks the store, so a
 //!   client naming random namespaces cannot grow it).
@@ -95,37 +97,50 @@ pub struct Tenancy {
     update_lock: tokio::sync::Mutex<()>,
 }
 
-/// Records by name (only records that exist).
+/// Records by name (only records that exist), with a generation that every write bumps, so
+/// a reader that loaded a record from the store before a write cannot put it back afterwards.
 #[derive(Debug)]
-struct Cached<K, V>(RwLock<HashMap<K, Arc<V>>>);
+struct Cached<K, V>(RwLock<(u64, HashMap<K, Arc<V>>)>);
 
 impl<K: std::hash::Hash + Eq, V> Cached<K, V> {
     fn new() -> Self {
-        Cached(RwLock::new(HashMap::new()))
+        Cached(RwLock::new((0, HashMap::new())))
     }
 
-    fn get(&self, key: &K) -> Option<Arc<V>> {
-        self.0
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(key)
-            .cloned()
+    /// The cached record of `key`, or the generation to pass to [`Cached::fill`] after loading
+    /// it from the store.
+    fn get(&self, key: &K) -> Result<Arc<V>, u64> {
+        let c = self.0.read().unwrap_or_else(|p| p.into_inner());
+        c.1.get(key).cloned().ok_or(c.0)
     }
 
-    /// Caches `value` (or forgets `key` when `None`); returns what is cached now.
-    fn set(&self, key: K, value: Option<V>) -> Option<Arc<V>> {
-        let mut map = self.0.write().unwrap_or_else(|p| p.into_inner());
-        match value {
-            Some(v) => {
-                let v = Arc::new(v);
-                map.insert(key, v.clone());
-                Some(v)
-            }
-            None => {
-                map.remove(&key);
-                None
-            }
+    /// Caches `value` loaded at generation `seen`, unless a write happened since (then the
+    /// value is returned uncached).
+    fn fill(&self, key: K, value: V, seen: u64) -> Arc<V> {
+        let v = Arc::new(value);
+        let mut c = self.0.write().unwrap_or_else(|p| p.into_inner());
+        if c.0 == seen {
+            c.1.insert(key, v.clone());
         }
+        v
+    }
+
+    /// Before a write of `key` to the store: forgets it and bumps the generation (so a write
+    /// interrupted after the store changed leaves nothing stale behind).
+    fn invalidate(&self, key: &K) {
+        let mut c = self.0.write().unwrap_or_else(|p| p.into_inner());
+        c.0 += 1;
+        c.1.remove(key);
+    }
+
+    /// After a write of `key` to the store: caches what the store now holds.
+    fn set(&self, key: K, value: Option<V>) {
+        let mut c = self.0.write().unwrap_or_else(|p| p.into_inner());
+        c.0 += 1;
+        match value {
+            Some(v) => c.1.insert(key, Arc::new(v)),
+            None => c.1.remove(&key),
+        };
     }
 }
 
@@ -337,11 +352,12 @@ impl Tenancy {
 
     /// Tenant `name`'s record, `None` when it does not exist.
     pub async fn tenant(&self, name: &str) -> Result<Option<Arc<TenantInfo>>, TenancyError> {
-        if let Some(t) = self.tenants.get(&name.to_string()) {
-            return Ok(Some(t));
-        }
+        let seen = match self.tenants.get(&name.to_string()) {
+            Ok(t) => return Ok(Some(t)),
+            Err(generation) => generation,
+        };
         let info = self.load::<TenantInfo>(&tenant_scope(name)).await?;
-        Ok(info.and_then(|i| self.tenants.set(name.to_string(), Some(i))))
+        Ok(info.map(|i| self.tenants.fill(name.to_string(), i, seen)))
     }
 
     async fn check_tenant_info(&self, name: &str, info: &TenantInfo) -> Result<(), TenancyError> {
@@ -385,6 +401,7 @@ impl Tenancy {
         if self.tenant(name).await?.is_none() {
             return Err(TenancyError::NotFound(format!("Tenant {name}")));
         }
+        self.tenants.invalidate(&name.to_string());
         self.meta
             .set_policies(&tenant_scope(name), Some(&records::encode(&info)))
             .await?;
@@ -408,6 +425,7 @@ impl Tenancy {
                 "The tenant still has active namespaces".into(),
             ));
         }
+        self.tenants.invalidate(&name.to_string());
         self.meta.set_policies(&tenant_scope(name), None).await?;
         self.tenants.set(name.to_string(), None);
         Ok(())
@@ -438,11 +456,12 @@ impl Tenancy {
         &self,
         ns: &NamespaceName,
     ) -> Result<Option<Arc<NamespaceRecord>>, TenancyError> {
-        if let Some(r) = self.namespaces.get(ns) {
-            return Ok(Some(r));
-        }
+        let seen = match self.namespaces.get(ns) {
+            Ok(r) => return Ok(Some(r)),
+            Err(generation) => generation,
+        };
         let record = self.load::<NamespaceRecord>(&namespace_scope(ns)).await?;
-        Ok(record.and_then(|r| self.namespaces.set(ns.clone(), Some(r))))
+        Ok(record.map(|r| self.namespaces.fill(ns.clone(), r, seen)))
     }
 
     /// Creates namespace `ns` in an existing tenant, on the clusters `record` names (the local
@@ -492,6 +511,7 @@ impl Tenancy {
             .ok_or_else(|| TenancyError::NotFound(format!("Namespace {ns}")))?;
         let mut record = NamespaceRecord::clone(&current);
         let out = change(&mut record)?;
+        self.namespaces.invalidate(ns);
         self.meta
             .set_policies(&namespace_scope(ns), Some(&records::encode(&record)))
             .await?;
@@ -505,6 +525,7 @@ impl Tenancy {
         if self.namespace(ns).await?.is_none() {
             return Err(TenancyError::NotFound(format!("Namespace {ns}")));
         }
+        self.namespaces.invalidate(ns);
         self.meta.set_policies(&namespace_scope(ns), None).await?;
         self.namespaces.set(ns.clone(), None);
         Ok(())

@@ -52,21 +52,26 @@ pub struct ClusterData {
 #[serde(rename_all = "camelCase")]
 pub struct ResourceGroup {
     /// Messages per second published, across the group.
-    #[serde(default = "unlimited")]
+    #[serde(default = "unlimited", deserialize_with = "null_is_unlimited")]
     pub publish_rate_in_msgs: i64,
     /// Bytes per second published, across the group.
-    #[serde(default = "unlimited")]
+    #[serde(default = "unlimited", deserialize_with = "null_is_unlimited")]
     pub publish_rate_in_bytes: i64,
     /// Messages per second dispatched (stored; not enforced yet).
-    #[serde(default = "unlimited")]
+    #[serde(default = "unlimited", deserialize_with = "null_is_unlimited")]
     pub dispatch_rate_in_msgs: i64,
     /// Bytes per second dispatched (stored; not enforced yet).
-    #[serde(default = "unlimited")]
+    #[serde(default = "unlimited", deserialize_with = "null_is_unlimited")]
     pub dispatch_rate_in_bytes: i64,
 }
 
 fn unlimited() -> i64 {
     -1
+}
+
+/// A JSON `null` (Java's boxed `Integer`/`Long` unset) means unlimited too.
+fn null_is_unlimited<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+    Ok(Option::<i64>::deserialize(d)?.unwrap_or(-1))
 }
 
 /// Pulsar's `AuthAction`: what a grant allows.
@@ -246,6 +251,11 @@ mod tests {
         .expect("a full Pulsar Policies document parses; unknown fields are ignored");
         assert_eq!(r.subscription_auth_mode, SubscriptionAuthMode::Prefix);
         assert_eq!(AuthAction::Consume.to_string(), "consume");
+        let g: ResourceGroup =
+            serde_json::from_str(r#"{"publishRateInMsgs":null,"publishRateInBytes":5}"#)
+                .expect("Java's unset Long is null");
+        assert_eq!((g.publish_rate_in_msgs, g.publish_rate_in_bytes), (-1, 5));
+        assert_eq!(g.dispatch_rate_in_msgs, -1, "absent is unlimited too");
     }
 
     #[test]

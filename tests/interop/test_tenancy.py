@@ -249,6 +249,14 @@ def test_isolation_matrix(tenants):
     assert call(svc, "GET", "/namespaces/b/ns/resourcegroup", token=tok["b-admin"]) == (200, "q")
     assert call(svc, "DELETE", "/namespaces/b/ns/resourcegroup", token=tok["b-admin"])[0] == 403
     assert call(svc, "GET", "/namespaces/b/ns/resourcegroup", token=tok["a-admin"])[0] == 403
+    # Nor lift a publish rate the operator set, on the namespace or on one topic.
+    unlimited = {"publishThrottlingRateInMsg": -1, "publishThrottlingRateInByte": -1}
+    for path in ["/namespaces/b/ns/publishRate", "/persistent/b/ns/t/publishRate"]:
+        assert call(svc, "POST", path, unlimited, token=tok["b-admin"])[0] == 403, path
+        assert call(svc, "DELETE", path, token=tok["b-admin"])[0] == 403, path
+        assert call(svc, "POST", path, unlimited, token=tok["root"])[0] == 204, path
+    assert call(svc, "GET", "/namespaces/b/ns/publishRate", token=tok["b-admin"]) == (
+        200, unlimited)
 
 
 def test_grants_and_subscription_rules_apply_live_and_persist(tenants):

@@ -212,10 +212,12 @@ impl Connection {
             send.num_messages.or(payload.metadata.num_messages_in_batch),
         );
         let publish_time = payload.metadata.publish_time as i64;
+        // The count is the client's word: no more messages than the entry has bytes.
         let messages = send
             .num_messages
             .or(payload.metadata.num_messages_in_batch)
-            .map_or(1, |n| n.max(1) as u64);
+            .map_or(1, |n| n.max(1) as u64)
+            .min(payload.entry.len().max(1) as u64);
         // Over a publish rate, this SEND still goes through, and the connection is not read
         // until the limit's debt is repaid.
         if let Some(resume) = producer
