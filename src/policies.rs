@@ -49,6 +49,10 @@ pub struct NamespacePolicies {
     /// namespace's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub publish_rate: Option<PublishRate>,
+    /// `maxProducersPerTopic` (at topic scope `maxProducers`, which wins): the most producers
+    /// a topic partition accepts at once; 0 = no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_producers: Option<u32>,
     /// `resourcegroup`: the resource group whose quota the namespace's topics share
     /// (namespace scope only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -217,6 +221,16 @@ impl PolicyStore {
             .unwrap_or(default))
     }
 
+    /// The producer limit in force for `topic` (its own, else its namespace's; `None`: none).
+    pub async fn max_producers(&self, topic: &TopicName) -> Result<Option<u32>, PoliciesError> {
+        let own = self.topic(topic).await?.max_producers;
+        let max = match own {
+            Some(v) => Some(v),
+            None => self.namespace(&topic.namespace).await?.max_producers,
+        };
+        Ok(max.filter(|m| *m > 0))
+    }
+
     /// The publish rate in force for `topic` (its own, else its namespace's) and the resource
     /// group its namespace is attached to.
     pub async fn publish_limits(
@@ -351,6 +365,7 @@ mod tests {
             retention in proptest::option::of((any::<i64>(), any::<i64>())),
             rate in proptest::option::of((any::<i64>(), any::<i64>())),
             group in proptest::option::of(".{0,10}"),
+            max_producers in proptest::option::of(any::<u32>()),
         ) {
             let p = NamespacePolicies {
                 offload_threshold_bytes: a,
@@ -367,6 +382,7 @@ mod tests {
                     publish_throttling_rate_in_byte: b,
                 }),
                 resource_group_name: group,
+                max_producers,
             };
             prop_assert_eq!(NamespacePolicies::decode(&p.encode()), Ok(p));
         }

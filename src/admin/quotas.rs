@@ -10,6 +10,10 @@
 //!   (`ResourceGroup` `{"publishRateInMsgs", "publishRateInBytes", "dispatchRateInMsgs",
 //!   "dispatchRateInBytes"}`): a quota shared by every topic of the namespaces attached to it,
 //!   e.g. all of a tenant's; superusers only; DELETE answers 412 while a namespace uses it;
+//! - `GET|POST|DELETE /admin/v2/namespaces/{tenant}/{namespace}/maxProducersPerTopic` and
+//!   `/admin/v2/persistent/{tenant}/{namespace}/{topic}/maxProducers` (a count, 0 = no limit;
+//!   the topic's wins): a PRODUCER beyond it gets `ProducerBusy` "Topic reached max producers
+//!   limit"; connected producers stay; tenant admins may set it;
 //! - `GET|DELETE /admin/v2/namespaces/{tenant}/{namespace}/resourcegroup` and
 //!   `POST …/resourcegroup/{group}`: the namespace's group. Attaching and detaching are for
 //!   superusers (a tenant admin must not lift its own tenant's quota); reading is for the
@@ -51,6 +55,84 @@ pub(super) fn routes() -> Router<AdminState> {
             get(get_ns_group).delete(detach_group),
         )
         .route(&format!("{ns}/resourcegroup/{{group}}"), post(attach_group))
+        .route(
+            &format!("{ns}/maxProducersPerTopic"),
+            get(get_ns_max_producers)
+                .post(set_ns_max_producers)
+                .delete(delete_ns_max_producers),
+        )
+        .route(
+            "/admin/v2/persistent/{tenant}/{namespace}/{topic}/maxProducers",
+            get(get_topic_max_producers)
+                .post(set_topic_max_producers)
+                .delete(delete_topic_max_producers),
+        )
+}
+
+fn count(body: &str) -> Result<u32, AdminError> {
+    body.trim().parse::<u32>().map_err(|_| {
+        AdminError::BadRequest(format!("expected a count (0 = no limit), got '{body}'"))
+    })
+}
+
+async fn get_ns_max_producers(
+    State(s): State<AdminState>,
+    Path((t, n)): Path<(String, String)>,
+) -> Result<Json<Option<u32>>, AdminError> {
+    let ns = namespace_path(&t, &n)?;
+    Ok(Json(s.ops()?.namespace_policies(&ns).await?.max_producers))
+}
+
+async fn set_ns_max_producers(
+    State(s): State<AdminState>,
+    Path((t, n)): Path<(String, String)>,
+    body: String,
+) -> Result<StatusCode, AdminError> {
+    let v = count(&body)?;
+    update(&s, &t, &n, |p| p.max_producers = Some(v)).await
+}
+
+async fn delete_ns_max_producers(
+    State(s): State<AdminState>,
+    Path((t, n)): Path<(String, String)>,
+) -> Result<StatusCode, AdminError> {
+    update(&s, &t, &n, |p| p.max_producers = None).await
+}
+
+async fn get_topic_max_producers(
+    State(s): State<AdminState>,
+    Path((t, n, topic)): Path<(String, String, String)>,
+) -> Result<Json<Option<u32>>, AdminError> {
+    let name = topic_path(&t, &n, &topic)?.base();
+    Ok(Json(s.ops()?.topic_policies(&name).await?.max_producers))
+}
+
+async fn set_topic_max_producers_value(
+    s: &AdminState,
+    (t, n, topic): (String, String, String),
+    value: Option<u32>,
+) -> Result<StatusCode, AdminError> {
+    let name = topic_path(&t, &n, &topic)?.base();
+    s.ops()?
+        .update_topic_policies(&name, |p| p.max_producers = value)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn set_topic_max_producers(
+    State(s): State<AdminState>,
+    Path(path): Path<(String, String, String)>,
+    body: String,
+) -> Result<StatusCode, AdminError> {
+    let v = count(&body)?;
+    set_topic_max_producers_value(&s, path, Some(v)).await
+}
+
+async fn delete_topic_max_producers(
+    State(s): State<AdminState>,
+    Path(path): Path<(String, String, String)>,
+) -> Result<StatusCode, AdminError> {
+    set_topic_max_producers_value(&s, path, None).await
 }
 
 fn rate(body: &str) -> Result<PublishRate, AdminError> {

@@ -141,7 +141,17 @@ impl Broker {
                 self.config.deduplication
             }
         };
-        TopicPolicies { deduplication }
+        let max_producers = match self.policies.max_producers(name).await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(topic = %name, error = %e, "reading max producers failed");
+                None
+            }
+        };
+        TopicPolicies {
+            deduplication,
+            max_producers,
+        }
     }
 
     /// Hands every loaded topic's owner the policies now in force (enabling deduplication

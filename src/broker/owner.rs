@@ -324,6 +324,13 @@ impl Owner {
                 "a producer with this name is already connected".into(),
             ));
         }
+        if let Some(max) = self.policies.max_producers {
+            if self.producers.len() >= max as usize {
+                return Err(BrokerError::ProducerBusy(format!(
+                    "Topic reached max producers limit ({max})"
+                )));
+            }
+        }
         if let Dedup::Unavailable(reason) = &self.dedup {
             // Its last sequence id is unknown: a producer told -1 would have its resends
             // taken for duplicates once the state is folded.
@@ -365,6 +372,8 @@ impl Owner {
         if p == self.policies && !matches!(self.dedup, Dedup::Unavailable(_)) {
             return;
         }
+        // Limits apply to the next registration; the dedup state follows below.
+        self.policies.max_producers = p.max_producers;
         let on = !matches!(self.dedup, Dedup::Off);
         let ready = matches!(self.dedup, Dedup::On { .. });
         if p.deduplication && !ready {

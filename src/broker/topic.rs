@@ -71,11 +71,14 @@ pub(crate) struct ProducerSlot {
 }
 
 /// The policies in force for one topic partition, as the broker resolved them (topic setting,
-/// else namespace, else broker default). Rate limits and quotas join here.
+/// else namespace, else broker default). Publish rates are not here: they live in
+/// [`BrokerTopic::throttle`], which connections use directly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TopicPolicies {
     /// Message deduplication.
     pub deduplication: bool,
+    /// Most producers connected at once (`maxProducersPerTopic`; `None`: no limit).
+    pub max_producers: Option<u32>,
 }
 
 /// What became of one SEND, once it is settled.

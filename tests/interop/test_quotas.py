@@ -107,3 +107,33 @@ def test_a_resource_group_caps_a_whole_tenant(fresh_service):
     assert call(svc, "DELETE", "/resourcegroups/team-quota")[0] == 204
     msgs, _ = measure(svc, "persistent://team/n1/x", seconds=3)
     assert msgs > 2 * 300, msgs
+
+
+def test_max_producers_per_topic(fresh_service):
+    svc = fresh_service
+    svc.start()
+    assert call(svc, "POST", "/namespaces/public/default/maxProducersPerTopic", "2")[0] == 204
+    assert call(svc, "GET", "/namespaces/public/default/maxProducersPerTopic") == (200, 2)
+    assert call(svc, "POST", "/namespaces/public/default/maxProducersPerTopic", "x")[0] == 400
+    client = pulsar.Client(svc.url, operation_timeout_seconds=10)
+    topic = "persistent://public/default/limited"
+    producers = [client.create_producer(topic) for _ in range(2)]
+    try:
+        client.create_producer(topic)
+        raise AssertionError("a third producer was accepted")
+    except pulsar.exceptions.ProducerBusy:
+        pass
+    # The topic's own limit wins, on the live topic; the connected producers keep working.
+    assert call(svc, "POST", "/persistent/public/default/limited/maxProducers", "3")[0] == 204
+    producers.append(client.create_producer(topic))
+    for p in producers:
+        p.send(b"still here")
+    assert call(svc, "DELETE", "/persistent/public/default/limited/maxProducers")[0] == 204
+    try:
+        client.create_producer(topic)
+        raise AssertionError("the namespace limit of 2 no longer applied")
+    except pulsar.exceptions.ProducerBusy:
+        pass
+    assert call(svc, "DELETE", "/namespaces/public/default/maxProducersPerTopic")[0] == 204
+    client.create_producer(topic).send(b"unlimited")
+    client.close()

@@ -45,6 +45,7 @@ impl Harness {
             lake: None,
             policies: TopicPolicies {
                 deduplication: dedup,
+                max_producers: None,
             },
             dedup: state,
             cursors: Vec::new(),
@@ -135,6 +136,7 @@ async fn switching_deduplication_on_folds_what_was_written_without_it() -> TestR
     topic
         .set_policies(TopicPolicies {
             deduplication: true,
+            max_producers: None,
         })
         .await;
     assert!(matches!(send(&topic, "p", 2).await?, Published::Duplicate));
@@ -142,6 +144,43 @@ async fn switching_deduplication_on_folds_what_was_written_without_it() -> TestR
     // Switched off again: nothing is refused.
     topic.set_policies(TopicPolicies::default()).await;
     position(send(&topic, "p", 3).await?)?;
+    topic.stop().await;
+    h.log.shutdown().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_producer_limit_applies_to_new_producers_at_once() -> TestResult {
+    let h = Harness::new().await?;
+    let topic = h.load(false).await?;
+    let limit = |max| TopicPolicies {
+        deduplication: false,
+        max_producers: max,
+    };
+    topic.set_policies(limit(Some(2))).await;
+    let mut kept = Vec::new();
+    for (i, name) in ["a", "b"].into_iter().enumerate() {
+        let (s, rx) = slot(i as u64, false);
+        topic.add_producer(name.into(), s).await?;
+        kept.push(rx);
+    }
+    let (c, _c) = slot(3, false);
+    let refused = topic.add_producer("c".into(), c).await;
+    assert!(
+        matches!(&refused, Err(BrokerError::ProducerBusy(m)) if m.contains("max producers")),
+        "{refused:?}"
+    );
+    // Raised on the live topic: the next producer gets in; connected ones are never dropped.
+    topic.set_policies(limit(Some(3))).await;
+    let (c, _c) = slot(3, false);
+    topic.add_producer("c".into(), c).await?;
+    topic.set_policies(limit(Some(1))).await;
+    let (d, _d) = slot(4, false);
+    assert!(topic.add_producer("d".into(), d).await.is_err());
+    topic.remove_producer("a".into(), 1, 0).await;
+    topic.set_policies(limit(None)).await;
+    let (d, _d) = slot(4, false);
+    topic.add_producer("d".into(), d).await?;
     topic.stop().await;
     h.log.shutdown().await?;
     Ok(())
