@@ -10,6 +10,10 @@
 //!   (`ResourceGroup` `{"publishRateInMsgs", "publishRateInBytes", "dispatchRateInMsgs",
 //!   "dispatchRateInBytes"}`): a quota shared by every topic of the namespaces attached to it,
 //!   e.g. all of a tenant's; superusers only; DELETE answers 412 while a namespace uses it;
+//! - `GET|DELETE /admin/v2/tenants/{tenant}/resourcegroup` and `POST …/resourcegroup/{group}`
+//!   (ledgerlake's own): the tenant's group, the quota of every namespace of the tenant without a
+//!   group of its own, including namespaces created later, so a tenant admin cannot escape it by
+//!   creating a namespace; superusers only (the path names no `tenant` parameter for the guard);
 //! - `GET|POST|DELETE /admin/v2/namespaces/{tenant}/{namespace}/maxProducersPerTopic` and
 //!   `/admin/v2/persistent/{tenant}/{namespace}/{topic}/maxProducers` (a count, 0 = no limit;
 //!   the topic's wins): a PRODUCER beyond it gets `ProducerBusy` "Topic reached max producers
@@ -55,6 +59,14 @@ pub(super) fn routes() -> Router<AdminState> {
             get(get_ns_group).delete(detach_group),
         )
         .route(&format!("{ns}/resourcegroup/{{group}}"), post(attach_group))
+        .route(
+            "/admin/v2/tenants/{name}/resourcegroup",
+            get(get_tenant_group).delete(detach_tenant_group),
+        )
+        .route(
+            "/admin/v2/tenants/{name}/resourcegroup/{group}",
+            post(attach_tenant_group),
+        )
         .route(
             &format!("{ns}/maxProducersPerTopic"),
             get(get_ns_max_producers)
@@ -273,5 +285,28 @@ async fn detach_group(
     superuser_only(&s, &principal).await?;
     let ns = namespace_path(&t, &n)?;
     s.ops()?.set_namespace_resource_group(&ns, None).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn get_tenant_group(
+    State(s): State<AdminState>,
+    Path(t): Path<String>,
+) -> Result<Json<Option<String>>, AdminError> {
+    Ok(Json(s.ops()?.tenant_resource_group(&t).await?))
+}
+
+async fn attach_tenant_group(
+    State(s): State<AdminState>,
+    Path((t, g)): Path<(String, String)>,
+) -> Result<StatusCode, AdminError> {
+    s.ops()?.set_tenant_resource_group(&t, Some(&g)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn detach_tenant_group(
+    State(s): State<AdminState>,
+    Path(t): Path<String>,
+) -> Result<StatusCode, AdminError> {
+    s.ops()?.set_tenant_resource_group(&t, None).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -424,6 +424,21 @@ impl Broker {
                 r.publish_throttling_rate_in_byte,
             )
         });
+        // The namespace's own group, else its tenant's.
+        let group = match group {
+            Some(g) => Some(g),
+            None => match self
+                .tenancy
+                .tenant_resource_group(&t.name.namespace.tenant)
+                .await
+            {
+                Ok(g) => g,
+                Err(e) => {
+                    tracing::warn!(topic = %t.name, error = %e, "reading tenant quota failed");
+                    return;
+                }
+            },
+        };
         let group = match group {
             Some(g) => self.group_limiter(&g).await,
             None => None,

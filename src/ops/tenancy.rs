@@ -95,7 +95,8 @@ impl Operations {
 
     /// Removes resource group `name`, which no namespace may use.
     pub async fn delete_resource_group(&self, name: &str) -> Result<(), OpsError> {
-        let users = self.policies.namespaces_in_group(name).await?;
+        let mut users = self.policies.namespaces_in_group(name).await?;
+        users.extend(self.tenancy.tenants_in_group(name).await?);
         if !users.is_empty() {
             return Err(OpsError::Tenancy(TenancyError::Invalid(format!(
                 "ResourceGroup {name} is in use by {}",
@@ -117,6 +118,28 @@ impl Operations {
         let group = group.map(str::to_string);
         self.update_namespace_policies(ns, |p| p.resource_group_name = group)
             .await
+    }
+
+    /// Tenant `tenant`'s resource group.
+    pub async fn tenant_resource_group(&self, tenant: &str) -> Result<Option<String>, OpsError> {
+        if self.tenancy.tenant(tenant).await?.is_none() {
+            return Err(OpsError::NotFound("Tenant does not exist".into()));
+        }
+        Ok(self.tenancy.tenant_resource_group(tenant).await?)
+    }
+
+    /// Attaches tenant `tenant` (every namespace without a group of its own, now and later) to
+    /// resource group `group` (`None`: detaches it); topics follow at once.
+    pub async fn set_tenant_resource_group(
+        &self,
+        tenant: &str,
+        group: Option<&str>,
+    ) -> Result<(), OpsError> {
+        self.tenancy
+            .set_tenant_resource_group(tenant, group)
+            .await?;
+        self.broker.apply_policies().await;
+        Ok(())
     }
 
     // ---- tenants ----

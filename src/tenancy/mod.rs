@@ -75,6 +75,10 @@ fn group_scope(group: &str) -> String {
     format!("tenancy/resourcegroup/{group}")
 }
 
+fn tenant_group_scope(tenant: &str) -> String {
+    format!("tenancy/tenant-resourcegroup/{tenant}")
+}
+
 fn namespace_prefix(tenant: &str) -> String {
     format!("tenancy/namespace/{tenant}/")
 }
@@ -93,6 +97,8 @@ pub struct Tenancy {
     tenants: Cached<String, TenantInfo>,
     /// Invariant: every entry equals the stored namespace record.
     namespaces: Cached<NamespaceName, NamespaceRecord>,
+    /// Invariant: every entry equals the stored tenant-level resource group.
+    tenant_groups: Cached<String, String>,
     /// Serialises read-modify-write updates (and keeps the cache in step with the store).
     update_lock: tokio::sync::Mutex<()>,
 }
@@ -152,6 +158,7 @@ impl Tenancy {
             local_cluster: local_cluster.to_string(),
             tenants: Cached::new(),
             namespaces: Cached::new(),
+            tenant_groups: Cached::new(),
             update_lock: tokio::sync::Mutex::new(()),
         }
     }
@@ -343,6 +350,62 @@ impl Tenancy {
         Ok(())
     }
 
+    /// The resource group tenant `tenant` is attached to: the quota of every namespace of the
+    /// tenant that has no group of its own, including namespaces created later.
+    pub async fn tenant_resource_group(
+        &self,
+        tenant: &str,
+    ) -> Result<Option<String>, TenancyError> {
+        let seen = match self.tenant_groups.get(&tenant.to_string()) {
+            Ok(g) => return Ok(Some(String::clone(&g))),
+            Err(generation) => generation,
+        };
+        let group = self.load::<String>(&tenant_group_scope(tenant)).await?;
+        Ok(group.map(|g| String::clone(&self.tenant_groups.fill(tenant.to_string(), g, seen))))
+    }
+
+    /// Attaches tenant `tenant` to resource group `group` (`None`: detaches it).
+    pub async fn set_tenant_resource_group(
+        &self,
+        tenant: &str,
+        group: Option<&str>,
+    ) -> Result<(), TenancyError> {
+        let _g = self.update_lock.lock().await;
+        if self.tenant(tenant).await?.is_none() {
+            return Err(TenancyError::NotFound(format!("Tenant {tenant}")));
+        }
+        if let Some(g) = group {
+            if self.resource_group(g).await?.is_none() {
+                return Err(TenancyError::NotFound(format!("ResourceGroup {g}")));
+            }
+        }
+        let key = tenant.to_string();
+        self.tenant_groups.invalidate(&key);
+        let blob = group.map(|g| records::encode(&g));
+        self.meta
+            .set_policies(&tenant_group_scope(tenant), blob.as_deref())
+            .await?;
+        self.tenant_groups.set(key, group.map(str::to_string));
+        Ok(())
+    }
+
+    /// The tenants attached to resource group `group`.
+    pub async fn tenants_in_group(&self, group: &str) -> Result<Vec<String>, TenancyError> {
+        let prefix = tenant_group_scope("");
+        let mut out = Vec::new();
+        for (scope, blob) in self.meta.list_policies(&prefix).await? {
+            let attached: String =
+                records::decode(&blob).map_err(|reason| TenancyError::Corrupt {
+                    scope: scope.clone(),
+                    reason,
+                })?;
+            if attached == group {
+                out.push(scope.trim_start_matches(&prefix).to_string());
+            }
+        }
+        Ok(out)
+    }
+
     // ---- tenants ----
 
     /// Every tenant's name, ascending.
@@ -426,6 +489,11 @@ impl Tenancy {
             ));
         }
         self.tenants.invalidate(&name.to_string());
+        self.tenant_groups.invalidate(&name.to_string());
+        self.meta
+            .set_policies(&tenant_group_scope(name), None)
+            .await?;
+        self.tenant_groups.set(name.to_string(), None);
         self.meta.set_policies(&tenant_scope(name), None).await?;
         self.tenants.set(name.to_string(), None);
         Ok(())

@@ -101,9 +101,19 @@ def test_a_resource_group_caps_a_whole_tenant(fresh_service):
     assert results["other"][0] > 2 * 300, results
     assert all(failed == 0 for _, failed in results.values()), results
 
-    # Detached, the namespaces are free again; the group can then go.
+    # Attached at tenant level instead, the quota also covers a namespace created afterwards
+    # (a tenant admin cannot step outside it by making a new namespace).
     for ns in ["team/n1", "team/n2"]:
         assert call(svc, "DELETE", f"/namespaces/{ns}/resourcegroup")[0] == 204
+    assert call(svc, "POST", "/tenants/team/resourcegroup/team-quota")[0] == 204
+    assert call(svc, "GET", "/tenants/team/resourcegroup") == (200, "team-quota")
+    assert call(svc, "PUT", "/namespaces/team/n3")[0] == 204
+    msgs, failed = measure(svc, "persistent://team/n3/z", seconds=5)
+    assert within(msgs, 300) and failed == 0, msgs
+    assert call(svc, "DELETE", "/resourcegroups/team-quota")[0] == 412, "the tenant uses it"
+
+    # Detached, the namespaces are free again; the group can then go.
+    assert call(svc, "DELETE", "/tenants/team/resourcegroup")[0] == 204
     assert call(svc, "DELETE", "/resourcegroups/team-quota")[0] == 204
     msgs, _ = measure(svc, "persistent://team/n1/x", seconds=3)
     assert msgs > 2 * 300, msgs

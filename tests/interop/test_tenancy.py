@@ -249,6 +249,9 @@ def test_isolation_matrix(tenants):
     assert call(svc, "GET", "/namespaces/b/ns/resourcegroup", token=tok["b-admin"]) == (200, "q")
     assert call(svc, "DELETE", "/namespaces/b/ns/resourcegroup", token=tok["b-admin"])[0] == 403
     assert call(svc, "GET", "/namespaces/b/ns/resourcegroup", token=tok["a-admin"])[0] == 403
+    assert call(svc, "POST", "/tenants/b/resourcegroup/q", token=tok["b-admin"])[0] == 403
+    assert call(svc, "DELETE", "/tenants/b/resourcegroup", token=tok["b-admin"])[0] == 403
+    assert call(svc, "POST", "/tenants/b/resourcegroup/q", token=tok["root"])[0] == 204
     # Nor lift a publish rate the operator set, on the namespace or on one topic.
     unlimited = {"publishThrottlingRateInMsg": -1, "publishThrottlingRateInByte": -1}
     for path in ["/namespaces/b/ns/publishRate", "/persistent/b/ns/t/publishRate"]:
