@@ -116,6 +116,17 @@ async fn get_topic_dedup(
     Ok(Json(json!(s.ops()?.deduplication(&base).await?)))
 }
 
+/// Applies `change` to the own policies of topic `tenant/ns/topic` (its base topic): 204.
+pub(super) async fn update_topic(
+    state: &AdminState,
+    (tenant, ns, topic): (&str, &str, &str),
+    change: impl FnOnce(&mut NamespacePolicies),
+) -> Result<StatusCode, AdminError> {
+    let base = base_topic(tenant, ns, topic)?;
+    state.ops()?.update_topic_policies(&base, change).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
 async fn set_topic_dedup_value(
     s: &AdminState,
     t: &str,
@@ -123,11 +134,7 @@ async fn set_topic_dedup_value(
     topic: &str,
     value: Option<bool>,
 ) -> Result<StatusCode, AdminError> {
-    let base = base_topic(t, n, topic)?;
-    s.ops()?
-        .update_topic_policies(&base, |p| p.deduplication_enabled = value)
-        .await?;
-    Ok(StatusCode::NO_CONTENT)
+    update_topic(s, (t, n, topic), |p| p.deduplication_enabled = value).await
 }
 
 async fn set_topic_dedup(

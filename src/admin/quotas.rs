@@ -29,7 +29,7 @@ use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 
 use super::error::AdminError;
-use super::namespaces::update;
+use super::namespaces::{update, update_topic};
 use super::tenancy::json_body;
 use super::{namespace_path, topic_path, AdminState};
 use crate::auth::{Action, Principal, Resource};
@@ -119,32 +119,22 @@ async fn get_topic_max_producers(
     Ok(Json(s.ops()?.topic_policies(&name).await?.max_producers))
 }
 
-async fn set_topic_max_producers_value(
-    s: &AdminState,
-    (t, n, topic): (String, String, String),
-    value: Option<u32>,
-) -> Result<StatusCode, AdminError> {
-    let name = topic_path(&t, &n, &topic)?.base();
-    s.ops()?
-        .update_topic_policies(&name, |p| p.max_producers = value)
-        .await?;
-    Ok(StatusCode::NO_CONTENT)
-}
-
 async fn set_topic_max_producers(
     State(s): State<AdminState>,
     Path(path): Path<(String, String, String)>,
     body: String,
 ) -> Result<StatusCode, AdminError> {
     let v = count(&body)?;
-    set_topic_max_producers_value(&s, path, Some(v)).await
+    let (t, n, topic) = &path;
+    update_topic(&s, (t, n, topic), |p| p.max_producers = Some(v)).await
 }
 
 async fn delete_topic_max_producers(
     State(s): State<AdminState>,
     Path(path): Path<(String, String, String)>,
 ) -> Result<StatusCode, AdminError> {
-    set_topic_max_producers_value(&s, path, None).await
+    let (t, n, topic) = &path;
+    update_topic(&s, (t, n, topic), |p| p.max_producers = None).await
 }
 
 fn rate(body: &str) -> Result<PublishRate, AdminError> {
@@ -187,18 +177,6 @@ async fn get_topic_rate(
     Ok(Json(s.ops()?.topic_policies(&name).await?.publish_rate))
 }
 
-async fn set_topic_rate_value(
-    s: &AdminState,
-    (t, n, topic): (String, String, String),
-    value: Option<PublishRate>,
-) -> Result<StatusCode, AdminError> {
-    let name = topic_path(&t, &n, &topic)?.base();
-    s.ops()?
-        .update_topic_policies(&name, |p| p.publish_rate = value)
-        .await?;
-    Ok(StatusCode::NO_CONTENT)
-}
-
 async fn set_topic_rate(
     State(s): State<AdminState>,
     Extension(principal): Extension<Principal>,
@@ -207,7 +185,8 @@ async fn set_topic_rate(
 ) -> Result<StatusCode, AdminError> {
     superuser_only(&s, &principal).await?;
     let v = rate(&body)?;
-    set_topic_rate_value(&s, path, Some(v)).await
+    let (t, n, topic) = &path;
+    update_topic(&s, (t, n, topic), |p| p.publish_rate = Some(v)).await
 }
 
 async fn delete_topic_rate(
@@ -216,7 +195,8 @@ async fn delete_topic_rate(
     Path(path): Path<(String, String, String)>,
 ) -> Result<StatusCode, AdminError> {
     superuser_only(&s, &principal).await?;
-    set_topic_rate_value(&s, path, None).await
+    let (t, n, topic) = &path;
+    update_topic(&s, (t, n, topic), |p| p.publish_rate = None).await
 }
 
 async fn list_groups(State(s): State<AdminState>) -> Result<Json<Vec<String>>, AdminError> {
