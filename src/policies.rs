@@ -20,6 +20,9 @@ use crate::config::{LakePartitioning, PolicyDefaults};
 use crate::ledger::{MetadataError, MetadataStore};
 use crate::naming::{NamespaceName, TopicName};
 
+mod backlog;
+pub use backlog::{BacklogLimits, BacklogPolicy, BacklogQuota, BacklogQuotaMap, BacklogQuotaType};
+
 /// Version byte of the persisted policies blob.
 pub const POLICIES_FORMAT_VERSION: u8 = 1;
 
@@ -57,6 +60,13 @@ pub struct NamespacePolicies {
     /// (namespace scope only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_group_name: Option<String>,
+    /// `backlogQuotaMap` (at topic scope each type wins over the namespace's quota of that
+    /// type).
+    #[serde(default, skip_serializing_if = "BacklogQuotaMap::is_empty")]
+    pub backlog_quota_map: BacklogQuotaMap,
+    /// `messageTTL` in seconds (0 = messages never expire; at topic scope it wins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_ttl_seconds: Option<u32>,
 }
 
 /// Pulsar's `PublishRate`: messages and bytes per second (-1 or 0 = unlimited).
@@ -242,6 +252,18 @@ impl PolicyStore {
         Ok((own.or(ns.publish_rate), ns.resource_group_name))
     }
 
+    /// The backlog quotas and message TTL in force for `topic`: its own, else its
+    /// namespace's, quota type by quota type.
+    pub async fn backlog_limits(&self, topic: &TopicName) -> Result<BacklogLimits, PoliciesError> {
+        let own = self.topic(topic).await?;
+        let ns = self.namespace(&topic.namespace).await?;
+        Ok(BacklogLimits::resolve(
+            &own.backlog_quota_map,
+            &ns.backlog_quota_map,
+            own.message_ttl_seconds.or(ns.message_ttl_seconds),
+        ))
+    }
+
     /// The namespaces attached to resource group `group`.
     pub async fn namespaces_in_group(&self, group: &str) -> Result<Vec<String>, PoliciesError> {
         let prefix = "namespace:";
@@ -366,6 +388,8 @@ mod tests {
             rate in proptest::option::of((any::<i64>(), any::<i64>())),
             group in proptest::option::of(".{0,10}"),
             max_producers in proptest::option::of(any::<u32>()),
+            quotas in proptest::collection::btree_map(any::<bool>(), (any::<i64>(), any::<i32>(), 0u8..3), 0..3),
+            ttl in proptest::option::of(any::<u32>()),
         ) {
             let p = NamespacePolicies {
                 offload_threshold_bytes: a,
@@ -383,6 +407,19 @@ mod tests {
                 }),
                 resource_group_name: group,
                 max_producers,
+                backlog_quota_map: quotas
+                    .into_iter()
+                    .map(|(age, (size, time, policy))| {
+                        let kind = if age { BacklogQuotaType::MessageAge } else { BacklogQuotaType::DestinationStorage };
+                        let policy = match policy {
+                            0 => BacklogPolicy::ProducerRequestHold,
+                            1 => BacklogPolicy::ProducerException,
+                            _ => BacklogPolicy::ConsumerBacklogEviction,
+                        };
+                        (kind, BacklogQuota { limit_size: size, limit_time: time, policy })
+                    })
+                    .collect(),
+                message_ttl_seconds: ttl,
             };
             prop_assert_eq!(NamespacePolicies::decode(&p.encode()), Ok(p));
         }

@@ -1,7 +1,8 @@
 //! The HTTP surface on `server.http_addr`: health and Pulsar admin API paths (clusters,
-//! tenants, namespaces and their policies and permissions, publish rates and resource groups;
-//! topic partitions, permissions, offload and stats); metrics and the rest of the admin API join it in later issues. `POST /sql` runs read-only SQL ([`crate::sql`]). Errors map to HTTP statuses in [`error`] and only
-//! there.
+//! tenants, namespaces and their policies and permissions, publish rates and resource groups,
+//! backlog quotas and message TTL; topic partitions, permissions, offload and stats); metrics
+//! and the rest of the admin API join it in later issues. `POST /sql` runs read-only SQL
+//! ([`crate::sql`]). Errors map to HTTP statuses in [`error`] and only there.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use axum::{Json, Router};
 use serde_json::json;
 
 mod access;
+mod backlog;
 mod delete;
 pub mod error;
 mod lake;
@@ -97,6 +99,7 @@ pub fn router(state: AdminState) -> Router {
         .merge(tenancy::routes())
         .merge(permissions::routes())
         .merge(quotas::routes())
+        .merge(backlog::routes())
         .merge(sql::routes())
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),

@@ -239,7 +239,10 @@ async fn get_ns_group(
 
 /// Setting rates and attaching or detaching a group change a tenant's quota: superusers only
 /// (the access guard let tenant admins through, as for every other namespace route).
-async fn superuser_only(s: &AdminState, principal: &Principal) -> Result<(), AdminError> {
+pub(super) async fn superuser_only(
+    s: &AdminState,
+    principal: &Principal,
+) -> Result<(), AdminError> {
     s.access
         .authorize(principal, Action::AdminWrite, &Resource::Cluster)
         .await?;

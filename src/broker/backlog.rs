@@ -28,6 +28,9 @@ pub struct SubscriptionStats {
     pub unacked_entries: usize,
     /// The oldest unacknowledged entry.
     pub mark_delete_next: String,
+    /// The same, typed (for backlog quotas).
+    #[serde(skip)]
+    pub first_unacked: crate::ledger::Position,
     /// The next entry to dispatch.
     pub read_position: String,
     /// The tier holding the next entry to dispatch: `local` or `lake`.
@@ -91,9 +94,71 @@ pub(crate) fn backlog(
     (entries, bytes, age, tier)
 }
 
+/// The first entry at or after `p` in `ledgers` (the topic's, in order); `None` when there is
+/// none yet.
+pub(crate) fn first_entry_from(ledgers: &[LedgerInfo], p: Position) -> Option<Position> {
+    ledgers.iter().find_map(|l| {
+        let first = match l.id.cmp(&p.ledger) {
+            std::cmp::Ordering::Less => return None,
+            std::cmp::Ordering::Equal => p.entry,
+            std::cmp::Ordering::Greater => 0,
+        };
+        (first < l.entry_count).then(|| Position::new(l.id, first))
+    })
+}
+
+/// The earliest position from which the entries to the end hold at most `max_bytes` (whole
+/// ledgers exactly, a ledger cut in part pro rata, as [`backlog`] counts them).
+pub(crate) fn position_keeping(ledgers: &[LedgerInfo], max_bytes: u64) -> Position {
+    let end = ledgers
+        .iter()
+        .rev()
+        .find(|l| l.entry_count > 0)
+        .map_or(Position::new(0, 0), |l| Position::new(l.id, l.entry_count));
+    let mut room = max_bytes;
+    let mut keep_from = end;
+    for l in ledgers.iter().rev().filter(|l| l.entry_count > 0) {
+        if l.size_bytes <= room {
+            room -= l.size_bytes;
+            keep_from = Position::new(l.id, 0);
+            continue;
+        }
+        // Part of this ledger fits: as many of its last entries as the average size allows.
+        let per_entry = l.size_bytes.div_ceil(l.entry_count).max(1);
+        let kept = (room / per_entry).min(l.entry_count);
+        if kept == 0 {
+            break;
+        }
+        return Position::new(l.id, l.entry_count - kept);
+    }
+    keep_from
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn positions_for_eviction() {
+        let ledgers = [
+            ledger(1, LedgerState::Deleted, 10, 1000),
+            ledger(2, LedgerState::Sealed, 10, 100),
+            ledger(3, LedgerState::Open, 4, 40),
+            ledger(4, LedgerState::Open, 0, 0),
+        ];
+        assert_eq!(position_keeping(&ledgers, 0), Position::new(3, 4));
+        assert_eq!(position_keeping(&ledgers, 60), Position::new(2, 8));
+        assert_eq!(position_keeping(&ledgers, 140), Position::new(2, 0));
+        assert_eq!(position_keeping(&ledgers, 440), Position::new(1, 7));
+        assert_eq!(position_keeping(&ledgers, 10_000), Position::new(1, 0));
+        let (_, bytes, _, _) = backlog(&ledgers, Position::new(1, 7), 0, Position::new(1, 7));
+        assert!(bytes <= 440);
+        assert_eq!(
+            first_entry_from(&ledgers, Position::new(1, 10)),
+            Some(Position::new(2, 0))
+        );
+        assert_eq!(first_entry_from(&ledgers, Position::new(3, 4)), None);
+    }
 
     fn ledger(id: u64, state: LedgerState, entries: u64, bytes: u64) -> LedgerInfo {
         LedgerInfo {

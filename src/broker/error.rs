@@ -47,6 +47,12 @@ pub enum BrokerError {
     /// The topic or subscription is stopping (deleted, unloaded, shutting down).
     #[error("{0}")]
     Stopped(String),
+    /// A `producer_request_hold` backlog quota is exceeded: the client retries.
+    #[error("{0}")]
+    QuotaHold(String),
+    /// A `producer_exception` backlog quota is exceeded: the client fails pending sends.
+    #[error("{0}")]
+    QuotaException(String),
 }
 
 /// The verb of Pulsar's "Client is not authorized to …" refusals.
@@ -80,6 +86,8 @@ pub fn server_error(e: &BrokerError) -> ServerError {
         BrokerError::Schema(_) => ServerError::MetadataError,
         BrokerError::Denied(_) => ServerError::AuthorizationError,
         BrokerError::Stopped(_) => ServerError::ServiceNotReady,
+        BrokerError::QuotaHold(_) => ServerError::ProducerBlockedQuotaExceededError,
+        BrokerError::QuotaException(_) => ServerError::ProducerBlockedQuotaExceededException,
     }
 }
 
@@ -105,6 +113,14 @@ mod tests {
             (
                 BrokerError::Stopped("s".into()),
                 ServerError::ServiceNotReady,
+            ),
+            (
+                BrokerError::QuotaHold("h".into()),
+                ServerError::ProducerBlockedQuotaExceededError,
+            ),
+            (
+                BrokerError::QuotaException("e".into()),
+                ServerError::ProducerBlockedQuotaExceededException,
             ),
             (
                 BrokerError::Denied(crate::auth::Denied {

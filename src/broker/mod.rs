@@ -148,9 +148,17 @@ impl Broker {
                 None
             }
         };
+        let backlog = match self.policies.backlog_limits(name).await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(topic = %name, error = %e, "reading backlog quotas failed");
+                Default::default()
+            }
+        };
         TopicPolicies {
             deduplication,
             max_producers,
+            backlog,
         }
     }
 

@@ -116,6 +116,11 @@ struct Owner {
     /// Invariant: `On` or `Unavailable` exactly while `policies.deduplication`.
     dedup: Dedup,
     persist_every: Duration,
+    /// Invariant: `Some` exactly while the last backlog check found a hold or exception quota
+    /// exceeded ([`quota`]); producers are refused meanwhile.
+    blocked: Option<crate::policies::BacklogPolicy>,
+    /// The oldest unacknowledged entry last read for the age quota, and its publish time.
+    age_probe: Option<(Position, i64)>,
 }
 
 /// Starts the owner of a loaded topic partition and returns its handle.
@@ -151,6 +156,8 @@ pub(crate) fn spawn(setup: OwnerSetup) -> Arc<BrokerTopic> {
         policies: setup.policies,
         dedup: setup.dedup,
         persist_every: setup.persist_every,
+        blocked: None,
+        age_probe: None,
     };
     tokio::spawn(run(owner, rx));
     topic
@@ -264,6 +271,10 @@ impl Owner {
     async fn handle(&mut self, cmd: TopicCommand) {
         match cmd {
             TopicCommand::AddProducer { name, slot, reply } => {
+                if !self.policies.backlog.is_empty() {
+                    // As Pulsar: the quota is checked when a producer registers.
+                    self.enforce_backlog().await;
+                }
                 let result = self.add_producer(name.clone(), slot);
                 let added = result.is_ok();
                 if reply.send(result).is_err() && added {
@@ -296,6 +307,7 @@ impl Owner {
             }
             TopicCommand::SetPolicies { policies, reply } => {
                 self.set_policies(policies).await;
+                self.enforce_backlog().await;
                 let _ = reply.send(());
             }
             TopicCommand::DedupSnapshot(reply) => {
@@ -323,6 +335,9 @@ impl Owner {
             return Err(BrokerError::ProducerBusy(
                 "a producer with this name is already connected".into(),
             ));
+        }
+        if let Some(e) = self.blocked_error() {
+            return Err(e);
         }
         if let Some(max) = self.policies.max_producers {
             if self.producers.len() >= max as usize {
@@ -372,8 +387,9 @@ impl Owner {
         if p == self.policies && !matches!(self.dedup, Dedup::Unavailable(_)) {
             return;
         }
-        // Limits apply to the next registration; the dedup state follows below.
+        // Limits apply to the next registration or check; the dedup state follows below.
         self.policies.max_producers = p.max_producers;
+        self.policies.backlog = p.backlog;
         let on = !matches!(self.dedup, Dedup::Off);
         let ready = matches!(self.dedup, Dedup::On { .. });
         if p.deduplication && !ready {
@@ -449,6 +465,7 @@ fn start_position(log: &TopicLog, start: StartAt) -> Position {
     }
 }
 
+mod quota;
 #[cfg(test)]
 mod tests;
 

@@ -95,6 +95,10 @@ pub enum SubscriptionCommand {
     Delete(oneshot::Sender<()>),
     /// Backlog and read state, for topic stats.
     Stats(oneshot::Sender<SubscriptionStats>),
+    /// Acknowledge every entry before this position (message TTL, backlog eviction, skip);
+    /// replies with how many entries that took out of the backlog. Consumers stay attached;
+    /// acknowledgements of skipped entries they still hold are no-ops.
+    SkipTo(Position, oneshot::Sender<u64>),
 }
 
 /// Where a SEEK moves a cursor.
@@ -334,6 +338,7 @@ impl State {
             backlog_age_seconds,
             unacked_entries: self.pending.len(),
             mark_delete_next: first.to_string(),
+            first_unacked: first,
             read_position: self.read_position.to_string(),
             next_read_tier,
             last_read_tier: self.reader.tier(),
@@ -475,6 +480,9 @@ impl State {
             }
             SubscriptionCommand::Stats(reply) => {
                 let _ = reply.send(self.stats());
+            }
+            SubscriptionCommand::SkipTo(to, reply) => {
+                let _ = reply.send(self.skip_to(to));
             }
             SubscriptionCommand::MarkDelete(reply) => {
                 // Everything before the oldest unacknowledged entry is acknowledged.

@@ -79,6 +79,8 @@ pub struct TopicPolicies {
     pub deduplication: bool,
     /// Most producers connected at once (`maxProducersPerTopic`; `None`: no limit).
     pub max_producers: Option<u32>,
+    /// Backlog quotas and message TTL.
+    pub backlog: crate::policies::BacklogLimits,
 }
 
 /// What became of one SEND, once it is settled.

@@ -256,12 +256,21 @@ impl Operations {
         let wanted_partition = name.partition().map(|p| p as i32);
         let mut subscriptions = serde_json::Map::new();
         let mut rate_limited = 0u64;
+        // Per partition, the slowest durable subscription's backlog (Pulsar's `backlogSize`).
+        let mut backlog_size = 0u64;
         for (partition, log) in self.log.partitions_of(&name.base()).await? {
             if wanted_partition.is_some_and(|w| w != partition) {
                 continue;
             }
             rate_limited += self.broker.publish_throttled(log.name()).await;
-            for (sub, s) in self.broker.subscription_stats(log.name()).await {
+            let subs = self.broker.subscription_stats(log.name()).await;
+            backlog_size += subs
+                .iter()
+                .filter(|(_, s)| s.is_durable)
+                .map(|(_, s)| s.backlog_size)
+                .max()
+                .unwrap_or(0);
+            for (sub, s) in subs {
                 let key = if partition >= 0 && wanted_partition.is_none() {
                     format!("{sub} (partition {partition})")
                 } else {
@@ -287,8 +296,12 @@ impl Operations {
             Some(e) => to_json(&e.lake_stats(name).await?)?,
             None => serde_json::Value::Null,
         };
+        let quotas = self.policies.backlog_limits(name).await?;
         Ok(json!({
             "storageSize": storage,
+            "backlogSize": backlog_size,
+            "backlogQuotaLimitSize": quotas.storage.map_or(-1, |q| q.limit_size),
+            "backlogQuotaLimitTime": quotas.age.map_or(-1, |q| i64::from(q.limit_time)),
             "entries": entries,
             "ledgers": ledgers,
             "lake": lake,

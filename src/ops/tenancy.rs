@@ -300,6 +300,9 @@ impl Operations {
             "offload_deletion_lag_ms": p.offload_deletion_lag_ms,
             "publishMaxMessageRate": p.publish_rate.map(|r| json!({ self.tenancy.local_cluster(): r })),
             "resource_group_name": p.resource_group_name,
+            "backlog_quota_map": p.backlog_quota_map,
+            "message_ttl_in_seconds": p.message_ttl_seconds,
+            "max_producers_per_topic": p.max_producers,
         }))
     }
 

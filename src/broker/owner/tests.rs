@@ -46,6 +46,7 @@ impl Harness {
             policies: TopicPolicies {
                 deduplication: dedup,
                 max_producers: None,
+                backlog: Default::default(),
             },
             dedup: state,
             cursors: Vec::new(),
@@ -137,6 +138,7 @@ async fn switching_deduplication_on_folds_what_was_written_without_it() -> TestR
         .set_policies(TopicPolicies {
             deduplication: true,
             max_producers: None,
+            backlog: Default::default(),
         })
         .await;
     assert!(matches!(send(&topic, "p", 2).await?, Published::Duplicate));
@@ -156,6 +158,7 @@ async fn the_producer_limit_applies_to_new_producers_at_once() -> TestResult {
     let limit = |max| TopicPolicies {
         deduplication: false,
         max_producers: max,
+        backlog: Default::default(),
     };
     topic.set_policies(limit(Some(2))).await;
     let mut kept = Vec::new();

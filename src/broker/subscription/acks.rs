@@ -1,8 +1,10 @@
 //! Acknowledgement bookkeeping of a subscription: individual, cumulative and batch-index
-//! acks against `pending`, `redeliver`, `acked` and `partial`, and the oldest unacknowledged
-//! entry they leave (the mark-delete position is the entry before it).
+//! acks against `pending`, `redeliver`, `acked` and `partial`, the oldest unacknowledged
+//! entry they leave (the mark-delete position is the entry before it), and skipping forward
+//! (message TTL, backlog eviction).
 
 use super::{ConsumerKey, State};
+use crate::broker::backlog::backlog;
 use crate::ledger::Position;
 
 impl State {
@@ -54,6 +56,31 @@ impl State {
             }
         }
         self.prune_acked();
+    }
+
+    /// Acknowledges every entry before `to` (nothing when the subscription is already there);
+    /// returns how many unacknowledged entries that took out of the backlog.
+    pub(super) fn skip_to(&mut self, to: Position) -> u64 {
+        let first = self.first_unacked();
+        if to <= first {
+            return 0;
+        }
+        let ledgers = self.topic.log.ledgers();
+        let before = backlog(&ledgers, first, self.acked.len() as u64, self.read_position).0;
+        let skipped: Vec<Position> = self.pending.range(..to).map(|(p, _)| *p).collect();
+        for p in skipped {
+            self.take_pending(p);
+        }
+        self.redeliver.retain(|p| *p >= to);
+        self.redelivery_count.retain(|p, _| *p >= to);
+        self.partial.retain(|p, _| *p >= to);
+        self.read_position = self.read_position.max(to);
+        self.prune_acked();
+        let now = self.first_unacked();
+        let after = backlog(&ledgers, now, self.acked.len() as u64, self.read_position).0;
+        tracing::debug!(topic = %self.topic.name, subscription = %self.name, from = %first,
+            to = %now, entries = before.saturating_sub(after), "subscription skipped forward");
+        before.saturating_sub(after)
     }
 
     /// The entry an ack names. A client acknowledges "everything before a batch that starts
