@@ -67,6 +67,22 @@ pub struct NamespacePolicies {
     /// `messageTTL` in seconds (0 = messages never expire; at topic scope it wins).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_ttl_seconds: Option<u32>,
+    /// `maxConsumersPerTopic` (topic scope `maxConsumers`); 0 = no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_consumers: Option<u32>,
+    /// `maxConsumersPerSubscription`; 0 = no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_consumers_per_subscription: Option<u32>,
+    /// `maxUnackedMessagesPerConsumer` (topic scope `…OnConsumer`); 0 = no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_unacked_per_consumer: Option<u32>,
+    /// `maxUnackedMessagesPerSubscription` (topic scope `…OnSubscription`); 0 = no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_unacked_per_subscription: Option<u32>,
+    /// `maxTopicsPerNamespace` (namespace scope only; a partition counts as a topic); 0 = no
+    /// limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_topics: Option<u32>,
 }
 
 /// Pulsar's `PublishRate`: messages and bytes per second (-1 or 0 = unlimited).
@@ -231,14 +247,16 @@ impl PolicyStore {
             .unwrap_or(default))
     }
 
-    /// The producer limit in force for `topic` (its own, else its namespace's; `None`: none).
-    pub async fn max_producers(&self, topic: &TopicName) -> Result<Option<u32>, PoliciesError> {
-        let own = self.topic(topic).await?.max_producers;
-        let max = match own {
-            Some(v) => Some(v),
-            None => self.namespace(&topic.namespace).await?.max_producers,
-        };
-        Ok(max.filter(|m| *m > 0))
+    /// What `topic` set for itself and what its namespace set, read together (the broker
+    /// resolves a topic's policies from both).
+    pub async fn topic_and_namespace(
+        &self,
+        topic: &TopicName,
+    ) -> Result<(NamespacePolicies, NamespacePolicies), PoliciesError> {
+        Ok((
+            self.topic(topic).await?,
+            self.namespace(&topic.namespace).await?,
+        ))
     }
 
     /// The publish rate in force for `topic` (its own, else its namespace's) and the resource
@@ -390,6 +408,7 @@ mod tests {
             max_producers in proptest::option::of(any::<u32>()),
             quotas in proptest::collection::btree_map(any::<bool>(), (any::<i64>(), any::<i32>(), 0u8..3), 0..3),
             ttl in proptest::option::of(any::<u32>()),
+            limits in proptest::array::uniform5(proptest::option::of(any::<u32>())),
         ) {
             let p = NamespacePolicies {
                 offload_threshold_bytes: a,
@@ -420,6 +439,11 @@ mod tests {
                     })
                     .collect(),
                 message_ttl_seconds: ttl,
+                max_consumers: limits[0],
+                max_consumers_per_subscription: limits[1],
+                max_unacked_per_consumer: limits[2],
+                max_unacked_per_subscription: limits[3],
+                max_topics: limits[4],
             };
             prop_assert_eq!(NamespacePolicies::decode(&p.encode()), Ok(p));
         }

@@ -108,7 +108,7 @@ impl From<crate::ops::OpsError> for AdminError {
             OpsError::Invalid(m) => AdminError::BadRequest(m),
             OpsError::NotFound(m) => AdminError::NotFound(m),
             OpsError::Conflict(m) => AdminError::Conflict(m),
-            OpsError::Busy(m) => AdminError::PreconditionFailed(m),
+            OpsError::Busy(m) | OpsError::LimitReached(m) => AdminError::PreconditionFailed(m),
             OpsError::Disabled(m) => AdminError::Disabled(m),
             OpsError::Offload(o) => o.into(),
             OpsError::Policies(p) => p.into(),

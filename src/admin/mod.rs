@@ -18,6 +18,7 @@ mod backlog;
 mod delete;
 pub mod error;
 mod lake;
+mod limits;
 mod namespaces;
 mod permissions;
 mod quotas;
@@ -100,6 +101,7 @@ pub fn router(state: AdminState) -> Router {
         .merge(permissions::routes())
         .merge(quotas::routes())
         .merge(backlog::routes())
+        .merge(limits::routes())
         .merge(sql::routes())
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),

@@ -14,10 +14,6 @@
 //!   (ledgerlake's own): the tenant's group, the quota of every namespace of the tenant without a
 //!   group of its own, including namespaces created later, so a tenant admin cannot escape it by
 //!   creating a namespace; superusers only (the path names no `tenant` parameter for the guard);
-//! - `GET|POST|DELETE /admin/v2/namespaces/{tenant}/{namespace}/maxProducersPerTopic` and
-//!   `/admin/v2/persistent/{tenant}/{namespace}/{topic}/maxProducers` (a count, 0 = no limit;
-//!   the topic's wins): a PRODUCER beyond it gets `ProducerBusy` "Topic reached max producers
-//!   limit"; connected producers stay; tenant admins may set it;
 //! - `GET|DELETE /admin/v2/namespaces/{tenant}/{namespace}/resourcegroup` and
 //!   `POST …/resourcegroup/{group}`: the namespace's group. Attaching and detaching are for
 //!   superusers (a tenant admin must not lift its own tenant's quota); reading is for the
@@ -67,74 +63,6 @@ pub(super) fn routes() -> Router<AdminState> {
             "/admin/v2/tenants/{name}/resourcegroup/{group}",
             post(attach_tenant_group),
         )
-        .route(
-            &format!("{ns}/maxProducersPerTopic"),
-            get(get_ns_max_producers)
-                .post(set_ns_max_producers)
-                .delete(delete_ns_max_producers),
-        )
-        .route(
-            "/admin/v2/persistent/{tenant}/{namespace}/{topic}/maxProducers",
-            get(get_topic_max_producers)
-                .post(set_topic_max_producers)
-                .delete(delete_topic_max_producers),
-        )
-}
-
-fn count(body: &str) -> Result<u32, AdminError> {
-    body.trim().parse::<u32>().map_err(|_| {
-        AdminError::BadRequest(format!("expected a count (0 = no limit), got '{body}'"))
-    })
-}
-
-async fn get_ns_max_producers(
-    State(s): State<AdminState>,
-    Path((t, n)): Path<(String, String)>,
-) -> Result<Json<Option<u32>>, AdminError> {
-    let ns = namespace_path(&t, &n)?;
-    Ok(Json(s.ops()?.namespace_policies(&ns).await?.max_producers))
-}
-
-async fn set_ns_max_producers(
-    State(s): State<AdminState>,
-    Path((t, n)): Path<(String, String)>,
-    body: String,
-) -> Result<StatusCode, AdminError> {
-    let v = count(&body)?;
-    update(&s, &t, &n, |p| p.max_producers = Some(v)).await
-}
-
-async fn delete_ns_max_producers(
-    State(s): State<AdminState>,
-    Path((t, n)): Path<(String, String)>,
-) -> Result<StatusCode, AdminError> {
-    update(&s, &t, &n, |p| p.max_producers = None).await
-}
-
-async fn get_topic_max_producers(
-    State(s): State<AdminState>,
-    Path((t, n, topic)): Path<(String, String, String)>,
-) -> Result<Json<Option<u32>>, AdminError> {
-    let name = topic_path(&t, &n, &topic)?.base();
-    Ok(Json(s.ops()?.topic_policies(&name).await?.max_producers))
-}
-
-async fn set_topic_max_producers(
-    State(s): State<AdminState>,
-    Path(path): Path<(String, String, String)>,
-    body: String,
-) -> Result<StatusCode, AdminError> {
-    let v = count(&body)?;
-    let (t, n, topic) = &path;
-    update_topic(&s, (t, n, topic), |p| p.max_producers = Some(v)).await
-}
-
-async fn delete_topic_max_producers(
-    State(s): State<AdminState>,
-    Path(path): Path<(String, String, String)>,
-) -> Result<StatusCode, AdminError> {
-    let (t, n, topic) = &path;
-    update_topic(&s, (t, n, topic), |p| p.max_producers = None).await
 }
 
 fn rate(body: &str) -> Result<PublishRate, AdminError> {

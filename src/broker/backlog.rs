@@ -26,6 +26,13 @@ pub struct SubscriptionStats {
     pub backlog_age_seconds: u64,
     /// Entries dispatched and not acknowledged.
     pub unacked_entries: usize,
+    /// Messages in those entries (`unackedMessages`).
+    pub unacked_messages: u64,
+    /// Shared or Key_Shared dispatch is paused: the subscription's unacknowledged messages
+    /// reached `maxUnackedMessagesPerSubscription` (it resumes at half).
+    pub blocked_subscription_on_unacked_msgs: bool,
+    /// Consumers not sent to because they reached `maxUnackedMessagesPerConsumer`.
+    pub blocked_consumers_on_unacked_msgs: usize,
     /// The oldest unacknowledged entry.
     pub mark_delete_next: String,
     /// The same, typed (for backlog quotas).

@@ -47,6 +47,9 @@ pub enum BrokerError {
     /// The topic or subscription is stopping (deleted, unloaded, shutting down).
     #[error("{0}")]
     Stopped(String),
+    /// Creating the topic would exceed its namespace's `maxTopicsPerNamespace`.
+    #[error("{0}")]
+    TooManyTopics(String),
     /// A `producer_request_hold` backlog quota is exceeded: the client retries.
     #[error("{0}")]
     QuotaHold(String),
@@ -86,6 +89,7 @@ pub fn server_error(e: &BrokerError) -> ServerError {
         BrokerError::Schema(_) => ServerError::MetadataError,
         BrokerError::Denied(_) => ServerError::AuthorizationError,
         BrokerError::Stopped(_) => ServerError::ServiceNotReady,
+        BrokerError::TooManyTopics(_) => ServerError::NotAllowedError,
         BrokerError::QuotaHold(_) => ServerError::ProducerBlockedQuotaExceededError,
         BrokerError::QuotaException(_) => ServerError::ProducerBlockedQuotaExceededException,
     }

@@ -38,6 +38,7 @@ pub mod connection;
 
 pub mod dedup;
 pub mod error;
+pub mod limits;
 mod owner;
 
 pub mod subscription;
@@ -127,38 +128,38 @@ impl Broker {
         self.config.deduplication
     }
 
-    /// The policies in force for `name` (deduplication: topic setting, else namespace, else
-    /// `broker.deduplication`). A policy that cannot be read keeps the broker setting.
+    /// The policies in force for `name`: each the topic's own setting, else its namespace's,
+    /// else the broker's. Policies that cannot be read leave deduplication at the broker
+    /// setting and every limit off (logged).
     async fn policies_of(&self, name: &TopicName) -> TopicPolicies {
-        let deduplication = match self
-            .policies
-            .deduplication(name, self.config.deduplication)
-            .await
-        {
+        let (own, ns) = match self.policies.topic_and_namespace(name).await {
             Ok(v) => v,
             Err(e) => {
-                tracing::warn!(topic = %name, error = %e, "reading deduplication policy failed");
-                self.config.deduplication
-            }
-        };
-        let max_producers = match self.policies.max_producers(name).await {
-            Ok(v) => v,
-            Err(e) => {
-                tracing::warn!(topic = %name, error = %e, "reading max producers failed");
-                None
-            }
-        };
-        let backlog = match self.policies.backlog_limits(name).await {
-            Ok(v) => v,
-            Err(e) => {
-                tracing::warn!(topic = %name, error = %e, "reading backlog quotas failed");
+                tracing::warn!(topic = %name, error = %e, "reading policies failed");
                 Default::default()
             }
         };
+        let pick = |f: fn(&crate::policies::NamespacePolicies) -> Option<u32>| f(&own).or(f(&ns));
+        let c = &self.config;
         TopicPolicies {
-            deduplication,
-            max_producers,
-            backlog,
+            deduplication: own
+                .deduplication_enabled
+                .or(ns.deduplication_enabled)
+                .unwrap_or(c.deduplication),
+            max_producers: pick(|p| p.max_producers).filter(|m| *m > 0),
+            consumers: limits::ConsumerLimitValues {
+                per_topic: pick(|p| p.max_consumers).unwrap_or(0),
+                per_subscription: pick(|p| p.max_consumers_per_subscription).unwrap_or(0),
+                unacked_per_consumer: pick(|p| p.max_unacked_per_consumer)
+                    .unwrap_or(c.max_unacked_messages_per_consumer),
+                unacked_per_subscription: pick(|p| p.max_unacked_per_subscription)
+                    .unwrap_or(c.max_unacked_messages_per_subscription),
+            },
+            backlog: crate::policies::BacklogLimits::resolve(
+                &own.backlog_quota_map,
+                &ns.backlog_quota_map,
+                own.message_ttl_seconds.or(ns.message_ttl_seconds),
+            ),
         }
     }
 
@@ -380,6 +381,10 @@ impl Broker {
             if exists.is_none() {
                 return Err(BrokerError::NamespaceNotFound(name.namespace.to_string()));
             }
+            if name.partition().is_none() {
+                // A partition's topic was counted, partitions and all, when it was created.
+                self.check_topic_quota(&name.namespace, 1).await?;
+            }
         }
         let log = self.log.topic(&key).await?;
         let lake = self.replay.as_ref().map(|r| r.topic(name));
@@ -413,6 +418,46 @@ impl Broker {
         });
         self.apply_throttle(&topic).await;
         Ok(topic)
+    }
+
+    /// Refuses creating `adding` more topics in `ns` beyond its `maxTopicsPerNamespace` (a
+    /// partitioned topic counts as its partitions, as Pulsar counts them). Lists the
+    /// namespace's topics only when a limit is set.
+    pub async fn check_topic_quota(
+        &self,
+        ns: &crate::naming::NamespaceName,
+        adding: u32,
+    ) -> Result<(), BrokerError> {
+        let max = match self.policies.namespace(ns).await {
+            Ok(p) => p.max_topics.unwrap_or(0),
+            Err(e) => {
+                return Err(BrokerError::Stopped(format!(
+                    "reading {ns}'s policies: {e}"
+                )))
+            }
+        };
+        if max == 0 {
+            return Ok(());
+        }
+        let meta = self.log.metadata();
+        let prefix = format!("persistent://{ns}/");
+        let partitioned = meta.list_partitioned_topics(&prefix).await?;
+        let mut count: u64 = partitioned.iter().map(|(_, n)| u64::from(*n)).sum();
+        for t in meta.list_topics().await? {
+            let is_partition = t
+                .name
+                .parse::<TopicName>()
+                .is_ok_and(|n| n.partition().is_some());
+            if t.name.starts_with(&prefix) && !is_partition {
+                count += 1;
+            }
+        }
+        if count + u64::from(adding) > u64::from(max) {
+            return Err(BrokerError::TooManyTopics(format!(
+                "Exceed maximum number of topics in namespace {ns} ({count} of {max})"
+            )));
+        }
+        Ok(())
     }
 
     /// Puts the publish limits in force for `t`: its own rate (the topic's `publishRate`, else

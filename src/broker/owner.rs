@@ -134,7 +134,9 @@ pub(crate) fn spawn(setup: OwnerSetup) -> Arc<BrokerTopic> {
         owner: tx,
         publish_budget: setup.publish_budget,
         throttle: Default::default(),
+        limits: Default::default(),
     });
+    topic.limits.set(setup.policies.consumers);
     let mut subscriptions = HashMap::new();
     for (name, state) in setup.cursors {
         let sub_type = SubType::try_from(state.sub_type).unwrap_or(SubType::Exclusive);
@@ -390,6 +392,8 @@ impl Owner {
         // Limits apply to the next registration or check; the dedup state follows below.
         self.policies.max_producers = p.max_producers;
         self.policies.backlog = p.backlog;
+        self.policies.consumers = p.consumers;
+        self.topic.limits.set(p.consumers);
         let on = !matches!(self.dedup, Dedup::Off);
         let ready = matches!(self.dedup, Dedup::On { .. });
         if p.deduplication && !ready {

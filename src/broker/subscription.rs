@@ -31,10 +31,12 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use super::backlog::{backlog, LakeWait, SubscriptionStats};
+use super::limits::UnackedGate;
 
 mod acks;
 #[cfg(test)]
 mod tests;
+mod unacked;
 use super::{BrokerError, BrokerTopic};
 use crate::ledger::cursor::CursorState;
 use crate::ledger::{Entry, Position};
@@ -142,6 +144,8 @@ struct Consumer {
     priority: i32,
     out: mpsc::Sender<Outbound>,
     permits: i64,
+    /// Unacknowledged messages it holds (Shared and Key_Shared stop at the limit).
+    gate: UnackedGate,
 }
 
 struct State {
@@ -157,6 +161,11 @@ struct State {
     /// Invariant: no position in `pending` or `redeliver` is at or after `read_position`.
     read_position: Position,
     pending: BTreeMap<Position, ConsumerKey>,
+    /// Messages in each pending entry (a batch holds several).
+    /// Invariant: the same keys as `pending`.
+    pending_msgs: HashMap<Position, u32>,
+    /// Unacknowledged messages out (Shared and Key_Shared stop at the limit).
+    gate: UnackedGate,
     redeliver: BTreeSet<Position>,
     redelivery_count: HashMap<Position, u32>,
     /// Invariant: in attach order; for Exclusive/Failover the first is the active consumer.
@@ -219,6 +228,8 @@ pub fn spawn(
         sub_type,
         read_position: start,
         pending: BTreeMap::new(),
+        pending_msgs: HashMap::new(),
+        gate: UnackedGate::default(),
         redeliver: BTreeSet::new(),
         redelivery_count: HashMap::new(),
         consumers: Vec::new(),
@@ -263,6 +274,7 @@ async fn run(
                 }
                 Some(SubscriptionCommand::Delete(done)) => {
                     // Consumers still attached (a forced topic deletion) are told to go.
+                    st.topic.limits.release(st.consumers.len());
                     for c in st.consumers.drain(..) {
                         let _ = c.out.send(command::close_consumer(c.key.1)).await;
                     }
@@ -295,6 +307,7 @@ async fn run(
             }
         }
     }
+    st.topic.limits.release(st.consumers.len());
     st.persist().await;
 }
 
@@ -337,6 +350,9 @@ impl State {
             backlog_size,
             backlog_age_seconds,
             unacked_entries: self.pending.len(),
+            unacked_messages: self.gate.unacked,
+            blocked_subscription_on_unacked_msgs: self.gate.blocked(self.unacked_limits().1),
+            blocked_consumers_on_unacked_msgs: self.blocked_consumers(),
             mark_delete_next: first.to_string(),
             first_unacked: first,
             read_position: self.read_position.to_string(),
@@ -442,19 +458,20 @@ impl State {
                         "exclusive subscription already has a consumer".to_string(),
                     ))
                 } else {
-                    self.consumers.push(Consumer {
+                    self.admit(Consumer {
                         key,
                         name,
                         priority,
                         out,
                         permits: 0,
-                    });
-                    Ok(())
+                        gate: UnackedGate::default(),
+                    })
                 };
                 let joined = result.is_ok();
                 if reply.send(result).is_err() && joined {
                     // Whoever asked is gone (its connection closed meanwhile): undo.
                     self.consumers.retain(|c| c.key != key);
+                    self.topic.limits.release(1);
                 }
                 changed = self.recompute_active();
             }
@@ -471,7 +488,9 @@ impl State {
             } => self.apply_acks(positions, cumulative),
             SubscriptionCommand::Redeliver(key) => self.requeue(|owner| owner == key),
             SubscriptionCommand::RemoveConsumer(key) => {
+                let before = self.consumers.len();
                 self.consumers.retain(|c| c.key != key);
+                self.topic.limits.release(before - self.consumers.len());
                 self.requeue(|owner| owner == key);
                 if self.active == Some(key) {
                     self.active = None;
@@ -514,6 +533,8 @@ impl State {
         };
         self.read_position = position;
         self.pending.clear();
+        self.pending_msgs.clear();
+        self.gate = UnackedGate::default();
         self.pending_hash.clear();
         self.in_flight.clear();
         self.partial.clear();
@@ -523,6 +544,7 @@ impl State {
         self.dirty = true;
         // Every consumer goes; the next to join becomes active (and is told so).
         self.active = None;
+        self.topic.limits.release(self.consumers.len());
         for c in self.consumers.drain(..) {
             let _ = c.out.send(command::close_consumer(c.key.1)).await;
         }
@@ -539,6 +561,9 @@ impl State {
             return None;
         }
         let idx = usize::from(h) * n / 65536;
+        if !self.may_receive(idx) {
+            return None;
+        }
         let c = &self.consumers[idx];
         if let Some((holder, _)) = self.in_flight.get(&h) {
             if *holder != c.key {
@@ -565,6 +590,7 @@ impl State {
         consumer.permits -= i64::from(count);
         let key = consumer.key;
         self.pending.insert(pos, key);
+        self.note_delivered(idx, pos, count);
         if let Some(h) = hash {
             self.pending_hash.insert(pos, h);
             self.in_flight.entry(h).or_insert((key, 0)).1 += 1;
@@ -663,7 +689,7 @@ impl State {
                 let n = self.consumers.len();
                 for i in 0..n {
                     let idx = (self.next_shared + i) % n;
-                    if self.consumers[idx].permits > 0 {
+                    if self.consumers[idx].permits > 0 && self.may_receive(idx) {
                         self.next_shared = idx + 1;
                         return Some(idx);
                     }

@@ -55,6 +55,9 @@ pub struct BrokerTopic {
     /// Publish rate limits in force (shared with producers' connections, which stop reading
     /// while a limit is in debt; the broker replaces them when policies change).
     pub(crate) throttle: super::throttle::TopicThrottle,
+    /// Consumer and unacked-message limits in force (read by the subscriptions, written by
+    /// the owner) and the count of attached consumers.
+    pub(crate) limits: super::limits::ConsumerLimits,
 }
 
 /// A producer connected to a topic.
@@ -79,6 +82,8 @@ pub struct TopicPolicies {
     pub deduplication: bool,
     /// Most producers connected at once (`maxProducersPerTopic`; `None`: no limit).
     pub max_producers: Option<u32>,
+    /// Consumer and unacked-message limits.
+    pub consumers: super::limits::ConsumerLimitValues,
     /// Backlog quotas and message TTL.
     pub backlog: crate::policies::BacklogLimits,
 }

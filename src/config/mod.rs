@@ -130,6 +130,13 @@ pub struct BrokerConfig {
     #[serde(with = "humantime_serde")]
     #[schemars(with = "String")]
     pub retention_check_interval: Duration,
+    /// Shared and Key_Shared subscriptions stop dispatching to a consumer holding this many
+    /// unacknowledged messages, and resume at half (Pulsar's `maxUnackedMessagesPerConsumer`;
+    /// a namespace or topic may set its own; 0 = no limit).
+    pub max_unacked_messages_per_consumer: u32,
+    /// The same for a whole Shared or Key_Shared subscription
+    /// (`maxUnackedMessagesPerSubscription`; 0 = no limit).
+    pub max_unacked_messages_per_subscription: u32,
 }
 
 impl Default for BrokerConfig {
@@ -144,6 +151,8 @@ impl Default for BrokerConfig {
             cursor_persist_interval: Duration::from_secs(1),
             retention_check_interval: Duration::from_secs(120),
             authentication: AuthenticationConfig::default(),
+            max_unacked_messages_per_consumer: 50_000,
+            max_unacked_messages_per_subscription: 200_000,
         }
     }
 }

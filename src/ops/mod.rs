@@ -64,6 +64,9 @@ pub enum OpsError {
     /// authorization is off).
     #[error("{0}")]
     NotImplemented(String),
+    /// A namespace limit would be exceeded (`maxTopicsPerNamespace`).
+    #[error("{0}")]
+    LimitReached(String),
     /// Anything else (deleting a topic's log, encoding stats).
     #[error("{0}")]
     Internal(String),
@@ -77,6 +80,7 @@ impl From<BrokerError> for OpsError {
             }
             BrokerError::InvalidTopic(t) => OpsError::Invalid(t.to_string()),
             BrokerError::Metadata(m) => OpsError::Metadata(m),
+            BrokerError::TooManyTopics(m) => OpsError::LimitReached(m),
             other => OpsError::Broker(other),
         }
     }
@@ -156,6 +160,10 @@ impl Operations {
             ));
         }
         self.existing_namespace(&name.namespace).await?;
+        let adding = n.saturating_sub(self.partitions(name).await?);
+        self.broker
+            .check_topic_quota(&name.namespace, adding)
+            .await?;
         self.log
             .metadata()
             .set_partitions(&name.to_string(), n, grow)

@@ -303,6 +303,11 @@ impl Operations {
             "backlog_quota_map": p.backlog_quota_map,
             "message_ttl_in_seconds": p.message_ttl_seconds,
             "max_producers_per_topic": p.max_producers,
+            "max_consumers_per_topic": p.max_consumers,
+            "max_consumers_per_subscription": p.max_consumers_per_subscription,
+            "max_unacked_messages_per_consumer": p.max_unacked_per_consumer,
+            "max_unacked_messages_per_subscription": p.max_unacked_per_subscription,
+            "max_topics_per_namespace": p.max_topics,
         }))
     }
 

@@ -47,6 +47,7 @@ impl Harness {
                 deduplication: dedup,
                 max_producers: None,
                 backlog: Default::default(),
+                consumers: Default::default(),
             },
             dedup: state,
             cursors: Vec::new(),
@@ -139,6 +140,7 @@ async fn switching_deduplication_on_folds_what_was_written_without_it() -> TestR
             deduplication: true,
             max_producers: None,
             backlog: Default::default(),
+            consumers: Default::default(),
         })
         .await;
     assert!(matches!(send(&topic, "p", 2).await?, Published::Duplicate));
@@ -159,6 +161,7 @@ async fn the_producer_limit_applies_to_new_producers_at_once() -> TestResult {
         deduplication: false,
         max_producers: max,
         backlog: Default::default(),
+        consumers: Default::default(),
     };
     topic.set_policies(limit(Some(2))).await;
     let mut kept = Vec::new();

@@ -119,6 +119,7 @@ impl State {
     /// Forgets a pending entry (acknowledged or requeued), releasing its key hash.
     pub(super) fn take_pending(&mut self, pos: Position) -> Option<ConsumerKey> {
         let owner = self.pending.remove(&pos)?;
+        self.note_settled(owner, pos);
         if let Some(h) = self.pending_hash.remove(&pos) {
             if let Some((_, n)) = self.in_flight.get_mut(&h) {
                 *n -= 1;
