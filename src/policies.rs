@@ -83,6 +83,14 @@ pub struct NamespacePolicies {
     /// limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_topics: Option<u32>,
+    /// `dispatchRate`: the most each topic partition dispatches, shared by its subscriptions
+    /// (at topic scope, wins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatch_rate: Option<DispatchRate>,
+    /// `subscriptionDispatchRate`: the most each subscription dispatches (at topic scope,
+    /// wins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subscription_dispatch_rate: Option<DispatchRate>,
 }
 
 /// Pulsar's `PublishRate`: messages and bytes per second (-1 or 0 = unlimited).
@@ -95,6 +103,41 @@ pub struct PublishRate {
     /// Bytes per second.
     #[serde(default = "unlimited", deserialize_with = "null_is_unlimited")]
     pub publish_throttling_rate_in_byte: i64,
+}
+
+/// Pulsar's `DispatchRate`: messages and bytes per period (-1 or 0 = unlimited).
+/// `relativeToPublishRate` is not supported (refused when set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DispatchRate {
+    /// Messages per period.
+    #[serde(default = "unlimited", deserialize_with = "null_is_unlimited")]
+    pub dispatch_throttling_rate_in_msg: i64,
+    /// Bytes per period.
+    #[serde(default = "unlimited", deserialize_with = "null_is_unlimited")]
+    pub dispatch_throttling_rate_in_byte: i64,
+    /// Pulsar: the rate is added to the publish rate. Not supported.
+    #[serde(default)]
+    pub relative_to_publish_rate: bool,
+    /// Length of the period in seconds (Pulsar's default 1).
+    #[serde(default = "one_second")]
+    pub rate_period_in_second: u32,
+}
+
+fn one_second() -> u32 {
+    1
+}
+
+impl DispatchRate {
+    /// Messages and bytes per second (≤ 0 = unlimited; a positive rate is at least 1/s).
+    pub fn per_second(&self) -> (i64, i64) {
+        let period = i64::from(self.rate_period_in_second.max(1));
+        let scale = |v: i64| if v > 0 { (v / period).max(1) } else { -1 };
+        (
+            scale(self.dispatch_throttling_rate_in_msg),
+            scale(self.dispatch_throttling_rate_in_byte),
+        )
+    }
 }
 
 fn unlimited() -> i64 {
@@ -184,6 +227,19 @@ pub struct EffectivePolicies {
     pub retention: RetentionPolicy,
 }
 
+/// The rate policies in force for one topic.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TopicRates {
+    /// `publishRate`.
+    pub publish: Option<PublishRate>,
+    /// `dispatchRate`.
+    pub dispatch: Option<DispatchRate>,
+    /// `subscriptionDispatchRate`.
+    pub subscription_dispatch: Option<DispatchRate>,
+    /// The namespace's resource group.
+    pub resource_group: Option<String>,
+}
+
 /// Cached access to namespace policies.
 #[derive(Debug)]
 pub struct PolicyStore {
@@ -259,15 +315,19 @@ impl PolicyStore {
         ))
     }
 
-    /// The publish rate in force for `topic` (its own, else its namespace's) and the resource
+    /// The rates in force for `topic` (each its own, else its namespace's) and the resource
     /// group its namespace is attached to.
-    pub async fn publish_limits(
-        &self,
-        topic: &TopicName,
-    ) -> Result<(Option<PublishRate>, Option<String>), PoliciesError> {
+    pub async fn rate_limits(&self, topic: &TopicName) -> Result<TopicRates, PoliciesError> {
         let ns = self.namespace(&topic.namespace).await?;
-        let own = self.topic(topic).await?.publish_rate;
-        Ok((own.or(ns.publish_rate), ns.resource_group_name))
+        let own = self.topic(topic).await?;
+        Ok(TopicRates {
+            publish: own.publish_rate.or(ns.publish_rate),
+            dispatch: own.dispatch_rate.or(ns.dispatch_rate),
+            subscription_dispatch: own
+                .subscription_dispatch_rate
+                .or(ns.subscription_dispatch_rate),
+            resource_group: ns.resource_group_name,
+        })
     }
 
     /// The backlog quotas and message TTL in force for `topic`: its own, else its
@@ -409,6 +469,7 @@ mod tests {
             quotas in proptest::collection::btree_map(any::<bool>(), (any::<i64>(), any::<i32>(), 0u8..3), 0..3),
             ttl in proptest::option::of(any::<u32>()),
             limits in proptest::array::uniform5(proptest::option::of(any::<u32>())),
+            dispatch in proptest::option::of((any::<i64>(), any::<i64>(), any::<bool>(), any::<u32>())),
         ) {
             let p = NamespacePolicies {
                 offload_threshold_bytes: a,
@@ -444,6 +505,13 @@ mod tests {
                 max_unacked_per_consumer: limits[2],
                 max_unacked_per_subscription: limits[3],
                 max_topics: limits[4],
+                dispatch_rate: dispatch.map(|(m, b, r, p)| DispatchRate {
+                    dispatch_throttling_rate_in_msg: m,
+                    dispatch_throttling_rate_in_byte: b,
+                    relative_to_publish_rate: r,
+                    rate_period_in_second: p,
+                }),
+                subscription_dispatch_rate: None,
             };
             prop_assert_eq!(NamespacePolicies::decode(&p.encode()), Ok(p));
         }

@@ -5,7 +5,8 @@
 //!   {"limitSize","limitTime","policy"}, "message_age": …}`; a topic's quota of a type wins over
 //!   its namespace's);
 //! - `POST|DELETE …/backlogQuota?backlogQuotaType=destination_storage|message_age` (Pulsar's
-//!   `BacklogQuota` body). Setting and removing quotas is for superusers: a tenant admin must
+//!   `BacklogQuota` body; the limit of the quota's type must be positive, else 400). Setting
+//!   and removing quotas is for superusers: a tenant admin must
 //!   not lift the limits an operator set (it may read them). A quota at or above the
 //!   namespace's retention gets 412, as with Pulsar;
 //! - `GET|POST|DELETE /admin/v2/namespaces/{tenant}/{namespace}/messageTTL` (seconds in the
@@ -65,9 +66,25 @@ fn quota_type(params: &HashMap<String, String>) -> Result<BacklogQuotaType, Admi
 async fn checked_quota(
     s: &AdminState,
     (t, n): (&str, &str),
+    kind: BacklogQuotaType,
     body: &str,
 ) -> Result<BacklogQuota, AdminError> {
     let q: BacklogQuota = json_body(body)?;
+    match kind {
+        BacklogQuotaType::DestinationStorage if q.limit_size <= 0 => {
+            return Err(AdminError::BadRequest(
+                "a destination_storage quota needs a positive limitSize".into(),
+            ))
+        }
+        BacklogQuotaType::MessageAge if q.limit_time <= 0 => {
+            return Err(AdminError::BadRequest(
+                "a message_age quota needs a positive limitTime (use \
+                 backlogQuotaType=message_age)"
+                    .into(),
+            ))
+        }
+        _ => {}
+    }
     let retention = s
         .ops()?
         .effective_policies(&namespace_path(t, n)?)
@@ -106,7 +123,7 @@ async fn set_ns_quota(
 ) -> Result<StatusCode, AdminError> {
     superuser_only(&s, &principal).await?;
     let kind = quota_type(&params)?;
-    let q = checked_quota(&s, (&t, &n), &body).await?;
+    let q = checked_quota(&s, (&t, &n), kind, &body).await?;
     update(&s, &t, &n, |p| {
         p.backlog_quota_map.insert(kind, q);
     })
@@ -146,7 +163,7 @@ async fn set_topic_quota(
 ) -> Result<StatusCode, AdminError> {
     superuser_only(&s, &principal).await?;
     let kind = quota_type(&params)?;
-    let q = checked_quota(&s, (&t, &n), &body).await?;
+    let q = checked_quota(&s, (&t, &n), kind, &body).await?;
     update_topic(&s, (&t, &n, &topic), |p| {
         p.backlog_quota_map.insert(kind, q);
     })

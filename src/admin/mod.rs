@@ -22,6 +22,7 @@ mod limits;
 mod namespaces;
 mod permissions;
 mod quotas;
+mod rates;
 mod sql;
 mod tenancy;
 mod topics;
@@ -102,6 +103,7 @@ pub fn router(state: AdminState) -> Router {
         .merge(quotas::routes())
         .merge(backlog::routes())
         .merge(limits::routes())
+        .merge(rates::routes())
         .merge(sql::routes())
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),

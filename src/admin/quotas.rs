@@ -1,11 +1,5 @@
-//! Publish rates and resource-group quotas through Pulsar's paths; changes apply to loaded
-//! topics before the answer:
-//! - `GET|POST|DELETE /admin/v2/namespaces/{tenant}/{namespace}/publishRate` and
-//!   `/admin/v2/persistent/{tenant}/{namespace}/{topic}/publishRate` (`PublishRate`
-//!   `{"publishThrottlingRateInMsg": n, "publishThrottlingRateInByte": b}`, -1 = unlimited; per
-//!   topic partition; the topic's wins over its namespace's); GET answers `null` when unset;
-//!   setting and removing them is for superusers (a tenant admin must not lift the limits an
-//!   operator set; it may read them);
+//! Resource-group quotas through Pulsar's paths (rates per topic are in `rates.rs`); changes
+//! apply to loaded topics before the answer:
 //! - `GET /admin/v2/resourcegroups`, `GET|PUT|DELETE /admin/v2/resourcegroups/{group}`
 //!   (`ResourceGroup` `{"publishRateInMsgs", "publishRateInBytes", "dispatchRateInMsgs",
 //!   "dispatchRateInBytes"}`): a quota shared by every topic of the namespaces attached to it,
@@ -25,26 +19,14 @@ use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 
 use super::error::AdminError;
-use super::namespaces::{update, update_topic};
 use super::tenancy::json_body;
-use super::{namespace_path, topic_path, AdminState};
+use super::{namespace_path, AdminState};
 use crate::auth::{Action, Principal, Resource};
-use crate::policies::PublishRate;
 use crate::tenancy::ResourceGroup;
 
 pub(super) fn routes() -> Router<AdminState> {
     let ns = "/admin/v2/namespaces/{tenant}/{namespace}";
     Router::new()
-        .route(
-            &format!("{ns}/publishRate"),
-            get(get_ns_rate).post(set_ns_rate).delete(delete_ns_rate),
-        )
-        .route(
-            "/admin/v2/persistent/{tenant}/{namespace}/{topic}/publishRate",
-            get(get_topic_rate)
-                .post(set_topic_rate)
-                .delete(delete_topic_rate),
-        )
         .route("/admin/v2/resourcegroups", get(list_groups))
         .route(
             "/admin/v2/resourcegroups/{group}",
@@ -63,68 +45,6 @@ pub(super) fn routes() -> Router<AdminState> {
             "/admin/v2/tenants/{name}/resourcegroup/{group}",
             post(attach_tenant_group),
         )
-}
-
-fn rate(body: &str) -> Result<PublishRate, AdminError> {
-    json_body(body)
-}
-
-async fn get_ns_rate(
-    State(s): State<AdminState>,
-    Path((t, n)): Path<(String, String)>,
-) -> Result<Json<Option<PublishRate>>, AdminError> {
-    let ns = namespace_path(&t, &n)?;
-    Ok(Json(s.ops()?.namespace_policies(&ns).await?.publish_rate))
-}
-
-async fn set_ns_rate(
-    State(s): State<AdminState>,
-    Extension(principal): Extension<Principal>,
-    Path((t, n)): Path<(String, String)>,
-    body: String,
-) -> Result<StatusCode, AdminError> {
-    superuser_only(&s, &principal).await?;
-    let v = rate(&body)?;
-    update(&s, &t, &n, |p| p.publish_rate = Some(v)).await
-}
-
-async fn delete_ns_rate(
-    State(s): State<AdminState>,
-    Extension(principal): Extension<Principal>,
-    Path((t, n)): Path<(String, String)>,
-) -> Result<StatusCode, AdminError> {
-    superuser_only(&s, &principal).await?;
-    update(&s, &t, &n, |p| p.publish_rate = None).await
-}
-
-async fn get_topic_rate(
-    State(s): State<AdminState>,
-    Path((t, n, topic)): Path<(String, String, String)>,
-) -> Result<Json<Option<PublishRate>>, AdminError> {
-    let name = topic_path(&t, &n, &topic)?.base();
-    Ok(Json(s.ops()?.topic_policies(&name).await?.publish_rate))
-}
-
-async fn set_topic_rate(
-    State(s): State<AdminState>,
-    Extension(principal): Extension<Principal>,
-    Path(path): Path<(String, String, String)>,
-    body: String,
-) -> Result<StatusCode, AdminError> {
-    superuser_only(&s, &principal).await?;
-    let v = rate(&body)?;
-    let (t, n, topic) = &path;
-    update_topic(&s, (t, n, topic), |p| p.publish_rate = Some(v)).await
-}
-
-async fn delete_topic_rate(
-    State(s): State<AdminState>,
-    Extension(principal): Extension<Principal>,
-    Path(path): Path<(String, String, String)>,
-) -> Result<StatusCode, AdminError> {
-    superuser_only(&s, &principal).await?;
-    let (t, n, topic) = &path;
-    update_topic(&s, (t, n, topic), |p| p.publish_rate = None).await
 }
 
 async fn list_groups(State(s): State<AdminState>) -> Result<Json<Vec<String>>, AdminError> {

@@ -101,6 +101,17 @@ pub(crate) fn backlog(
     (entries, bytes, age, tier)
 }
 
+/// What a backlog check found (`owner::quota`), for the topic's owner to act on.
+#[derive(Debug)]
+pub(crate) struct BacklogVerdict {
+    /// The limits the check applied (a verdict on limits no longer in force is dropped).
+    pub limits: crate::policies::BacklogLimits,
+    /// A hold or exception quota found exceeded, and why.
+    pub exceeded: Option<(crate::policies::BacklogPolicy, String)>,
+    /// The oldest unacknowledged entry read for the age checks, and its publish time.
+    pub age_probe: Option<(Position, i64)>,
+}
+
 /// The first entry at or after `p` in `ledgers` (the topic's, in order); `None` when there is
 /// none yet.
 pub(crate) fn first_entry_from(ledgers: &[LedgerInfo], p: Position) -> Option<Position> {

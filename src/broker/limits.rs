@@ -75,6 +75,18 @@ impl ConsumerLimits {
             .map_err(|_| Refusal::Topic(per_topic))
     }
 
+    /// Refuses when the topic has its most consumers already (checked before a subscription
+    /// is created for a new consumer).
+    pub fn room_for_consumer(&self) -> Result<(), super::BrokerError> {
+        let per_topic = self.per_topic.load(Ordering::Relaxed);
+        if per_topic > 0 && self.attached.load(Ordering::Acquire) >= per_topic as usize {
+            return Err(super::BrokerError::ConsumerBusy(format!(
+                "Topic reached max consumers limit ({per_topic})"
+            )));
+        }
+        Ok(())
+    }
+
     /// Forgets `n` consumers that left.
     pub fn release(&self, n: usize) {
         if n > 0 {
@@ -126,9 +138,11 @@ impl UnackedGate {
         }
     }
 
-    /// Whether dispatch must wait (always false without a limit).
+    /// Whether dispatch must wait (always false without a limit). Under a raised limit it
+    /// stays paused only while over half of the new one.
     pub fn blocked(&self, limit: u32) -> bool {
-        limit > 0 && self.blocked
+        let limit = u64::from(limit);
+        limit > 0 && (self.unacked >= limit || (self.blocked && self.unacked > limit / 2))
     }
 }
 

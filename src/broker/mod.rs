@@ -40,6 +40,7 @@ pub mod dedup;
 pub mod error;
 pub mod limits;
 mod owner;
+mod rates;
 
 pub mod subscription;
 pub mod throttle;
@@ -47,7 +48,7 @@ pub mod topic;
 
 use crate::naming::TopicName;
 pub use error::BrokerError;
-use throttle::{PublishLimiter, Rate};
+use throttle::RateLimiter;
 pub use topic::{BrokerTopic, TopicPolicies};
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -82,9 +83,9 @@ pub struct Broker {
     tenancy: Arc<crate::tenancy::Tenancy>,
     /// Lake access for ranges deleted locally (`None` when the lake is disabled).
     replay: Option<crate::replay::Replay>,
-    /// Publish limiters of resource groups, by group name. Invariant: each has the group's
-    /// current publish quota (replaced when it changes).
-    group_limiters: Mutex<HashMap<String, Arc<PublishLimiter>>>,
+    /// Limiters of resource groups, by group name and what they limit. Invariant: each has
+    /// the group's current quota (replaced when it changes).
+    group_limiters: Mutex<HashMap<(String, rates::Kind), Arc<RateLimiter>>>,
     /// Bytes of SENDs queued to topic owners, shared by every topic.
     publish_budget: Arc<tokio::sync::Semaphore>,
 }
@@ -129,19 +130,15 @@ impl Broker {
     }
 
     /// The policies in force for `name`: each the topic's own setting, else its namespace's,
-    /// else the broker's. Policies that cannot be read leave deduplication at the broker
-    /// setting and every limit off (logged).
-    async fn policies_of(&self, name: &TopicName) -> TopicPolicies {
-        let (own, ns) = match self.policies.topic_and_namespace(name).await {
-            Ok(v) => v,
-            Err(e) => {
-                tracing::warn!(topic = %name, error = %e, "reading policies failed");
-                Default::default()
-            }
-        };
+    /// else the broker's.
+    async fn policies_of(
+        &self,
+        name: &TopicName,
+    ) -> Result<TopicPolicies, crate::policies::PoliciesError> {
+        let (own, ns) = self.policies.topic_and_namespace(name).await?;
         let pick = |f: fn(&crate::policies::NamespacePolicies) -> Option<u32>| f(&own).or(f(&ns));
         let c = &self.config;
-        TopicPolicies {
+        Ok(TopicPolicies {
             deduplication: own
                 .deduplication_enabled
                 .or(ns.deduplication_enabled)
@@ -160,7 +157,7 @@ impl Broker {
                 &ns.backlog_quota_map,
                 own.message_ttl_seconds.or(ns.message_ttl_seconds),
             ),
-        }
+        })
     }
 
     /// Hands every loaded topic's owner the policies now in force (enabling deduplication
@@ -168,8 +165,11 @@ impl Broker {
     /// publish limits in force.
     pub async fn apply_policies(&self) {
         for t in self.loaded_topics() {
-            let policies = self.policies_of(&t.name).await;
-            t.set_policies(policies).await;
+            match self.policies_of(&t.name).await {
+                Ok(policies) => t.set_policies(policies).await,
+                // The policies in force stay until they can be read.
+                Err(e) => tracing::warn!(topic = %t.name, error = %e, "reading policies failed"),
+            }
             self.apply_throttle(&t).await;
         }
     }
@@ -381,14 +381,17 @@ impl Broker {
             if exists.is_none() {
                 return Err(BrokerError::NamespaceNotFound(name.namespace.to_string()));
             }
-            if name.partition().is_none() {
-                // A partition's topic was counted, partitions and all, when it was created.
+            if !self.is_declared_partition(name).await? {
+                // A declared partition was counted with its partitioned topic.
                 self.check_topic_quota(&name.namespace, 1).await?;
             }
         }
         let log = self.log.topic(&key).await?;
         let lake = self.replay.as_ref().map(|r| r.topic(name));
-        let policies = self.policies_of(name).await;
+        let policies = self
+            .policies_of(name)
+            .await
+            .map_err(|e| BrokerError::Stopped(format!("reading the policies of {key}: {e}")))?;
         let dedup = if policies.deduplication {
             owner::Dedup::load(&log, lake.as_ref()).await?
         } else {
@@ -420,6 +423,19 @@ impl Broker {
         Ok(topic)
     }
 
+    /// Whether `name` is a partition of a partitioned topic that declares it.
+    async fn is_declared_partition(&self, name: &TopicName) -> Result<bool, BrokerError> {
+        let Some(i) = name.partition() else {
+            return Ok(false);
+        };
+        let declared = self
+            .log
+            .metadata()
+            .get_partitions(&name.base().to_string())
+            .await?;
+        Ok(declared.is_some_and(|n| i < n))
+    }
+
     /// Refuses creating `adding` more topics in `ns` beyond its `maxTopicsPerNamespace` (a
     /// partitioned topic counts as its partitions, as Pulsar counts them). Lists the
     /// namespace's topics only when a limit is set.
@@ -441,14 +457,26 @@ impl Broker {
         }
         let meta = self.log.metadata();
         let prefix = format!("persistent://{ns}/");
-        let partitioned = meta.list_partitioned_topics(&prefix).await?;
-        let mut count: u64 = partitioned.iter().map(|(_, n)| u64::from(*n)).sum();
+        let partitioned: HashMap<String, u32> = meta
+            .list_partitioned_topics(&prefix)
+            .await?
+            .into_iter()
+            .collect();
+        let mut count: u64 = partitioned.values().map(|n| u64::from(*n)).sum();
         for t in meta.list_topics().await? {
-            let is_partition = t
-                .name
-                .parse::<TopicName>()
-                .is_ok_and(|n| n.partition().is_some());
-            if t.name.starts_with(&prefix) && !is_partition {
+            if !t.name.starts_with(&prefix) {
+                continue;
+            }
+            // A partition of a partitioned topic was counted above; a topic merely named like
+            // one counts by itself.
+            let declared = t.name.parse::<TopicName>().is_ok_and(|n| {
+                n.partition().is_some_and(|i| {
+                    partitioned
+                        .get(&n.base().to_string())
+                        .is_some_and(|count| i < *count)
+                })
+            });
+            if !declared {
                 count += 1;
             }
         }
@@ -458,73 +486,5 @@ impl Broker {
             )));
         }
         Ok(())
-    }
-
-    /// Puts the publish limits in force for `t`: its own rate (the topic's `publishRate`, else
-    /// its namespace's) and the shared limiter of its namespace's resource group. A policy that
-    /// cannot be read leaves the limits as they were.
-    async fn apply_throttle(&self, t: &BrokerTopic) {
-        let (rate, group) = match self.policies.publish_limits(&t.name).await {
-            Ok(v) => v,
-            Err(e) => {
-                tracing::warn!(topic = %t.name, error = %e, "reading publish rate failed");
-                return;
-            }
-        };
-        let own = rate.map_or(Rate::default(), |r| {
-            Rate::from_pulsar(
-                r.publish_throttling_rate_in_msg,
-                r.publish_throttling_rate_in_byte,
-            )
-        });
-        // The namespace's own group, else its tenant's.
-        let group = match group {
-            Some(g) => Some(g),
-            None => match self
-                .tenancy
-                .tenant_resource_group(&t.name.namespace.tenant)
-                .await
-            {
-                Ok(g) => g,
-                Err(e) => {
-                    tracing::warn!(topic = %t.name, error = %e, "reading tenant quota failed");
-                    return;
-                }
-            },
-        };
-        let group = match group {
-            Some(g) => self.group_limiter(&g).await,
-            None => None,
-        };
-        t.throttle.set(own, group);
-    }
-
-    /// The limiter shared by the topics of resource group `name` (`None`: no such group, or
-    /// no publish quota). A changed quota gets a new limiter.
-    async fn group_limiter(&self, name: &str) -> Option<Arc<PublishLimiter>> {
-        let rg = match self.tenancy.resource_group(name).await {
-            Ok(Some(rg)) => rg,
-            Ok(None) => return None,
-            Err(e) => {
-                tracing::warn!(group = name, error = %e, "reading resource group failed");
-                return None;
-            }
-        };
-        let rate = Rate::from_pulsar(rg.publish_rate_in_msgs, rg.publish_rate_in_bytes);
-        if rate.is_unlimited() {
-            return None;
-        }
-        let mut limiters = self
-            .group_limiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        match limiters.get(name) {
-            Some(l) if l.rate() == rate => Some(l.clone()),
-            _ => {
-                let l = PublishLimiter::new(rate);
-                limiters.insert(name.to_string(), l.clone());
-                Some(l)
-            }
-        }
     }
 }

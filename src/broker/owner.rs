@@ -119,8 +119,10 @@ struct Owner {
     /// Invariant: `Some` exactly while the last backlog check found a hold or exception quota
     /// exceeded ([`quota`]); producers are refused meanwhile.
     blocked: Option<crate::policies::BacklogPolicy>,
-    /// The oldest unacknowledged entry last read for the age quota, and its publish time.
+    /// The oldest unacknowledged entry last read for the age checks, and its publish time.
     age_probe: Option<(Position, i64)>,
+    /// Invariant: a backlog check started by this owner is running.
+    checking: bool,
 }
 
 /// Starts the owner of a loaded topic partition and returns its handle.
@@ -134,6 +136,7 @@ pub(crate) fn spawn(setup: OwnerSetup) -> Arc<BrokerTopic> {
         owner: tx,
         publish_budget: setup.publish_budget,
         throttle: Default::default(),
+        dispatch: Default::default(),
         limits: Default::default(),
     });
     topic.limits.set(setup.policies.consumers);
@@ -160,6 +163,7 @@ pub(crate) fn spawn(setup: OwnerSetup) -> Arc<BrokerTopic> {
         persist_every: setup.persist_every,
         blocked: None,
         age_probe: None,
+        checking: false,
     };
     tokio::spawn(run(owner, rx));
     topic
@@ -223,6 +227,12 @@ async fn run(mut owner: Owner, mut rx: mpsc::Receiver<TopicCommand>) {
 impl Owner {
     /// The deduplication verdict, then the append. `None` when the SEND is answered already.
     async fn publish(&mut self, r: PublishRequest) -> Option<(InFlight, AppendReceipt)> {
+        if let Some(e) = self.blocked_error() {
+            // A backlog quota holds the producers: a client that kept sending after
+            // CLOSE_PRODUCER (or whose SENDs were in flight) is refused too.
+            let _ = r.reply.send(Published::Refused(e));
+            return None;
+        }
         match &mut self.dedup {
             Dedup::Off => {}
             Dedup::On { live, .. } => match live.check(&r.producer, r.highest) {
@@ -273,10 +283,6 @@ impl Owner {
     async fn handle(&mut self, cmd: TopicCommand) {
         match cmd {
             TopicCommand::AddProducer { name, slot, reply } => {
-                if !self.policies.backlog.is_empty() {
-                    // As Pulsar: the quota is checked when a producer registers.
-                    self.enforce_backlog().await;
-                }
                 let result = self.add_producer(name.clone(), slot);
                 let added = result.is_ok();
                 if reply.send(result).is_err() && added {
@@ -309,8 +315,11 @@ impl Owner {
             }
             TopicCommand::SetPolicies { policies, reply } => {
                 self.set_policies(policies).await;
-                self.enforce_backlog().await;
+                self.start_backlog_check();
                 let _ = reply.send(());
+            }
+            TopicCommand::BacklogChecked(verdict) => {
+                self.backlog_checked(verdict).await;
             }
             TopicCommand::DedupSnapshot(reply) => {
                 let snapshot = match &self.dedup {
@@ -364,11 +373,14 @@ impl Owner {
         Ok(last)
     }
 
-    /// The subscription of the requested name, created (at its start position) when new.
-    fn subscribe(&mut self, r: SubscribeRequest) -> SubscriptionHandle {
+    /// The subscription of the requested name, created (at its start position) when new;
+    /// none is created while the topic has its most consumers (the consumer would be refused
+    /// and leave a subscription behind).
+    fn subscribe(&mut self, r: SubscribeRequest) -> Result<SubscriptionHandle, BrokerError> {
         if let Some(h) = self.subscriptions.get(&r.name) {
-            return h.clone();
+            return Ok(h.clone());
         }
+        self.topic.limits.room_for_consumer()?;
         let start = start_position(&self.topic.log, r.start);
         let h = subscription::spawn(
             self.topic.clone(),
@@ -380,7 +392,7 @@ impl Owner {
             self.persist_every,
         );
         self.subscriptions.insert(r.name, h.clone());
-        h
+        Ok(h)
     }
 
     /// Puts `p` in force. Enabling deduplication folds its state here, so no SEND of this

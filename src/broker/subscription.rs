@@ -22,6 +22,9 @@
 //! ones. They are saved with the cursor (version 2), so after a restart only the unacknowledged
 //! messages of the batch are delivered again.
 //!
+//! Limits (in submodules): consumer admission and unacked-message pauses (`unacked`), dispatch
+//! rates (`rate`), Key_Shared routing (`key_shared`), acknowledgements and skips (`acks`).
+//!
 //! Not yet: sticky Key_Shared ranges.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -34,6 +37,8 @@ use super::backlog::{backlog, LakeWait, SubscriptionStats};
 use super::limits::UnackedGate;
 
 mod acks;
+mod key_shared;
+mod rate;
 #[cfg(test)]
 mod tests;
 mod unacked;
@@ -41,7 +46,7 @@ use super::{BrokerError, BrokerTopic};
 use crate::ledger::cursor::CursorState;
 use crate::ledger::{Entry, Position};
 use crate::protocol::command::{self, Outbound};
-use crate::protocol::frame::{entry_message_count, entry_routing_key};
+use crate::protocol::frame::entry_message_count;
 use crate::protocol::proto::command_subscribe::SubType;
 use crate::replay::{EntryReader, ReplayError};
 
@@ -190,11 +195,11 @@ struct State {
     last_read_error: Option<String>,
     /// How long reads have only returned `Pending` (waiting on the lake).
     lake_wait: LakeWait,
-}
-
-/// Hash of an entry's routing key in Key_Shared's 0..65536 range.
-fn key_hash(entry: &Entry) -> u16 {
-    (crc32c::crc32c(&entry_routing_key(&entry.payload)) % 65536) as u16
+    /// This subscription's own dispatch limiter. Invariant: of the topic's
+    /// `subscriptionDispatchRate` as of the last read (`None`: unlimited).
+    own_dispatch: Option<Arc<crate::broker::throttle::RateLimiter>>,
+    /// The dispatch limiters that applied to the last read (each entry sent is charged).
+    rate_limiters: Vec<Arc<crate::broker::throttle::RateLimiter>>,
 }
 
 /// Starts a subscription task positioned at `start` (or at a restored cursor) and returns its
@@ -242,6 +247,8 @@ pub fn spawn(
         retry_at: None,
         last_read_error: None,
         lake_wait: LakeWait::default(),
+        own_dispatch: None,
+        rate_limiters: Vec::new(),
     };
     tokio::spawn(run(state, rx, persist_every));
     SubscriptionHandle {
@@ -470,8 +477,9 @@ impl State {
                 let joined = result.is_ok();
                 if reply.send(result).is_err() && joined {
                     // Whoever asked is gone (its connection closed meanwhile): undo.
+                    let before = self.consumers.len();
                     self.consumers.retain(|c| c.key != key);
-                    self.topic.limits.release(1);
+                    self.topic.limits.release(before - self.consumers.len());
                 }
                 changed = self.recompute_active();
             }
@@ -552,31 +560,11 @@ impl State {
         Ok(())
     }
 
-    /// Key_Shared: the consumer that may receive an entry of key hash `h` now: the owner of
-    /// the hash range (ranges split evenly among consumers in join order), provided it has
-    /// permits and no other consumer still holds unacknowledged entries of that hash.
-    fn key_target(&self, h: u16) -> Option<usize> {
-        let n = self.consumers.len();
-        if n == 0 {
-            return None;
-        }
-        let idx = usize::from(h) * n / 65536;
-        if !self.may_receive(idx) {
-            return None;
-        }
-        let c = &self.consumers[idx];
-        if let Some((holder, _)) = self.in_flight.get(&h) {
-            if *holder != c.key {
-                return None;
-            }
-        }
-        (c.permits > 0).then_some(idx)
-    }
-
     /// Sends one entry to consumer `idx`; false if its connection is gone.
     async fn deliver(&mut self, idx: usize, entry: Entry, hash: Option<u16>) -> bool {
         let pos = entry.position;
         let count = entry_message_count(&entry.payload);
+        let bytes = entry.payload.len() as u64;
         let redeliveries = self.redelivery_count.get(&pos).copied().unwrap_or(0);
         let id = command::message_id(pos.ledger, pos.entry, self.topic.partition, None);
         let ack_set = self.partial.get(&pos).cloned().unwrap_or_default();
@@ -589,6 +577,7 @@ impl State {
         }
         consumer.permits -= i64::from(count);
         let key = consumer.key;
+        self.charge_dispatch(u64::from(count), bytes);
         self.pending.insert(pos, key);
         self.note_delivered(idx, pos, count);
         if let Some(h) = hash {
@@ -596,75 +585,6 @@ impl State {
             self.in_flight.entry(h).or_insert((key, 0)).1 += 1;
         }
         true
-    }
-
-    /// Key_Shared dispatch: entries go to the owner of their key's hash range; an entry whose
-    /// key is held elsewhere (or whose owner has no permits) waits, and so does every later
-    /// entry of the same key. Returns true when it stopped for lack of entries.
-    async fn dispatch_key_shared(&mut self) -> bool {
-        loop {
-            if self.consumers.iter().all(|c| c.permits <= 0) {
-                return false;
-            }
-            let mut progressed = false;
-            let mut blocked: std::collections::HashSet<u16> = std::collections::HashSet::new();
-            let held: Vec<Position> = self.redeliver.iter().copied().collect();
-            for p in held {
-                let entry = match self.reader.read_entry(p).await {
-                    Ok(e) => e,
-                    Err(e) => {
-                        self.read_failed(&e);
-                        return false;
-                    }
-                };
-                let h = key_hash(&entry);
-                if blocked.contains(&h) {
-                    continue;
-                }
-                match self.key_target(h) {
-                    Some(idx) => {
-                        self.redeliver.remove(&p);
-                        progressed |= self.deliver(idx, entry, Some(h)).await;
-                    }
-                    None => {
-                        blocked.insert(h);
-                    }
-                }
-            }
-            let budget: i64 = self.consumers.iter().map(|c| c.permits.max(0)).sum();
-            let entries = match self
-                .reader
-                .read_from(self.read_position, budget.clamp(1, 256) as usize)
-                .await
-            {
-                Ok(e) => e,
-                Err(e) => {
-                    self.read_failed(&e);
-                    return false;
-                }
-            };
-            if entries.is_empty() {
-                return !progressed && self.redeliver.is_empty();
-            }
-            for entry in entries {
-                let pos = entry.position;
-                self.read_position = Position::new(pos.ledger, pos.entry + 1);
-                if self.acked.contains(&pos) {
-                    continue;
-                }
-                let h = key_hash(&entry);
-                match (blocked.contains(&h), self.key_target(h)) {
-                    (false, Some(idx)) => progressed |= self.deliver(idx, entry, Some(h)).await,
-                    _ => {
-                        blocked.insert(h);
-                        self.redeliver.insert(pos);
-                    }
-                }
-            }
-            if !progressed {
-                return false;
-            }
-        }
     }
 
     /// Moves the unacknowledged entries of matching consumers to the redelivery queue.
@@ -724,8 +644,12 @@ impl State {
             let Some(_) = self.pick_consumer() else {
                 return false;
             };
-            let budget: i64 = self.consumers.iter().map(|c| c.permits.max(0)).sum();
-            let entries = match self.next_entries(budget.clamp(1, 256) as usize).await {
+            let Some(allowed) = self.dispatch_allowance() else {
+                return false;
+            };
+            let budget = self.eligible_permits();
+            let max = (budget.clamp(1, 256) as usize).min(allowed);
+            let entries = match self.next_entries(max).await {
                 Ok(e) => e,
                 Err(e) => {
                     self.read_failed(&e);

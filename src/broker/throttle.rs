@@ -1,12 +1,18 @@
-//! Publish rate limits, as Pulsar throttles producers: token buckets of messages and bytes that
-//! refill continuously; every SEND takes its messages and bytes (it is never refused or
-//! dropped), and while a bucket is in debt the producer's connection is not read (Pulsar's
-//! `setAutoRead(false)`), so the client's own pending queue absorbs the excess.
+//! Rate limits: token buckets of messages and bytes that refill continuously ([`RateLimiter`]).
 //!
+//! Publish rates, as Pulsar throttles producers: every SEND takes its messages and bytes (it is
+//! never refused or dropped), and while a bucket is in debt the producer's connection is not
+//! read (Pulsar's `setAutoRead(false)`), so the client's own pending queue absorbs the excess.
 //! Two kinds of limiter apply to a topic partition: its own (`publishRate` of the topic, else of
 //! its namespace) and its namespace's resource group's (shared by every topic partition of
 //! every namespace attached to the group: the tenant quota). A SEND takes from both; the
 //! connection waits for the later of the two.
+//!
+//! Dispatch rates ([`DispatchThrottle`]), as Pulsar's dispatchers: before a subscription reads
+//! entries to dispatch it asks every limiter in force how many messages it may send now (the
+//! topic's `dispatchRate`, shared by its subscriptions; the subscription's own
+//! `subscriptionDispatchRate`; the resource group's dispatch quota); in debt, it waits until
+//! the debt is repaid; each entry sent takes its messages and bytes.
 //!
 //! Invariants:
 //! - A bucket holds at most a tenth of a second of its rate (at least one message's worth), so
@@ -73,12 +79,21 @@ impl Bucket {
 
     /// Refills for `elapsed`, takes `n`; how long until the debt is repaid (zero if none).
     fn take(&mut self, elapsed: Duration, n: u64) -> Duration {
-        self.tokens = (self.tokens + elapsed.as_secs_f64() * self.rate).min(self.burst);
+        self.refill(elapsed);
         self.tokens = (self.tokens - n as f64).max(-self.rate * MAX_DEBT.as_secs_f64());
-        if self.tokens >= 0.0 {
+        self.until(0.0)
+    }
+
+    fn refill(&mut self, elapsed: Duration) {
+        self.tokens = (self.tokens + elapsed.as_secs_f64() * self.rate).min(self.burst);
+    }
+
+    /// How long until the bucket holds `level` tokens (zero if it does).
+    fn until(&self, level: f64) -> Duration {
+        if self.tokens >= level {
             Duration::ZERO
         } else {
-            Duration::from_secs_f64(-self.tokens / self.rate)
+            Duration::from_secs_f64((level - self.tokens) / self.rate)
         }
     }
 }
@@ -92,17 +107,17 @@ struct Buckets {
 
 /// Token buckets of one limit, shared by everything it limits.
 #[derive(Debug)]
-pub struct PublishLimiter {
+pub struct RateLimiter {
     rate: Rate,
     state: Mutex<Buckets>,
     /// SENDs that left a bucket in debt.
     throttled: AtomicU64,
 }
 
-impl PublishLimiter {
+impl RateLimiter {
     /// A limiter of `rate`, full.
-    pub fn new(rate: Rate) -> Arc<PublishLimiter> {
-        Arc::new(PublishLimiter {
+    pub fn new(rate: Rate) -> Arc<RateLimiter> {
+        Arc::new(RateLimiter {
             rate,
             state: Mutex::new(Buckets {
                 msgs: rate.msgs.map(Bucket::new),
@@ -144,13 +159,70 @@ impl PublishLimiter {
     pub fn throttled(&self) -> u64 {
         self.throttled.load(Ordering::Relaxed)
     }
+
+    /// How many messages may be sent at `now` (`None`: no message limit), or until when to
+    /// wait: until every bucket holds at least one token.
+    pub fn ready(&self, now: Instant) -> Result<Option<u64>, Instant> {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let elapsed = now.saturating_duration_since(s.last);
+        s.last = s.last.max(now);
+        let mut wait = Duration::ZERO;
+        let Buckets { msgs, bytes, .. } = &mut *s;
+        for b in [msgs.as_mut(), bytes.as_mut()].into_iter().flatten() {
+            b.refill(elapsed);
+            wait = wait.max(b.until(1.0));
+        }
+        if !wait.is_zero() {
+            return Err(now + wait);
+        }
+        Ok(s.msgs.as_ref().map(|b| b.tokens as u64))
+    }
+}
+
+/// The dispatch limits in force for one topic partition.
+#[derive(Debug, Default, Clone)]
+pub struct DispatchLimits {
+    /// The topic's `dispatchRate`, shared by its subscriptions.
+    pub topic: Option<Arc<RateLimiter>>,
+    /// The resource group's dispatch quota, shared by the group's topics.
+    pub group: Option<Arc<RateLimiter>>,
+    /// `subscriptionDispatchRate`: each subscription has a limiter of this rate.
+    pub subscription: Rate,
+}
+
+/// The dispatch limits of a topic partition, read by its subscriptions before each read;
+/// replaced when policies change.
+#[derive(Debug, Default)]
+pub struct DispatchThrottle {
+    /// Invariant: the limits of the policies in force.
+    limits: RwLock<DispatchLimits>,
+}
+
+impl DispatchThrottle {
+    /// Puts the rates in force (the topic's limiter is kept when its rate is unchanged).
+    pub fn set(&self, topic: Rate, subscription: Rate, group: Option<Arc<RateLimiter>>) {
+        let mut l = self.limits.write().unwrap_or_else(|p| p.into_inner());
+        if !l.topic.as_ref().is_some_and(|c| c.rate() == topic) {
+            l.topic = (!topic.is_unlimited()).then(|| RateLimiter::new(topic));
+        }
+        l.group = group;
+        l.subscription = subscription;
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> DispatchLimits {
+        self.limits
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
 }
 
 /// The topic's own limiter and its namespace's resource group's.
 #[derive(Debug, Default)]
 struct Limiters {
-    own: Option<Arc<PublishLimiter>>,
-    group: Option<Arc<PublishLimiter>>,
+    own: Option<Arc<RateLimiter>>,
+    group: Option<Arc<RateLimiter>>,
 }
 
 /// The limiters in force for one topic partition; replaced when policies change.
@@ -165,14 +237,14 @@ pub struct TopicThrottle {
 impl TopicThrottle {
     /// Puts `own` (a new limiter of that rate, unless the current one has it already) and
     /// `group` in force.
-    pub fn set(&self, own: Rate, group: Option<Arc<PublishLimiter>>) {
+    pub fn set(&self, own: Rate, group: Option<Arc<RateLimiter>>) {
         let mut l = self.limiters.write().unwrap_or_else(|p| p.into_inner());
         let keep = l.own.as_ref().is_some_and(|c| c.rate() == own);
         if !keep {
             if let Some(old) = l.own.take() {
                 self.retired.fetch_add(old.throttled(), Ordering::Relaxed);
             }
-            l.own = (!own.is_unlimited()).then(|| PublishLimiter::new(own));
+            l.own = (!own.is_unlimited()).then(|| RateLimiter::new(own));
         }
         l.group = group;
     }
@@ -203,7 +275,7 @@ mod tests {
 
     /// Sends `per_send` messages as fast as the limiter allows for `secs` of simulated time;
     /// messages sent.
-    fn drive(l: &PublishLimiter, per_send: u64, size: u64, secs: u64) -> u64 {
+    fn drive(l: &RateLimiter, per_send: u64, size: u64, secs: u64) -> u64 {
         let start = Instant::now();
         let end = start + Duration::from_secs(secs);
         let (mut now, mut sent) = (start, 0);
@@ -219,7 +291,7 @@ mod tests {
     #[test]
     fn rates_hold_over_time_within_one_burst() {
         for (rate, per_send) in [(100, 1), (1000, 10), (5000, 100)] {
-            let l = PublishLimiter::new(Rate::from_pulsar(rate, -1));
+            let l = RateLimiter::new(Rate::from_pulsar(rate, -1));
             let sent = drive(&l, per_send, 10, 10);
             let expected = rate as u64 * 10;
             assert!(
@@ -228,7 +300,7 @@ mod tests {
             );
             assert!(l.throttled() > 0);
         }
-        let l = PublishLimiter::new(Rate::from_pulsar(-1, 100_000));
+        let l = RateLimiter::new(Rate::from_pulsar(-1, 100_000));
         let sent = drive(&l, 1, 1000, 10);
         assert!(
             (1000..=1012).contains(&sent),
@@ -238,7 +310,7 @@ mod tests {
 
     #[test]
     fn debt_is_bounded() {
-        let l = PublishLimiter::new(Rate::from_pulsar(10, -1));
+        let l = RateLimiter::new(Rate::from_pulsar(10, -1));
         let t = Instant::now();
         let resume = l.acquire(u32::MAX as u64, 1, t).expect("in debt");
         assert!(resume - t <= MAX_DEBT, "{:?}", resume - t);
@@ -248,10 +320,10 @@ mod tests {
 
     #[test]
     fn unlimited_and_idle_do_not_wait() {
-        let l = PublishLimiter::new(Rate::from_pulsar(0, -1));
+        let l = RateLimiter::new(Rate::from_pulsar(0, -1));
         assert!(Rate::from_pulsar(0, -1).is_unlimited());
         assert_eq!(l.acquire(1_000_000, 1 << 30, Instant::now()), None);
-        let l = PublishLimiter::new(Rate::from_pulsar(10, -1));
+        let l = RateLimiter::new(Rate::from_pulsar(10, -1));
         let t = Instant::now();
         assert_eq!(
             l.acquire(1, 1, t),
@@ -266,10 +338,23 @@ mod tests {
     }
 
     #[test]
+    fn ready_reports_headroom_and_waits_out_debt() {
+        let l = RateLimiter::new(Rate::from_pulsar(100, -1));
+        let t = Instant::now();
+        assert_eq!(l.ready(t), Ok(Some(10)), "a tenth of a second of burst");
+        l.acquire(30, 0, t);
+        let resume = l.ready(t).expect_err("in debt");
+        assert!(resume - t >= Duration::from_millis(200), "{:?}", resume - t);
+        assert!(l.ready(resume + Duration::from_millis(1)).is_ok());
+        let bytes_only = RateLimiter::new(Rate::from_pulsar(-1, 1000));
+        assert_eq!(bytes_only.ready(t), Ok(None));
+    }
+
+    #[test]
     fn a_topic_waits_for_the_later_of_its_limiters_and_keeps_its_counts() {
         let throttle = TopicThrottle::default();
         assert_eq!(throttle.acquire(100, 100), None, "no limits");
-        let group = PublishLimiter::new(Rate::from_pulsar(1, -1));
+        let group = RateLimiter::new(Rate::from_pulsar(1, -1));
         throttle.set(Rate::from_pulsar(1000, -1), Some(group.clone()));
         assert!(
             throttle.acquire(5, 5).is_some(),

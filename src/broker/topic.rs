@@ -55,6 +55,9 @@ pub struct BrokerTopic {
     /// Publish rate limits in force (shared with producers' connections, which stop reading
     /// while a limit is in debt; the broker replaces them when policies change).
     pub(crate) throttle: super::throttle::TopicThrottle,
+    /// Dispatch rate limits in force (read by the subscriptions before each read; the broker
+    /// replaces them when policies change).
+    pub(crate) dispatch: super::throttle::DispatchThrottle,
     /// Consumer and unacked-message limits in force (read by the subscriptions, written by
     /// the owner) and the count of attached consumers.
     pub(crate) limits: super::limits::ConsumerLimits,
@@ -100,6 +103,8 @@ pub(crate) enum Published {
     /// Deduplication is on but its state could not be built (the reason): the client must
     /// retry.
     DedupUnavailable(String),
+    /// Refused before the append (a backlog quota holds the topic's producers).
+    Refused(BrokerError),
 }
 
 /// One SEND of a producer for the owner to publish.
@@ -152,8 +157,10 @@ pub(crate) enum TopicCommand {
     /// The subscription of that name, created when new.
     Subscribe {
         request: SubscribeRequest,
-        reply: oneshot::Sender<SubscriptionHandle>,
+        reply: oneshot::Sender<Result<SubscriptionHandle, BrokerError>>,
     },
+    /// A backlog check (run beside the owner) finished.
+    BacklogChecked(super::backlog::BacklogVerdict),
     /// Forget this subscription (if it is still the one of its name); replies when done.
     ForgetSubscription {
         handle: SubscriptionHandle,
@@ -255,7 +262,7 @@ impl BrokerTopic {
         request: SubscribeRequest,
     ) -> Result<SubscriptionHandle, BrokerError> {
         self.ask(|reply| TopicCommand::Subscribe { request, reply })
-            .await
+            .await?
     }
 
     /// Forgets `handle`'s subscription (its task ends once its last handle goes).

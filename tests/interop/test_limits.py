@@ -3,6 +3,7 @@ refusals use Pulsar's errors, Shared dispatch pauses at the unacked limit and re
 and every limit applies to live topics without restart."""
 import pulsar
 
+from conftest import eventually
 from test_tenancy import call
 
 
@@ -12,6 +13,13 @@ def error_name(action):
         return None
     except pulsar.PulsarException as e:
         return type(e).__name__
+
+
+def expect_subscribe(client, topic, sub):
+    try:
+        return client.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared)
+    except pulsar.ConsumerBusy as e:
+        raise AssertionError(str(e))
 
 
 def receive_all(consumer, timeout_ms=1500):
@@ -38,8 +46,11 @@ def test_consumer_limits_per_topic_and_subscription(fresh_service):
     b = client.subscribe(topic, "s2", consumer_type=shared)
     assert error_name(lambda: client.subscribe(topic, "s3", consumer_type=shared)) \
         == "ConsumerBusy"
+    subs = call(svc, "GET", "/persistent/public/lim/c/stats")[1]["subscriptions"]
+    assert sorted(subs) == ["s1", "s2"], "a refused consumer left no subscription behind"
     b.close()
-    b = client.subscribe(topic, "s3", consumer_type=shared)
+    # The broker answers CLOSE_CONSUMER before the subscription has let the consumer go.
+    b = eventually(lambda: expect_subscribe(client, topic, "s3"), timeout=10)
     # A topic's own limit wins: per subscription, 1.
     assert call(svc, "POST", "/persistent/public/lim/c/maxConsumers", "10")[0] == 204
     assert call(svc, "POST", "/persistent/public/lim/c/maxConsumersPerSubscription",

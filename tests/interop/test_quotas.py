@@ -147,3 +147,67 @@ def test_max_producers_per_topic(fresh_service):
     assert call(svc, "DELETE", "/namespaces/public/default/maxProducersPerTopic")[0] == 204
     client.create_producer(topic).send(b"unlimited")
     client.close()
+
+
+def consume_rate(svc, topic, sub, seconds=10, warmup=1):
+    """Messages per second a consumer of `sub` (from the earliest) receives after `warmup`,
+    over `seconds`, acknowledging everything."""
+    client = pulsar.Client(svc.url, operation_timeout_seconds=60)
+    consumer = client.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared,
+                                initial_position=pulsar.InitialPosition.Earliest)
+    t0 = time.monotonic()
+    start, end = t0 + warmup, t0 + warmup + seconds
+    got = 0
+    while time.monotonic() < end:
+        try:
+            msg = consumer.receive(timeout_millis=200)
+        except pulsar.Timeout:
+            continue
+        if time.monotonic() >= start:
+            got += 1
+        consumer.acknowledge(msg)
+    client.close()
+    return got / seconds
+
+
+def test_dispatch_rates_per_topic_and_subscription(fresh_service):
+    svc = fresh_service
+    svc.start()
+    svc.create_namespace("public/dr")
+    topic = "persistent://public/dr/a"
+    client = pulsar.Client(svc.url, operation_timeout_seconds=60)
+    producer = client.create_producer(topic, batching_enabled=False, block_if_queue_full=True)
+    for i in range(5000):
+        producer.send_async(b"x" * 100, None)
+    producer.flush()
+    client.close()
+    rate = {"dispatchThrottlingRateInMsg": 300, "dispatchThrottlingRateInByte": -1,
+            "relativeToPublishRate": False, "ratePeriodInSecond": 1}
+    assert call(svc, "POST", "/namespaces/public/dr/dispatchRate",
+                dict(rate, relativeToPublishRate=True))[0] == 400
+    assert call(svc, "POST", "/namespaces/public/dr/dispatchRate", rate)[0] == 204
+    assert call(svc, "GET", "/namespaces/public/dr/dispatchRate") == (200, rate)
+
+    # The topic's rate is shared by its subscriptions.
+    results = {}
+
+    def run(sub):
+        results[sub] = consume_rate(svc, topic, sub)
+    threads = [threading.Thread(target=run, args=(s,)) for s in ("s1", "s2")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert within(results["s1"] + results["s2"], 300), results
+    assert min(results.values()) > 50, results
+
+    # A subscription's own rate, with the topic's lifted (a topic setting wins: 0 = unlimited).
+    per_sub = dict(rate, dispatchThrottlingRateInMsg=150)
+    assert call(svc, "POST", "/persistent/public/dr/a/dispatchRate",
+                dict(rate, dispatchThrottlingRateInMsg=0))[0] == 204
+    assert call(svc, "POST", "/persistent/public/dr/a/subscriptionDispatchRate", per_sub)[0] \
+        == 204
+    msgs = consume_rate(svc, topic, "s3")
+    assert within(msgs, 150), msgs
+    assert call(svc, "DELETE", "/persistent/public/dr/a/subscriptionDispatchRate")[0] == 204
+    assert consume_rate(svc, topic, "s4", seconds=2, warmup=0) > 2 * 300

@@ -297,6 +297,7 @@ async fn receipts(
                     Ok(Published::DedupUnavailable(reason)) => Err(BrokerError::Storage(format!(
                         "deduplication state unavailable: {reason}"
                     ))),
+                    Ok(Published::Refused(e)) => Err(e),
                     Err(_) => Err(BrokerError::Stopped(
                         "the topic was deleted or unloaded before the message was stored; retry"
                             .into(),

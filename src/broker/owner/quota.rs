@@ -1,94 +1,83 @@
-//! Backlog quotas and message TTL of one topic partition, enforced by its owner (Pulsar's
-//! `BacklogQuotaManager` and message expiry): checked whenever the broker hands the owner its
-//! policies (every policy tick and after every policy change) and before a producer registers.
+//! Backlog quotas and message TTL of one topic partition (Pulsar's `BacklogQuotaManager` and
+//! message expiry). Whenever the broker hands the owner its policies (every policy tick and
+//! after every policy change) and a quota or TTL is set, the owner starts a check in a task of
+//! its own: the check asks the durable subscriptions for their backlog, reads the oldest
+//! unacknowledged entry when an age matters (from the log or the lake), moves subscriptions
+//! forward for TTL and eviction, and sends its verdict back as a command. The owner never waits
+//! on a subscription or on storage for this, so SENDs keep flowing meanwhile.
 //!
 //! The backlog is the slowest durable subscription's: entries it has not acknowledged, in the
-//! local log or only in the lake. Eviction and expiry move subscriptions forward (they
-//! acknowledge what they skip); hold and exception close the producers and refuse new ones
-//! until the backlog is back within the quota.
+//! local log or only in the lake. Hold and exception close the producers when the quota is
+//! first found exceeded, then refuse new producers and SENDs until a check finds the backlog
+//! back within the quota.
 //!
 //! Invariants:
-//! - `Owner::blocked` is `Some` exactly while the last check found a hold or exception quota
-//!   exceeded; producers registered meanwhile are refused with that policy's error.
+//! - `Owner::blocked` is `Some` exactly while the last verdict on the limits in force found a
+//!   hold or exception quota exceeded.
+//! - At most one check runs per topic partition (`Owner::checking`).
 //! - A subscription is never moved backwards, and never past the last durable entry.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use super::Owner;
-use crate::broker::backlog::{first_entry_from, position_keeping};
+use crate::broker::backlog::{first_entry_from, position_keeping, BacklogVerdict};
 use crate::broker::subscription::{SubscriptionCommand, SubscriptionHandle};
-use crate::broker::BrokerError;
+use crate::broker::topic::TopicCommand;
+use crate::broker::{BrokerError, BrokerTopic};
 use crate::ledger::{now_ms, Position};
-use crate::policies::BacklogPolicy;
+use crate::policies::{BacklogLimits, BacklogPolicy};
 use crate::protocol::command;
 use crate::replay::EntryReader;
 
-/// What a check found about the slowest durable subscription.
-struct Slowest {
-    /// Most backlog bytes of any durable subscription.
-    bytes: u64,
-    /// Oldest unacknowledged entry of any durable subscription (`None`: no backlog).
-    oldest: Option<Position>,
-}
+/// The longest a check waits for one subscription or one read; past it, that part is skipped
+/// until the next check.
+const STEP_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Owner {
-    /// Applies message TTL and the backlog quotas in force: expires, evicts, or blocks the
-    /// producers (closing those connected when the quota is first found exceeded).
-    pub(super) async fn enforce_backlog(&mut self) {
+    /// Starts a backlog check beside the owner, unless one runs or nothing is to be checked.
+    pub(super) fn start_backlog_check(&mut self) {
         let limits = self.policies.backlog;
         if limits.is_empty() {
             self.unblock();
             return;
         }
+        if self.checking {
+            return;
+        }
+        self.checking = true;
         let subs: Vec<SubscriptionHandle> = self
             .subscriptions
             .values()
             .filter(|s| s.durable)
             .cloned()
             .collect();
-        if let Some(ttl) = limits.ttl_seconds {
-            let before = now_ms() - i64::from(ttl) * 1000;
-            self.expire_before(&subs, before, "message TTL").await;
+        let topic = self.topic.clone();
+        let probe = self.age_probe;
+        tokio::spawn(async move {
+            let verdict = check(&topic, &subs, limits, probe).await;
+            let _ = topic
+                .owner
+                .send(TopicCommand::BacklogChecked(verdict))
+                .await;
+        });
+    }
+
+    /// Acts on a finished check: blocks (closing the producers the first time) or unblocks.
+    pub(super) async fn backlog_checked(&mut self, v: BacklogVerdict) {
+        self.checking = false;
+        self.age_probe = v.age_probe;
+        if v.limits != self.policies.backlog {
+            // The policies changed while it ran: the next check decides.
+            return;
         }
-        let mut exceeded: Option<(BacklogPolicy, String)> = None;
-        if let Some(q) = limits.storage {
-            let limit = q.limit_size.max(0) as u64;
-            let bytes = self.slowest(&subs).await.bytes;
-            if bytes > limit {
-                if q.policy == BacklogPolicy::ConsumerBacklogEviction {
-                    // As Pulsar: down to 90 % of the limit, so eviction does not run again at
-                    // the next message.
-                    let to = position_keeping(&self.topic.log.ledgers(), limit / 10 * 9);
-                    skip_all(&subs, to, &self.topic.name.to_string(), "backlog size").await;
-                } else {
-                    let why = format!("backlog of {bytes} bytes exceeds the quota of {limit}");
-                    exceeded = Some((q.policy, why));
-                }
-            }
-        }
-        if let Some(q) = limits.age {
-            let limit_ms = i64::from(q.limit_time) * 1000;
-            if let Some(age_ms) = self.oldest_age_ms(&subs).await {
-                if age_ms > limit_ms {
-                    if q.policy == BacklogPolicy::ConsumerBacklogEviction {
-                        self.expire_before(&subs, now_ms() - limit_ms, "backlog age")
-                            .await;
-                    } else if exceeded.is_none() {
-                        let why = format!(
-                            "oldest unacknowledged message is {} s old, over the quota of {} s",
-                            age_ms / 1000,
-                            q.limit_time
-                        );
-                        exceeded = Some((q.policy, why));
-                    }
-                }
-            }
-        }
-        match exceeded {
+        match v.exceeded {
             Some((policy, why)) => self.block(policy, why).await,
             None => self.unblock(),
         }
     }
 
-    /// The error a producer registering now gets (`None`: not blocked).
+    /// The error a producer or a SEND gets now (`None`: not blocked).
     pub(super) fn blocked_error(&self) -> Option<BrokerError> {
         let msg = "Cannot create producer on topic with backlog quota exceeded".to_string();
         match self.blocked? {
@@ -116,61 +105,135 @@ impl Owner {
             tracing::info!(topic = %self.topic.name, "backlog back within its quota; producers accepted");
         }
     }
+}
 
-    /// Moves every durable subscription past the entries published before `before_ms`.
-    async fn expire_before(&mut self, subs: &[SubscriptionHandle], before_ms: i64, why: &str) {
-        if subs.is_empty() {
-            return;
-        }
-        let reader = EntryReader::new(self.topic.log.clone(), self.topic.lake.clone());
-        match reader.find_by_publish_time(before_ms).await {
-            Ok(to) => skip_all(subs, to, &self.topic.name.to_string(), why).await,
-            Err(e) => tracing::warn!(topic = %self.topic.name, error = %e,
-                "finding the expiry position failed ({why}); retried at the next check"),
+/// The slowest durable subscription: most backlog bytes, oldest unacknowledged entry.
+#[derive(Default)]
+struct Slowest {
+    bytes: u64,
+    oldest: Option<Position>,
+}
+
+async fn slowest(subs: &[SubscriptionHandle]) -> Slowest {
+    let mut out = Slowest::default();
+    for s in subs {
+        let Ok(Some(st)) =
+            tokio::time::timeout(STEP_TIMEOUT, s.ask(SubscriptionCommand::Stats)).await
+        else {
+            continue;
+        };
+        out.bytes = out.bytes.max(st.backlog_size);
+        if st.msg_backlog > 0 {
+            let first = st.first_unacked;
+            out.oldest = Some(out.oldest.map_or(first, |o: Position| o.min(first)));
         }
     }
+    out
+}
 
-    async fn slowest(&self, subs: &[SubscriptionHandle]) -> Slowest {
-        let mut out = Slowest {
-            bytes: 0,
-            oldest: None,
-        };
-        for s in subs {
-            let Some(st) = s.ask(SubscriptionCommand::Stats).await else {
-                continue;
-            };
-            out.bytes = out.bytes.max(st.backlog_size);
-            if st.msg_backlog > 0 {
-                let first = st.first_unacked;
-                out.oldest = Some(out.oldest.map_or(first, |o: Position| o.min(first)));
+/// Runs one check of `limits` on `topic`: TTL and eviction move subscriptions; the verdict says
+/// whether a hold or exception quota is exceeded.
+async fn check(
+    topic: &Arc<BrokerTopic>,
+    subs: &[SubscriptionHandle],
+    limits: BacklogLimits,
+    probe: Option<(Position, i64)>,
+) -> BacklogVerdict {
+    let mut v = BacklogVerdict {
+        limits,
+        exceeded: None,
+        age_probe: probe,
+    };
+    let name = topic.name.to_string();
+    let mut reader = EntryReader::new(topic.log.clone(), topic.lake.clone());
+    if let Some(ttl) = limits.ttl_seconds {
+        let cutoff = now_ms() - i64::from(ttl) * 1000;
+        let oldest = slowest(subs).await.oldest;
+        if published(&mut reader, &mut v, oldest, &name)
+            .await
+            .is_some_and(|t| t < cutoff)
+        {
+            expire_before(&reader, subs, cutoff, &name, "message TTL").await;
+        }
+    }
+    if let Some(q) = limits.storage {
+        let limit = q.limit_size.max(0) as u64;
+        let bytes = slowest(subs).await.bytes;
+        if bytes > limit {
+            if q.policy == BacklogPolicy::ConsumerBacklogEviction {
+                // As Pulsar: down to 90 % of the limit, so eviction does not run again at the
+                // next message.
+                let to = position_keeping(&topic.log.ledgers(), limit / 10 * 9);
+                skip_all(subs, to, &name, "backlog size").await;
+            } else {
+                let why = format!("backlog of {bytes} bytes exceeds the quota of {limit}");
+                v.exceeded = Some((q.policy, why));
             }
         }
-        out
     }
-
-    /// Age of the oldest unacknowledged message of any durable subscription (`None`: no
-    /// backlog, or it could not be read). The entry is read once per oldest position.
-    async fn oldest_age_ms(&mut self, subs: &[SubscriptionHandle]) -> Option<i64> {
-        let oldest = self.slowest(subs).await.oldest?;
-        let at = first_entry_from(&self.topic.log.ledgers(), oldest)?;
-        let published = match self.age_probe {
-            Some((p, t)) if p == at => t,
-            _ => {
-                let mut reader = EntryReader::new(self.topic.log.clone(), self.topic.lake.clone());
-                match reader.read_entry(at).await {
-                    Ok(e) => {
-                        self.age_probe = Some((at, e.publish_time_ms));
-                        e.publish_time_ms
-                    }
-                    Err(e) => {
-                        tracing::warn!(topic = %self.topic.name, position = %at, error = %e,
-                            "reading the oldest unacknowledged entry failed; age quota not checked");
-                        return None;
-                    }
+    if let Some(q) = limits.age {
+        let limit_ms = i64::from(q.limit_time) * 1000;
+        let oldest = slowest(subs).await.oldest;
+        if let Some(t) = published(&mut reader, &mut v, oldest, &name).await {
+            let age_ms = now_ms() - t;
+            if age_ms > limit_ms {
+                if q.policy == BacklogPolicy::ConsumerBacklogEviction {
+                    expire_before(&reader, subs, now_ms() - limit_ms, &name, "backlog age").await;
+                } else if v.exceeded.is_none() {
+                    let why = format!(
+                        "oldest unacknowledged message is {} s old, over the quota of {} s",
+                        age_ms / 1000,
+                        q.limit_time
+                    );
+                    v.exceeded = Some((q.policy, why));
                 }
             }
-        };
-        Some(now_ms() - published)
+        }
+    }
+    v
+}
+
+/// Publish time of the first entry at or after `oldest` (`None`: no backlog, or it could not
+/// be read); the entry is read once per position (`v.age_probe`).
+async fn published(
+    reader: &mut EntryReader,
+    v: &mut BacklogVerdict,
+    oldest: Option<Position>,
+    topic: &str,
+) -> Option<i64> {
+    let at = first_entry_from(&reader.log().ledgers(), oldest?)?;
+    if let Some((p, t)) = v.age_probe {
+        if p == at {
+            return Some(t);
+        }
+    }
+    match tokio::time::timeout(STEP_TIMEOUT, reader.read_entry(at)).await {
+        Ok(Ok(e)) => {
+            v.age_probe = Some((at, e.publish_time_ms));
+            Some(e.publish_time_ms)
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(topic, position = %at, error = %e,
+                "reading the oldest unacknowledged entry failed; age not checked");
+            None
+        }
+        Err(_) => None,
+    }
+}
+
+/// Moves every durable subscription past the entries published before `before_ms`.
+async fn expire_before(
+    reader: &EntryReader,
+    subs: &[SubscriptionHandle],
+    before_ms: i64,
+    topic: &str,
+    why: &str,
+) {
+    match tokio::time::timeout(STEP_TIMEOUT, reader.find_by_publish_time(before_ms)).await {
+        Ok(Ok(to)) => skip_all(subs, to, topic, why).await,
+        Ok(Err(e)) => tracing::debug!(topic, error = %e,
+            "finding the expiry position failed ({why}); retried at the next check"),
+        Err(_) => {}
     }
 }
 
@@ -178,10 +241,9 @@ impl Owner {
 async fn skip_all(subs: &[SubscriptionHandle], to: Position, topic: &str, why: &str) {
     let mut total = 0;
     for s in subs {
-        total += s
-            .ask(|r| SubscriptionCommand::SkipTo(to, r))
-            .await
-            .unwrap_or(0);
+        let skipped =
+            tokio::time::timeout(STEP_TIMEOUT, s.ask(|r| SubscriptionCommand::SkipTo(to, r))).await;
+        total += skipped.ok().flatten().unwrap_or(0);
     }
     if total > 0 {
         tracing::info!(topic, to = %to, entries = total, "{why}: subscriptions skipped forward");

@@ -45,6 +45,14 @@ impl State {
         !self.gate.blocked(per_sub) && !self.consumers[idx].gate.blocked(per_consumer)
     }
 
+    /// Permits of the consumers that may be sent to now (the read budget).
+    pub(super) fn eligible_permits(&self) -> i64 {
+        (0..self.consumers.len())
+            .filter(|&i| self.may_receive(i))
+            .map(|i| self.consumers[i].permits.max(0))
+            .sum()
+    }
+
     /// Consumers paused by their unacked limit.
     pub(super) fn blocked_consumers(&self) -> usize {
         let per_consumer = self.unacked_limits().0;
