@@ -17,7 +17,7 @@
 //!                                      (Iceberg; LakeHandle owns the runtime hop)
 //!  HTTP ──► admin/ ──► ops/ (use cases) ──► broker, ledger, offload, policies, tenancy, sql
 //!  every surface ──► auth (Access: Authenticator + Authorizer ◄── tenancy's authorizer)
-//!  leaves used by all: naming, schema, config, failpoint, telemetry
+//!  leaves used by all: naming, schema, config, failpoint, telemetry, tls
 //! ```
 //!
 //! Imports flow one way: `naming` ← every layer; `protocol` ← `broker`; `broker` → `ledger`,
@@ -54,6 +54,8 @@
 //! - [`cli`]: the `ledgerlake` command line.
 //! - [`perf`]: load generators behind `ledgerlake perf`.
 //! - [`telemetry`]: logging setup.
+//! - [`tls`]: rustls server configuration from PEM files and TLS listeners (handshakes off the
+//!   accept loop) for `pulsar+ssl://`, `https://` and PostgreSQL SSL.
 //!
 //! # Errors
 //! Each module has its own `thiserror` enums (one per operation where callers act differently);
@@ -81,3 +83,4 @@ pub mod service;
 pub mod sql;
 pub mod telemetry;
 pub mod tenancy;
+pub mod tls;

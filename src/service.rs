@@ -6,6 +6,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+
+use crate::tls::TlsIncoming;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::{self, Health};
@@ -46,6 +49,9 @@ pub enum ServiceError {
         source: std::io::Error,
     },
     /// An authentication key could not be read.
+    #[error("tls: {0}")]
+    Tls(#[from] crate::tls::TlsError),
+    /// An error of the authentication configuration.
     #[error("authentication: {0}")]
     Auth(#[from] crate::auth::jwt::KeyError),
     /// The metadata store failed to open.
@@ -80,6 +86,12 @@ pub struct Service {
     pub http_addr: SocketAddr,
     /// Address the Pulsar listener is bound to.
     pub pulsar_addr: SocketAddr,
+    /// Address the `pulsar+ssl://` listener is bound to (`None`: off).
+    pub pulsar_tls_addr: Option<SocketAddr>,
+    /// Address the HTTPS listener is bound to (`None`: off).
+    pub https_addr: Option<SocketAddr>,
+    /// The HTTPS server. Invariant: `Some` exactly when `https_addr` is.
+    https: Option<tokio::task::JoinHandle<Result<(), std::io::Error>>>,
     broker: Arc<Broker>,
     health: Arc<Health>,
     stop: CancellationToken,
@@ -140,6 +152,25 @@ impl Service {
             ops: ops_cell.clone(),
             access: access.clone(),
         });
+        let tls = acceptors(config)?;
+        let (https, https_addr) = match (&tls, config.server.https_addr) {
+            (Some(tls), Some(addr)) => {
+                let incoming =
+                    TlsIncoming::start(bind(addr, "https").await?, tls.https.clone(), stop.clone())
+                        .map_err(ServiceError::Http)?;
+                let bound =
+                    axum::serve::Listener::local_addr(&incoming).map_err(ServiceError::Http)?;
+                let (app, https_stop) = (app.clone(), stop.clone());
+                let server = tokio::spawn(async move {
+                    axum::serve(incoming, app)
+                        .with_graceful_shutdown(async move { https_stop.cancelled().await })
+                        .await
+                });
+                tracing::info!(https_addr = %bound, "https listening (health, admin)");
+                (Some(server), Some(bound))
+            }
+            _ => (None, None),
+        };
         let http = tokio::spawn(async move {
             axum::serve(http_listener, app)
                 .with_graceful_shutdown(async move { http_stop.cancelled().await })
@@ -182,6 +213,28 @@ impl Service {
         } else {
             config.broker.advertised_address.clone()
         };
+        let pulsar_tls = match (&tls, config.server.pulsar_tls_addr) {
+            (Some(tls), Some(addr)) => {
+                let incoming = TlsIncoming::start(
+                    bind(addr, "pulsar+ssl").await?,
+                    tls.pulsar.clone(),
+                    stop.clone(),
+                )
+                .map_err(ServiceError::Http)?;
+                let bound =
+                    axum::serve::Listener::local_addr(&incoming).map_err(ServiceError::Http)?;
+                Some((incoming, bound))
+            }
+            _ => None,
+        };
+        let pulsar_tls_addr = pulsar_tls.as_ref().map(|(_, a)| *a);
+        // The TLS URL names the advertised host with the TLS listener's port.
+        let advertised_tls = pulsar_tls_addr.map(|a| {
+            let host = advertised
+                .rsplit_once(':')
+                .map_or(advertised.as_str(), |(h, _)| h);
+            format!("{host}:{}", a.port())
+        });
         let (replay, replay_runtime) = match &offload {
             Some(engine) => {
                 let rt = own_runtime("ll-replay", config.replay.threads)?;
@@ -204,8 +257,11 @@ impl Service {
             .map(|t| t.namespace);
         let local = ClusterData {
             service_url: format!("http://{http_addr}"),
+            service_url_tls: https_addr.map_or(String::new(), |a| format!("https://{a}")),
             broker_service_url: format!("pulsar://{advertised}"),
-            ..ClusterData::default()
+            broker_service_url_tls: advertised_tls
+                .as_ref()
+                .map_or(String::new(), |a| format!("pulsar+ssl://{a}")),
         };
         tenancy.bootstrap(&local, in_use).await?;
         let broker = Broker::new(
@@ -214,7 +270,10 @@ impl Service {
             (policies.clone(), tenancy.clone()),
             replay.clone(),
             access.clone(),
-            format!("pulsar://{advertised}"),
+            crate::broker::ServiceUrls {
+                plain: format!("pulsar://{advertised}"),
+                tls: advertised_tls.map(|a| format!("pulsar+ssl://{a}")),
+            },
         );
         let authorization = access.required();
         let (sql, sql_runtime, pg_addr) = if config.sql.enabled {
@@ -223,7 +282,7 @@ impl Service {
                 log.clone(),
                 (offload.clone(), replay.clone()),
                 access,
-                stop.clone(),
+                (stop.clone(), tls.map(|t| t.pg)),
             )?;
             (Some(engine), Some(rt), Some(addr))
         } else {
@@ -238,12 +297,19 @@ impl Service {
         ));
         broker.serve(pulsar_listener);
         tracing::info!(%pulsar_addr, "pulsar listening");
+        if let Some((incoming, addr)) = pulsar_tls {
+            broker.serve_tls(incoming);
+            tracing::info!(pulsar_tls_addr = %addr, "pulsar+ssl listening");
+        }
         health.set_ready(true);
         tracing::info!(data_dir = %config.data_dir.display(), "ready");
         Ok(Service {
             log,
             http_addr,
             pulsar_addr,
+            pulsar_tls_addr,
+            https_addr,
+            https,
             broker,
             health,
             stop,
@@ -269,6 +335,13 @@ impl Service {
             Ok(Err(e)) => tracing::warn!(error = %e, "http server ended with an error"),
             Err(e) => tracing::warn!(error = %e, "http task failed"),
         }
+        if let Some(https) = self.https {
+            match https.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!(error = %e, "https server ended with an error"),
+                Err(e) => tracing::warn!(error = %e, "https task failed"),
+            }
+        }
         if let Some(rt) = self.sql_runtime {
             rt.shutdown_background();
         }
@@ -291,6 +364,39 @@ impl Service {
     }
 }
 
+/// TLS acceptors of the listeners, one configuration each (ALPN differs).
+struct Acceptors {
+    pulsar: TlsAcceptor,
+    https: TlsAcceptor,
+    pg: TlsAcceptor,
+}
+
+/// The acceptors from `server.tls_cert_file` / `tls_key_file` (`None`: not configured).
+fn acceptors(config: &Config) -> Result<Option<Acceptors>, ServiceError> {
+    let (Some(cert), Some(key)) = (&config.server.tls_cert_file, &config.server.tls_key_file)
+    else {
+        return Ok(None);
+    };
+    let make = |alpn: &[&[u8]]| -> Result<TlsAcceptor, ServiceError> {
+        Ok(TlsAcceptor::from(crate::tls::server_config(
+            cert, key, alpn,
+        )?))
+    };
+    Ok(Some(Acceptors {
+        pulsar: make(&[])?,
+        https: make(&[b"http/1.1"])?,
+        // `sslnegotiation=direct` clients (PostgreSQL 17) require this ALPN name.
+        pg: make(&[b"postgresql"])?,
+    }))
+}
+
+/// A listener on `addr`.
+async fn bind(addr: SocketAddr, what: &'static str) -> Result<TcpListener, ServiceError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServiceError::Bind { addr, what, source })
+}
+
 /// A multi-thread runtime of its own (lake, replay, SQL), so its work cannot slow the broker.
 fn own_runtime(name: &str, threads: usize) -> Result<tokio::runtime::Runtime, ServiceError> {
     tokio::runtime::Builder::new_multi_thread()
@@ -308,7 +414,7 @@ fn start_sql(
     log: Arc<Log>,
     (offload, replay): (Option<OffloadEngine>, Option<crate::replay::Replay>),
     access: crate::auth::Access,
-    stop: CancellationToken,
+    (stop, tls): (CancellationToken, Option<TlsAcceptor>),
 ) -> Result<(crate::sql::SqlEngine, tokio::runtime::Runtime, SocketAddr), ServiceError> {
     let rt = own_runtime("ll-sql", config.sql.threads)?;
     let engine = crate::sql::SqlEngine::new(
@@ -332,7 +438,7 @@ fn start_sql(
     let serve_engine = engine.clone();
     rt.spawn(async move {
         match TcpListener::from_std(std_listener) {
-            Ok(listener) => crate::sql::postgres::serve(serve_engine, listener, stop).await,
+            Ok(listener) => crate::sql::postgres::serve(serve_engine, listener, stop, tls).await,
             Err(e) => tracing::error!(error = %e, "postgres listener failed"),
         }
     });

@@ -65,8 +65,8 @@ pub const PROTOCOL_VERSION: i32 = 21;
 pub struct Broker {
     config: BrokerConfig,
     log: Arc<Log>,
-    /// URL put in LOOKUP answers.
-    service_url: String,
+    /// URLs put in LOOKUP answers.
+    urls: ServiceUrls,
     /// Topic partitions by full name, each behind a slot of its own: loading, unloading or
     /// deleting one topic holds only its slot, never the map, so a slow topic cannot delay
     /// another. Invariant: the map's lock is never held across an `.await`.
@@ -90,6 +90,15 @@ pub struct Broker {
     publish_budget: Arc<tokio::sync::Semaphore>,
 }
 
+/// The broker's addresses as LOOKUP answers give them.
+#[derive(Debug, Clone)]
+pub struct ServiceUrls {
+    /// `pulsar://host:port`.
+    pub plain: String,
+    /// `pulsar+ssl://host:port` when the TLS listener is on.
+    pub tls: Option<String>,
+}
+
 /// One topic partition's place in the broker: empty until loaded. Its lock is held while the
 /// topic loads or is deleted (so nobody sees it half-loaded or half-deleted) and briefly by
 /// every PRODUCER and SUBSCRIBE that looks it up.
@@ -97,20 +106,20 @@ pub struct Broker {
 struct TopicSlot(tokio::sync::Mutex<Option<Arc<BrokerTopic>>>);
 
 impl Broker {
-    /// Creates the broker state. `service_url` is what LOOKUP answers point clients to.
+    /// Creates the broker state. `urls` are what LOOKUP answers point clients to.
     pub fn new(
         config: BrokerConfig,
         log: Arc<Log>,
         (policies, tenancy): (Arc<PolicyStore>, Arc<crate::tenancy::Tenancy>),
         replay: Option<crate::replay::Replay>,
         access: crate::auth::Access,
-        service_url: String,
+        urls: ServiceUrls,
     ) -> Arc<Broker> {
         Arc::new(Broker {
             access,
             config,
             log,
-            service_url,
+            urls,
             topics: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             boot_id: rand::random::<u32>() % 100_000,
@@ -210,6 +219,27 @@ impl Broker {
                         }
                     },
                 }
+            }
+        });
+    }
+
+    /// Serves `pulsar+ssl://` connections from `incoming` (handshaken already) until
+    /// [`Broker::shutdown`].
+    pub fn serve_tls(self: &Arc<Self>, mut incoming: crate::tls::TlsIncoming) {
+        let broker = self.clone();
+        self.tasks.spawn(async move {
+            loop {
+                let (stream, peer) = tokio::select! {
+                    _ = broker.stop.cancelled() => return,
+                    next = incoming.next() => match next {
+                        Some(c) => c,
+                        None => return,
+                    },
+                };
+                let b = broker.clone();
+                broker.tasks.spawn(async move {
+                    connection::Connection::run(b, stream, peer).await;
+                });
             }
         });
     }

@@ -39,6 +39,21 @@ pub struct ServeArgs {
     /// the SQL issue lands.)
     #[arg(long)]
     pub pg_addr: Option<SocketAddr>,
+    /// Pulsar-over-TLS (`pulsar+ssl://`) listen address; needs --tls-cert-file and
+    /// --tls-key-file. Pulsar's port is 6651. Default: off.
+    #[arg(long)]
+    pub pulsar_tls_addr: Option<SocketAddr>,
+    /// HTTPS listen address (admin, SQL, health); needs the certificate. Pulsar's port is
+    /// 8443. Default: off.
+    #[arg(long)]
+    pub https_addr: Option<SocketAddr>,
+    /// PEM certificate chain of the TLS listeners (the PostgreSQL listener then offers SSL
+    /// too).
+    #[arg(long)]
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key of that certificate.
+    #[arg(long)]
+    pub tls_key_file: Option<PathBuf>,
     /// Turn authentication on and accept JWTs signed with this HS256 secret key (a file, or
     /// `data:;base64,…`). Sets `broker.authentication.token_secret_key`.
     #[arg(long)]
@@ -84,6 +99,10 @@ pub fn run(args: ServeArgs, global: GlobalLogFlags) -> anyhow::Result<()> {
             pulsar_addr: args.pulsar_addr,
             http_addr: args.http_addr,
             pg_addr: args.pg_addr,
+            pulsar_tls_addr: args.pulsar_tls_addr,
+            https_addr: args.https_addr,
+            tls_cert_file: args.tls_cert_file,
+            tls_key_file: args.tls_key_file,
         },
         BrokerOverrides {
             authentication: AuthOverrides::new(

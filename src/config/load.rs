@@ -124,11 +124,29 @@ pub struct ServerOverrides {
     /// PostgreSQL-wire listener.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pg_addr: Option<SocketAddr>,
+    /// Pulsar-over-TLS listener.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pulsar_tls_addr: Option<SocketAddr>,
+    /// HTTPS listener.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub https_addr: Option<SocketAddr>,
+    /// PEM certificate chain.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_cert_file: Option<std::path::PathBuf>,
+    /// PEM private key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_key_file: Option<std::path::PathBuf>,
 }
 
 impl ServerOverrides {
     fn is_empty(&self) -> bool {
-        self.pulsar_addr.is_none() && self.http_addr.is_none() && self.pg_addr.is_none()
+        self.pulsar_addr.is_none()
+            && self.http_addr.is_none()
+            && self.pg_addr.is_none()
+            && self.pulsar_tls_addr.is_none()
+            && self.https_addr.is_none()
+            && self.tls_cert_file.is_none()
+            && self.tls_key_file.is_none()
     }
 }
 
@@ -259,6 +277,21 @@ mod tests {
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(err.contains("ledger.segment_size"), "{err}");
+        let mut c = Config::default();
+        c.server.https_addr = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 8443)));
+        let err = c
+            .validate()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.contains("server.tls_cert_file"),
+            "TLS without a certificate: {err}"
+        );
+        c.server.tls_cert_file = Some(PathBuf::from("cert.pem"));
+        assert!(c.validate().is_err(), "a certificate without its key");
+        c.server.tls_key_file = Some(PathBuf::from("key.pem"));
+        assert!(c.validate().is_ok());
         assert!(load(
             Some(Path::new("/nonexistent/ll.toml")),
             &Overrides::default()

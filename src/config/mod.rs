@@ -81,8 +81,17 @@ pub struct ServerConfig {
     pub pulsar_addr: SocketAddr,
     /// HTTP: admin API, metrics, health (`/health/live`, `/health/ready`) and SQL.
     pub http_addr: SocketAddr,
-    /// PostgreSQL wire protocol listener for SQL.
+    /// PostgreSQL wire protocol listener for SQL (also offers SSL when a certificate is set).
     pub pg_addr: SocketAddr,
+    /// Pulsar binary protocol over TLS (`pulsar+ssl://`), with `tls_cert_file`. Unset: off.
+    pub pulsar_tls_addr: Option<SocketAddr>,
+    /// HTTPS listener (the same routes as `http_addr`), with `tls_cert_file`. Unset: off.
+    pub https_addr: Option<SocketAddr>,
+    /// PEM file of the server's certificate chain (leaf first) for every TLS listener; with it
+    /// the PostgreSQL listener accepts `sslmode=require` and stronger.
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM file of the certificate's private key (PKCS#8, PKCS#1 or SEC1).
+    pub tls_key_file: Option<PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -91,6 +100,10 @@ impl Default for ServerConfig {
             pulsar_addr: SocketAddr::from(([127, 0, 0, 1], 6650)),
             http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
             pg_addr: SocketAddr::from(([127, 0, 0, 1], 5433)),
+            pulsar_tls_addr: None,
+            https_addr: None,
+            tls_cert_file: None,
+            tls_key_file: None,
         }
     }
 }
@@ -468,7 +481,27 @@ impl Config {
                 ),
             );
         }
+        self.validate_tls()?;
         self.validate_lake()
+    }
+
+    fn validate_tls(&self) -> Result<(), ConfigError> {
+        let s = &self.server;
+        let listener = s.pulsar_tls_addr.is_some() || s.https_addr.is_some();
+        let reason = match (&s.tls_cert_file, &s.tls_key_file) {
+            (Some(_), Some(_)) => return Ok(()),
+            (Some(_), None) => "a certificate needs its key (server.tls_key_file)",
+            (None, Some(_)) => "a key needs its certificate (server.tls_cert_file)",
+            (None, None) if listener => {
+                "a TLS listener (server.pulsar_tls_addr, server.https_addr) needs \
+                 server.tls_cert_file and server.tls_key_file"
+            }
+            (None, None) => return Ok(()),
+        };
+        Err(ConfigError::Invalid {
+            key: "server.tls_cert_file".into(),
+            reason: reason.into(),
+        })
     }
 
     fn validate_lake(&self) -> Result<(), ConfigError> {

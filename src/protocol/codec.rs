@@ -223,7 +223,7 @@ mod tests {
                 command::error(request_id, ServerError::ProducerBusy, name.clone()),
                 command::partitioned_metadata(request_id, n),
                 command::partitioned_metadata_failed(request_id, ServerError::TopicNotFound, name.clone()),
-                command::lookup_connect(request_id, &name),
+                command::lookup_connect(request_id, &name, None),
                 command::lookup_failed(request_id, ServerError::InvalidTopicName, name.clone()),
                 command::producer_success(request_id, &name, seq, Some(version.clone())),
                 command::send_receipt(id, request_id, mid.clone()),

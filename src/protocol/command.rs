@@ -271,10 +271,11 @@ pub fn partitioned_metadata_failed(
 }
 
 /// LOOKUP_RESPONSE answering "connect to me".
-pub fn lookup_connect(request_id: u64, broker_url: &str) -> Outbound {
+pub fn lookup_connect(request_id: u64, broker_url: &str, broker_url_tls: Option<&str>) -> Outbound {
     let mut c = base(Type::LookupResponse);
     c.lookup_topic_response = Some(proto::CommandLookupTopicResponse {
         broker_service_url: Some(broker_url.to_string()),
+        broker_service_url_tls: broker_url_tls.map(str::to_string),
         response: Some(proto::command_lookup_topic_response::LookupType::Connect as i32),
         request_id,
         authoritative: Some(true),

@@ -64,7 +64,14 @@ pub fn to_pg_error(e: SqlError) -> PgWireError {
 }
 
 /// Serves PostgreSQL clients on `listener` until `stop`; connections run on the SQL runtime.
-pub async fn serve(engine: SqlEngine, listener: TcpListener, stop: CancellationToken) {
+/// With `tls`, a client's `SSLRequest` is accepted (psql `sslmode=require` and stronger);
+/// without, it is declined and the client may go on in plain text.
+pub async fn serve(
+    engine: SqlEngine,
+    listener: TcpListener,
+    stop: CancellationToken,
+    tls: Option<pgwire::tokio::TlsAcceptor>,
+) {
     let handlers = Arc::new(Handlers::new(engine.clone()));
     loop {
         let accepted = tokio::select! {
@@ -74,11 +81,11 @@ pub async fn serve(engine: SqlEngine, listener: TcpListener, stop: CancellationT
         match accepted {
             Ok((socket, peer)) => {
                 let handlers = handlers.clone();
-                let stop = stop.clone();
+                let (stop, tls) = (stop.clone(), tls.clone());
                 engine.runtime().spawn(async move {
                     tokio::select! {
                         _ = stop.cancelled() => {}
-                        r = pgwire::tokio::process_socket(socket, None, handlers) => {
+                        r = pgwire::tokio::process_socket(socket, tls, handlers) => {
                             if let Err(e) = r {
                                 tracing::debug!(%peer, error = %e, "postgres connection ended");
                             }

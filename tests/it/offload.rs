@@ -31,6 +31,7 @@ pub(crate) fn config(dir: &std::path::Path) -> Result<Config, Box<dyn std::error
             pulsar_addr: "127.0.0.1:0".parse()?,
             http_addr: "127.0.0.1:0".parse()?,
             pg_addr: "127.0.0.1:0".parse()?,
+            ..ServerConfig::default()
         },
         ..Config::default()
     })

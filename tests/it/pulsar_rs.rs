@@ -40,6 +40,7 @@ async fn start() -> Result<(tempfile::TempDir, Service), Box<dyn std::error::Err
             pulsar_addr: "127.0.0.1:0".parse()?,
             http_addr: "127.0.0.1:0".parse()?,
             pg_addr: "127.0.0.1:0".parse()?,
+            ..ServerConfig::default()
         },
         ..Config::default()
     };

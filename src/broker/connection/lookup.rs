@@ -122,7 +122,11 @@ impl Connection {
         self.defer(async move {
             Completion::reply(
                 match authorized(&broker, &principal, &l.topic, Action::Lookup, None).await {
-                    Ok(_) => command::lookup_connect(l.request_id, &broker.service_url),
+                    Ok(_) => command::lookup_connect(
+                        l.request_id,
+                        &broker.urls.plain,
+                        broker.urls.tls.as_deref(),
+                    ),
                     Err(e) => command::lookup_failed(l.request_id, server_error(&e), e.to_string()),
                 },
             )

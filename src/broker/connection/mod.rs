@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use futures::stream::FuturesUnordered;
 use futures::{SinkExt, StreamExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 use tokio_util::codec::{FramedRead, FramedWrite};
 
@@ -144,9 +144,13 @@ pub struct Connection {
 
 impl Connection {
     /// Serves one connection until it closes, fails, or the broker stops.
-    pub async fn run(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr) {
+    /// The stream is plain TCP (`pulsar://`) or TLS (`pulsar+ssl://`).
+    pub async fn run<S>(broker: Arc<Broker>, stream: S, peer: SocketAddr)
+    where
+        S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
         let max = broker.config.max_message_size.as_u64() as usize;
-        let (read, write) = stream.into_split();
+        let (read, write) = tokio::io::split(stream);
         let mut frames = FramedRead::new(read, PulsarCodec::new(max));
         let (out, mut out_rx) = mpsc::channel::<Outbound>(OUTBOUND_QUEUE);
         let writer = tokio::spawn(async move {
