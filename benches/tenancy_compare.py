@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Issue 17 figures: publish-rate accuracy (set vs measured), the cost of authentication +
+"""Issue 17 figures: publish- and dispatch-rate accuracy (set vs measured), the cost of authentication +
 authorization on produce throughput and p99, and the publish p99 of one tenant with and
 without another tenant flat out at its quota. Every figure is measured in the same run by
 `ledgerlake perf produce` against services this script starts on 127.0.0.1 (and stops by PID).
 
     python3 benches/tenancy_compare.py --bin target/release/ledgerlake [--runs 3] [--seconds 10]
+        [--only dispatch]
 """
 import argparse
 import json
@@ -122,6 +123,43 @@ def accuracy(binary, seconds):
         svc.stop()
 
 
+def consume(binary, svc, topic, sub, seconds):
+    args = [binary, "perf", "consume", "--service-url", f"pulsar://127.0.0.1:{svc.pulsar}",
+            "--topic", topic, "--subscription", sub, "--duration", f"{seconds}s", "--json"]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=seconds + 120, check=True)
+    return json.loads(out.stdout)
+
+
+def dispatch_accuracy(binary, seconds):
+    """Dispatch rates: a backlog is produced first, then consumed under each limit."""
+    svc = Service(binary)
+    try:
+        rows = []
+        ns = "/namespaces/public"
+        for name, path, policy, size in [
+                ("topic dispatchRate 1000 msg/s", "dispatchRate",
+                 {"dispatchThrottlingRateInMsg": 1000}, 100),
+                ("subscriptionDispatchRate 500 msg/s", "subscriptionDispatchRate",
+                 {"dispatchThrottlingRateInMsg": 500}, 100),
+                ("dispatchRate 1 MB/s (1 KiB msgs)", "dispatchRate",
+                 {"dispatchThrottlingRateInByte": 1_000_000}, 1024)]:
+            topic_ns = f"dispatch{len(rows)}"
+            topic = f"persistent://public/{topic_ns}/t"
+            assert svc.admin("PUT", f"{ns}/{topic_ns}") == 204
+            perf(binary, svc, topic, 3, size=size)
+            assert svc.admin("POST", f"{ns}/{topic_ns}/{path}", policy) == 204
+            r = consume(binary, svc, topic, "bench", seconds)
+            if "dispatchThrottlingRateInByte" in policy:
+                # The limit counts each entry with its metadata, as Pulsar's does.
+                rows.append((name, policy["dispatchThrottlingRateInByte"],
+                             r["msgs_per_s"] * size, "payload B/s"))
+            else:
+                rows.append((name, policy["dispatchThrottlingRateInMsg"], r["msgs_per_s"], "msg/s"))
+        return rows
+    finally:
+        svc.stop()
+
+
 def security_cost(binary, seconds, runs, rate):
     key = tempfile.mktemp(prefix="ll-key-")
     subprocess.run([binary, "token", "create-secret-key", "--output", key], check=True,
@@ -174,18 +212,30 @@ def med(results, key):
     return statistics.median(r[key] if key != "p99" else r["latency"]["p99_us"] for r in results)
 
 
+def accuracy_table(title, rows):
+    print(f"\n## {title}")
+    print("| limit | set | measured | unit | error |")
+    print("|---|---|---|---|---|")
+    for name, limit, measured, unit in rows:
+        print(f"| {name} | {limit} | {measured:.0f} | {unit} | {100 * (measured - limit) / limit:+.1f} % |")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--rate", type=int, default=20000, help="fixed rate of the latency runs")
+    ap.add_argument("--only", choices=["dispatch"], help="only the dispatch-rate figures")
     a = ap.parse_args()
-    print("## publish-rate accuracy (one run each, 10 s)")
-    print("| limit | set | measured | unit | error |")
-    print("|---|---|---|---|---|")
-    for name, limit, measured, unit in accuracy(a.bin, a.seconds):
-        print(f"| {name} | {limit} | {measured:.0f} | {unit} | {100 * (measured - limit) / limit:+.1f} % |")
+    if a.only == "dispatch":
+        accuracy_table("dispatch-rate accuracy (one run each, consumed from a backlog)",
+                       dispatch_accuracy(a.bin, a.seconds))
+        return
+    accuracy_table(f"publish-rate accuracy (one run each, {a.seconds} s)",
+                   accuracy(a.bin, a.seconds))
+    accuracy_table("dispatch-rate accuracy (one run each, consumed from a backlog)",
+                   dispatch_accuracy(a.bin, a.seconds))
     print(f"\n## authentication + authorization off vs on ({a.rate} msg/s offered, medians of {a.runs})")
     sec = security_cost(a.bin, a.seconds, a.runs, a.rate)
     print("| | msg/s | p50 µs | p99 µs |")

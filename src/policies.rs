@@ -91,6 +91,9 @@ pub struct NamespacePolicies {
     /// wins).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subscription_dispatch_rate: Option<DispatchRate>,
+    /// `subscribeRate`: SUBSCRIBEs per consumer and period (at topic scope, wins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subscribe_rate: Option<SubscribeRate>,
 }
 
 /// Pulsar's `PublishRate`: messages and bytes per second (-1 or 0 = unlimited).
@@ -128,16 +131,24 @@ fn one_second() -> u32 {
     1
 }
 
-impl DispatchRate {
-    /// Messages and bytes per second (≤ 0 = unlimited; a positive rate is at least 1/s).
-    pub fn per_second(&self) -> (i64, i64) {
-        let period = i64::from(self.rate_period_in_second.max(1));
-        let scale = |v: i64| if v > 0 { (v / period).max(1) } else { -1 };
-        (
-            scale(self.dispatch_throttling_rate_in_msg),
-            scale(self.dispatch_throttling_rate_in_byte),
-        )
-    }
+/// Pulsar's `SubscribeRate`: SUBSCRIBEs each consumer may make per period (≤ 0 = unlimited).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubscribeRate {
+    /// Subscribes per consumer per period.
+    #[serde(default = "unlimited32")]
+    pub subscribe_throttling_rate_per_consumer: i32,
+    /// Length of the period in seconds (Pulsar's default 30).
+    #[serde(default = "thirty_seconds")]
+    pub rate_period_in_second: u32,
+}
+
+fn unlimited32() -> i32 {
+    -1
+}
+
+fn thirty_seconds() -> u32 {
+    30
 }
 
 fn unlimited() -> i64 {
@@ -236,6 +247,8 @@ pub struct TopicRates {
     pub dispatch: Option<DispatchRate>,
     /// `subscriptionDispatchRate`.
     pub subscription_dispatch: Option<DispatchRate>,
+    /// `subscribeRate`.
+    pub subscribe: Option<SubscribeRate>,
     /// The namespace's resource group.
     pub resource_group: Option<String>,
 }
@@ -326,6 +339,7 @@ impl PolicyStore {
             subscription_dispatch: own
                 .subscription_dispatch_rate
                 .or(ns.subscription_dispatch_rate),
+            subscribe: own.subscribe_rate.or(ns.subscribe_rate),
             resource_group: ns.resource_group_name,
         })
     }
@@ -512,6 +526,10 @@ mod tests {
                     rate_period_in_second: p,
                 }),
                 subscription_dispatch_rate: None,
+                subscribe_rate: max_producers.map(|m| SubscribeRate {
+                    subscribe_throttling_rate_per_consumer: m as i32,
+                    rate_period_in_second: m,
+                }),
             };
             prop_assert_eq!(NamespacePolicies::decode(&p.encode()), Ok(p));
         }

@@ -7,7 +7,8 @@
 //! the same acceptor).
 //!
 //! Invariants:
-//! - A handshake that does not finish within [`HANDSHAKE_TIMEOUT`] drops its connection.
+//! - A handshake that does not finish within [`HANDSHAKE_TIMEOUT`] drops its connection, and
+//!   at most [`MAX_HANDSHAKES`] run at once per listener.
 //! - Nothing is accepted after the stop token is cancelled.
 
 use std::net::SocketAddr;
@@ -25,6 +26,9 @@ use tokio_util::sync::CancellationToken;
 
 /// The longest a client may take to complete its TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Handshakes in progress at once per listener; further connections wait to be accepted.
+pub const MAX_HANDSHAKES: usize = 256;
 
 /// Why the TLS configuration could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -88,8 +92,12 @@ impl TlsIncoming {
     ) -> std::io::Result<TlsIncoming> {
         let local = listener.local_addr()?;
         let (tx, rx) = mpsc::channel(64);
+        let slots = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
         tokio::spawn(async move {
             loop {
+                let Ok(slot) = slots.clone().acquire_owned().await else {
+                    return;
+                };
                 let (tcp, peer) = tokio::select! {
                     _ = stop.cancelled() => return,
                     accepted = listener.accept() => match accepted {
@@ -104,7 +112,10 @@ impl TlsIncoming {
                 let _ = tcp.set_nodelay(true);
                 let (acceptor, tx) = (acceptor.clone(), tx.clone());
                 tokio::spawn(async move {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                    let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp));
+                    let done = handshake.await;
+                    drop(slot);
+                    match done {
                         Ok(Ok(tls)) => {
                             let _ = tx.send((tls, peer)).await;
                         }

@@ -8,7 +8,10 @@
 //! - `dispatchRate` (`DispatchRate` `{"dispatchThrottlingRateInMsg",
 //!   "dispatchThrottlingRateInByte", "ratePeriodInSecond"}`): per topic partition, shared by its
 //!   subscriptions;
-//! - `subscriptionDispatchRate` (the same body): per subscription.
+//! - `subscriptionDispatchRate` (the same body): per subscription;
+//! - `subscribeRate` (`SubscribeRate` `{"subscribeThrottlingRatePerConsumer",
+//!   "ratePeriodInSecond": 30}`): SUBSCRIBEs each consumer (client host and consumer name) may
+//!   make per period and topic partition; beyond, `NotAllowedError`.
 //!
 //! `relativeToPublishRate: true` is refused (400): it is not supported.
 
@@ -24,7 +27,7 @@ use super::quotas::superuser_only;
 use super::tenancy::json_body;
 use super::{namespace_path, topic_path, AdminState};
 use crate::auth::Principal;
-use crate::policies::{DispatchRate, NamespacePolicies, PublishRate};
+use crate::policies::{DispatchRate, NamespacePolicies, PublishRate, SubscribeRate};
 
 /// A rate body: its JSON shape and what it refuses.
 trait RateBody: Serialize + DeserializeOwned + Copy + Send + Sync + 'static {
@@ -35,11 +38,27 @@ trait RateBody: Serialize + DeserializeOwned + Copy + Send + Sync + 'static {
 
 impl RateBody for PublishRate {}
 
+impl RateBody for SubscribeRate {
+    fn check(&self) -> Result<(), AdminError> {
+        if self.rate_period_in_second == 0 {
+            return Err(AdminError::BadRequest(
+                "ratePeriodInSecond must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl RateBody for DispatchRate {
     fn check(&self) -> Result<(), AdminError> {
         if self.relative_to_publish_rate {
             return Err(AdminError::BadRequest(
                 "relativeToPublishRate is not supported".into(),
+            ));
+        }
+        if self.rate_period_in_second == 0 {
+            return Err(AdminError::BadRequest(
+                "ratePeriodInSecond must be at least 1".into(),
             ));
         }
         Ok(())
@@ -50,9 +69,10 @@ pub(super) fn routes() -> Router<AdminState> {
     let router = Router::new();
     let router = with_rate::<PublishRate>(router, "publishRate", |p| &mut p.publish_rate);
     let router = with_rate::<DispatchRate>(router, "dispatchRate", |p| &mut p.dispatch_rate);
-    with_rate::<DispatchRate>(router, "subscriptionDispatchRate", |p| {
+    let router = with_rate::<DispatchRate>(router, "subscriptionDispatchRate", |p| {
         &mut p.subscription_dispatch_rate
-    })
+    });
+    with_rate::<SubscribeRate>(router, "subscribeRate", |p| &mut p.subscribe_rate)
 }
 
 /// Adds the namespace and topic routes of one rate policy.

@@ -47,6 +47,9 @@ pub enum BrokerError {
     /// The topic or subscription is stopping (deleted, unloaded, shutting down).
     #[error("{0}")]
     Stopped(String),
+    /// A consumer subscribed more often than the topic's `subscribeRate` allows.
+    #[error("{0}")]
+    SubscribeRateExceeded(String),
     /// Creating the topic would exceed its namespace's `maxTopicsPerNamespace`.
     #[error("{0}")]
     TooManyTopics(String),
@@ -89,7 +92,9 @@ pub fn server_error(e: &BrokerError) -> ServerError {
         BrokerError::Schema(_) => ServerError::MetadataError,
         BrokerError::Denied(_) => ServerError::AuthorizationError,
         BrokerError::Stopped(_) => ServerError::ServiceNotReady,
-        BrokerError::TooManyTopics(_) => ServerError::NotAllowedError,
+        BrokerError::TooManyTopics(_) | BrokerError::SubscribeRateExceeded(_) => {
+            ServerError::NotAllowedError
+        }
         BrokerError::QuotaHold(_) => ServerError::ProducerBlockedQuotaExceededError,
         BrokerError::QuotaException(_) => ServerError::ProducerBlockedQuotaExceededException,
     }

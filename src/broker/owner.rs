@@ -121,8 +121,9 @@ struct Owner {
     blocked: Option<crate::policies::BacklogPolicy>,
     /// The oldest unacknowledged entry last read for the age checks, and its publish time.
     age_probe: Option<(Position, i64)>,
-    /// Invariant: a backlog check started by this owner is running.
-    checking: bool,
+    /// The backlog check started last (`None`: none since its verdict). Aborted when the
+    /// owner stops, so no check outlives the loaded topic.
+    check: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// Starts the owner of a loaded topic partition and returns its handle.
@@ -137,6 +138,7 @@ pub(crate) fn spawn(setup: OwnerSetup) -> Arc<BrokerTopic> {
         publish_budget: setup.publish_budget,
         throttle: Default::default(),
         dispatch: Default::default(),
+        subscribe_gate: Default::default(),
         limits: Default::default(),
     });
     topic.limits.set(setup.policies.consumers);
@@ -163,7 +165,7 @@ pub(crate) fn spawn(setup: OwnerSetup) -> Arc<BrokerTopic> {
         persist_every: setup.persist_every,
         blocked: None,
         age_probe: None,
-        checking: false,
+        check: None,
     };
     tokio::spawn(run(owner, rx));
     topic
@@ -184,6 +186,8 @@ enum Exit {
 }
 
 async fn run(mut owner: Owner, mut rx: mpsc::Receiver<TopicCommand>) {
+    // A quota exceeded before a restart holds from the start, not from the first tick.
+    owner.start_backlog_check();
     let mut appends = FuturesOrdered::new();
     let exit = loop {
         tokio::select! {
@@ -210,6 +214,9 @@ async fn run(mut owner: Owner, mut rx: mpsc::Receiver<TopicCommand>) {
             },
         }
     };
+    if let Some(check) = owner.check.take() {
+        check.abort();
+    }
     while let Some((f, result)) = appends.next().await {
         owner.settled(f, result);
     }

@@ -19,8 +19,11 @@ pub(super) enum Kind {
 
 fn dispatch_rate(r: Option<DispatchRate>) -> Rate {
     r.map_or(Rate::default(), |r| {
-        let (msgs, bytes) = r.per_second();
-        Rate::from_pulsar(msgs, bytes)
+        Rate::per_period(
+            r.dispatch_throttling_rate_in_msg,
+            r.dispatch_throttling_rate_in_byte,
+            r.rate_period_in_second,
+        )
     })
 }
 
@@ -65,6 +68,16 @@ impl Broker {
             dispatch_rate(rates.dispatch),
             dispatch_rate(rates.subscription_dispatch),
             group_dispatch,
+        );
+        let (per_consumer, period) = rates.subscribe.map_or((0, 30), |r| {
+            (
+                u32::try_from(r.subscribe_throttling_rate_per_consumer).unwrap_or(0),
+                r.rate_period_in_second.max(1),
+            )
+        });
+        t.subscribe_gate.set(
+            per_consumer,
+            std::time::Duration::from_secs(u64::from(period)),
         );
     }
 

@@ -666,8 +666,8 @@ impl State {
                     // Acknowledged before a restart: never deliver it again.
                     continue;
                 }
-                let Some(idx) = self.pick_consumer() else {
-                    // No permits left: put it back for later.
+                let Some(idx) = self.pick_consumer().filter(|_| !self.backing_off()) else {
+                    // No permits left, or a dispatch rate is in debt: put it back for later.
                     self.redeliver.insert(entry.position);
                     continue;
                 };

@@ -14,6 +14,9 @@
 //! `subscriptionDispatchRate`; the resource group's dispatch quota); in debt, it waits until
 //! the debt is repaid; each entry sent takes its messages and bytes.
 //!
+//! Subscribe rates ([`SubscribeGate`]): SUBSCRIBEs per consumer and period, counted per topic
+//! partition.
+//!
 //! Invariants:
 //! - A bucket holds at most a tenth of a second of its rate (at least one message's worth), so
 //!   a producer idle for a while cannot then exceed its rate by more than that.
@@ -33,23 +36,36 @@ use tokio::time::Instant;
 /// The longest a bucket's debt can make its senders wait.
 pub const MAX_DEBT: Duration = Duration::from_secs(5);
 
-/// A rate in messages and bytes per second; `None` = unlimited in that dimension.
+/// A rate in messages and bytes per period; `None` = unlimited in that dimension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Rate {
-    /// Messages per second.
+    /// Messages per period.
     pub msgs: Option<u64>,
-    /// Bytes per second.
+    /// Bytes per period.
     pub bytes: Option<u64>,
+    /// The period in seconds (0 is taken as 1).
+    pub period_secs: u32,
 }
 
 impl Rate {
-    /// A rate from Pulsar's numbers (≤ 0 = unlimited).
+    /// A rate per second from Pulsar's numbers (≤ 0 = unlimited).
     pub fn from_pulsar(msgs: i64, bytes: i64) -> Rate {
+        Rate::per_period(msgs, bytes, 1)
+    }
+
+    /// A rate per `period_secs` seconds from Pulsar's numbers (≤ 0 = unlimited), e.g. a
+    /// `DispatchRate` with `ratePeriodInSecond`.
+    pub fn per_period(msgs: i64, bytes: i64, period_secs: u32) -> Rate {
         let positive = |v: i64| u64::try_from(v).ok().filter(|v| *v > 0);
         Rate {
             msgs: positive(msgs),
             bytes: positive(bytes),
+            period_secs: period_secs.max(1),
         }
+    }
+
+    fn per_second(&self, amount: u64) -> f64 {
+        amount as f64 / f64::from(self.period_secs.max(1))
     }
 
     /// Whether nothing is limited.
@@ -67,8 +83,8 @@ struct Bucket {
 }
 
 impl Bucket {
-    fn new(rate: u64) -> Bucket {
-        let rate = rate as f64;
+    /// A full bucket refilled at `rate` per second.
+    fn new(rate: f64) -> Bucket {
         let burst = (rate / 10.0).max(1.0);
         Bucket {
             rate,
@@ -120,8 +136,8 @@ impl RateLimiter {
         Arc::new(RateLimiter {
             rate,
             state: Mutex::new(Buckets {
-                msgs: rate.msgs.map(Bucket::new),
-                bytes: rate.bytes.map(Bucket::new),
+                msgs: rate.msgs.map(|m| Bucket::new(rate.per_second(m))),
+                bytes: rate.bytes.map(|b| Bucket::new(rate.per_second(b))),
                 last: Instant::now(),
             }),
             throttled: AtomicU64::new(0),
@@ -161,7 +177,9 @@ impl RateLimiter {
     }
 
     /// How many messages may be sent at `now` (`None`: no message limit), or until when to
-    /// wait: until every bucket holds at least one token.
+    /// wait: until every bucket holds at least one token (a byte bucket in debt waits too;
+    /// a sender charges each item and stops at the first debt, so it overdraws by at most
+    /// one item).
     pub fn ready(&self, now: Instant) -> Result<Option<u64>, Instant> {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let elapsed = now.saturating_duration_since(s.last);
@@ -269,6 +287,69 @@ impl TopicThrottle {
     }
 }
 
+/// Pulsar's subscribe rate: each consumer (client host and consumer name) may subscribe to
+/// the topic partition at most `rate` times per `period`; beyond, SUBSCRIBE is refused until
+/// its period ends.
+#[derive(Debug, Default)]
+pub struct SubscribeGate {
+    /// Invariant: the limit in force and, per consumer, its current period's start and count.
+    state: Mutex<SubscribeWindows>,
+}
+
+#[derive(Debug, Default)]
+struct SubscribeWindows {
+    /// Subscribes per period (0: unlimited).
+    rate: u32,
+    period: Duration,
+    windows: std::collections::HashMap<String, (Instant, u32)>,
+}
+
+/// Consumers remembered before finished periods are swept out.
+const SUBSCRIBE_WINDOWS_SWEEP: usize = 1024;
+
+impl SubscribeGate {
+    /// Puts `rate` subscribes per `period` in force (0: unlimited); a change starts afresh.
+    pub fn set(&self, rate: u32, period: Duration) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if s.rate != rate || s.period != period {
+            *s = SubscribeWindows {
+                rate,
+                period,
+                windows: Default::default(),
+            };
+        }
+    }
+
+    /// Counts one SUBSCRIBE of `consumer`, unless its period's allowance is used up.
+    pub fn admit(&self, consumer: &str) -> Result<(), super::BrokerError> {
+        self.admit_at(consumer, Instant::now())
+    }
+
+    fn admit_at(&self, consumer: &str, now: Instant) -> Result<(), super::BrokerError> {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if s.rate == 0 {
+            return Ok(());
+        }
+        let (rate, period) = (s.rate, s.period);
+        if s.windows.len() >= SUBSCRIBE_WINDOWS_SWEEP {
+            s.windows
+                .retain(|_, (start, _)| now.saturating_duration_since(*start) < period);
+        }
+        let w = s.windows.entry(consumer.to_string()).or_insert((now, 0));
+        if now.saturating_duration_since(w.0) >= period {
+            *w = (now, 0);
+        }
+        if w.1 >= rate {
+            return Err(super::BrokerError::SubscribeRateExceeded(format!(
+                "Subscribe limited by subscribe rate limit per consumer ({rate} per {} s)",
+                period.as_secs()
+            )));
+        }
+        w.1 += 1;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -335,6 +416,25 @@ mod tests {
         let later = t + Duration::from_secs(3600);
         assert_eq!(l.acquire(1, 1, later), None);
         assert!(l.acquire(1, 1, later).is_some());
+    }
+
+    #[test]
+    fn subscribe_gate_counts_per_consumer_and_period() {
+        let gate = SubscribeGate::default();
+        let t = Instant::now();
+        assert!(gate.admit_at("a", t).is_ok(), "unlimited by default");
+        gate.set(2, Duration::from_secs(30));
+        assert!(gate.admit_at("a", t).is_ok());
+        assert!(gate.admit_at("a", t).is_ok());
+        assert!(gate.admit_at("a", t + Duration::from_secs(1)).is_err());
+        assert!(
+            gate.admit_at("b", t).is_ok(),
+            "another consumer has its own allowance"
+        );
+        assert!(
+            gate.admit_at("a", t + Duration::from_secs(30)).is_ok(),
+            "a new period"
+        );
     }
 
     #[test]

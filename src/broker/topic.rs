@@ -58,6 +58,8 @@ pub struct BrokerTopic {
     /// Dispatch rate limits in force (read by the subscriptions before each read; the broker
     /// replaces them when policies change).
     pub(crate) dispatch: super::throttle::DispatchThrottle,
+    /// The subscribe rate in force (`subscribeRate`), per consumer.
+    pub(crate) subscribe_gate: super::throttle::SubscribeGate,
     /// Consumer and unacked-message limits in force (read by the subscriptions, written by
     /// the owner) and the count of attached consumers.
     pub(crate) limits: super::limits::ConsumerLimits,

@@ -39,8 +39,8 @@ pub struct ServeArgs {
     /// the SQL issue lands.)
     #[arg(long)]
     pub pg_addr: Option<SocketAddr>,
-    /// Pulsar-over-TLS (`pulsar+ssl://`) listen address; needs --tls-cert-file and
-    /// --tls-key-file. Pulsar's port is 6651. Default: off.
+    /// Pulsar-over-TLS (`pulsar+ssl://`) listen address; needs the certificate and key flags
+    /// below. Pulsar's port is 6651. Default: off.
     #[arg(long)]
     pub pulsar_tls_addr: Option<SocketAddr>,
     /// HTTPS listen address (admin, SQL, health); needs the certificate. Pulsar's port is

@@ -138,3 +138,33 @@ def test_max_topics_per_namespace(fresh_service):
     assert call(svc, "DELETE", "/namespaces/public/few/maxTopicsPerNamespace")[0] == 204
     client.create_producer("persistent://public/few/b").close()
     client.close()
+
+
+def test_every_policy_survives_sigkill(fresh_service):
+    import signal
+    svc = fresh_service
+    svc.start()
+    svc.create_namespace("public/keep")
+    ns, topic = "/namespaces/public/keep", "/persistent/public/keep/t"
+    dispatch = {"dispatchThrottlingRateInMsg": 100, "dispatchThrottlingRateInByte": -1,
+                "relativeToPublishRate": False, "ratePeriodInSecond": 1}
+    policies = [
+        (f"{ns}/publishRate", {"publishThrottlingRateInMsg": 10, "publishThrottlingRateInByte": -1}),
+        (f"{ns}/dispatchRate", dispatch),
+        (f"{topic}/subscriptionDispatchRate", dispatch),
+        (f"{ns}/subscribeRate", {"subscribeThrottlingRatePerConsumer": 5, "ratePeriodInSecond": 30}),
+        (f"{ns}/maxProducersPerTopic", 3), (f"{topic}/maxConsumers", 4),
+        (f"{ns}/maxConsumersPerSubscription", 2), (f"{topic}/maxUnackedMessagesOnConsumer", 7),
+        (f"{ns}/maxUnackedMessagesPerSubscription", 70), (f"{ns}/maxTopicsPerNamespace", 9),
+        (f"{ns}/messageTTL", 3600),
+    ]
+    for path, value in policies:
+        body = value if isinstance(value, dict) else str(value)
+        assert call(svc, "POST", path, body)[0] == 204, path
+    quota = {"limitSize": 1 << 30, "limitTime": -1, "policy": "producer_exception"}
+    assert call(svc, "POST", f"{ns}/backlogQuota", quota)[0] == 204
+    svc.stop(signal.SIGKILL)
+    svc.start()
+    for path, value in policies:
+        assert call(svc, "GET", path) == (200, value), path
+    assert call(svc, "GET", f"{ns}/backlogQuotaMap") == (200, {"destination_storage": quota})

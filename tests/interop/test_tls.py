@@ -28,6 +28,7 @@ def openssl(*args, cwd):
 
 def make_certs(d):
     """A CA and a server certificate for 127.0.0.1 and localhost signed by it."""
+    os.makedirs(d, exist_ok=True)
     openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
             "ca.pem", "-days", "2", "-subj", "/CN=ledgerlake test CA",
             "-addext", "basicConstraints=critical,CA:TRUE",
@@ -80,9 +81,11 @@ def test_pulsar_https_and_psql_over_verified_tls(tls_service):
     assert [m.data().decode() for m in got] == [f"m-{i}" for i in range(10)]
     client.close()
     # A client that does not trust the CA cannot connect.
+    other_ca = make_certs(os.path.join(os.path.dirname(ca), "other"))["ca"]
     untrusting = pulsar.Client(svc.tls_url, operation_timeout_seconds=5,
+                               tls_trust_certs_file_path=other_ca,
                                authentication=pulsar.AuthenticationToken(TOKEN))
-    with pytest.raises(pulsar.PulsarException):
+    with pytest.raises(pulsar.ConnectError):
         untrusting.create_producer(topic)
     untrusting.close()
     # The plain listener still serves.
@@ -110,11 +113,11 @@ def test_pulsar_https_and_psql_over_verified_tls(tls_service):
     assert r.returncode == 0, r.stderr
     assert "SSL connection" in r.stdout, r.stdout
     assert r.stdout.strip().splitlines()[-1] == "11", r.stdout
-    # Without the CA, verify-full fails; plain-text psql still works beside it.
+    # Trusting another CA, verify-full fails on the certificate; plain-text psql still works.
     r = subprocess.run(["psql", f"host=127.0.0.1 port={svc.pg_port} user=app dbname=lake "
-                        "sslmode=verify-full sslrootcert=/nonexistent", "-X", "-w", "-c",
+                        f"sslmode=verify-full sslrootcert={other_ca}", "-X", "-w", "-c",
                         "SELECT 1"], capture_output=True, text=True, env=env, timeout=60)
-    assert r.returncode != 0
+    assert r.returncode != 0 and "certificate verify failed" in r.stderr, r.stderr
     r = subprocess.run(["psql", f"host=127.0.0.1 port={svc.pg_port} user=app dbname=lake "
                         "sslmode=disable", "-X", "-A", "-t", "-w", "-c", "SELECT 1"],
                        capture_output=True, text=True, env=env, timeout=60)

@@ -56,6 +56,8 @@ impl Connection {
         }
         let (broker, principal) = (self.broker.clone(), self.principal());
         let (key, out) = ((self.id, s.consumer_id), self.out.clone());
+        // Pulsar's consumer identity for the subscribe rate: client host and consumer name.
+        let identity = format!("{}/{}", self.peer.ip(), s.consumer_name);
         self.defer(async move {
             let joined = async {
                 let topic = open_topic(
@@ -70,6 +72,7 @@ impl Connection {
                     let base = topic.name.base().to_string();
                     schema::resolve(&broker.metadata(), &base, sc).await?;
                 }
+                topic.subscribe_gate.admit(&identity)?;
                 let handle = topic
                     .subscribe(SubscribeRequest {
                         name: s.subscription.clone(),

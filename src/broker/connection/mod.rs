@@ -113,10 +113,15 @@ fn finish_opening(map: &mut HashMap<u64, Opening>, id: u64, request_id: u64) -> 
     }
 }
 
+/// The longest a closing connection waits for its last frames to be written.
+const WRITER_DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// A client connection.
 pub struct Connection {
     broker: Arc<Broker>,
     id: u64,
+    /// The client's address (its host identifies its consumers for the subscribe rate).
+    peer: SocketAddr,
     out: mpsc::Sender<Outbound>,
     producers: HashMap<u64, produce::ProducerState>,
     consumers: HashMap<u64, consume::ConsumerState>,
@@ -168,9 +173,12 @@ impl Connection {
                     return;
                 }
             }
+            // Every sender is gone: end the stream (a TLS close_notify, a TCP FIN).
+            let _ = sink.close().await;
         });
         let mut conn = Connection {
             id: broker.next_id(),
+            peer,
             broker: broker.clone(),
             out,
             producers: HashMap::new(),
@@ -233,7 +241,11 @@ impl Connection {
         tracing::debug!(peer = %peer, conn = conn.id, %reason, "connection closed");
         conn.close().await;
         drop(conn);
-        let _ = writer.await;
+        // A peer that stopped reading must not hold up the broker's shutdown.
+        let abort = writer.abort_handle();
+        if tokio::time::timeout(WRITER_DRAIN, writer).await.is_err() {
+            abort.abort();
+        }
     }
 
     /// Queues `o` for the writer (waits while the queue is full). The future owns a clone of

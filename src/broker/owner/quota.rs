@@ -14,7 +14,8 @@
 //! Invariants:
 //! - `Owner::blocked` is `Some` exactly while the last verdict on the limits in force found a
 //!   hold or exception quota exceeded.
-//! - At most one check runs per topic partition (`Owner::checking`).
+//! - At most one check runs per topic partition (`Owner::check`); one that ended without a
+//!   verdict (it panicked) is replaced by the next, and none outlives the owner.
 //! - A subscription is never moved backwards, and never past the last durable entry.
 
 use std::sync::Arc;
@@ -42,10 +43,9 @@ impl Owner {
             self.unblock();
             return;
         }
-        if self.checking {
+        if self.check.as_ref().is_some_and(|c| !c.is_finished()) {
             return;
         }
-        self.checking = true;
         let subs: Vec<SubscriptionHandle> = self
             .subscriptions
             .values()
@@ -54,21 +54,22 @@ impl Owner {
             .collect();
         let topic = self.topic.clone();
         let probe = self.age_probe;
-        tokio::spawn(async move {
+        self.check = Some(tokio::spawn(async move {
             let verdict = check(&topic, &subs, limits, probe).await;
             let _ = topic
                 .owner
                 .send(TopicCommand::BacklogChecked(verdict))
                 .await;
-        });
+        }));
     }
 
     /// Acts on a finished check: blocks (closing the producers the first time) or unblocks.
     pub(super) async fn backlog_checked(&mut self, v: BacklogVerdict) {
-        self.checking = false;
+        self.check = None;
         self.age_probe = v.age_probe;
         if v.limits != self.policies.backlog {
-            // The policies changed while it ran: the next check decides.
+            // The policies changed while it ran: check again under the new ones.
+            self.start_backlog_check();
             return;
         }
         match v.exceeded {

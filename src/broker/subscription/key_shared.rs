@@ -46,13 +46,17 @@ impl State {
             if self.eligible_permits() <= 0 {
                 return false;
             }
-            let Some(allowed) = self.dispatch_allowance() else {
+            if self.dispatch_allowance().is_none() {
                 return false;
-            };
+            }
             let mut progressed = false;
             let mut blocked: std::collections::HashSet<u16> = std::collections::HashSet::new();
             let held: Vec<Position> = self.redeliver.iter().copied().collect();
             for p in held {
+                if self.backing_off() {
+                    // A dispatch rate went into debt: the rest waits (in order).
+                    return false;
+                }
                 let entry = match self.reader.read_entry(p).await {
                     Ok(e) => e,
                     Err(e) => {
@@ -79,6 +83,10 @@ impl State {
                 // until some of them went out (Pulsar's look-ahead limit).
                 return false;
             }
+            // What the held entries spent is no longer available.
+            let Some(allowed) = self.dispatch_allowance() else {
+                return false;
+            };
             let budget = self.eligible_permits();
             let entries = match self
                 .reader
@@ -105,7 +113,13 @@ impl State {
                 }
                 let h = key_hash(&entry);
                 match (blocked.contains(&h), self.key_target(h)) {
-                    (false, Some(idx)) => progressed |= self.deliver(idx, entry, Some(h)).await,
+                    (false, Some(idx)) if !self.backing_off() => {
+                        progressed |= self.deliver(idx, entry, Some(h)).await;
+                    }
+                    // A dispatch rate is in debt: it waits, and so does the rest of the read.
+                    (false, Some(_)) => {
+                        self.redeliver.insert(pos);
+                    }
                     _ => {
                         blocked.insert(h);
                         self.redeliver.insert(pos);

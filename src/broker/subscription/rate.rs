@@ -39,14 +39,19 @@ impl State {
         Some(allowed)
     }
 
-    /// Takes one dispatched entry of `msgs` messages and `bytes` bytes from the limiters.
-    pub(super) fn charge_dispatch(&self, msgs: u64, bytes: u64) {
+    /// Takes one dispatched entry of `msgs` messages and `bytes` bytes from the limiters; when
+    /// that leaves one in debt, dispatch waits (`retry_at`) and sends nothing more until then.
+    pub(super) fn charge_dispatch(&mut self, msgs: u64, bytes: u64) {
         if self.rate_limiters.is_empty() {
             return;
         }
         let now = Instant::now();
+        let mut resume: Option<Instant> = None;
         for l in &self.rate_limiters {
-            l.acquire(msgs, bytes, now);
+            resume = resume.max(l.acquire(msgs, bytes, now));
+        }
+        if resume.is_some() {
+            self.retry_at = resume.max(self.retry_at);
         }
     }
 }
