@@ -411,8 +411,15 @@ impl Owner {
         // Limits apply to the next registration or check; the dedup state follows below.
         self.policies.max_producers = p.max_producers;
         self.policies.backlog = p.backlog;
-        self.policies.consumers = p.consumers;
-        self.topic.limits.set(p.consumers);
+        if self.policies.consumers != p.consumers {
+            self.policies.consumers = p.consumers;
+            self.topic.limits.set(p.consumers);
+            // A raised unacked limit lets paused subscriptions dispatch now, not at their
+            // next acknowledgement.
+            for s in self.subscriptions.values() {
+                let _ = s.tx.send(SubscriptionCommand::Wake);
+            }
+        }
         let on = !matches!(self.dedup, Dedup::Off);
         let ready = matches!(self.dedup, Dedup::On { .. });
         if p.deduplication && !ready {

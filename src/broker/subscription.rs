@@ -106,6 +106,8 @@ pub enum SubscriptionCommand {
     /// replies with how many entries that took out of the backlog. Consumers stay attached;
     /// acknowledgements of skipped entries they still hold are no-ops.
     SkipTo(Position, oneshot::Sender<u64>),
+    /// Limits changed: try dispatching again.
+    Wake,
 }
 
 /// Where a SEEK moves a cursor.
@@ -511,6 +513,8 @@ impl State {
             SubscriptionCommand::SkipTo(to, reply) => {
                 let _ = reply.send(self.skip_to(to));
             }
+            // The task loop dispatches after every command.
+            SubscriptionCommand::Wake => {}
             SubscriptionCommand::MarkDelete(reply) => {
                 // Everything before the oldest unacknowledged entry is acknowledged.
                 let _ = reply.send(self.topic.log.position_before(self.first_unacked()));

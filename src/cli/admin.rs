@@ -12,6 +12,8 @@ use serde_json::{json, Value};
 
 use crate::naming::{NamespaceName, TopicName};
 
+mod policies;
+
 /// Arguments of `ledgerlake admin`.
 #[derive(Debug, Args)]
 pub struct AdminArgs {
@@ -113,6 +115,9 @@ pub enum NamespaceVerb {
     },
     /// Detach the namespace from its resource group (superusers).
     RemoveResourceGroup { namespace: String },
+    /// Quotas and limits.
+    #[command(flatten)]
+    Policy(policies::PolicyVerb),
 }
 
 /// `grant-permission NAME --role R --actions produce,consume`.
@@ -303,6 +308,7 @@ fn namespace_request(v: NamespaceVerb) -> anyhow::Result<Request> {
             format!("{}/resourcegroup", ns_path(&namespace)?),
             None,
         ),
+        NamespaceVerb::Policy(v) => policies::request(v)?,
     })
 }
 

@@ -335,6 +335,19 @@ def test_admin_cli_speaks_pulsar_admins_verbs(fresh_service):
     ok("namespaces", "set-publish-rate", "acme/ns", "--msg-publish-rate", "100")
     assert json.loads(ok("namespaces", "get-publish-rate", "acme/ns", "--json")) == {
         "publishThrottlingRateInMsg": 100, "publishThrottlingRateInByte": -1}
+    ok("namespaces", "set-backlog-quota", "acme/ns", "--limitSize", "1000000", "--policy",
+       "producer_exception")
+    assert json.loads(ok("namespaces", "get-backlog-quotas", "acme/ns", "--json")) == {
+        "destination_storage": {"limitSize": 1000000, "limitTime": -1,
+                                "policy": "producer_exception"}}
+    ok("namespaces", "set-message-ttl", "acme/ns", "--messageTTL", "60")
+    assert json.loads(ok("namespaces", "get-message-ttl", "acme/ns", "--json")) == 60
+    ok("namespaces", "set-dispatch-rate", "acme/ns", "--msg-dispatch-rate", "100")
+    assert json.loads(ok("namespaces", "get-dispatch-rate", "acme/ns", "--json"))[
+        "dispatchThrottlingRateInMsg"] == 100
+    ok("namespaces", "set-max-consumers-per-topic", "acme/ns", "4")
+    assert json.loads(ok("namespaces", "get-limit", "acme/ns", "max-consumers-per-topic",
+                         "--json")) == 4
     refused = admin_cli(svc, "namespaces", "grant-permission", "acme/ns", "--role", "app",
                         "--actions", "produce")
     assert refused.returncode != 0 and "501" in refused.stderr, refused.stderr
