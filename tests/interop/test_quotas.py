@@ -152,22 +152,7 @@ def test_max_producers_per_topic(fresh_service):
 def consume_rate(svc, topic, sub, seconds=10, warmup=1):
     """Messages per second a consumer of `sub` (from the earliest) receives after `warmup`,
     over `seconds`, acknowledging everything."""
-    client = pulsar.Client(svc.url, operation_timeout_seconds=60)
-    consumer = client.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared,
-                                initial_position=pulsar.InitialPosition.Earliest)
-    t0 = time.monotonic()
-    start, end = t0 + warmup, t0 + warmup + seconds
-    got = 0
-    while time.monotonic() < end:
-        try:
-            msg = consumer.receive(timeout_millis=200)
-        except pulsar.Timeout:
-            continue
-        if time.monotonic() >= start:
-            got += 1
-        consumer.acknowledge(msg)
-    client.close()
-    return got / seconds
+    return consume_rates(svc, topic, [sub], seconds, warmup)[sub]
 
 
 def consume_rates(svc, topic, subs, seconds=10, warmup=1):
