@@ -71,6 +71,7 @@ pub mod config;
 pub mod failpoint;
 pub mod lake;
 pub mod ledger;
+pub mod metrics;
 pub mod naming;
 pub mod offload;
 pub mod ops;

@@ -274,6 +274,7 @@ impl Service {
                 plain: format!("pulsar://{advertised}"),
                 tls: advertised_tls.map(|a| format!("pulsar+ssl://{a}")),
             },
+            &config.metrics,
         );
         let authorization = access.required();
         let (sql, sql_runtime, pg_addr) = if config.sql.enabled {

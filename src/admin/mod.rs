@@ -1,7 +1,7 @@
 //! The HTTP surface on `server.http_addr`: health and Pulsar admin API paths (clusters,
 //! tenants, namespaces and their policies and permissions, publish rates and resource groups,
-//! backlog quotas and message TTL; topic partitions, permissions, offload and stats); metrics
-//! and the rest of the admin API join it in later issues. `POST /sql` runs read-only SQL
+//! backlog quotas and message TTL; topic partitions, permissions, offload and stats),
+//! `GET /metrics` (Prometheus, open like health). `POST /sql` runs read-only SQL
 //! ([`crate::sql`]). Errors map to HTTP statuses in [`error`] and only there.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,6 +19,7 @@ mod delete;
 pub mod error;
 mod lake;
 mod limits;
+mod metrics;
 mod namespaces;
 mod permissions;
 mod quotas;
@@ -112,6 +113,7 @@ pub fn router(state: AdminState) -> Router {
     Router::new()
         .route("/health/live", get(live))
         .route("/health/ready", get(ready))
+        .merge(metrics::routes())
         .merge(guarded)
         .with_state(state)
 }

@@ -39,6 +39,7 @@ pub mod connection;
 pub mod dedup;
 pub mod error;
 pub mod limits;
+pub(crate) mod measure;
 mod owner;
 mod rates;
 
@@ -88,6 +89,8 @@ pub struct Broker {
     group_limiters: Mutex<HashMap<(String, rates::Kind), Arc<RateLimiter>>>,
     /// Bytes of SENDs queued to topic owners, shared by every topic.
     publish_budget: Arc<tokio::sync::Semaphore>,
+    /// What topics measure (`[metrics]`).
+    measures: measure::Settings,
 }
 
 /// The broker's addresses as LOOKUP answers give them.
@@ -114,6 +117,7 @@ impl Broker {
         replay: Option<crate::replay::Replay>,
         access: crate::auth::Access,
         urls: ServiceUrls,
+        metrics: &crate::config::MetricsConfig,
     ) -> Arc<Broker> {
         Arc::new(Broker {
             access,
@@ -130,6 +134,7 @@ impl Broker {
             replay,
             group_limiters: Default::default(),
             publish_budget: Arc::new(tokio::sync::Semaphore::new(topic::PUBLISH_BUDGET)),
+            measures: metrics.into(),
         })
     }
 
@@ -198,6 +203,7 @@ impl Broker {
                 for t in broker.loaded_topics() {
                     t.save_dedup_snapshot().await;
                 }
+                broker.sample_measures();
             }
         });
         let broker = self.clone();
@@ -340,6 +346,51 @@ impl Broker {
         out
     }
 
+    /// Samples every loaded topic's rates, feeds the lag windows and flags hot partitions
+    /// (the stats tick).
+    pub fn sample_measures(&self) {
+        if !self.measures.enabled {
+            return;
+        }
+        let mut partitioned: HashMap<String, Vec<Arc<BrokerTopic>>> = HashMap::new();
+        for t in self.loaded_topics() {
+            measure::sample(&t);
+            if t.partition >= 0 {
+                partitioned
+                    .entry(t.name.base().to_string())
+                    .or_default()
+                    .push(t);
+            }
+        }
+        for (_, parts) in partitioned {
+            measure::evaluate_partitions(&parts, parts.len());
+        }
+    }
+
+    /// Every loaded topic partition read into Pulsar's families (`None` when metrics are
+    /// off).
+    pub fn metric_families(&self) -> Option<crate::metrics::pulsar::PulsarFamilies> {
+        if !self.measures.enabled {
+            return None;
+        }
+        let mut rows: Vec<_> = self
+            .loaded_topics()
+            .iter()
+            .map(|t| measure::topic_row(t))
+            .collect();
+        rows.sort_by(|a, b| a.topic.cmp(&b.topic));
+        Some(crate::metrics::pulsar::PulsarFamilies {
+            cluster: self.config.cluster_name.clone(),
+            rows,
+            topic_level: self.measures.topic_level,
+        })
+    }
+
+    /// The metrics row of loaded topic partition `name` (`None`: not loaded).
+    pub async fn topic_row(&self, name: &str) -> Option<crate::metrics::pulsar::TopicRow> {
+        self.loaded(name).await.map(|t| measure::topic_row(&t))
+    }
+
     /// Broker-wide replay statistics (`None` when the lake is disabled).
     pub fn replay_stats(&self) -> Option<crate::replay::ReplayStats> {
         self.replay.as_ref().map(crate::replay::Replay::stats)
@@ -448,6 +499,7 @@ impl Broker {
             cursors,
             persist_every: self.config.cursor_persist_interval,
             publish_budget: self.publish_budget.clone(),
+            measures: self.measures,
         });
         self.apply_throttle(&topic).await;
         Ok(topic)

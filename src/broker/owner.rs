@@ -94,6 +94,8 @@ pub(crate) struct OwnerSetup {
     pub persist_every: Duration,
     /// The broker-wide budget of queued SEND bytes.
     pub publish_budget: Arc<tokio::sync::Semaphore>,
+    /// What to measure (`[metrics]`).
+    pub measures: super::measure::Settings,
 }
 
 /// An append whose SEND waits for durability.
@@ -101,6 +103,10 @@ struct InFlight {
     producer: Arc<str>,
     highest: i64,
     reply: oneshot::Sender<Published>,
+    /// When the owner took the SEND, and its messages and bytes (for the measures).
+    started: std::time::Instant,
+    messages: u64,
+    bytes: u64,
 }
 
 /// The owner task's state.
@@ -140,8 +146,10 @@ pub(crate) fn spawn(setup: OwnerSetup) -> Arc<BrokerTopic> {
         dispatch: Default::default(),
         subscribe_gate: Default::default(),
         limits: Default::default(),
+        measures: super::measure::TopicMeasures::new(setup.measures),
     });
     topic.limits.set(setup.policies.consumers);
+    topic.measures.set_quotas(&setup.policies.backlog);
     let mut subscriptions = HashMap::new();
     for (name, state) in setup.cursors {
         let sub_type = SubType::try_from(state.sub_type).unwrap_or(SubType::Exclusive);
@@ -262,6 +270,9 @@ impl Owner {
             producer: r.producer,
             highest: r.highest,
             reply: r.reply,
+            started: std::time::Instant::now(),
+            messages: u64::from(crate::protocol::frame::entry_message_count(&r.entry)),
+            bytes: r.entry.len() as u64,
         };
         let appended = self.topic.log.append(r.publish_time_ms, r.entry).await;
         // Appended (or refused): the log's own budget holds the bytes from here.
@@ -277,6 +288,10 @@ impl Owner {
 
     /// Records how an append ended and answers its SEND.
     fn settled(&mut self, f: InFlight, result: Result<Position, AppendError>) {
+        if result.is_ok() {
+            let took = f.started.elapsed().as_micros() as u64;
+            self.topic.measures.appended(f.messages, f.bytes, took);
+        }
         if let Dedup::On { live, .. } = &mut self.dedup {
             if result.is_ok() {
                 live.persisted(&f.producer, f.highest);
@@ -296,6 +311,7 @@ impl Owner {
                     // Whoever asked is gone (its connection closed meanwhile): undo.
                     self.producers.remove(&name);
                 }
+                self.producers_changed();
             }
             TopicCommand::RemoveProducer {
                 name,
@@ -306,6 +322,7 @@ impl Owner {
                 if self.producers.get(&name).is_some_and(same) {
                     self.producers.remove(&name);
                 }
+                self.producers_changed();
             }
             TopicCommand::Subscribe { request, reply } => {
                 let _ = reply.send(self.subscribe(request));
@@ -338,6 +355,15 @@ impl Owner {
             // The loop handles these itself.
             TopicCommand::Publish(_) | TopicCommand::Delete { .. } | TopicCommand::Stop(_) => {}
         }
+    }
+
+    /// Publishes the producer count to the measures.
+    fn producers_changed(&self) {
+        let n = self.producers.len() as u64;
+        self.topic
+            .measures
+            .producers
+            .store(n, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Registers a producer unless an exclusive one or one of the same name is there.
@@ -411,6 +437,7 @@ impl Owner {
         // Limits apply to the next registration or check; the dedup state follows below.
         self.policies.max_producers = p.max_producers;
         self.policies.backlog = p.backlog;
+        self.topic.measures.set_quotas(&p.backlog);
         if self.policies.consumers != p.consumers {
             self.policies.consumers = p.consumers;
             self.topic.limits.set(p.consumers);
@@ -468,6 +495,7 @@ impl Owner {
         for (_, p) in self.producers.drain() {
             let _ = p.out.send(command::close_producer(p.producer_id)).await;
         }
+        self.producers_changed();
         for (_, s) in self.subscriptions.drain() {
             s.ask(SubscriptionCommand::Delete).await;
         }

@@ -35,9 +35,12 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::backlog::{backlog, LakeWait, SubscriptionStats};
 use super::limits::UnackedGate;
+use super::measure::SubscriptionMeasures;
+use crate::metrics::meter::Meter;
 
 mod acks;
 mod key_shared;
+mod measured;
 mod rate;
 #[cfg(test)]
 mod tests;
@@ -153,6 +156,10 @@ struct Consumer {
     permits: i64,
     /// Unacknowledged messages it holds (Shared and Key_Shared stop at the limit).
     gate: UnackedGate,
+    /// Messages sent to it (Key_Shared hot-consumer detection).
+    sent: Meter,
+    /// Flagged hot (Key_Shared: its hash range carries most of the traffic).
+    hot: bool,
 }
 
 struct State {
@@ -202,6 +209,9 @@ struct State {
     own_dispatch: Option<Arc<crate::broker::throttle::RateLimiter>>,
     /// The dispatch limiters that applied to the last read (each entry sent is charged).
     rate_limiters: Vec<Arc<crate::broker::throttle::RateLimiter>>,
+    /// Rates and the cursor as metrics read them. Invariant: registered with the topic's
+    /// measures while this task runs.
+    measures: Arc<SubscriptionMeasures>,
 }
 
 /// Starts a subscription task positioned at `start` (or at a restored cursor) and returns its
@@ -225,6 +235,8 @@ pub fn spawn(
         ),
         None => (start, BTreeSet::new(), HashMap::new()),
     };
+    let measures = Arc::new(SubscriptionMeasures::new(name.clone(), durable, start));
+    topic.measures.add_subscription(measures.clone());
     let state = State {
         topic,
         name: name.clone(),
@@ -251,8 +263,14 @@ pub fn spawn(
         lake_wait: LakeWait::default(),
         own_dispatch: None,
         rate_limiters: Vec::new(),
+        measures: measures.clone(),
     };
-    tokio::spawn(run(state, rx, persist_every));
+    let topic = state.topic.clone();
+    let registered = measures.clone();
+    tokio::spawn(async move {
+        run(state, rx, persist_every).await;
+        topic.measures.remove_subscription(&registered);
+    });
     SubscriptionHandle {
         name,
         sub_type,
@@ -271,6 +289,7 @@ async fn run(
     persist.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let waiting = st.dispatch().await;
+        st.publish_cursor();
         tokio::select! {
             cmd = rx.recv() => match cmd {
                 Some(SubscriptionCommand::Seek { to, reply }) => {
@@ -302,6 +321,7 @@ async fn run(
                 None => break,
             },
             _ = persist.tick() => {
+                st.check_hot_consumers();
                 st.reader.release_idle();
                 st.reader.forget_before(st.first_unacked());
                 st.persist().await;
@@ -474,6 +494,8 @@ impl State {
                         out,
                         permits: 0,
                         gate: UnackedGate::default(),
+                        sent: Meter::default(),
+                        hot: false,
                     })
                 };
                 let joined = result.is_ok();
@@ -495,7 +517,12 @@ impl State {
                 key: _,
                 positions,
                 cumulative,
-            } => self.apply_acks(positions, cumulative),
+            } => {
+                if self.topic.measures.settings.enabled {
+                    self.measures.acks.record(positions.len() as u64, 0);
+                }
+                self.apply_acks(positions, cumulative);
+            }
             SubscriptionCommand::Redeliver(key) => self.requeue(|owner| owner == key),
             SubscriptionCommand::RemoveConsumer(key) => {
                 let before = self.consumers.len();
@@ -511,7 +538,11 @@ impl State {
                 let _ = reply.send(self.stats());
             }
             SubscriptionCommand::SkipTo(to, reply) => {
-                let _ = reply.send(self.skip_to(to));
+                let skipped = self.skip_to(to);
+                if self.topic.measures.settings.enabled {
+                    self.measures.expired.record(skipped, 0);
+                }
+                let _ = reply.send(skipped);
             }
             // The task loop dispatches after every command.
             SubscriptionCommand::Wake => {}
@@ -580,6 +611,10 @@ impl State {
             return false;
         }
         consumer.permits -= i64::from(count);
+        if self.topic.measures.settings.enabled {
+            consumer.sent.record(u64::from(count), bytes);
+            self.measures.out.record(u64::from(count), bytes);
+        }
         let key = consumer.key;
         self.charge_dispatch(u64::from(count), bytes);
         self.pending.insert(pos, key);

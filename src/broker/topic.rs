@@ -63,6 +63,8 @@ pub struct BrokerTopic {
     /// Consumer and unacked-message limits in force (read by the subscriptions, written by
     /// the owner) and the count of attached consumers.
     pub(crate) limits: super::limits::ConsumerLimits,
+    /// Rates, latencies and the subscriptions' cursors as metrics and stats read them.
+    pub(crate) measures: super::measure::TopicMeasures,
 }
 
 /// A producer connected to a topic.

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 mod lake;
 mod load;
+mod metrics;
 mod replay;
 mod sql;
 
@@ -24,6 +25,7 @@ pub use lake::{
     CatalogConfig, CatalogKind, LakeConfig, LakePartitioning, PolicyDefaults, S3Config,
 };
 
+pub use metrics::MetricsConfig;
 pub use replay::ReplayConfig;
 pub use sql::SqlConfig;
 
@@ -55,6 +57,8 @@ pub struct Config {
     pub replay: ReplayConfig,
     /// SQL over topics (PostgreSQL protocol, HTTP `POST /sql`, `ledgerlake sql`).
     pub sql: SqlConfig,
+    /// Metrics, rates, hot-partition and lag-spiral warnings.
+    pub metrics: MetricsConfig,
 }
 
 impl Default for Config {
@@ -69,6 +73,7 @@ impl Default for Config {
             lake: LakeConfig::default(),
             replay: ReplayConfig::default(),
             sql: SqlConfig::default(),
+            metrics: MetricsConfig::default(),
         }
     }
 }
@@ -471,6 +476,22 @@ impl Config {
         }
         if self.broker.keepalive.is_zero() {
             return invalid("broker.keepalive", "must be positive".into());
+        }
+        let m = &self.metrics;
+        if m.rate_window < Duration::from_secs(1) {
+            return invalid("metrics.rate_window", "must be at least 1s".into());
+        }
+        if m.lag_window < Duration::from_secs(1) {
+            return invalid("metrics.lag_window", "must be at least 1s".into());
+        }
+        if !(m.hot_share_factor > 1.0 && m.hot_share_factor.is_finite()) {
+            return invalid(
+                "metrics.hot_share_factor",
+                "must be a number above 1".into(),
+            );
+        }
+        if !(m.hot_min_rate >= 0.0 && m.hot_min_rate.is_finite()) {
+            return invalid("metrics.hot_min_rate", "must be 0 or more".into());
         }
         if !self.metadata.url.is_empty() && !self.metadata.url.starts_with("sqlite:") {
             return invalid(

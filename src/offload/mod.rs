@@ -611,8 +611,22 @@ impl Inner {
             payload_codec: codec,
         };
         let started = Instant::now();
+        let metrics = crate::metrics::node();
         let (table, outcome) =
-            commit::write_and_commit(&self.lake, table, slices, &options, &slot.progress).await?;
+            match commit::write_and_commit(&self.lake, table, slices, &options, &slot.progress)
+                .await
+            {
+                Ok(done) => {
+                    metrics
+                        .lake_commit_seconds
+                        .observe(started.elapsed().as_secs_f64());
+                    done
+                }
+                Err(e) => {
+                    metrics.lake_commit_failures.inc();
+                    return Err(e.into());
+                }
+            };
         let ident = table.identifier().to_string();
         let reference = |snapshot: Option<i64>| match snapshot {
             Some(s) => format!("{}:{}@{}", self.lake.catalog_name(), ident, s),

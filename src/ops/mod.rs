@@ -266,11 +266,20 @@ impl Operations {
         let mut rate_limited = 0u64;
         // Per partition, the slowest durable subscription's backlog (Pulsar's `backlogSize`).
         let mut backlog_size = 0u64;
+        let mut traffic = Traffic::default();
+        let mut partitions = serde_json::Map::new();
         for (partition, log) in self.log.partitions_of(&name.base()).await? {
             if wanted_partition.is_some_and(|w| w != partition) {
                 continue;
             }
             rate_limited += self.broker.publish_throttled(log.name()).await;
+            let row = self.broker.topic_row(log.name()).await;
+            if let Some(r) = &row {
+                traffic.add(r);
+                if partition >= 0 {
+                    partitions.insert(log.name().to_string(), partition_json(r));
+                }
+            }
             let subs = self.broker.subscription_stats(log.name()).await;
             backlog_size += subs
                 .iter()
@@ -279,12 +288,19 @@ impl Operations {
                 .max()
                 .unwrap_or(0);
             for (sub, s) in subs {
+                let mut json = to_json(&s)?;
+                if let Some(measured) = row
+                    .as_ref()
+                    .and_then(|r| r.subscriptions_rows.iter().find(|m| m.name == sub))
+                {
+                    add_subscription_rates(&mut json, measured);
+                }
                 let key = if partition >= 0 && wanted_partition.is_none() {
                     format!("{sub} (partition {partition})")
                 } else {
                     sub
                 };
-                subscriptions.insert(key, to_json(&s)?);
+                subscriptions.insert(key, json);
             }
             for l in log.ledgers() {
                 if matches!(
@@ -305,7 +321,7 @@ impl Operations {
             None => serde_json::Value::Null,
         };
         let quotas = self.policies.backlog_limits(name).await?;
-        Ok(json!({
+        let mut stats = json!({
             "storageSize": storage,
             "backlogSize": backlog_size,
             "backlogQuotaLimitSize": quotas.storage.map_or(-1, |q| q.limit_size),
@@ -316,7 +332,21 @@ impl Operations {
             "subscriptions": subscriptions,
             "publishRateLimitedTimes": rate_limited,
             "replay": self.broker.replay_stats(),
-        }))
+        });
+        traffic.write(&mut stats, partitions);
+        Ok(stats)
+    }
+
+    /// The Prometheus text of one scrape: node families and every loaded topic's Pulsar
+    /// families. Encoding runs on a blocking thread (10,000 topics are megabytes of text).
+    pub async fn metrics_text(&self) -> Result<String, OpsError> {
+        let families = self.broker.metric_families().ok_or_else(|| {
+            OpsError::Disabled("metrics are disabled (metrics.enabled = false)".into())
+        })?;
+        tokio::task::spawn_blocking(move || crate::metrics::encode(families))
+            .await
+            .map_err(|e| OpsError::Invalid(format!("encoding metrics failed: {e}")))?
+            .map_err(|e| OpsError::Invalid(format!("encoding metrics failed: {e}")))
     }
 
     // ---- policies -----------------------------------------------------------------------
@@ -389,6 +419,103 @@ impl Operations {
             .await?
             .deduplication_enabled
             .unwrap_or(self.broker.dedup_default()))
+    }
+}
+
+/// Rates and counters of the loaded partitions of a topic, summed (Pulsar's stats fields).
+#[derive(Debug, Default)]
+struct Traffic {
+    rate_in: f64,
+    throughput_in: f64,
+    rate_out: f64,
+    throughput_out: f64,
+    msgs_in: u64,
+    bytes_in: u64,
+    msgs_out: u64,
+    bytes_out: u64,
+    offloaded: u64,
+    offload_lag_bytes: u64,
+    offload_lag_seconds: f64,
+    producers: u64,
+}
+
+impl Traffic {
+    fn add(&mut self, r: &crate::metrics::pulsar::TopicRow) {
+        self.rate_in += r.rate_in;
+        self.throughput_in += r.throughput_in;
+        self.rate_out += r.rate_out;
+        self.throughput_out += r.throughput_out;
+        self.msgs_in += r.in_messages;
+        self.bytes_in += r.in_bytes;
+        self.msgs_out += r.out_messages;
+        self.bytes_out += r.out_bytes;
+        self.offloaded += r.offloaded_size;
+        self.offload_lag_bytes += r.offload_lag_bytes;
+        self.offload_lag_seconds = self.offload_lag_seconds.max(r.offload_lag_seconds);
+        self.producers += r.producers;
+    }
+
+    /// Writes the fields into `stats`, with the per-partition shares and hot flags.
+    fn write(
+        &self,
+        stats: &mut serde_json::Value,
+        partitions: serde_json::Map<String, serde_json::Value>,
+    ) {
+        let average = if self.msgs_in > 0 {
+            self.bytes_in as f64 / self.msgs_in as f64
+        } else {
+            0.0
+        };
+        let fields = json!({
+            "msgRateIn": self.rate_in,
+            "msgThroughputIn": self.throughput_in,
+            "msgRateOut": self.rate_out,
+            "msgThroughputOut": self.throughput_out,
+            "msgInCounter": self.msgs_in,
+            "bytesInCounter": self.bytes_in,
+            "msgOutCounter": self.msgs_out,
+            "bytesOutCounter": self.bytes_out,
+            "averageMsgSize": average,
+            "offloadedStorageSize": self.offloaded,
+            "offloadLagBytes": self.offload_lag_bytes,
+            "offloadLagSeconds": self.offload_lag_seconds,
+            "producerCount": self.producers,
+            "hotPartitions": partitions
+                .iter()
+                .filter(|(_, p)| p["hot"] == json!(true))
+                .map(|(n, _)| n.clone())
+                .collect::<Vec<_>>(),
+            "partitions": partitions,
+        });
+        if let (Some(out), serde_json::Value::Object(add)) = (stats.as_object_mut(), fields) {
+            out.extend(add);
+        }
+    }
+}
+
+/// One partition's traffic and hot flag in topic stats.
+fn partition_json(r: &crate::metrics::pulsar::TopicRow) -> serde_json::Value {
+    json!({
+        "msgRateIn": r.rate_in,
+        "msgThroughputIn": r.throughput_in,
+        "msgInCounter": r.in_messages,
+        "inRateShare": r.in_rate_share,
+        "hot": r.hot,
+    })
+}
+
+/// Adds a subscription's measured rates and lag flag to its stats.
+fn add_subscription_rates(
+    json: &mut serde_json::Value,
+    m: &crate::metrics::pulsar::SubscriptionRow,
+) {
+    if let Some(o) = json.as_object_mut() {
+        o.insert("msgRateOut".into(), json!(m.rate_out));
+        o.insert("msgThroughputOut".into(), json!(m.throughput_out));
+        o.insert("messageAckRate".into(), json!(m.ack_rate));
+        o.insert("msgRateExpired".into(), json!(m.rate_expired));
+        o.insert("lagGrowing".into(), json!(m.lag_growing));
+        o.insert("hotConsumers".into(), json!(m.hot_consumers));
     }
 }
 

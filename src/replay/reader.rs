@@ -201,6 +201,12 @@ impl EntryReader {
                     Ok(entries) => {
                         if !entries.is_empty() {
                             self.tier = Tier::Local;
+                            let bytes: usize = entries.iter().map(|e| e.payload.len()).sum();
+                            crate::metrics::node().replay_read(
+                                "local",
+                                entries.len() as u64,
+                                bytes as u64,
+                            );
                         }
                         return Ok(entries);
                     }
@@ -257,6 +263,7 @@ impl EntryReader {
         c.entries.fetch_add(entries.len() as u64, Ordering::Relaxed);
         let bytes: usize = entries.iter().map(|e| e.payload.len()).sum();
         c.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+        crate::metrics::node().replay_read("lake", entries.len() as u64, bytes as u64);
         let limit = lake.config().read_ahead.as_u64() as usize;
         for e in entries {
             self.recent_bytes += e.payload.len();

@@ -276,11 +276,18 @@ impl SqlEngine {
             .await?;
         let engine = self.clone();
         let (sql, principal) = (sql.to_string(), principal.clone());
-        self.inner
+        let started = std::time::Instant::now();
+        let prepared = self
+            .inner
             .runtime
             .spawn(async move { engine.prepare_here(&sql, &principal).await })
             .await
-            .map_err(|_| SqlError::Stopped)?
+            .map_err(|_| SqlError::Stopped)?;
+        if prepared.is_err() {
+            // A statement that does not plan is a query that failed.
+            crate::metrics::node().sql_query("error", started.elapsed());
+        }
+        prepared
     }
 
     async fn prepare_here(
@@ -346,8 +353,13 @@ impl SqlEngine {
         let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
         let (tx, rx) = mpsc::channel::<Result<RecordBatch, SqlError>>(2);
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Result<(), SqlError>>();
+        let started = std::time::Instant::now();
         let task = self.inner.runtime.spawn(async move {
             let _permit = permit;
+            let mut outcome = QueryOutcome {
+                started,
+                outcome: "cancelled",
+            };
             let run = async {
                 let df = session
                     .execute_logical_plan(plan)
@@ -363,10 +375,12 @@ impl SqlEngine {
                     s
                 }
                 Ok(Err(e)) => {
+                    outcome.outcome = "error";
                     let _ = ready_tx.send(Err(e));
                     return;
                 }
                 Err(_) => {
+                    outcome.outcome = "timeout";
                     let _ = ready_tx.send(Err(SqlError::Timeout(timeout)));
                     return;
                 }
@@ -374,9 +388,18 @@ impl SqlEngine {
             loop {
                 let next = match tokio::time::timeout_at(deadline, stream.next()).await {
                     Ok(Some(Ok(batch))) => Ok(batch),
-                    Ok(Some(Err(e))) => Err(SqlError::from_datafusion(e, &limit)),
-                    Ok(None) => return,
-                    Err(_) => Err(SqlError::Timeout(timeout)),
+                    Ok(Some(Err(e))) => {
+                        outcome.outcome = "error";
+                        Err(SqlError::from_datafusion(e, &limit))
+                    }
+                    Ok(None) => {
+                        outcome.outcome = "ok";
+                        return;
+                    }
+                    Err(_) => {
+                        outcome.outcome = "timeout";
+                        Err(SqlError::Timeout(timeout))
+                    }
                 };
                 let failed = next.is_err();
                 if tx.send(next).await.is_err() || failed {
@@ -407,6 +430,19 @@ impl SqlEngine {
             Prepared::Query { plan, session } => self.execute(*plan, session, None).await,
             Prepared::Command(_) => Ok(QueryStream::empty()),
         }
+    }
+}
+
+/// Records a query's outcome and duration in the SQL metrics when dropped (a query whose task
+/// was aborted, because its client went away, counts as `cancelled`).
+struct QueryOutcome {
+    started: std::time::Instant,
+    outcome: &'static str,
+}
+
+impl Drop for QueryOutcome {
+    fn drop(&mut self) {
+        crate::metrics::node().sql_query(self.outcome, self.started.elapsed());
     }
 }
 

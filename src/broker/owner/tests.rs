@@ -53,6 +53,7 @@ impl Harness {
             cursors: Vec::new(),
             persist_every: Duration::from_secs(3600),
             publish_budget: super::test_budget(),
+            measures: Default::default(),
         }))
     }
 }

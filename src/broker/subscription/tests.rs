@@ -51,6 +51,7 @@ impl Harness {
             cursors: Vec::new(),
             persist_every: PERSIST_EVERY,
             publish_budget: owner::test_budget(),
+            measures: Default::default(),
         });
         tokio::time::pause();
         Ok(Harness {

@@ -139,7 +139,7 @@ impl Pipeline {
         let seq = st.written;
         st.pending.push_back((seq, batch));
         if durable_now {
-            self.complete(st, seq);
+            let _ = self.complete(st, seq);
         } else {
             drop(st);
             self.inner.cond.notify_one();
@@ -150,7 +150,7 @@ impl Pipeline {
     pub fn mark_all_durable(&self) {
         let st = relock(&self.inner.state);
         let target = st.written;
-        self.complete(st, target);
+        let _ = self.complete(st, target);
     }
 
     /// Switches the file later syncs cover (after the writer synced the old one).
@@ -158,10 +158,10 @@ impl Pipeline {
         relock(&self.inner.state).file = file;
     }
 
-    /// Marks batches `<= target` durable and acknowledges them in order.
-    fn complete(&self, mut st: MutexGuard<'_, State>, target: u64) {
+    /// Marks batches `<= target` durable and acknowledges them in order; returns how many.
+    fn complete(&self, mut st: MutexGuard<'_, State>, target: u64) -> usize {
         if target <= st.durable {
-            return;
+            return 0;
         }
         st.durable = target;
         let mut done = Vec::new();
@@ -172,11 +172,13 @@ impl Pipeline {
         }
         let ack = relock(&self.inner.ack_lock);
         drop(st);
+        let n = done.len();
         for b in done {
             b.acknowledge();
         }
         drop(ack);
         self.inner.cond.notify_all();
+        n
     }
 
     /// Stops the journal: every pending and later batch fails with `msg`.
@@ -223,11 +225,19 @@ impl Pipeline {
                 st.claimed = target;
                 let file = st.file.clone();
                 drop(st);
+                let started = std::time::Instant::now();
                 let result = file.sync_data();
+                let metrics = crate::metrics::node();
+                metrics
+                    .journal_fsync_seconds
+                    .observe(started.elapsed().as_secs_f64());
                 st = relock(&self.inner.state);
                 match result {
                     Ok(()) => {
-                        self.complete(st, target);
+                        let batches = self.complete(st, target);
+                        if batches > 0 {
+                            metrics.journal_group_commit_batches.observe(batches as f64);
+                        }
                         st = relock(&self.inner.state);
                     }
                     Err(e) => {

@@ -1,0 +1,60 @@
+//! What a subscription publishes to its measures: its cursor after every step of its task, and
+//! (Key_Shared) which consumers' hash ranges carry most of the traffic.
+
+use std::sync::atomic::Ordering;
+
+use super::State;
+use crate::broker::measure::{is_hot, CursorView};
+use crate::protocol::proto::command_subscribe::SubType;
+
+impl State {
+    /// Publishes the cursor (positions, unacknowledged messages, pause, consumers) for
+    /// metrics; a small lock, no `.await`.
+    pub(super) fn publish_cursor(&self) {
+        self.measures.publish(CursorView {
+            first_unacked: self.first_unacked(),
+            acked_after: self.acked.len() as u64,
+            read_position: self.read_position,
+            unacked_messages: self.gate.unacked,
+            blocked: self.gate.blocked(self.unacked_limits().1),
+            consumers: self.consumers.len() as u64,
+        });
+    }
+
+    /// Key_Shared: flags the consumers whose share of the subscription's dispatch rate exceeds
+    /// the hot factor times an even share, warning once when one turns hot.
+    pub(super) fn check_hot_consumers(&mut self) {
+        let settings = self.topic.measures.settings;
+        if !settings.enabled || self.sub_type != SubType::KeyShared {
+            return;
+        }
+        let window = settings.rate_window_ms;
+        let rates: Vec<f64> = self
+            .consumers
+            .iter()
+            .map(|c| {
+                c.sent.sample(window);
+                c.sent.rate(window).msgs
+            })
+            .collect();
+        let total: f64 = rates.iter().sum();
+        let n = self.consumers.len();
+        let mut hot_count = 0;
+        for (c, rate) in self.consumers.iter_mut().zip(&rates) {
+            let share = if total > 0.0 { rate / total } else { 0.0 };
+            let hot = is_hot(&settings, share, n, total);
+            if hot && !c.hot {
+                tracing::warn!(topic = %self.topic.name, subscription = %self.name,
+                    consumer = %c.name, share = format!("{share:.3}"),
+                    even_share = format!("{:.3}", 1.0 / n as f64), consumer_rate = rate,
+                    subscription_rate = total, consumers = n,
+                    "hot Key_Shared consumer: its hash range carries most of the traffic");
+            }
+            c.hot = hot;
+            hot_count += u64::from(hot);
+        }
+        self.measures
+            .hot_consumers
+            .store(hot_count, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,142 @@
+//! ledgerlake's own node-wide families: the journal, the offload engine, the lake, replay and
+//! SQL record into [`node()`], one set per process (as a JVM's metrics are per broker).
+//!
+//! Invariant: every family is registered in [`NodeMetrics::registry`] once, at first use, under
+//! the name `GET /metrics` shows; recording never allocates (label values are fixed strings).
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+/// The node-wide families.
+#[derive(Debug)]
+pub struct NodeMetrics {
+    /// Seconds each journal `fdatasync` took.
+    pub journal_fsync_seconds: Histogram,
+    /// Appends (write batches) one `fdatasync` made durable.
+    pub journal_group_commit_batches: Histogram,
+    /// Seconds each lake commit (write Parquet + catalog commit) took.
+    pub lake_commit_seconds: Histogram,
+    /// Lake commits (offload passes of a table) that failed.
+    pub lake_commit_failures: Counter,
+    /// Entries subscriptions and readers read, by the tier that served them.
+    pub replay_entries: Family<TierLabel, Counter>,
+    /// Bytes of those entries.
+    pub replay_bytes: Family<TierLabel, Counter>,
+    /// SQL queries by outcome.
+    pub sql_queries: Family<OutcomeLabel, Counter>,
+    /// Seconds SQL queries took, by outcome.
+    pub sql_query_seconds: Family<OutcomeLabel, Histogram>,
+    registry: Registry,
+}
+
+/// `tier="local|lake"`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TierLabel {
+    /// `local` or `lake`.
+    pub tier: &'static str,
+}
+
+/// `outcome="ok|error|timeout|cancelled"`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    /// `ok`, `error`, `timeout` or `cancelled`.
+    pub outcome: &'static str,
+}
+
+fn seconds_histogram() -> Histogram {
+    // 100 µs .. ~3.3 s.
+    Histogram::new(exponential_buckets(0.0001, 2.0, 16))
+}
+
+impl NodeMetrics {
+    fn new() -> Self {
+        let mut registry = Registry::default();
+        let m = NodeMetrics {
+            journal_fsync_seconds: seconds_histogram(),
+            journal_group_commit_batches: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
+            lake_commit_seconds: Histogram::new(exponential_buckets(0.01, 2.0, 14)),
+            lake_commit_failures: Counter::default(),
+            replay_entries: Family::default(),
+            replay_bytes: Family::default(),
+            sql_queries: Family::default(),
+            sql_query_seconds: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.001, 2.0, 18))
+            }),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "ledgerlake_journal_fsync_seconds",
+            "Seconds each journal fdatasync took",
+            m.journal_fsync_seconds.clone(),
+        );
+        registry.register(
+            "ledgerlake_journal_group_commit_batches",
+            "Write batches one journal fdatasync made durable (group commit size)",
+            m.journal_group_commit_batches.clone(),
+        );
+        registry.register(
+            "ledgerlake_lake_commit_seconds",
+            "Seconds each lake commit (Parquet files written and the catalog commit) took",
+            m.lake_commit_seconds.clone(),
+        );
+        registry.register(
+            "ledgerlake_lake_commit_failures",
+            "Lake commits (offload passes of a table) that failed",
+            m.lake_commit_failures.clone(),
+        );
+        registry.register(
+            "ledgerlake_replay_entries",
+            "Entries read for subscriptions and readers, by the tier that served them",
+            m.replay_entries.clone(),
+        );
+        registry.register(
+            "ledgerlake_replay_bytes",
+            "Bytes of entries read for subscriptions and readers, by tier",
+            m.replay_bytes.clone(),
+        );
+        registry.register(
+            "ledgerlake_sql_queries",
+            "SQL queries by outcome",
+            m.sql_queries.clone(),
+        );
+        registry.register(
+            "ledgerlake_sql_query_seconds",
+            "Seconds SQL queries took, by outcome",
+            m.sql_query_seconds.clone(),
+        );
+        NodeMetrics { registry, ..m }
+    }
+
+    /// The registry of these families (for encoding).
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Records entries read from `tier` (`local` or `lake`).
+    pub fn replay_read(&self, tier: &'static str, entries: u64, bytes: u64) {
+        let label = TierLabel { tier };
+        self.replay_entries.get_or_create(&label).inc_by(entries);
+        self.replay_bytes.get_or_create(&label).inc_by(bytes);
+    }
+
+    /// Records one SQL query's outcome and duration.
+    pub fn sql_query(&self, outcome: &'static str, took: Duration) {
+        let label = OutcomeLabel { outcome };
+        self.sql_queries.get_or_create(&label).inc();
+        self.sql_query_seconds
+            .get_or_create(&label)
+            .observe(took.as_secs_f64());
+    }
+}
+
+/// The process's node-wide families.
+pub fn node() -> &'static NodeMetrics {
+    static NODE: OnceLock<NodeMetrics> = OnceLock::new();
+    NODE.get_or_init(NodeMetrics::new)
+}
