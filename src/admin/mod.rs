@@ -19,12 +19,14 @@ mod delete;
 pub mod error;
 mod lake;
 mod limits;
+mod messages;
 mod metrics;
 mod namespaces;
 mod permissions;
 mod quotas;
 mod rates;
 mod sql;
+mod subscriptions;
 mod tenancy;
 mod topics;
 
@@ -96,6 +98,8 @@ impl AdminState {
 pub fn router(state: AdminState) -> Router {
     let guarded = Router::new()
         .merge(topics::routes())
+        .merge(subscriptions::routes())
+        .merge(messages::routes())
         .merge(delete::routes())
         .merge(lake::routes())
         .merge(namespaces::routes())

@@ -1,9 +1,18 @@
-//! `/admin/v2/persistent/{tenant}/{namespace}/{topic}/partitions`: create (PUT), grow (POST) and
-//! read (GET) partitioned topics, as Pulsar's admin API does.
+//! Topics (Pulsar's paths under `/admin/v2/persistent/{tenant}/{namespace}/{topic}`):
+//! - `…/partitions`: create (PUT), grow on a live topic (POST; clients find the new
+//!   partitions by their periodic partition lookup) and read (GET) partitioned topics;
+//! - `PUT …/{topic}`: create a non-partitioned topic (409 when it exists);
+//! - `GET …/partitioned-stats?perPartition=`: the partitions' stats summed, with
+//!   `metadata.partitions` and each partition's stats;
+//! - `GET …/internalStats`: ledgers with their tier (`local`, `offloaded`, `lake`) and cursors;
+//! - `PUT …/unload`: clients are disconnected, reconnect and load the topic anew.
+//!
+//! A body naming a partition count may be a bare integer (Java admin) or
+//! `{"partitions": N}` (pulsarctl).
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::routing::put;
+use axum::routing::{get, put};
 use axum::{Json, Router};
 use serde_json::json;
 
@@ -11,11 +20,72 @@ use super::error::AdminError;
 use super::{topic_path, AdminState};
 use crate::naming::TopicName;
 
+const TOPIC: &str = "/admin/v2/persistent/{tenant}/{namespace}/{topic}";
+
 pub(super) fn routes() -> Router<AdminState> {
-    Router::new().route(
-        "/admin/v2/persistent/{tenant}/{namespace}/{topic}/partitions",
-        put(create).post(update).get(read),
-    )
+    Router::new()
+        .route(
+            &format!("{TOPIC}/partitions"),
+            put(create).post(update).get(read),
+        )
+        .route(TOPIC, put(create_topic))
+        .route(
+            &format!("{TOPIC}/partitioned-stats"),
+            get(partitioned_stats),
+        )
+        .route(&format!("{TOPIC}/internalStats"), get(internal_stats))
+        .route(&format!("{TOPIC}/unload"), put(unload))
+}
+
+async fn create_topic(
+    State(state): State<AdminState>,
+    Path((tenant, namespace, topic)): Path<(String, String, String)>,
+) -> Result<StatusCode, AdminError> {
+    let name = topic_name(&tenant, &namespace, &topic)?;
+    state.ops()?.create_topic(&name).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StatsParams {
+    #[serde(default = "yes")]
+    per_partition: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+async fn partitioned_stats(
+    State(state): State<AdminState>,
+    Path((tenant, namespace, topic)): Path<(String, String, String)>,
+    Query(q): Query<StatsParams>,
+) -> Result<Json<serde_json::Value>, AdminError> {
+    let name = topic_name(&tenant, &namespace, &topic)?;
+    Ok(Json(
+        state
+            .ops()?
+            .partitioned_stats(&name, q.per_partition)
+            .await?,
+    ))
+}
+
+async fn internal_stats(
+    State(state): State<AdminState>,
+    Path((tenant, namespace, topic)): Path<(String, String, String)>,
+) -> Result<Json<serde_json::Value>, AdminError> {
+    let name = topic_path(&tenant, &namespace, &topic)?;
+    Ok(Json(state.ops()?.internal_stats(&name).await?))
+}
+
+async fn unload(
+    State(state): State<AdminState>,
+    Path((tenant, namespace, topic)): Path<(String, String, String)>,
+) -> Result<StatusCode, AdminError> {
+    let name = topic_path(&tenant, &namespace, &topic)?;
+    state.ops()?.unload(&name).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 fn topic_name(tenant: &str, namespace: &str, topic: &str) -> Result<TopicName, AdminError> {
@@ -29,9 +99,17 @@ fn topic_name(tenant: &str, namespace: &str, topic: &str) -> Result<TopicName, A
 }
 
 fn partition_count(body: &str) -> Result<u32, AdminError> {
-    body.trim()
-        .parse::<u32>()
+    let body = body.trim();
+    let object = || {
+        serde_json::from_str::<serde_json::Value>(body)
+            .ok()?
+            .get("partitions")?
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+    };
+    body.parse::<u32>()
         .ok()
+        .or_else(object)
         .filter(|n| *n > 0)
         .ok_or_else(|| {
             AdminError::BadRequest(format!("expected a positive partition count, got '{body}'"))

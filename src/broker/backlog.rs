@@ -125,14 +125,51 @@ pub(crate) fn first_entry_from(ledgers: &[LedgerInfo], p: Position) -> Option<Po
     })
 }
 
-/// The earliest position from which the entries to the end hold at most `max_bytes` (whole
-/// ledgers exactly, a ledger cut in part pro rata, as [`backlog`] counts them).
-pub(crate) fn position_keeping(ledgers: &[LedgerInfo], max_bytes: u64) -> Position {
-    let end = ledgers
+/// The entry `n` entries after the first entry at or after `p` (`n = 0`: that entry); `None`
+/// when the topic has fewer.
+pub(crate) fn nth_entry_from(ledgers: &[LedgerInfo], p: Position, n: u64) -> Option<Position> {
+    let mut left = n;
+    for l in ledgers {
+        let first = match l.id.cmp(&p.ledger) {
+            std::cmp::Ordering::Less => continue,
+            std::cmp::Ordering::Equal => p.entry,
+            std::cmp::Ordering::Greater => 0,
+        };
+        let here = l.entry_count.saturating_sub(first);
+        if left < here {
+            return Some(Position::new(l.id, first + left));
+        }
+        left -= here;
+    }
+    None
+}
+
+/// The `n`-th entry counted back from the last one (`n = 1`: the last); `None` when the topic
+/// has fewer.
+pub(crate) fn nth_entry_from_end(ledgers: &[LedgerInfo], n: u64) -> Option<Position> {
+    let mut left = n.checked_sub(1)?;
+    for l in ledgers.iter().rev() {
+        if left < l.entry_count {
+            return Some(Position::new(l.id, l.entry_count - 1 - left));
+        }
+        left -= l.entry_count;
+    }
+    None
+}
+
+/// The position after the last entry (where a skip of the whole backlog lands).
+pub(crate) fn end_position(ledgers: &[LedgerInfo]) -> Position {
+    ledgers
         .iter()
         .rev()
         .find(|l| l.entry_count > 0)
-        .map_or(Position::new(0, 0), |l| Position::new(l.id, l.entry_count));
+        .map_or(Position::new(0, 0), |l| Position::new(l.id, l.entry_count))
+}
+
+/// The earliest position from which the entries to the end hold at most `max_bytes` (whole
+/// ledgers exactly, a ledger cut in part pro rata, as [`backlog`] counts them).
+pub(crate) fn position_keeping(ledgers: &[LedgerInfo], max_bytes: u64) -> Position {
+    let end = end_position(ledgers);
     let mut room = max_bytes;
     let mut keep_from = end;
     for l in ledgers.iter().rev().filter(|l| l.entry_count > 0) {
@@ -176,6 +213,27 @@ mod tests {
             Some(Position::new(2, 0))
         );
         assert_eq!(first_entry_from(&ledgers, Position::new(3, 4)), None);
+    }
+
+    #[test]
+    fn counting_entries_across_ledgers() {
+        let ledgers = [
+            ledger(1, LedgerState::Deleted, 10, 1000),
+            ledger(2, LedgerState::Sealed, 0, 0),
+            ledger(3, LedgerState::Open, 4, 40),
+        ];
+        let at = |l, e| Some(Position::new(l, e));
+        assert_eq!(nth_entry_from(&ledgers, Position::new(1, 0), 0), at(1, 0));
+        assert_eq!(nth_entry_from(&ledgers, Position::new(1, 8), 2), at(3, 0));
+        assert_eq!(nth_entry_from(&ledgers, Position::new(1, 8), 5), at(3, 3));
+        assert_eq!(nth_entry_from(&ledgers, Position::new(1, 8), 6), None);
+        assert_eq!(nth_entry_from(&ledgers, Position::new(2, 0), 0), at(3, 0));
+        assert_eq!(nth_entry_from_end(&ledgers, 1), at(3, 3));
+        assert_eq!(nth_entry_from_end(&ledgers, 5), at(1, 9));
+        assert_eq!(nth_entry_from_end(&ledgers, 14), at(1, 0));
+        assert_eq!(nth_entry_from_end(&ledgers, 15), None);
+        assert_eq!(nth_entry_from_end(&ledgers, 0), None);
+        assert_eq!(end_position(&ledgers), Position::new(3, 4));
     }
 
     fn ledger(id: u64, state: LedgerState, entries: u64, bytes: u64) -> LedgerInfo {

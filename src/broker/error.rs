@@ -53,6 +53,12 @@ pub enum BrokerError {
     /// Creating the topic would exceed its namespace's `maxTopicsPerNamespace`.
     #[error("{0}")]
     TooManyTopics(String),
+    /// No subscription of that name on the topic.
+    #[error("{0}")]
+    SubscriptionNotFound(String),
+    /// A subscription of that name exists already.
+    #[error("{0}")]
+    SubscriptionExists(String),
     /// A `producer_request_hold` backlog quota is exceeded: the client retries.
     #[error("{0}")]
     QuotaHold(String),
@@ -95,6 +101,8 @@ pub fn server_error(e: &BrokerError) -> ServerError {
         BrokerError::TooManyTopics(_) | BrokerError::SubscribeRateExceeded(_) => {
             ServerError::NotAllowedError
         }
+        BrokerError::SubscriptionNotFound(_) => ServerError::SubscriptionNotFound,
+        BrokerError::SubscriptionExists(_) => ServerError::ConsumerBusy,
         BrokerError::QuotaHold(_) => ServerError::ProducerBlockedQuotaExceededError,
         BrokerError::QuotaException(_) => ServerError::ProducerBlockedQuotaExceededException,
     }

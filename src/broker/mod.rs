@@ -39,6 +39,7 @@ pub mod connection;
 pub mod dedup;
 pub mod error;
 pub mod limits;
+pub mod manage;
 pub(crate) mod measure;
 mod owner;
 mod rates;

@@ -218,6 +218,10 @@ async fn run(mut owner: Owner, mut rx: mpsc::Receiver<TopicCommand>) {
                     owner.flush_subscriptions().await;
                     break Some(Exit::Stopped(reply));
                 }
+                Some(TopicCommand::Unload(reply)) => {
+                    owner.unload().await;
+                    break Some(Exit::Stopped(reply));
+                }
                 Some(cmd) => owner.handle(cmd).await,
             },
         }
@@ -353,7 +357,10 @@ impl Owner {
                 let _ = reply.send(snapshot);
             }
             // The loop handles these itself.
-            TopicCommand::Publish(_) | TopicCommand::Delete { .. } | TopicCommand::Stop(_) => {}
+            TopicCommand::Publish(_)
+            | TopicCommand::Delete { .. }
+            | TopicCommand::Stop(_)
+            | TopicCommand::Unload(_) => {}
         }
     }
 
@@ -501,6 +508,18 @@ impl Owner {
         }
         self.dedup = Dedup::Off;
         Ok(())
+    }
+
+    /// Closes every producer and consumer (they reconnect and load the topic anew) and ends
+    /// the subscriptions, their cursors saved.
+    async fn unload(&mut self) {
+        for (_, p) in self.producers.drain() {
+            let _ = p.out.send(command::close_producer(p.producer_id)).await;
+        }
+        self.producers_changed();
+        for (_, s) in self.subscriptions.drain() {
+            s.ask(SubscriptionCommand::Unload).await;
+        }
     }
 
     /// Saves every durable subscription's cursor.

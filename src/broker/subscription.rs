@@ -103,6 +103,9 @@ pub enum SubscriptionCommand {
     Flush(oneshot::Sender<()>),
     /// Delete the stored cursor and stop (unsubscribe).
     Delete(oneshot::Sender<()>),
+    /// Disconnect every consumer (CLOSE_CONSUMER), save the cursor and stop: the topic is
+    /// being unloaded; consumers reconnect and find it loaded anew.
+    Unload(oneshot::Sender<()>),
     /// Backlog and read state, for topic stats.
     Stats(oneshot::Sender<SubscriptionStats>),
     /// Acknowledge every entry before this position (message TTL, backlog eviction, skip);
@@ -300,6 +303,15 @@ async fn run(
                     st.persist().await;
                     let _ = done.send(());
                 }
+                Some(SubscriptionCommand::Unload(done)) => {
+                    st.topic.limits.release(st.consumers.len());
+                    for c in st.consumers.drain(..) {
+                        let _ = c.out.send(command::close_consumer(c.key.1)).await;
+                    }
+                    st.persist().await;
+                    let _ = done.send(());
+                    return;
+                }
                 Some(SubscriptionCommand::Delete(done)) => {
                     // Consumers still attached (a forced topic deletion) are told to go.
                     st.topic.limits.release(st.consumers.len());
@@ -477,6 +489,12 @@ impl State {
                 out,
                 reply,
             } => {
+                if self.consumers.is_empty() && sub_type != self.sub_type {
+                    // As in Pulsar, a subscription without consumers (created by the admin
+                    // API, or whose consumers all left) takes the next consumer's type.
+                    self.sub_type = sub_type;
+                    self.dirty = self.durable;
+                }
                 let result = if sub_type != self.sub_type {
                     Err(BrokerError::ConsumerBusy(format!(
                         "subscription is {:?}; a {:?} consumer cannot join",
@@ -551,7 +569,9 @@ impl State {
                 let _ = reply.send(self.topic.log.position_before(self.first_unacked()));
             }
             // Handled by the task loop.
-            SubscriptionCommand::Flush(done) | SubscriptionCommand::Delete(done) => {
+            SubscriptionCommand::Flush(done)
+            | SubscriptionCommand::Delete(done)
+            | SubscriptionCommand::Unload(done) => {
                 let _ = done.send(());
             }
             SubscriptionCommand::Seek { reply, .. } => {

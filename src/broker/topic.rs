@@ -187,6 +187,9 @@ pub(crate) enum TopicCommand {
     },
     /// Save subscriptions' cursors, settle appends in flight, and stop the owner.
     Stop(oneshot::Sender<()>),
+    /// Unload: close producers and consumers (they reconnect and load the topic anew), save
+    /// cursors, settle appends in flight, and stop the owner.
+    Unload(oneshot::Sender<()>),
 }
 
 impl BrokerTopic {
@@ -319,5 +322,10 @@ impl BrokerTopic {
     /// Stops the owner after saving cursors and settling appends in flight.
     pub(crate) async fn stop(&self) {
         let _ = self.ask(TopicCommand::Stop).await;
+    }
+
+    /// Closes the partition's clients, saves its cursors and stops its owner.
+    pub(crate) async fn unload(&self) {
+        let _ = self.ask(TopicCommand::Unload).await;
     }
 }

@@ -22,6 +22,8 @@ use crate::policies::{EffectivePolicies, NamespacePolicies, PoliciesError, Polic
 use crate::tenancy::{Tenancy, TenancyError};
 
 mod tenancy;
+mod topics;
+pub use topics::Target;
 
 /// Why an operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -81,6 +83,10 @@ impl From<BrokerError> for OpsError {
             BrokerError::InvalidTopic(t) => OpsError::Invalid(t.to_string()),
             BrokerError::Metadata(m) => OpsError::Metadata(m),
             BrokerError::TooManyTopics(m) => OpsError::LimitReached(m),
+            BrokerError::TopicNotFound(m)
+            | BrokerError::NamespaceNotFound(m)
+            | BrokerError::SubscriptionNotFound(m) => OpsError::NotFound(m),
+            BrokerError::SubscriptionExists(m) => OpsError::Conflict(m),
             other => OpsError::Broker(other),
         }
     }
@@ -485,7 +491,7 @@ impl Traffic {
                 .filter(|(_, p)| p["hot"] == json!(true))
                 .map(|(n, _)| n.clone())
                 .collect::<Vec<_>>(),
-            "partitions": partitions,
+            "partitionShares": partitions,
         });
         if let (Some(out), serde_json::Value::Object(add)) = (stats.as_object_mut(), fields) {
             out.extend(add);

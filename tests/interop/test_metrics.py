@@ -187,11 +187,11 @@ def test_hot_partition_is_flagged_and_more_partitions_spread_new_traffic(make_se
     def hot_flagged():
         send_round()
         _, stats = call(svc, "GET", "/persistent/public/default/skewed/stats")
-        assert stats["hotPartitions"] == [f"{base}-partition-1"], stats["partitions"]
+        assert stats["hotPartitions"] == [f"{base}-partition-1"], stats["partitionShares"]
         return stats
 
     stats = eventually(hot_flagged, timeout=30, interval=0.1)
-    hot = stats["partitions"][f"{base}-partition-1"]
+    hot = stats["partitionShares"][f"{base}-partition-1"]
     assert hot["inRateShare"] > 0.8, hot
     values, _ = scrape(svc)
     assert value(values, "ledgerlake_partition_hot", topic=f"{base}-partition-1") == 1
@@ -205,7 +205,7 @@ def test_hot_partition_is_flagged_and_more_partitions_spread_new_traffic(make_se
         send_round()
         time.sleep(0.5)
         _, stats = call(svc, "GET", "/persistent/public/default/skewed/stats")
-        parts = stats["partitions"]
+        parts = stats["partitionShares"]
         assert parts.get(f"{base}-partition-5", {}).get("msgInCounter", 0) > 0, parts
         return stats
 
@@ -214,7 +214,7 @@ def test_hot_partition_is_flagged_and_more_partitions_spread_new_traffic(make_se
     def shares_fell():
         send_round()
         _, stats = call(svc, "GET", "/persistent/public/default/skewed/stats")
-        shares = {n: p["inRateShare"] for n, p in stats["partitions"].items()}
+        shares = {n: p["inRateShare"] for n, p in stats["partitionShares"].items()}
         assert max(shares.values()) < 0.6, shares
         assert shares[f"{base}-partition-5"] > 0.3, shares
 

@@ -1,0 +1,277 @@
+//! Topic operations of the admin API beyond partitions and deletion (Pulsar's paths): create a
+//! non-partitioned topic, partitioned stats, internal stats (ledgers with their tier, cursors),
+//! subscriptions (list, create at a position, delete, skip, clear, expire, reset), peek and
+//! examine, the last message id, and unload.
+
+use serde_json::json;
+
+use super::{Operations, OpsError};
+use crate::broker::manage::{Examine, Skip};
+use crate::broker::subscription::SeekTarget;
+use crate::ledger::{Entry, LedgerState, Position};
+use crate::naming::TopicName;
+use crate::protocol::inbound::StartAt;
+
+/// Where a subscription created by the admin API starts, or a cursor is reset to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// The first entry.
+    Earliest,
+    /// After the last entry.
+    Latest,
+    /// This entry.
+    Position(Position),
+}
+
+impl Operations {
+    fn partition_names(&self, name: &TopicName, partitions: u32) -> Vec<TopicName> {
+        if partitions == 0 {
+            vec![name.clone()]
+        } else {
+            (0..partitions).map(|i| name.partition_name(i)).collect()
+        }
+    }
+
+    /// Creates non-partitioned topic `name` (`PUT …/{topic}`): 409 when it or a partitioned
+    /// topic of that name exists.
+    pub async fn create_topic(&self, name: &TopicName) -> Result<(), OpsError> {
+        self.existing_namespace(&name.namespace).await?;
+        if self.partitions(name).await? > 0 || self.log.topic_exists(&name.to_string()).await? {
+            return Err(OpsError::Conflict(format!(
+                "This topic already exists: {name}"
+            )));
+        }
+        self.broker.check_topic_quota(&name.namespace, 1).await?;
+        self.log.topic(&name.to_string()).await?;
+        tracing::info!(topic = %name, "topic created");
+        Ok(())
+    }
+
+    /// Pulsar's `partitioned-stats`: the partitions' stats summed, the partition count, and
+    /// with `per_partition` each partition's own stats.
+    pub async fn partitioned_stats(
+        &self,
+        name: &TopicName,
+        per_partition: bool,
+    ) -> Result<serde_json::Value, OpsError> {
+        let n = self.partitions(name).await?;
+        if n == 0 {
+            return Err(OpsError::NotFound(format!(
+                "Partitioned Topic not found: {name} is not a partitioned topic"
+            )));
+        }
+        let mut stats = self.topic_stats(name).await?;
+        let mut partitions = serde_json::Map::new();
+        if per_partition {
+            for p in self.partition_names(name, n) {
+                match self.topic_stats(&p).await {
+                    Ok(s) => {
+                        partitions.insert(p.to_string(), s);
+                    }
+                    // A declared partition nobody used yet has no log.
+                    Err(OpsError::NotFound(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        if let Some(o) = stats.as_object_mut() {
+            o.insert("metadata".into(), json!({ "partitions": n }));
+            o.insert("partitions".into(), serde_json::Value::Object(partitions));
+        }
+        Ok(stats)
+    }
+
+    /// Pulsar's `internalStats` of a topic partition (or non-partitioned topic): entries,
+    /// size, the last confirmed entry, each ledger with its tier (`local`, `offloaded`: in the
+    /// lake and still local, `lake`: in the lake only), and the loaded cursors.
+    pub async fn internal_stats(&self, name: &TopicName) -> Result<serde_json::Value, OpsError> {
+        if self.partitions(name).await? > 0 {
+            return Err(OpsError::Invalid(format!(
+                "{name} is a partitioned topic: ask one of its partitions"
+            )));
+        }
+        let key = name.to_string();
+        if !self.log.topic_exists(&key).await? {
+            return Err(OpsError::NotFound(format!("Topic {name} not found")));
+        }
+        let log = self.log.topic(&key).await?;
+        let ledgers = log.ledgers();
+        let (mut entries, mut size) = (0u64, 0u64);
+        let listed: Vec<serde_json::Value> = ledgers
+            .iter()
+            .map(|l| {
+                entries += l.entry_count;
+                size += l.size_bytes;
+                let tier = match l.state {
+                    LedgerState::Open | LedgerState::Sealed => "local",
+                    LedgerState::Offloaded => "offloaded",
+                    _ => "lake",
+                };
+                json!({
+                    "ledgerId": l.id,
+                    "entries": l.entry_count,
+                    "size": l.size_bytes,
+                    "offloaded": tier != "local",
+                    "tier": tier,
+                    "state": l.state,
+                })
+            })
+            .collect();
+        let mut cursors = serde_json::Map::new();
+        for (sub, s) in self.broker.subscription_stats(&key).await {
+            let mark_delete = log
+                .position_before(s.first_unacked)
+                .map_or_else(|| "-1:-1".to_string(), |p| p.to_string());
+            cursors.insert(
+                sub,
+                json!({
+                    "markDeletePosition": mark_delete,
+                    "readPosition": s.read_position,
+                    "messagesConsumedCounter": serde_json::Value::Null,
+                    "numberOfEntriesSinceFirstNotAckedMessage": s.msg_backlog,
+                    "totalNonContiguousDeletedMessagesRange": 0,
+                    "state": if s.consumers > 0 { "Open" } else { "NoConsumers" },
+                }),
+            );
+        }
+        let last = log
+            .last_confirmed()
+            .map_or_else(|| "-1:-1".to_string(), |p| p.to_string());
+        Ok(json!({
+            "entriesAddedCounter": entries,
+            "numberOfEntries": entries,
+            "totalSize": size,
+            "currentLedgerEntries": ledgers.last().map_or(0, |l| l.entry_count),
+            "currentLedgerSize": ledgers.last().map_or(0, |l| l.size_bytes),
+            "lastConfirmedEntry": last,
+            "state": "LedgerOpened",
+            "ledgers": listed,
+            "cursors": cursors,
+        }))
+    }
+
+    /// The durable subscriptions of `name` (every partition's, once, for a partitioned topic).
+    pub async fn subscriptions(&self, name: &TopicName) -> Result<Vec<String>, OpsError> {
+        let n = self.partitions(name).await?;
+        let mut all = std::collections::BTreeSet::new();
+        for p in self.partition_names(name, n) {
+            match self.broker.subscription_names(&p).await {
+                Ok(names) => all.extend(names),
+                Err(crate::broker::BrokerError::TopicNotFound(_)) if n > 0 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(all.into_iter().collect())
+    }
+
+    /// Creates durable subscription `sub` at `at` (on every partition of a partitioned topic).
+    pub async fn create_subscription(
+        &self,
+        name: &TopicName,
+        sub: &str,
+        at: Target,
+    ) -> Result<(), OpsError> {
+        let start = match at {
+            Target::Earliest => StartAt::Earliest,
+            Target::Latest => StartAt::Latest,
+            Target::Position(p) => StartAt::Message {
+                ledger: p.ledger,
+                entry: p.entry,
+            },
+        };
+        for p in self.partition_names(name, self.partitions(name).await?) {
+            self.broker.create_subscription(&p, sub, start).await?;
+        }
+        tracing::info!(topic = %name, subscription = sub, "subscription created");
+        Ok(())
+    }
+
+    /// Deletes subscription `sub` (from every partition); 412 while consumers are attached
+    /// unless `force`.
+    pub async fn delete_subscription(
+        &self,
+        name: &TopicName,
+        sub: &str,
+        force: bool,
+    ) -> Result<(), OpsError> {
+        for p in self.partition_names(name, self.partitions(name).await?) {
+            self.broker.delete_subscription(&p, sub, force).await?;
+        }
+        tracing::info!(topic = %name, subscription = sub, "subscription deleted");
+        Ok(())
+    }
+
+    /// Moves subscription `sub` forward (every partition); returns the entries skipped.
+    pub async fn skip(&self, name: &TopicName, sub: &str, how: Skip) -> Result<u64, OpsError> {
+        let mut total = 0;
+        for p in self.partition_names(name, self.partitions(name).await?) {
+            total += self.broker.skip(&p, sub, how).await?;
+        }
+        tracing::info!(topic = %name, subscription = sub, ?how, entries = total,
+            "subscription skipped forward");
+        Ok(total)
+    }
+
+    /// Resets subscription `sub` to a publish time (every partition) or to a message id (its
+    /// partition); its consumers reconnect there.
+    pub async fn reset_cursor(
+        &self,
+        name: &TopicName,
+        sub: &str,
+        to: SeekTarget,
+        partition: Option<u32>,
+    ) -> Result<(), OpsError> {
+        let n = self.partitions(name).await?;
+        let targets = match (partition, n) {
+            (Some(i), n) if n > 0 => vec![name.partition_name(i)],
+            _ => self.partition_names(name, n),
+        };
+        for p in targets {
+            self.broker.reset_cursor(&p, sub, to).await?;
+        }
+        tracing::info!(topic = %name, subscription = sub, ?to, "cursor reset");
+        Ok(())
+    }
+
+    /// The `n`-th message of subscription `sub`'s backlog (1-based).
+    pub async fn peek(&self, name: &TopicName, sub: &str, n: u64) -> Result<Entry, OpsError> {
+        self.broker.peek(name, sub, n).await?.ok_or_else(|| {
+            OpsError::NotFound(format!(
+                "Message not found: the backlog of {sub} on {name} has fewer than {n} entries"
+            ))
+        })
+    }
+
+    /// An entry counted from the first or the last (`examinemessage`).
+    pub async fn examine(&self, name: &TopicName, from: Examine) -> Result<Entry, OpsError> {
+        self.broker.examine(name, from).await?.ok_or_else(|| {
+            OpsError::NotFound(format!("Message not found: {name} has fewer entries"))
+        })
+    }
+
+    /// Pulsar's `lastMessageId`: `{ledgerId, entryId, partitionIndex}` (-1s when empty).
+    pub async fn last_message_id(&self, name: &TopicName) -> Result<serde_json::Value, OpsError> {
+        let p = self.broker.last_position(name).await?;
+        let partition = name.partition().map_or(-1, |p| p as i64);
+        Ok(match p {
+            Some(p) => {
+                json!({"ledgerId": p.ledger, "entryId": p.entry, "partitionIndex": partition})
+            }
+            None => json!({"ledgerId": -1, "entryId": -1, "partitionIndex": partition}),
+        })
+    }
+
+    /// Unloads `name` (every partition of a partitioned topic): clients reconnect and load it
+    /// anew.
+    pub async fn unload(&self, name: &TopicName) -> Result<(), OpsError> {
+        let n = self.partitions(name).await?;
+        for p in self.partition_names(name, n) {
+            match self.broker.unload(&p).await {
+                Ok(_) => {}
+                Err(crate::broker::BrokerError::TopicNotFound(_)) if n > 0 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,146 @@
+"""The admin API scripts use (issue 18), driven over HTTP with Pulsar's paths and JSON while
+the official Python client produces and consumes: topics, subscriptions created at a position,
+skip / clear / expire / reset, peek and examine with Pulsar's headers, lastMessageId,
+internalStats with each ledger's tier, partitioned-stats and unload."""
+import json
+import urllib.request
+
+import pulsar
+
+from conftest import eventually
+from lake import offload_and_wait
+from test_tenancy import call
+
+NS = "/persistent/public/default"
+
+
+def raw(svc, path):
+    """GET returning (status, headers, body bytes)."""
+    req = urllib.request.Request(f"{svc.http}/admin/v2{path}")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.headers, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read()
+
+
+def backlog(svc, topic, sub):
+    return call(svc, "GET", f"{NS}/{topic}/stats")[1]["subscriptions"][sub]["msgBacklog"]
+
+
+def test_topics_subscriptions_and_messages(fresh_service):
+    svc = fresh_service
+    svc.start()
+    assert call(svc, "PUT", f"{NS}/adm")[0] == 204
+    assert call(svc, "PUT", f"{NS}/adm")[0] == 409
+    assert "persistent://public/default/adm" in call(svc, "GET", NS)[1]
+    assert call(svc, "GET", f"{NS}/adm/lastMessageId")[1]["entryId"] == -1
+    client = pulsar.Client(svc.url, operation_timeout_seconds=30)
+    producer = client.create_producer("persistent://public/default/adm", batching_enabled=False)
+    for i in range(10):
+        producer.send(f"m{i}".encode(), properties={"k": f"v{i}"}, partition_key=f"key{i}")
+    last = call(svc, "GET", f"{NS}/adm/lastMessageId")[1]
+    assert last["entryId"] == 9 and last["partitionIndex"] == -1, last
+
+    # A subscription created at the earliest position, then moved about by the admin API.
+    earliest = {"ledgerId": -1, "entryId": -1, "partitionIndex": -1}
+    assert call(svc, "PUT", f"{NS}/adm/subscription/audit", earliest)[0] == 204
+    assert call(svc, "PUT", f"{NS}/adm/subscription/audit", earliest)[0] == 409
+    assert call(svc, "PUT", f"{NS}/adm/subscription/tail")[0] == 204  # latest
+    assert call(svc, "GET", f"{NS}/adm/subscriptions") == (200, ["audit", "tail"])
+    assert backlog(svc, "adm", "audit") == 10
+    assert backlog(svc, "adm", "tail") == 0
+    status, headers, body = raw(svc, f"{NS}/adm/subscription/audit/position/1")
+    assert (status, body) == (200, b"m0"), (status, body)
+    assert headers["X-Pulsar-PROPERTY-k"] == "v0"
+    assert headers["X-Pulsar-partition-key"] == "key0"
+    assert headers["X-Pulsar-Message-ID"].endswith(":0:-1"), headers
+    assert raw(svc, f"{NS}/adm/subscription/audit/position/11")[0] == 404
+    assert call(svc, "POST", f"{NS}/adm/subscription/audit/skip/3")[0] == 204
+    assert backlog(svc, "adm", "audit") == 7
+    assert raw(svc, f"{NS}/adm/subscription/audit/position/1")[2] == b"m3"
+    assert raw(svc, f"{NS}/adm/examinemessage?initialPosition=earliest&messagePosition=2")[2] \
+        == b"m1"
+    assert raw(svc, f"{NS}/adm/examinemessage?initialPosition=latest&messagePosition=1")[2] \
+        == b"m9"
+    # Reset by message id, then by time.
+    fifth = {"ledgerId": last["ledgerId"], "entryId": 5}
+    assert call(svc, "POST", f"{NS}/adm/subscription/audit/resetcursor", fifth)[0] == 204
+    assert backlog(svc, "adm", "audit") == 5
+    assert raw(svc, f"{NS}/adm/subscription/audit/position/1")[2] == b"m5"
+    assert call(svc, "POST", f"{NS}/adm/subscription/audit/resetcursor/0")[0] == 204
+    assert backlog(svc, "adm", "audit") == 10
+    # A Shared consumer joins the subscription the admin API made and reads from its cursor.
+    consumer = client.subscribe("persistent://public/default/adm", "audit",
+                                consumer_type=pulsar.ConsumerType.Shared)
+    got = [consumer.receive(timeout_millis=10_000).data() for _ in range(10)]
+    assert sorted(got) == sorted(f"m{i}".encode() for i in range(10))
+    # Deleting a subscription with a consumer needs force.
+    assert call(svc, "DELETE", f"{NS}/adm/subscription/audit")[0] == 412
+    assert call(svc, "DELETE", f"{NS}/adm/subscription/audit?force=true")[0] == 204
+    assert call(svc, "GET", f"{NS}/adm/subscriptions") == (200, ["tail"])
+    # Expire and clear-backlog.
+    assert call(svc, "PUT", f"{NS}/adm/subscription/old", earliest)[0] == 204
+    assert call(svc, "POST", f"{NS}/adm/subscription/old/expireMessages/3600")[0] == 204
+    assert backlog(svc, "adm", "old") == 10, "nothing is an hour old"
+    assert call(svc, "POST", f"{NS}/adm/all_subscription/expireMessages/0")[0] == 204
+    assert backlog(svc, "adm", "old") == 0
+    producer.send(b"m10")
+    assert call(svc, "POST", f"{NS}/adm/subscription/tail/skip_all")[0] == 204
+    assert backlog(svc, "adm", "tail") == 0
+    assert call(svc, "POST", f"{NS}/adm/subscription/nope/skip/1")[0] == 404
+    assert call(svc, "GET", f"{NS}/missing/subscriptions")[0] == 404
+    # internalStats: each ledger with its tier, before and after offload.
+    internal = call(svc, "GET", f"{NS}/adm/internalStats")[1]
+    assert internal["numberOfEntries"] == 11, internal
+    assert {l["tier"] for l in internal["ledgers"]} == {"local"}, internal
+    assert set(internal["cursors"]) == {"old", "tail"}, internal
+    offload_and_wait(svc, "persistent://public/default/adm")
+    internal = call(svc, "GET", f"{NS}/adm/internalStats")[1]
+    tiers = [l["tier"] for l in internal["ledgers"] if l["entries"] > 0]
+    assert "offloaded" in tiers or "lake" in tiers, internal
+    # Peek and examine read whichever tier holds the entry.
+    assert raw(svc, f"{NS}/adm/examinemessage?initialPosition=earliest&messagePosition=1")[2] \
+        == b"m0"
+    consumer.close()
+    producer.close()
+    client.close()
+
+
+def test_partitioned_stats_and_unload(fresh_service):
+    svc = fresh_service
+    svc.start()
+    assert call(svc, "PUT", f"{NS}/parts/partitions", {"partitions": 2})[0] == 204
+    assert call(svc, "GET", f"{NS}/parts/partitions") == (200, {"partitions": 2})
+    client = pulsar.Client(svc.url, operation_timeout_seconds=30)
+    topic = "persistent://public/default/parts"
+    consumer = client.subscribe(topic, "s")
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(20):
+        producer.send(f"{i}".encode(), partition_key=str(i))
+    status, stats = call(svc, "GET", f"{NS}/parts/partitioned-stats?perPartition=true")
+    assert status == 200 and stats["metadata"] == {"partitions": 2}, stats
+    assert stats["msgInCounter"] == 20, stats
+    assert sorted(stats["partitions"]) == [f"{topic}-partition-0", f"{topic}-partition-1"]
+    assert sum(p["msgInCounter"] for p in stats["partitions"].values()) == 20
+    assert call(svc, "GET", f"{NS}/parts/partitioned-stats?perPartition=false")[1][
+        "partitions"] == {}
+    assert call(svc, "GET", f"{NS}/nope/partitioned-stats")[0] == 404
+    got = {consumer.receive(timeout_millis=10_000).data() for _ in range(20)}
+    # Unload: clients are disconnected, reconnect, and carry on where they were.
+    assert call(svc, "PUT", f"{NS}/parts/unload")[0] == 204
+    for i in range(20, 30):
+        producer.send(f"{i}".encode(), partition_key=str(i))
+
+    def rest():
+        while len(got) < 30:
+            msg = consumer.receive(timeout_millis=10_000)
+            got.add(msg.data())
+            consumer.acknowledge(msg)
+        return got
+
+    assert eventually(rest, timeout=60) == {f"{i}".encode() for i in range(30)}
+    assert call(svc, "PUT", f"{NS}/missing/unload")[0] == 404
+    producer.close()
+    consumer.close()
+    client.close()
