@@ -24,6 +24,7 @@ use super::error::AdminError;
 use super::namespaces::{update, update_topic};
 use super::quotas::superuser_only;
 use super::tenancy::json_body;
+use super::Routes;
 use super::{namespace_path, topic_path, AdminState};
 use crate::auth::Principal;
 use crate::policies::{BacklogQuota, BacklogQuotaMap, BacklogQuotaType};
@@ -32,21 +33,21 @@ pub(super) fn routes() -> Router<AdminState> {
     let ns = "/admin/v2/namespaces/{tenant}/{namespace}";
     let topic = "/admin/v2/persistent/{tenant}/{namespace}/{topic}";
     Router::new()
-        .route(&format!("{ns}/backlogQuotaMap"), get(get_ns_quotas))
-        .route(
+        .at(&format!("{ns}/backlogQuotaMap"), get(get_ns_quotas))
+        .at(
             &format!("{ns}/backlogQuota"),
             post(set_ns_quota).delete(delete_ns_quota),
         )
-        .route(&format!("{topic}/backlogQuotaMap"), get(get_topic_quotas))
-        .route(
+        .at(&format!("{topic}/backlogQuotaMap"), get(get_topic_quotas))
+        .at(
             &format!("{topic}/backlogQuota"),
             post(set_topic_quota).delete(delete_topic_quota),
         )
-        .route(
+        .at(
             &format!("{ns}/messageTTL"),
             get(get_ns_ttl).post(set_ns_ttl).delete(delete_ns_ttl),
         )
-        .route(
+        .at(
             &format!("{topic}/messageTTL"),
             get(get_topic_ttl)
                 .post(set_topic_ttl)

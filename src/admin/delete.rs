@@ -16,15 +16,16 @@ use axum::routing::delete;
 use axum::Router;
 
 use super::error::AdminError;
+use super::Routes;
 use super::{topic_path, AdminState};
 
 pub(super) fn routes() -> Router<AdminState> {
     Router::new()
-        .route(
+        .at(
             "/admin/v2/persistent/{tenant}/{namespace}/{topic}",
             delete(delete_topic),
         )
-        .route(
+        .at(
             "/admin/v2/persistent/{tenant}/{namespace}/{topic}/partitions",
             delete(delete_partitioned),
         )

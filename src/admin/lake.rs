@@ -14,15 +14,16 @@ use axum::{Json, Router};
 use serde_json::json;
 
 use super::error::AdminError;
+use super::Routes;
 use super::{topic_path, AdminState};
 
 pub(super) fn routes() -> Router<AdminState> {
     Router::new()
-        .route(
+        .at(
             "/admin/v2/persistent/{tenant}/{namespace}/{topic}/offload",
             put(trigger).get(status),
         )
-        .route(
+        .at(
             "/admin/v2/persistent/{tenant}/{namespace}/{topic}/stats",
             get(stats),
         )

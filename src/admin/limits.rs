@@ -21,6 +21,7 @@ use axum::{Json, Router};
 
 use super::error::AdminError;
 use super::namespaces::{update, update_topic};
+use super::Routes;
 use super::{namespace_path, topic_path, AdminState};
 use crate::policies::NamespacePolicies;
 
@@ -56,14 +57,14 @@ const LIMITS: [(&str, Option<&str>, Field); 6] = [
 pub(super) fn routes() -> Router<AdminState> {
     let mut router = Router::new();
     for (ns_segment, topic_segment, field) in LIMITS {
-        router = router.route(
+        router = router.at(
             &format!("/admin/v2/namespaces/{{tenant}}/{{namespace}}/{ns_segment}"),
             get(move |s, p| get_ns(s, p, field))
                 .post(move |s, p, body| set_ns(s, p, body, field))
                 .delete(move |s, p| delete_ns(s, p, field)),
         );
         if let Some(segment) = topic_segment {
-            router = router.route(
+            router = router.at(
                 &format!("/admin/v2/persistent/{{tenant}}/{{namespace}}/{{topic}}/{segment}"),
                 get(move |s, p| get_topic(s, p, field))
                     .post(move |s, p, body| set_topic(s, p, body, field))

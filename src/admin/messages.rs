@@ -20,6 +20,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 
 use super::error::AdminError;
+use super::Routes;
 use super::{topic_path, AdminState};
 use crate::broker::manage::Examine;
 use crate::ledger::Entry;
@@ -29,12 +30,12 @@ const TOPIC: &str = "/admin/v2/persistent/{tenant}/{namespace}/{topic}";
 
 pub(super) fn routes() -> Router<AdminState> {
     Router::new()
-        .route(
+        .at(
             &format!("{TOPIC}/subscription/{{subscription}}/position/{{n}}"),
             get(peek),
         )
-        .route(&format!("{TOPIC}/examinemessage"), get(examine))
-        .route(&format!("{TOPIC}/lastMessageId"), get(last_message_id))
+        .at(&format!("{TOPIC}/examinemessage"), get(examine))
+        .at(&format!("{TOPIC}/lastMessageId"), get(last_message_id))
 }
 
 fn header(headers: &mut HeaderMap, name: &str, value: impl ToString) {

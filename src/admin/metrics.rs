@@ -11,9 +11,10 @@ use axum::Router;
 
 use super::error::AdminError;
 use super::AdminState;
+use super::Routes;
 
 pub(super) fn routes() -> Router<AdminState> {
-    Router::new().route("/metrics", get(scrape))
+    Router::new().at("/metrics", get(scrape))
 }
 
 async fn scrape(State(state): State<AdminState>) -> Result<impl IntoResponse, AdminError> {

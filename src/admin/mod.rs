@@ -22,6 +22,8 @@ mod limits;
 mod messages;
 mod metrics;
 mod namespaces;
+#[cfg(test)]
+mod openapi_check;
 mod permissions;
 mod quotas;
 mod rates;
@@ -29,6 +31,37 @@ mod sql;
 mod subscriptions;
 mod tenancy;
 mod topics;
+
+/// Every route path the admin modules registered (`schemas/openapi.json` is checked against
+/// them). Invariant: routes are only added through [`Routes::at`].
+static ROUTE_PATHS: std::sync::Mutex<std::collections::BTreeSet<String>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// Adding a route and recording its path.
+pub(crate) trait Routes {
+    /// `Router::route`, with the path recorded in [`route_paths`].
+    fn at(self, path: &str, handler: axum::routing::MethodRouter<AdminState>) -> Self;
+}
+
+impl Routes for Router<AdminState> {
+    fn at(self, path: &str, handler: axum::routing::MethodRouter<AdminState>) -> Self {
+        ROUTE_PATHS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(path.to_string());
+        self.route(path, handler)
+    }
+}
+
+/// The route paths registered so far (all of them once [`router`] has run).
+pub fn route_paths() -> Vec<String> {
+    ROUTE_PATHS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .cloned()
+        .collect()
+}
 
 /// Readiness shared between the service and the HTTP handlers.
 #[derive(Debug, Default)]
@@ -115,8 +148,8 @@ pub fn router(state: AdminState) -> Router {
             access::guard,
         ));
     Router::new()
-        .route("/health/live", get(live))
-        .route("/health/ready", get(ready))
+        .at("/health/live", get(live))
+        .at("/health/ready", get(ready))
         .merge(metrics::routes())
         .merge(guarded)
         .with_state(state)

@@ -23,6 +23,7 @@ use axum::{Json, Router};
 use serde_json::json;
 
 use super::error::AdminError;
+use super::Routes;
 use super::{namespace_path, topic_path, AdminState};
 use crate::config::LakePartitioning;
 use crate::naming::TopicName;
@@ -31,33 +32,33 @@ use crate::policies::{NamespacePolicies, RetentionPolicy};
 pub(super) fn routes() -> Router<AdminState> {
     let base = "/admin/v2/namespaces/{tenant}/{namespace}";
     Router::new()
-        .route(
+        .at(
             &format!("{base}/offloadThreshold"),
             get(get_threshold).put(put_threshold),
         )
-        .route(
+        .at(
             &format!("{base}/offloadThresholdInSeconds"),
             get(get_threshold_secs).put(put_threshold_secs),
         )
-        .route(
+        .at(
             &format!("{base}/offloadDeletionLagMs"),
             get(get_lag).put(put_lag).delete(delete_lag),
         )
-        .route(
+        .at(
             &format!("{base}/lakePartitioning"),
             get(get_partitioning).put(put_partitioning),
         )
-        .route(
+        .at(
             &format!("{base}/retention"),
             get(get_retention)
                 .post(set_retention)
                 .delete(delete_retention),
         )
-        .route(
+        .at(
             &format!("{base}/deduplication"),
             get(get_dedup).post(set_dedup).delete(delete_dedup),
         )
-        .route(
+        .at(
             "/admin/v2/persistent/{tenant}/{namespace}/{topic}/deduplicationEnabled",
             get(get_topic_dedup)
                 .post(set_topic_dedup)

@@ -19,6 +19,7 @@ use axum::{Json, Router};
 
 use super::error::AdminError;
 use super::tenancy::json_body;
+use super::Routes;
 use super::{namespace_path, topic_path, AdminState};
 use crate::tenancy::{AuthAction, Grants, SubscriptionAuthMode};
 
@@ -26,25 +27,25 @@ pub(super) fn routes() -> Router<AdminState> {
     let ns = "/admin/v2/namespaces/{tenant}/{namespace}";
     let topic = "/admin/v2/persistent/{tenant}/{namespace}/{topic}";
     Router::new()
-        .route(&format!("{ns}/permissions"), get(namespace_grants))
-        .route(
+        .at(&format!("{ns}/permissions"), get(namespace_grants))
+        .at(
             &format!("{ns}/permissions/{{name}}"),
             post(grant_namespace).delete(revoke_namespace),
         )
-        .route(
+        .at(
             &format!("{ns}/permissions/subscription/{{name}}"),
             post(grant_subscription),
         )
-        .route(
+        .at(
             &format!("{ns}/permissions/{{name}}/{{role}}"),
             axum::routing::delete(revoke_subscription),
         )
-        .route(
+        .at(
             &format!("{ns}/subscriptionAuthMode"),
             get(get_mode).post(set_mode),
         )
-        .route(&format!("{topic}/permissions"), get(topic_grants))
-        .route(
+        .at(&format!("{topic}/permissions"), get(topic_grants))
+        .at(
             &format!("{topic}/permissions/{{role}}"),
             post(grant_topic).delete(revoke_topic),
         )

@@ -20,6 +20,7 @@ use axum::{Extension, Json, Router};
 
 use super::error::AdminError;
 use super::tenancy::json_body;
+use super::Routes;
 use super::{namespace_path, AdminState};
 use crate::auth::{Action, Principal, Resource};
 use crate::tenancy::ResourceGroup;
@@ -27,21 +28,21 @@ use crate::tenancy::ResourceGroup;
 pub(super) fn routes() -> Router<AdminState> {
     let ns = "/admin/v2/namespaces/{tenant}/{namespace}";
     Router::new()
-        .route("/admin/v2/resourcegroups", get(list_groups))
-        .route(
+        .at("/admin/v2/resourcegroups", get(list_groups))
+        .at(
             "/admin/v2/resourcegroups/{group}",
             get(get_group).put(put_group).delete(delete_group),
         )
-        .route(
+        .at(
             &format!("{ns}/resourcegroup"),
             get(get_ns_group).delete(detach_group),
         )
-        .route(&format!("{ns}/resourcegroup/{{group}}"), post(attach_group))
-        .route(
+        .at(&format!("{ns}/resourcegroup/{{group}}"), post(attach_group))
+        .at(
             "/admin/v2/tenants/{name}/resourcegroup",
             get(get_tenant_group).delete(detach_tenant_group),
         )
-        .route(
+        .at(
             "/admin/v2/tenants/{name}/resourcegroup/{group}",
             post(attach_tenant_group),
         )

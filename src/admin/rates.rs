@@ -25,6 +25,7 @@ use super::error::AdminError;
 use super::namespaces::{update, update_topic};
 use super::quotas::superuser_only;
 use super::tenancy::json_body;
+use super::Routes;
 use super::{namespace_path, topic_path, AdminState};
 use crate::auth::Principal;
 use crate::policies::{DispatchRate, NamespacePolicies, PublishRate, SubscribeRate};
@@ -82,7 +83,7 @@ fn with_rate<T: RateBody>(
     field: fn(&mut NamespacePolicies) -> &mut Option<T>,
 ) -> Router<AdminState> {
     router
-        .route(
+        .at(
             &format!("/admin/v2/namespaces/{{tenant}}/{{namespace}}/{segment}"),
             get(move |s: State<AdminState>, Path((t, n)): Path<(String, String)>| async move {
                 let mut p = s.ops()?.namespace_policies(&namespace_path(&t, &n)?).await?;
@@ -107,7 +108,7 @@ fn with_rate<T: RateBody>(
                 },
             ),
         )
-        .route(
+        .at(
             &format!("/admin/v2/persistent/{{tenant}}/{{namespace}}/{{topic}}/{segment}"),
             get(
                 move |s: State<AdminState>,

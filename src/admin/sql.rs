@@ -16,10 +16,11 @@ use futures::StreamExt;
 
 use super::error::AdminError;
 use super::AdminState;
+use super::Routes;
 use crate::sql::format::Format;
 
 pub(super) fn routes() -> Router<AdminState> {
-    Router::new().route("/sql", post(run))
+    Router::new().at("/sql", post(run))
 }
 
 fn query_text(headers: &HeaderMap, body: &[u8]) -> Result<String, AdminError> {

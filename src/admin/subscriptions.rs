@@ -18,6 +18,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 
 use super::error::AdminError;
+use super::Routes;
 use super::{topic_path, AdminState};
 use crate::broker::manage::Skip;
 use crate::broker::subscription::SeekTarget;
@@ -29,20 +30,20 @@ const TOPIC: &str = "/admin/v2/persistent/{tenant}/{namespace}/{topic}";
 pub(super) fn routes() -> Router<AdminState> {
     let sub = format!("{TOPIC}/subscription/{{subscription}}");
     Router::new()
-        .route(&format!("{TOPIC}/subscriptions"), get(list))
-        .route(&sub, put(create).delete(remove))
-        .route(&format!("{sub}/skip/{{n}}"), post(skip))
-        .route(&format!("{sub}/skip_all"), post(skip_all))
-        .route(&format!("{sub}/expireMessages/{{seconds}}"), post(expire))
-        .route(
+        .at(&format!("{TOPIC}/subscriptions"), get(list))
+        .at(&sub, put(create).delete(remove))
+        .at(&format!("{sub}/skip/{{n}}"), post(skip))
+        .at(&format!("{sub}/skip_all"), post(skip_all))
+        .at(&format!("{sub}/expireMessages/{{seconds}}"), post(expire))
+        .at(
             &format!("{TOPIC}/all_subscription/expireMessages/{{seconds}}"),
             post(expire_all),
         )
-        .route(
+        .at(
             &format!("{sub}/resetcursor/{{timestamp}}"),
             post(reset_to_time),
         )
-        .route(&format!("{sub}/resetcursor"), post(reset_to_id))
+        .at(&format!("{sub}/resetcursor"), post(reset_to_id))
 }
 
 /// Pulsar's `MessageId` body.

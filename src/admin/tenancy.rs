@@ -20,37 +20,38 @@ use axum::{Json, Router};
 
 use super::delete::DeleteParams;
 use super::error::AdminError;
+use super::Routes;
 use super::{namespace_path, AdminState};
 use crate::tenancy::{ClusterData, TenantInfo};
 
 pub(super) fn routes() -> Router<AdminState> {
     Router::new()
-        .route("/admin/v2/clusters", get(list_clusters))
-        .route(
+        .at("/admin/v2/clusters", get(list_clusters))
+        .at(
             "/admin/v2/clusters/{cluster}",
             get(get_cluster)
                 .put(create_cluster)
                 .post(update_cluster)
                 .delete(delete_cluster),
         )
-        .route("/admin/v2/tenants", get(list_tenants))
-        .route(
+        .at("/admin/v2/tenants", get(list_tenants))
+        .at(
             "/admin/v2/tenants/{name}",
             get(get_tenant)
                 .put(create_tenant)
                 .post(update_tenant)
                 .delete(delete_tenant),
         )
-        .route("/admin/v2/namespaces/{tenant}", get(list_namespaces))
-        .route(
+        .at("/admin/v2/namespaces/{tenant}", get(list_namespaces))
+        .at(
             "/admin/v2/persistent/{tenant}/{namespace}",
             get(list_topics),
         )
-        .route(
+        .at(
             "/admin/v2/persistent/{tenant}/{namespace}/partitioned",
             get(list_partitioned),
         )
-        .route(
+        .at(
             "/admin/v2/namespaces/{tenant}/{namespace}",
             get(get_namespace)
                 .put(create_namespace)

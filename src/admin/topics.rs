@@ -17,6 +17,7 @@ use axum::{Json, Router};
 use serde_json::json;
 
 use super::error::AdminError;
+use super::Routes;
 use super::{topic_path, AdminState};
 use crate::naming::TopicName;
 
@@ -24,17 +25,17 @@ const TOPIC: &str = "/admin/v2/persistent/{tenant}/{namespace}/{topic}";
 
 pub(super) fn routes() -> Router<AdminState> {
     Router::new()
-        .route(
+        .at(
             &format!("{TOPIC}/partitions"),
             put(create).post(update).get(read),
         )
-        .route(TOPIC, put(create_topic))
-        .route(
+        .at(TOPIC, put(create_topic))
+        .at(
             &format!("{TOPIC}/partitioned-stats"),
             get(partitioned_stats),
         )
-        .route(&format!("{TOPIC}/internalStats"), get(internal_stats))
-        .route(&format!("{TOPIC}/unload"), put(unload))
+        .at(&format!("{TOPIC}/internalStats"), get(internal_stats))
+        .at(&format!("{TOPIC}/unload"), put(unload))
 }
 
 async fn create_topic(

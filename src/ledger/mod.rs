@@ -176,6 +176,8 @@ pub struct Log {
     loaded: Arc<Mutex<Vec<TopicLog>>>,
     stop: CancellationToken,
     report: RecoveryReport,
+    /// The directory the log lives in.
+    dir: PathBuf,
 }
 
 impl Log {
@@ -289,6 +291,7 @@ impl Log {
             loaded: Arc::new(Mutex::new(Vec::new())),
             stop: CancellationToken::new(),
             report,
+            dir: dir.to_path_buf(),
         };
         log.report.reclaimed_segments = log
             .reclaim_segments()
@@ -298,6 +301,11 @@ impl Log {
         log.spawn_age_ticker();
         tracing::info!(report = ?log.report, "log recovered");
         Ok(log)
+    }
+
+    /// The directory the log lives in (its volume is the one that must not fill up).
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// The metadata store the log uses (shared with the broker and the admin API).

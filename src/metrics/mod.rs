@@ -21,11 +21,18 @@ pub use node::node;
 /// The content type of [`encode`]'s text.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
-/// The text of one scrape: the node families, then the Pulsar families of `topics`.
-pub fn encode(topics: pulsar::PulsarFamilies) -> Result<String, std::fmt::Error> {
+/// The text of one scrape: the node families, the data directory's volume (when it could be
+/// read), then the Pulsar families of `topics`.
+pub fn encode(
+    topics: pulsar::PulsarFamilies,
+    data_dir: Option<node::DataDir>,
+) -> Result<String, std::fmt::Error> {
     let mut out = String::with_capacity(4096 + topics.rows.len() * 4096);
     prometheus_client::encoding::prometheus_text::encode(&mut out, node().registry())?;
     let mut registry = prometheus_client::registry::Registry::default();
+    if let Some(d) = data_dir {
+        registry.register_collector(Box::new(d));
+    }
     registry.register_collector(Box::new(topics));
     prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)?;
     Ok(out)

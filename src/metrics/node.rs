@@ -135,6 +135,41 @@ impl NodeMetrics {
     }
 }
 
+/// Space on the volume of the log's directory, read at scrape time.
+#[derive(Debug, Clone, Copy)]
+pub struct DataDir {
+    /// Bytes available to the service.
+    pub available_bytes: u64,
+    /// Size of the volume.
+    pub size_bytes: u64,
+}
+
+impl prometheus_client::collector::Collector for DataDir {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::metrics::MetricType;
+        for (name, help, v) in [
+            (
+                "ledgerlake_data_dir_available_bytes",
+                "Bytes available on the volume of the log's directory",
+                self.available_bytes,
+            ),
+            (
+                "ledgerlake_data_dir_size_bytes",
+                "Size of the volume of the log's directory",
+                self.size_bytes,
+            ),
+        ] {
+            encoder
+                .encode_descriptor(name, help, None, MetricType::Gauge)?
+                .encode_gauge(&v)?;
+        }
+        Ok(())
+    }
+}
+
 /// The process's node-wide families.
 pub fn node() -> &'static NodeMetrics {
     static NODE: OnceLock<NodeMetrics> = OnceLock::new();

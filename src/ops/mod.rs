@@ -349,10 +349,23 @@ impl Operations {
         let families = self.broker.metric_families().ok_or_else(|| {
             OpsError::Disabled("metrics are disabled (metrics.enabled = false)".into())
         })?;
-        tokio::task::spawn_blocking(move || crate::metrics::encode(families))
-            .await
-            .map_err(|e| OpsError::Invalid(format!("encoding metrics failed: {e}")))?
-            .map_err(|e| OpsError::Invalid(format!("encoding metrics failed: {e}")))
+        let dir = self.log.dir().to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            let data_dir = match rustix::fs::statvfs(&dir) {
+                Ok(s) => Some(crate::metrics::node::DataDir {
+                    available_bytes: s.f_bavail.saturating_mul(s.f_frsize),
+                    size_bytes: s.f_blocks.saturating_mul(s.f_frsize),
+                }),
+                Err(e) => {
+                    tracing::debug!(dir = %dir.display(), error = %e, "statvfs failed");
+                    None
+                }
+            };
+            crate::metrics::encode(families, data_dir)
+        })
+        .await
+        .map_err(|e| OpsError::Invalid(format!("encoding metrics failed: {e}")))?
+        .map_err(|e| OpsError::Invalid(format!("encoding metrics failed: {e}")))
     }
 
     // ---- policies -----------------------------------------------------------------------

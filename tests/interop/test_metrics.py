@@ -94,6 +94,8 @@ def test_metrics_show_pulsar_and_ledgerlake_families(make_service):
     assert value(values, "ledgerlake_sql_queries_total", outcome="ok") == 1
     assert value(values, "ledgerlake_sql_queries_total", outcome="error") == 1
     assert value(values, "ledgerlake_sql_query_seconds_count", outcome="ok") == 1
+    assert 0 < value(values, "ledgerlake_data_dir_available_bytes") \
+        <= value(values, "ledgerlake_data_dir_size_bytes")
     # The same figures in the admin stats, with Pulsar's field names.
     _, stats = call(svc, "GET", "/persistent/public/default/metered/stats")
     assert stats["msgInCounter"] == 200 and stats["msgRateIn"] > 0, stats
