@@ -13,7 +13,11 @@ local disk.
 2. Offload A, delete the local copies (offloadDeletionLagMs = 0), restart, and per round consume A
    from the earliest again: the lake replay rate (every entry rebuilt from the Iceberg table).
 3. Per round: `perf produce --rate 20000` to topic B alone (baseline p99), then the same while a
-   consumer replays A from the lake: the ratio of p99 publish latencies.
+   consumer replays A from the lake: the ratio of p99 publish latencies. `GET /metrics` is
+   scraped before and after each run beside the replay, proving from the service's own counters
+   that the lake served the replay meanwhile (`ledgerlake_replay_entries_total{tier="lake"}`,
+   `ledgerlake_subscription_reading_lake`) and giving the broker's own write latency
+   (`pulsar_storage_write_latency_*` of topic B).
 
 Prints a JSON summary (medians over rounds) for benches/RESULTS.md.
 """
@@ -72,6 +76,14 @@ class Service:
         with urllib.request.urlopen(req, timeout=60) as r:
             text = r.read().decode()
             return json.loads(text) if text else None
+
+    def metrics(self):
+        """{(sample name, frozenset of labels): value} of one scrape."""
+        from prometheus_client.parser import text_string_to_metric_families
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.http}/metrics", timeout=60) as r:
+            text = r.read().decode()
+        return {(s.name, frozenset(s.labels.items())): s.value
+                for f in text_string_to_metric_families(text) for s in f.samples}
 
     def perf(self, *args):
         out = subprocess.run([self.binary, "perf", *args, "--service-url",
@@ -145,17 +157,26 @@ def main():
         result["lake_msgs_per_s"] = [consume(svc, f"lake-{i}", n) for i in range(args.rounds)]
         result["replay_stats"] = svc.admin("GET", path)["replay"]
 
-        alone, during = [], []
+        alone, during, lake_entries, reading_lake = [], [], [], []
+        lake = ("ledgerlake_replay_entries_total", frozenset({("tier", "lake")}))
         for i in range(args.rounds):
             r = svc.perf("produce", "--topic", TOPIC_B, "--rate", "20000", "--duration", "20s")
             alone.append(r["latency"]["p99_us"])
             replayer = svc.perf_async("consume", "--topic", TOPIC_A, "--subscription",
                                       f"busy-{i}", "--messages", str(n), "--duration", "600s")
             time.sleep(2)  # the replay is under way
+            before = svc.metrics()
             r = svc.perf("produce", "--topic", TOPIC_B, "--rate", "20000", "--duration", "20s")
+            after = svc.metrics()
             during.append(r["latency"]["p99_us"])
+            lake_entries.append(after.get(lake, 0) - before.get(lake, 0))
+            reading_lake.append(max((v for (name, labels), v in after.items()
+                                     if name == "ledgerlake_subscription_reading_lake"
+                                     and ("subscription", f"busy-{i}") in labels), default=0))
             replayer.kill()
             replayer.wait()
+        result["lake_entries_served_during_runs"] = lake_entries
+        result["replay_subscription_reading_lake"] = reading_lake
         result["p99_alone_us"] = alone
         result["p99_during_lake_replay_us"] = during
         med = statistics.median

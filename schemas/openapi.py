@@ -590,6 +590,12 @@ op("get", TOPIC + "/lastMessageId", "getLastMessageId",
    "Get the id of a topic's last message, (-1, -1) when empty (Pulsar: getLastMessageId).",
    "Messages", ok_json(ref("MessageId")), [404])
 
+# Broker stats.
+op("get", "/admin/v2/broker-stats/topics", "getBrokerTopicStats",
+   "Every loaded topic partition's rates, backlog, offload lag and hot / lag-spiral flags, "
+   "by namespace and bundle (Pulsar: getTopics of broker-stats); `ledgerlake top` reads it.",
+   "Topics", ok_json({"type": "object", "additionalProperties": True}), [412])
+
 # SQL.
 op("post", "/sql", "runSql",
    "Run one read-only SQL statement over the lake tables (ledgerlake).", "SQL",

@@ -17,7 +17,7 @@
 //!                                      (Iceberg; LakeHandle owns the runtime hop)
 //!  HTTP ──► admin/ ──► ops/ (use cases) ──► broker, ledger, offload, policies, tenancy, sql
 //!  every surface ──► auth (Access: Authenticator + Authorizer ◄── tenancy's authorizer)
-//!  leaves used by all: naming, schema, config, failpoint, telemetry, tls
+//!  leaves used by all: naming, schema, config, failpoint, telemetry, tls, metrics
 //! ```
 //!
 //! Imports flow one way: `naming` ← every layer; `protocol` ← `broker`; `broker` → `ledger`,
@@ -48,7 +48,9 @@
 //! - [`sql`]: DataFusion over each topic (lake snapshot + live tail at one seam), read-only,
 //!   for PostgreSQL clients, HTTP `POST /sql` and `ledgerlake sql`.
 //! - [`ops`]: the operations layer the admin API calls.
-//! - [`admin`]: the HTTP surface (health, admin API, `POST /sql`).
+//! - [`admin`]: the HTTP surface (health, `/metrics`, admin API, `POST /sql`).
+//! - [`metrics`]: meters and Pulsar-style histograms the broker records into, ledgerlake's
+//!   node-wide families, and the Prometheus text of a scrape (a leaf).
 //! - [`service`]: wiring of a running service and its ordered shutdown.
 //! - [`failpoint`]: named crash and stall points for tests (debug builds only).
 //! - [`cli`]: the `ledgerlake` command line.

@@ -19,6 +19,9 @@ pub enum AdminError {
     /// The service is still recovering.
     #[error("the service is not ready yet")]
     NotReady,
+    /// The object is stopping or moving (an unloaded topic): retry.
+    #[error("{0}")]
+    Unavailable(String),
     /// A conflicting object exists.
     #[error("{0}")]
     Conflict(String),
@@ -115,6 +118,7 @@ impl From<crate::ops::OpsError> for AdminError {
             OpsError::Metadata(m) => m.into(),
             OpsError::Tenancy(t) => t.into(),
             OpsError::NotAllowed(m) => AdminError::NotAllowed(m),
+            OpsError::Unavailable(m) => AdminError::Unavailable(m),
             OpsError::NotImplemented(m) => AdminError::NotImplemented(m),
             other => AdminError::Internal(other.to_string()),
         }
@@ -157,7 +161,7 @@ impl IntoResponse for AdminError {
     fn into_response(self) -> Response {
         let status = match &self {
             AdminError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            AdminError::NotReady => StatusCode::SERVICE_UNAVAILABLE,
+            AdminError::NotReady | AdminError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             AdminError::Conflict(_) => StatusCode::CONFLICT,
             AdminError::Metadata(_) | AdminError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             AdminError::NotFound(_) => StatusCode::NOT_FOUND,

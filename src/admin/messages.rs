@@ -47,6 +47,14 @@ fn header(headers: &mut HeaderMap, name: &str, value: impl ToString) {
     }
 }
 
+/// Milliseconds since the epoch as an RFC 3339 time (what Pulsar's admin clients parse).
+fn rfc3339(ms: u64) -> String {
+    i64::try_from(ms)
+        .ok()
+        .and_then(chrono::DateTime::from_timestamp_millis)
+        .map_or_else(|| ms.to_string(), |t| t.to_rfc3339())
+}
+
 /// The entry as Pulsar's peek answers it.
 fn respond(name: &TopicName, entry: Entry) -> Result<impl IntoResponse, AdminError> {
     let opened = crate::protocol::entry::open_entry(&entry.payload)
@@ -62,16 +70,14 @@ fn respond(name: &TopicName, entry: Entry) -> Result<impl IntoResponse, AdminErr
             entry.position.ledger, entry.position.entry
         ),
     );
-    let publish = chrono::DateTime::from_timestamp_millis(m.publish_time as i64)
-        .map_or_else(|| m.publish_time.to_string(), |t| t.to_rfc3339());
-    header(&mut h, "X-Pulsar-publish-time", publish);
+    header(&mut h, "X-Pulsar-publish-time", rfc3339(m.publish_time));
     header(&mut h, "X-Pulsar-producer-name", &m.producer_name);
     header(&mut h, "X-Pulsar-sequence-id", m.sequence_id);
     if let Some(k) = &m.partition_key {
         header(&mut h, "X-Pulsar-partition-key", k);
     }
     if let Some(t) = m.event_time.filter(|t| *t > 0) {
-        header(&mut h, "X-Pulsar-event-time", t);
+        header(&mut h, "X-Pulsar-event-time", rfc3339(t));
     }
     if let Some(n) = opened.batch_size {
         header(&mut h, "X-Pulsar-num-batch-message", n);

@@ -15,6 +15,7 @@ use serde_json::json;
 
 mod access;
 mod backlog;
+mod broker_stats;
 mod delete;
 pub mod error;
 mod lake;
@@ -133,6 +134,7 @@ pub fn router(state: AdminState) -> Router {
         .merge(topics::routes())
         .merge(subscriptions::routes())
         .merge(messages::routes())
+        .merge(broker_stats::routes())
         .merge(delete::routes())
         .merge(lake::routes())
         .merge(namespaces::routes())

@@ -144,6 +144,21 @@ pub(crate) fn nth_entry_from(ledgers: &[LedgerInfo], p: Position, n: u64) -> Opt
     None
 }
 
+/// Every position from the first entry at or after `p` to the last, in order.
+pub(crate) fn positions_from(
+    ledgers: &[LedgerInfo],
+    p: Position,
+) -> impl Iterator<Item = Position> + '_ {
+    ledgers.iter().flat_map(move |l| {
+        let first = match l.id.cmp(&p.ledger) {
+            std::cmp::Ordering::Less => l.entry_count,
+            std::cmp::Ordering::Equal => p.entry.min(l.entry_count),
+            std::cmp::Ordering::Greater => 0,
+        };
+        (first..l.entry_count).map(move |e| Position::new(l.id, e))
+    })
+}
+
 /// The `n`-th entry counted back from the last one (`n = 1`: the last); `None` when the topic
 /// has fewer.
 pub(crate) fn nth_entry_from_end(ledgers: &[LedgerInfo], n: u64) -> Option<Position> {
@@ -234,6 +249,9 @@ mod tests {
         assert_eq!(nth_entry_from_end(&ledgers, 15), None);
         assert_eq!(nth_entry_from_end(&ledgers, 0), None);
         assert_eq!(end_position(&ledgers), Position::new(3, 4));
+        let from: Vec<_> = positions_from(&ledgers, Position::new(1, 8)).collect();
+        assert_eq!(from.len(), 6);
+        assert_eq!(from[1..3], [Position::new(1, 9), Position::new(3, 0)]);
     }
 
     fn ledger(id: u64, state: LedgerState, entries: u64, bytes: u64) -> LedgerInfo {

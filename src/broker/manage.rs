@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use super::backlog::{end_position, nth_entry_from, nth_entry_from_end};
-use super::subscription::{SeekTarget, SubscriptionCommand, SubscriptionHandle};
+use super::subscription::{CursorRequest, SeekTarget, SubscriptionCommand, SubscriptionHandle};
 use super::topic::SubscribeRequest;
 use super::{Broker, BrokerError, BrokerTopic};
 use crate::ledger::{now_ms, Entry, Position};
@@ -137,16 +137,15 @@ impl Broker {
         let to = match how {
             Skip::All => end_position(&ledgers),
             Skip::Entries(n) => {
-                let stats = handle
-                    .ask(SubscriptionCommand::Stats)
+                return handle
+                    .ask(|r| SubscriptionCommand::Cursor(CursorRequest::SkipEntries(n, r)))
                     .await
-                    .ok_or_else(|| gone(name))?;
-                nth_entry_from(&ledgers, stats.first_unacked, n)
-                    .unwrap_or_else(|| end_position(&ledgers))
+                    .ok_or_else(|| gone(name));
             }
             Skip::OlderThanSeconds(secs) => {
-                let cutoff =
-                    now_ms().saturating_sub(i64::try_from(secs).unwrap_or(i64::MAX / 2) * 1000);
+                let age_ms = i64::try_from(secs).ok().and_then(|s| s.checked_mul(1000));
+                // Older than the epoch: nothing is that old.
+                let cutoff = age_ms.map_or(i64::MIN, |ms| now_ms().saturating_sub(ms));
                 let reader = EntryReader::new(topic.log.clone(), topic.lake.clone());
                 reader
                     .find_by_publish_time(cutoff)
@@ -186,13 +185,13 @@ impl Broker {
     ) -> Result<Option<Entry>, BrokerError> {
         let topic = self.existing(name).await?;
         let handle = self.subscription(&topic, sub).await?;
-        let stats = handle
-            .ask(SubscriptionCommand::Stats)
+        let Some(k) = n.checked_sub(1) else {
+            return Ok(None);
+        };
+        let at = handle
+            .ask(|r| SubscriptionCommand::Cursor(CursorRequest::NthUnacked(k, r)))
             .await
             .ok_or_else(|| gone(name))?;
-        let at = n
-            .checked_sub(1)
-            .and_then(|k| nth_entry_from(&topic.log.ledgers(), stats.first_unacked, k));
         read_at(&topic, at).await
     }
 
@@ -234,6 +233,7 @@ impl Broker {
         let Some(topic) = loaded.take() else {
             return Ok(false);
         };
+        self.forget_loaded(&topic);
         topic.save_dedup_snapshot().await;
         topic.unload().await;
         tracing::info!(topic = %name, "unloaded");

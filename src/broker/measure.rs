@@ -62,9 +62,17 @@ impl Default for Settings {
     }
 }
 
+/// The share above which one of `n` is hot: `hot_share_factor` × an even share, capped
+/// half-way between an even share and everything, so the flag stays reachable when `n` is
+/// small (2 partitions, factor 2: 0.75 rather than an impossible 1.0).
+pub(crate) fn hot_threshold(s: &Settings, n: usize) -> f64 {
+    let even = 1.0 / n as f64;
+    (s.hot_share_factor * even).min((1.0 + even) / 2.0)
+}
+
 /// Whether `share` of a total `rate` split `n` ways is hot.
 pub(crate) fn is_hot(s: &Settings, share: f64, n: usize, rate: f64) -> bool {
-    n > 1 && rate >= s.hot_min_rate && share > s.hot_share_factor / n as f64
+    n > 1 && rate >= s.hot_min_rate && share > hot_threshold(s, n)
 }
 
 /// Measures of one loaded topic partition.
@@ -87,6 +95,9 @@ pub(crate) struct TopicMeasures {
     share_bits: AtomicU64,
     /// Flagged hot (set by the stats tick).
     pub hot: AtomicBool,
+    /// The declared partition count of its partitioned topic (0: not a partition); set at
+    /// load and when the count is raised.
+    pub partitions: std::sync::atomic::AtomicU32,
     /// Invariant: the measures of exactly the owner's subscriptions.
     pub subscriptions: Mutex<Vec<Arc<SubscriptionMeasures>>>,
 }
@@ -103,6 +114,7 @@ impl TopicMeasures {
             quota_limit_time: AtomicI64::new(-1),
             share_bits: AtomicU64::new(1f64.to_bits()),
             hot: AtomicBool::new(false),
+            partitions: std::sync::atomic::AtomicU32::new(0),
             subscriptions: Mutex::new(Vec::new()),
         }
     }
@@ -167,9 +179,10 @@ pub(crate) struct CursorView {
 /// The lag window of a subscription.
 #[derive(Debug, Clone, Copy, Default)]
 struct LagWindow {
-    /// When the current window began and the backlog then.
+    /// When the current window began and the backlog then (`None` until the first
+    /// observation: a subscription loaded with a backlog has not grown yet).
     start_ms: u64,
-    start_backlog: u64,
+    start_backlog: Option<u64>,
     /// The backlog grew across the last whole window.
     growing: bool,
 }
@@ -209,10 +222,7 @@ impl SubscriptionMeasures {
                 blocked: false,
                 consumers: 0,
             }),
-            lag: Mutex::new(LagWindow {
-                start_ms: mono_ms(),
-                ..LagWindow::default()
-            }),
+            lag: Mutex::new(LagWindow::default()),
             hot_consumers: AtomicU64::new(0),
         }
     }
@@ -230,23 +240,24 @@ impl SubscriptionMeasures {
     pub fn note_backlog(&self, backlog: u64, window_ms: u64) -> Option<bool> {
         let now = mono_ms();
         let mut w = lock(&self.lag);
-        if backlog == 0 {
+        let Some(start) = w.start_backlog.filter(|_| backlog > 0) else {
+            // First observation, or no backlog: a new window starts here.
             let was = w.growing;
             *w = LagWindow {
                 start_ms: now,
-                start_backlog: 0,
+                start_backlog: Some(backlog),
                 growing: false,
             };
             return was.then_some(false);
-        }
+        };
         if now.saturating_sub(w.start_ms) < window_ms {
             return None;
         }
-        let growing = backlog > w.start_backlog;
+        let growing = backlog > start;
         let changed = growing != w.growing;
         *w = LagWindow {
             start_ms: now,
-            start_backlog: backlog,
+            start_backlog: Some(backlog),
             growing,
         };
         changed.then_some(growing)
@@ -333,8 +344,9 @@ pub(crate) fn topic_row(topic: &super::BrokerTopic) -> TopicRow {
         row.out_bytes += out_bytes;
         row.consumers += c.consumers;
         row.subscriptions += 1;
-        if s.durable && back_log >= row.msg_backlog {
-            row.msg_backlog = back_log;
+        // Pulsar sums the subscriptions' backlogs; size and age are the slowest cursor's.
+        row.msg_backlog += back_log;
+        if s.durable && backlog_size >= row.backlog_size {
             row.backlog_size = backlog_size;
             row.backlog_age_seconds = backlog_age_seconds;
         }
@@ -393,9 +405,14 @@ pub(crate) fn sample(topic: &super::BrokerTopic) {
 }
 
 /// Sets the in-rate shares and hot flags of the loaded partitions of one partitioned topic
-/// (`partitions` is its declared partition count), logging a warning when one turns hot.
-pub(crate) fn evaluate_partitions(loaded: &[Arc<super::BrokerTopic>], partitions: usize) {
+/// (an unloaded partition counts as taking no traffic), logging a warning when one turns hot.
+pub(crate) fn evaluate_partitions(loaded: &[Arc<super::BrokerTopic>]) {
     let Some(first) = loaded.first() else { return };
+    let partitions = loaded
+        .iter()
+        .map(|t| t.measures.partitions.load(Ordering::Relaxed) as usize)
+        .max()
+        .unwrap_or(0);
     let s = first.measures.settings;
     let rates: Vec<f64> = loaded
         .iter()
@@ -410,7 +427,7 @@ pub(crate) fn evaluate_partitions(loaded: &[Arc<super::BrokerTopic>], partitions
         let was = t.measures.hot.swap(hot, Ordering::Relaxed);
         if hot && !was {
             tracing::warn!(topic = %t.name, share = format!("{:.3}", share),
-                even_share = format!("{:.3}", 1.0 / n as f64), partition_rate = rate,
+                threshold = format!("{:.3}", hot_threshold(&s, n)), partition_rate = rate,
                 topic_rate = total, partitions = n, factor = s.hot_share_factor,
                 "hot partition: its share of the topic's in-rate exceeds the factor times an \
                  even share; add partitions (POST .../partitions) to spread new traffic");
@@ -432,19 +449,29 @@ mod tests {
         assert!(!is_hot(&s, 0.4, 4, 100.0), "0.4 < 2 x 0.25");
         assert!(!is_hot(&s, 0.9, 4, 1.0), "a trickle is not hot");
         assert!(!is_hot(&s, 1.0, 1, 100.0), "one partition takes everything");
+        assert!(is_hot(&s, 0.9, 2, 100.0), "reachable with two");
+        assert!(!is_hot(&s, 0.7, 2, 100.0));
+        assert_eq!(hot_threshold(&s, 8), 0.25);
     }
 
     #[test]
     fn lag_window_flags_growth_across_a_whole_window() {
         let m = SubscriptionMeasures::new("s".into(), true, Position::new(0, 0));
-        assert_eq!(m.note_backlog(10, 30), None, "window not over");
-        std::thread::sleep(std::time::Duration::from_millis(40));
-        assert_eq!(m.note_backlog(20, 30), Some(true));
+        let pause = || std::thread::sleep(std::time::Duration::from_millis(60));
+        assert_eq!(
+            m.note_backlog(1_000, 50),
+            None,
+            "the first look is the baseline"
+        );
+        pause();
+        assert_eq!(m.note_backlog(500, 50), None, "draining is not a spiral");
+        pause();
+        assert_eq!(m.note_backlog(600, 50), Some(true));
         assert!(m.lag_growing());
-        std::thread::sleep(std::time::Duration::from_millis(40));
-        assert_eq!(m.note_backlog(15, 30), Some(false), "it shrank");
-        std::thread::sleep(std::time::Duration::from_millis(40));
-        assert_eq!(m.note_backlog(30, 30), Some(true));
-        assert_eq!(m.note_backlog(0, 30), Some(false), "drained");
+        pause();
+        assert_eq!(m.note_backlog(550, 50), Some(false), "it shrank");
+        pause();
+        assert_eq!(m.note_backlog(700, 50), Some(true));
+        assert_eq!(m.note_backlog(0, 50), Some(false), "drained");
     }
 }

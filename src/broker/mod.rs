@@ -73,6 +73,10 @@ pub struct Broker {
     /// deleting one topic holds only its slot, never the map, so a slow topic cannot delay
     /// another. Invariant: the map's lock is never held across an `.await`.
     topics: Mutex<HashMap<String, Arc<TopicSlot>>>,
+    /// The loaded topic partitions by full name, for readers that must not wait on a slot
+    /// (metrics, stats ticks). Invariant: holds exactly the topics whose slot holds one; it is
+    /// changed only while that slot's lock is held.
+    loaded_index: Mutex<HashMap<String, Arc<BrokerTopic>>>,
     next_id: AtomicU64,
     boot_id: u32,
     stop: CancellationToken,
@@ -126,6 +130,7 @@ impl Broker {
             log,
             urls,
             topics: Mutex::new(HashMap::new()),
+            loaded_index: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             boot_id: rand::random::<u32>() % 100_000,
             stop: CancellationToken::new(),
@@ -262,6 +267,7 @@ impl Broker {
         for slot in slots {
             let mut loaded = slot.0.lock().await;
             if let Some(t) = loaded.take() {
+                self.forget_loaded(&t);
                 t.save_dedup_snapshot().await;
                 t.stop().await;
             }
@@ -276,13 +282,18 @@ impl Broker {
             .clone()
     }
 
-    /// The topics loaded now (a topic loading or being deleted at this moment is left out).
+    /// The topics loaded now (never waits on a slot).
     fn loaded_topics(&self) -> Vec<Arc<BrokerTopic>> {
-        let slots: Vec<Arc<TopicSlot>> = lock(&self.topics).values().cloned().collect();
-        slots
-            .iter()
-            .filter_map(|s| s.0.try_lock().ok().and_then(|t| t.clone()))
-            .collect()
+        lock(&self.loaded_index).values().cloned().collect()
+    }
+
+    /// Takes `topic` out of the loaded index (its slot's lock is held by the caller).
+    fn forget_loaded(&self, topic: &Arc<BrokerTopic>) {
+        let mut index = lock(&self.loaded_index);
+        let key = topic.name.to_string();
+        if index.get(&key).is_some_and(|t| Arc::ptr_eq(t, topic)) {
+            index.remove(&key);
+        }
     }
 
     fn next_id(&self) -> u64 {
@@ -364,7 +375,7 @@ impl Broker {
             }
         }
         for (_, parts) in partitioned {
-            measure::evaluate_partitions(&parts, parts.len());
+            measure::evaluate_partitions(&parts);
         }
     }
 
@@ -385,6 +396,18 @@ impl Broker {
             rows,
             topic_level: self.measures.topic_level,
         })
+    }
+
+    /// Partitioned topic `base` now has `n` partitions: its loaded partitions' measures learn
+    /// it (hot-partition shares count the new, still idle, partitions).
+    pub fn partitions_changed(&self, base: &TopicName, n: u32) {
+        for t in self.loaded_topics() {
+            if t.partition >= 0 && t.name.base() == *base {
+                t.measures
+                    .partitions
+                    .store(n, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
     }
 
     /// The metrics row of loaded topic partition `name` (`None`: not loaded).
@@ -415,6 +438,7 @@ impl Broker {
             // their clients load the topic anew, after this deletion.
             t.delete(force).await?;
             *loaded = None;
+            self.forget_loaded(&t);
         }
         let existed = self
             .log
@@ -435,6 +459,7 @@ impl Broker {
         }
         let t = self.load_topic(name, &key).await?;
         *loaded = Some(t.clone());
+        lock(&self.loaded_index).insert(key, t.clone());
         Ok(t)
     }
 
@@ -503,6 +528,13 @@ impl Broker {
             measures: self.measures,
         });
         self.apply_throttle(&topic).await;
+        if name.partition().is_some() {
+            let declared = self.partitions(&name.base()).await?;
+            topic
+                .measures
+                .partitions
+                .store(declared, std::sync::atomic::Ordering::Relaxed);
+        }
         Ok(topic)
     }
 

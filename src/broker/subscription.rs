@@ -114,6 +114,20 @@ pub enum SubscriptionCommand {
     SkipTo(Position, oneshot::Sender<u64>),
     /// Limits changed: try dispatching again.
     Wake,
+    /// An admin read or move of the cursor counted in unacknowledged entries.
+    Cursor(CursorRequest),
+}
+
+/// Admin reads and moves of a cursor that count unacknowledged entries (entries acknowledged
+/// individually after the oldest unacknowledged one are not counted), answered by the task
+/// itself so acknowledgements cannot slip in between the count and the move.
+#[derive(Debug)]
+pub enum CursorRequest {
+    /// The n-th (0-based) unacknowledged entry (`None`: the backlog is shorter).
+    NthUnacked(u64, oneshot::Sender<Option<Position>>),
+    /// Skip the next n unacknowledged entries; replies with the entries taken out of the
+    /// backlog.
+    SkipEntries(u64, oneshot::Sender<u64>),
 }
 
 /// Where a SEEK moves a cursor.
@@ -535,12 +549,7 @@ impl State {
                 key: _,
                 positions,
                 cumulative,
-            } => {
-                if self.topic.measures.settings.enabled {
-                    self.measures.acks.record(positions.len() as u64, 0);
-                }
-                self.apply_acks(positions, cumulative);
-            }
+            } => self.acknowledge(positions, cumulative),
             SubscriptionCommand::Redeliver(key) => self.requeue(|owner| owner == key),
             SubscriptionCommand::RemoveConsumer(key) => {
                 let before = self.consumers.len();
@@ -556,12 +565,9 @@ impl State {
                 let _ = reply.send(self.stats());
             }
             SubscriptionCommand::SkipTo(to, reply) => {
-                let skipped = self.skip_to(to);
-                if self.topic.measures.settings.enabled {
-                    self.measures.expired.record(skipped, 0);
-                }
-                let _ = reply.send(skipped);
+                let _ = reply.send(self.skip_counted(to));
             }
+            SubscriptionCommand::Cursor(request) => self.cursor_request(request),
             // The task loop dispatches after every command.
             SubscriptionCommand::Wake => {}
             SubscriptionCommand::MarkDelete(reply) => {

@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use crate::naming::{NamespaceName, TopicName};
 
 mod policies;
+mod topics;
 
 /// Arguments of `ledgerlake admin`.
 #[derive(Debug, Args)]
@@ -178,6 +179,9 @@ pub enum TopicVerb {
     GrantPermission(GrantArgs),
     /// Take a role's topic-level grants away.
     RevokePermission(RevokeArgs),
+    /// Topics, subscriptions and messages.
+    #[command(flatten)]
+    Ops(topics::TopicOpVerb),
 }
 
 /// `admin resourcegroups …`.
@@ -352,20 +356,75 @@ fn topic_request(v: TopicVerb) -> anyhow::Result<Request> {
             format!("{}/permissions/{}", topic_path(&r.name)?, r.role),
             None,
         ),
+        TopicVerb::Ops(op) => topics::request(&op)?
+            .with_context(|| format!("{op:?} reads messages: not a single request"))?,
     })
 }
 
 /// Runs one admin verb against the service.
 pub fn run(args: AdminArgs) -> anyhow::Result<()> {
-    let req = request(args.command)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    if let AdminCommand::Topics(TopicVerb::Ops(op)) = &args.command {
+        let paths = topics::message_paths(op)?;
+        if !paths.is_empty() {
+            let token = args.token.as_deref();
+            return rt.block_on(read_messages(&args.url, token, paths, args.json));
+        }
+    }
+    let req = request(args.command)?;
     let answer = rt.block_on(send(&args.url, args.token.as_deref(), req))?;
     match answer {
         None => {}
         Some(v) if args.json => println!("{}", serde_json::to_string_pretty(&v)?),
         Some(v) => print!("{}", render(&v)),
+    }
+    Ok(())
+}
+
+/// Reads messages (peek, examine): one request per path, stopping at the end of the backlog
+/// after the first; prints each message's id, metadata, properties and payload.
+async fn read_messages(
+    url: &str,
+    token: Option<&str>,
+    paths: Vec<String>,
+    as_json: bool,
+) -> anyhow::Result<()> {
+    let client = reqwest::Client::new();
+    let mut messages = Vec::new();
+    for (i, path) in paths.iter().enumerate() {
+        let full = format!("{}/admin/v2{path}", url.trim_end_matches('/'));
+        let mut builder = client.get(&full);
+        if let Some(t) = token {
+            builder = builder.bearer_auth(t);
+        }
+        let resp = builder
+            .send()
+            .await
+            .with_context(|| format!("GET {full}"))?;
+        let status = resp.status();
+        if status == reqwest::StatusCode::NOT_FOUND && i > 0 {
+            break;
+        }
+        let headers = resp.headers().clone();
+        let body = resp.bytes().await?;
+        if !status.is_success() {
+            let reason = serde_json::from_slice::<Value>(&body)
+                .ok()
+                .and_then(|v| v["reason"].as_str().map(str::to_string))
+                .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
+            bail!("GET {path} refused ({status}): {reason}");
+        }
+        messages.push(topics::message_json(&headers, &body));
+    }
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&messages)?);
+    } else {
+        for (i, m) in messages.iter().enumerate() {
+            println!("--- message {} ---", i + 1);
+            print!("{}", render(m));
+        }
     }
     Ok(())
 }

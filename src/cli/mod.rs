@@ -2,8 +2,8 @@
 //!
 //! Subcommands: `serve` runs the service; `config` shows, checks and describes configuration;
 //! `perf` runs load generators; `offload` asks a running service to offload a topic; `lake`
-//! prints the lake layout. Client subcommands (`sql`, `admin`, `verify`) join as their issues
-//! land; they talk to a running service through
+//! prints the lake layout; `top` shows the busiest topics live. Client subcommands (`sql`,
+//! `admin`, `top`; `verify` joins with its issue) talk to a running service through
 //! `--url http://127.0.0.1:8080` / `--service-url pulsar://127.0.0.1:6650`.
 
 use clap::{Parser, Subcommand};
@@ -18,6 +18,7 @@ mod perf;
 mod serve;
 mod sql;
 mod token;
+mod top;
 
 /// ledgerlake: Pulsar-protocol streaming with infinite retention in Apache Iceberg.
 #[derive(Debug, Parser)]
@@ -60,6 +61,9 @@ pub enum Command {
     /// Tenants, namespaces, topics, permissions and quotas of a running service (the verbs of
     /// `pulsar-admin`).
     Admin(admin::AdminArgs),
+    /// A live view of the busiest topic partitions of a running service: rates, backlog,
+    /// offload lag, hot-partition and lag-spiral flags, refreshed every second.
+    Top(top::TopArgs),
 }
 
 /// Parses the command line and runs the chosen subcommand.
@@ -78,5 +82,17 @@ pub fn run() -> anyhow::Result<()> {
         Command::Sql(args) => sql::run(args),
         Command::Token(cmd) => token::run(cmd),
         Command::Admin(args) => admin::run(args),
+        Command::Top(args) => top::run(args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_command_line_is_consistent() {
+        // clap's own checks: no two arguments of a subcommand share a name or short flag,
+        // every `requires`/`conflicts_with` names an argument that exists, and so on.
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
     }
 }

@@ -48,9 +48,9 @@ pub struct TopicRow {
     pub storage_size: u64,
     /// Bytes in the lake.
     pub offloaded_size: u64,
-    /// Entries of the slowest durable subscription's backlog.
+    /// Entries of the subscriptions' backlogs, summed (as Pulsar counts `msgBacklog`).
     pub msg_backlog: u64,
-    /// Bytes of it.
+    /// Bytes of the slowest durable subscription's backlog.
     pub backlog_size: u64,
     /// Age of its oldest message, seconds.
     pub backlog_age_seconds: u64,
@@ -174,7 +174,7 @@ const TOPIC_FAMILIES: &[(&str, &str, TopicGet)] = &[
     ),
     (
         "pulsar_msg_backlog",
-        "Entries in the slowest durable subscription's backlog",
+        "Entries in the subscriptions' backlogs, summed",
         |r| r.msg_backlog as f64,
     ),
     (

@@ -66,6 +66,9 @@ pub enum OpsError {
     /// authorization is off).
     #[error("{0}")]
     NotImplemented(String),
+    /// The topic was unloaded or is stopping meanwhile: retry.
+    #[error("{0}")]
+    Unavailable(String),
     /// A namespace limit would be exceeded (`maxTopicsPerNamespace`).
     #[error("{0}")]
     LimitReached(String),
@@ -86,7 +89,10 @@ impl From<BrokerError> for OpsError {
             BrokerError::TopicNotFound(m)
             | BrokerError::NamespaceNotFound(m)
             | BrokerError::SubscriptionNotFound(m) => OpsError::NotFound(m),
-            BrokerError::SubscriptionExists(m) => OpsError::Conflict(m),
+            BrokerError::SubscriptionExists(m) | BrokerError::ConsumerBusy(m) => {
+                OpsError::Conflict(m)
+            }
+            BrokerError::Stopped(m) => OpsError::Unavailable(m),
             other => OpsError::Broker(other),
         }
     }
@@ -177,7 +183,9 @@ impl Operations {
             .map_err(|e| match e {
                 MetadataError::Conflict(m) => OpsError::Conflict(m),
                 other => OpsError::Metadata(other),
-            })
+            })?;
+        self.broker.partitions_changed(name, n);
+        Ok(())
     }
 
     /// Deletes the non-partitioned topic (or single partition) `name`; refused while clients
@@ -319,11 +327,19 @@ impl Operations {
                 ledgers.push(json!({ "topic": log.name(), "ledger": l }));
             }
         }
-        if ledgers.is_empty() && !self.log.topic_exists(&name.to_string()).await? {
+        if ledgers.is_empty()
+            && self.partitions(name).await? == 0
+            && !self.log.topic_exists(&name.to_string()).await?
+        {
             return Err(OpsError::NotFound(format!("Topic {name} not found")));
         }
         let lake = match &self.offload {
-            Some(e) => to_json(&e.lake_stats(name).await?)?,
+            Some(e) => match e.lake_stats(name).await {
+                Ok(s) => to_json(&s)?,
+                // A partitioned topic none of whose partitions was used yet.
+                Err(OffloadError::TopicNotFound(_)) => serde_json::Value::Null,
+                Err(other) => return Err(other.into()),
+            },
             None => serde_json::Value::Null,
         };
         let quotas = self.policies.backlog_limits(name).await?;
@@ -364,8 +380,8 @@ impl Operations {
             crate::metrics::encode(families, data_dir)
         })
         .await
-        .map_err(|e| OpsError::Invalid(format!("encoding metrics failed: {e}")))?
-        .map_err(|e| OpsError::Invalid(format!("encoding metrics failed: {e}")))
+        .map_err(|e| OpsError::Internal(format!("encoding metrics failed: {e}")))?
+        .map_err(|e| OpsError::Internal(format!("encoding metrics failed: {e}")))
     }
 
     // ---- policies -----------------------------------------------------------------------

@@ -62,21 +62,33 @@ impl Operations {
         }
         let mut stats = self.topic_stats(name).await?;
         let mut partitions = serde_json::Map::new();
-        if per_partition {
-            for p in self.partition_names(name, n) {
-                match self.topic_stats(&p).await {
-                    Ok(s) => {
-                        partitions.insert(p.to_string(), s);
+        let mut subscriptions = serde_json::Map::new();
+        for p in self.partition_names(name, n) {
+            match self.topic_stats(&p).await {
+                Ok(s) => {
+                    if let Some(subs) = s["subscriptions"].as_object() {
+                        for (sub, one) in subs {
+                            add_numbers(subscriptions.entry(sub.clone()).or_insert(json!({})), one);
+                        }
                     }
-                    // A declared partition nobody used yet has no log.
-                    Err(OpsError::NotFound(_)) => {}
-                    Err(e) => return Err(e),
+                    partitions.insert(p.to_string(), s);
                 }
+                // A declared partition nobody used yet has no log.
+                Err(OpsError::NotFound(_)) => {}
+                Err(e) => return Err(e),
             }
+        }
+        if !per_partition {
+            partitions.clear();
         }
         if let Some(o) = stats.as_object_mut() {
             o.insert("metadata".into(), json!({ "partitions": n }));
             o.insert("partitions".into(), serde_json::Value::Object(partitions));
+            // Keyed by subscription name, summed over the partitions (as Pulsar aggregates).
+            o.insert(
+                "subscriptions".into(),
+                serde_json::Value::Object(subscriptions),
+            );
         }
         Ok(stats)
     }
@@ -179,11 +191,45 @@ impl Operations {
                 entry: p.entry,
             },
         };
-        for p in self.partition_names(name, self.partitions(name).await?) {
+        let n = self.partitions(name).await?;
+        for p in self.partition_names(name, n) {
+            if n > 0 {
+                // A declared partition nobody used yet gets its log, as Pulsar creates the
+                // partitions of a partitioned topic, so the subscription exists on all.
+                self.log.topic(&p.to_string()).await?;
+            }
             self.broker.create_subscription(&p, sub, start).await?;
         }
         tracing::info!(topic = %name, subscription = sub, "subscription created");
         Ok(())
+    }
+
+    /// The partitions of `name` on which `sub` exists (the topic itself when it is not
+    /// partitioned); `NotFound` when none has it. Partitions without a log or without the
+    /// subscription are passed over, before anything changes.
+    async fn with_subscription(
+        &self,
+        name: &TopicName,
+        sub: &str,
+    ) -> Result<Vec<TopicName>, OpsError> {
+        let n = self.partitions(name).await?;
+        if n == 0 {
+            return Ok(vec![name.clone()]);
+        }
+        let mut found = Vec::new();
+        for p in self.partition_names(name, n) {
+            match self.broker.subscription_names(&p).await {
+                Ok(names) if names.iter().any(|s| s == sub) => found.push(p),
+                Ok(_) | Err(crate::broker::BrokerError::TopicNotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if found.is_empty() {
+            return Err(OpsError::NotFound(format!(
+                "Subscription {sub} not found on {name}"
+            )));
+        }
+        Ok(found)
     }
 
     /// Deletes subscription `sub` (from every partition); 412 while consumers are attached
@@ -194,7 +240,7 @@ impl Operations {
         sub: &str,
         force: bool,
     ) -> Result<(), OpsError> {
-        for p in self.partition_names(name, self.partitions(name).await?) {
+        for p in self.with_subscription(name, sub).await? {
             self.broker.delete_subscription(&p, sub, force).await?;
         }
         tracing::info!(topic = %name, subscription = sub, "subscription deleted");
@@ -204,7 +250,7 @@ impl Operations {
     /// Moves subscription `sub` forward (every partition); returns the entries skipped.
     pub async fn skip(&self, name: &TopicName, sub: &str, how: Skip) -> Result<u64, OpsError> {
         let mut total = 0;
-        for p in self.partition_names(name, self.partitions(name).await?) {
+        for p in self.with_subscription(name, sub).await? {
             total += self.broker.skip(&p, sub, how).await?;
         }
         tracing::info!(topic = %name, subscription = sub, ?how, entries = total,
@@ -222,9 +268,15 @@ impl Operations {
         partition: Option<u32>,
     ) -> Result<(), OpsError> {
         let n = self.partitions(name).await?;
-        let targets = match (partition, n) {
-            (Some(i), n) if n > 0 => vec![name.partition_name(i)],
-            _ => self.partition_names(name, n),
+        let targets = match (to, partition) {
+            (SeekTarget::Position(_), Some(i)) if n > 0 => vec![name.partition_name(i)],
+            (SeekTarget::Position(_), None) if n > 0 => {
+                return Err(OpsError::NotAllowed(format!(
+                    "Reset-cursor at a position is not allowed for a partitioned topic ({name}): \
+                     name the partition (partitionIndex) or reset by time"
+                )))
+            }
+            _ => self.with_subscription(name, sub).await?,
         };
         for p in targets {
             self.broker.reset_cursor(&p, sub, to).await?;
@@ -261,6 +313,63 @@ impl Operations {
         })
     }
 
+    /// Every loaded topic partition's rates, backlog, offload lag and flags in Pulsar's
+    /// `broker-stats/topics` shape: namespace → bundle → `persistent` → topic → stats.
+    pub fn broker_topic_stats(&self) -> Result<serde_json::Value, OpsError> {
+        let families = self.broker.metric_families().ok_or_else(|| {
+            OpsError::Disabled("metrics are disabled (metrics.enabled = false)".into())
+        })?;
+        let mut out = serde_json::Map::new();
+        for r in families.rows {
+            let subs: serde_json::Map<String, serde_json::Value> = r
+                .subscriptions_rows
+                .iter()
+                .map(|s| {
+                    let stats = json!({
+                        "msgBacklog": s.back_log,
+                        "backlogSize": s.backlog_size,
+                        "msgRateOut": s.rate_out,
+                        "messageAckRate": s.ack_rate,
+                        "unackedMessages": s.unacked_messages,
+                        "consumerCount": s.consumers,
+                        "readingLake": s.reading_lake,
+                        "lagGrowing": s.lag_growing,
+                        "hotConsumers": s.hot_consumers,
+                    });
+                    (s.name.clone(), stats)
+                })
+                .collect();
+            let stats = json!({
+                "msgRateIn": r.rate_in,
+                "msgThroughputIn": r.throughput_in,
+                "msgRateOut": r.rate_out,
+                "msgThroughputOut": r.throughput_out,
+                "producerCount": r.producers,
+                "consumerCount": r.consumers,
+                "storageSize": r.storage_size,
+                "offloadedStorageSize": r.offloaded_size,
+                "msgBacklog": r.msg_backlog,
+                "backlogSize": r.backlog_size,
+                "backlogAgeSeconds": r.backlog_age_seconds,
+                "offloadLagBytes": r.offload_lag_bytes,
+                "offloadLagSeconds": r.offload_lag_seconds,
+                "inRateShare": r.in_rate_share,
+                "hot": r.hot,
+                "subscriptions": subs,
+            });
+            let bundles = out
+                .entry(r.namespace.clone())
+                .or_insert_with(|| json!({ "0x00000000_0xffffffff": { "persistent": {} } }));
+            if let Some(topics) = bundles
+                .pointer_mut("/0x00000000_0xffffffff/persistent")
+                .and_then(|v| v.as_object_mut())
+            {
+                topics.insert(r.topic.clone(), stats);
+            }
+        }
+        Ok(serde_json::Value::Object(out))
+    }
+
     /// Unloads `name` (every partition of a partitioned topic): clients reconnect and load it
     /// anew.
     pub async fn unload(&self, name: &TopicName) -> Result<(), OpsError> {
@@ -273,5 +382,28 @@ impl Operations {
             }
         }
         Ok(())
+    }
+}
+
+/// Adds the numbers of `one` into `sum` field by field (a subscription's stats summed over the
+/// partitions); other fields keep the first partition's value.
+fn add_numbers(sum: &mut serde_json::Value, one: &serde_json::Value) {
+    let (Some(sum), Some(one)) = (sum.as_object_mut(), one.as_object()) else {
+        return;
+    };
+    for (k, v) in one {
+        match (sum.get(k), v) {
+            (Some(serde_json::Value::Number(a)), serde_json::Value::Number(b)) => {
+                let total = match (a.as_u64(), b.as_u64()) {
+                    (Some(x), Some(y)) => json!(x + y),
+                    _ => json!(a.as_f64().unwrap_or(0.0) + b.as_f64().unwrap_or(0.0)),
+                };
+                sum.insert(k.clone(), total);
+            }
+            (None, _) => {
+                sum.insert(k.clone(), v.clone());
+            }
+            _ => {}
+        }
     }
 }

@@ -3,13 +3,14 @@ the official Python client produces and consumes: topics, subscriptions created 
 skip / clear / expire / reset, peek and examine with Pulsar's headers, lastMessageId,
 internalStats with each ledger's tier, partitioned-stats and unload."""
 import json
+import subprocess
 import urllib.request
 
 import pulsar
 
-from conftest import eventually
+from conftest import _binary, eventually
 from lake import offload_and_wait
-from test_tenancy import call
+from test_tenancy import admin_cli, admin_ok, call
 
 NS = "/persistent/public/default"
 
@@ -112,6 +113,9 @@ def test_partitioned_stats_and_unload(fresh_service):
     svc.start()
     assert call(svc, "PUT", f"{NS}/parts/partitions", {"partitions": 2})[0] == 204
     assert call(svc, "GET", f"{NS}/parts/partitions") == (200, {"partitions": 2})
+    # A subscription made before any producer: it exists on every partition.
+    earliest = {"ledgerId": -1, "entryId": -1}
+    assert call(svc, "PUT", f"{NS}/parts/subscription/early", earliest)[0] == 204
     client = pulsar.Client(svc.url, operation_timeout_seconds=30)
     topic = "persistent://public/default/parts"
     consumer = client.subscribe(topic, "s")
@@ -123,6 +127,13 @@ def test_partitioned_stats_and_unload(fresh_service):
     assert stats["msgInCounter"] == 20, stats
     assert sorted(stats["partitions"]) == [f"{topic}-partition-0", f"{topic}-partition-1"]
     assert sum(p["msgInCounter"] for p in stats["partitions"].values()) == 20
+    # Subscriptions keyed by name, summed over the partitions (as Pulsar's client expects).
+    assert stats["subscriptions"]["early"]["msgBacklog"] == 20, stats["subscriptions"]
+    assert call(svc, "POST", f"{NS}/parts/subscription/early/resetcursor",
+                {"ledgerId": 1, "entryId": 0})[0] == 405
+    assert call(svc, "POST", f"{NS}/parts/subscription/early/skip/5")[0] == 204
+    assert call(svc, "GET", f"{NS}/parts/partitioned-stats")[1]["subscriptions"]["early"][
+        "msgBacklog"] == 10, "5 skipped on each of the two partitions"
     assert call(svc, "GET", f"{NS}/parts/partitioned-stats?perPartition=false")[1][
         "partitions"] == {}
     assert call(svc, "GET", f"{NS}/nope/partitioned-stats")[0] == 404
@@ -143,4 +154,61 @@ def test_partitioned_stats_and_unload(fresh_service):
     assert call(svc, "PUT", f"{NS}/missing/unload")[0] == 404
     producer.close()
     consumer.close()
+    client.close()
+
+
+def test_admin_cli_topic_verbs_and_top(fresh_service):
+    """`ledgerlake admin topics …` (pulsar-admin's verbs, tables and --json) and
+    `ledgerlake top --once / --json` against a service the Python client is producing to."""
+    svc = fresh_service
+    svc.start()
+    ok = admin_ok(svc)
+    topic = "persistent://public/default/cli"
+    ok("topics", "create", topic)
+    client = pulsar.Client(svc.url, operation_timeout_seconds=30)
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(5):
+        producer.send(f"c{i}".encode(), properties={"n": str(i)})
+    ok("topics", "create-subscription", topic, "-s", "audit", "-m", "earliest")
+    assert ok("topics", "subscriptions", topic) == "audit\n"
+    peeked = json.loads(ok("topics", "peek-messages", topic, "-s", "audit", "-n", "10", "--json"))
+    assert [m["payload"] for m in peeked] == [f"c{i}" for i in range(5)], peeked
+    assert peeked[2]["properties"] == {"n": "2"}
+    table = ok("topics", "peek-messages", topic, "-s", "audit", "-n", "1")
+    assert "--- message 1 ---" in table and "c0" in table, table
+    assert json.loads(ok("topics", "examine-message", topic, "-i", "latest", "--json"))[0][
+        "payload"] == "c4"
+    ok("topics", "skip", topic, "-s", "audit", "-n", "2")
+    assert json.loads(ok("topics", "peek-messages", topic, "-s", "audit", "--json"))[0][
+        "payload"] == "c2"
+    ok("topics", "reset-cursor", topic, "-s", "audit", "-t", "1h")
+    assert json.loads(ok("topics", "stats", topic, "--json"))["subscriptions"]["audit"][
+        "msgBacklog"] == 5
+    ok("topics", "clear-backlog", topic, "-s", "audit")
+    assert json.loads(ok("topics", "stats", topic, "--json"))["subscriptions"]["audit"][
+        "msgBacklog"] == 0
+    ok("topics", "expire-messages", topic, "--all-subscriptions", "-t", "1s")
+    last = json.loads(ok("topics", "last-message-id", topic, "--json"))
+    assert last["entryId"] == 4
+    internal = json.loads(ok("topics", "stats-internal", topic, "--json"))
+    assert internal["numberOfEntries"] == 5 and "audit" in internal["cursors"], internal
+    ok("topics", "create-partitioned-topic", "persistent://public/default/cli-p", "-p", "2")
+    ok("topics", "update-partitioned-topic", "persistent://public/default/cli-p", "-p", "3")
+    parts = json.loads(ok("topics", "partitioned-stats", "persistent://public/default/cli-p",
+                          "--json"))
+    assert parts["metadata"] == {"partitions": 3}, parts
+    refused = admin_cli(svc, "topics", "unsubscribe", "persistent://public/default/nope", "-s", "x")
+    assert refused.returncode != 0 and "404" in refused.stderr, refused.stderr
+    ok("topics", "unsubscribe", topic, "-s", "audit")
+    ok("topics", "unload", topic)
+    # top: the topic the producer writes to is there, with its rate.
+    producer.send(b"after unload")
+    top = subprocess.run([_binary(), "top", "--url", svc.http, "--once"], capture_output=True,
+                         text=True, timeout=60)
+    assert top.returncode == 0 and topic in top.stdout and "TOPIC" in top.stdout, top
+    rows = json.loads(subprocess.run([_binary(), "top", "--url", svc.http, "--json"],
+                                     capture_output=True, text=True, timeout=60,
+                                     check=True).stdout)
+    assert topic in [r["topic"] for r in rows], rows
+    producer.close()
     client.close()

@@ -311,14 +311,19 @@ def admin_cli(svc, *args, token=None):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
 
 
-def test_admin_cli_speaks_pulsar_admins_verbs(fresh_service):
-    svc = fresh_service
-    svc.start()
-
+def admin_ok(svc):
+    """`ok(*args)`: runs `ledgerlake admin` and returns its stdout, failing on a refusal."""
     def ok(*args):
         r = admin_cli(svc, *args)
         assert r.returncode == 0, (args, r.stderr)
         return r.stdout
+    return ok
+
+
+def test_admin_cli_speaks_pulsar_admins_verbs(fresh_service):
+    svc = fresh_service
+    svc.start()
+    ok = admin_ok(svc)
 
     ok("tenants", "create", "acme", "--admin-roles", "ops,dev", "--allowed-clusters", "standalone")
     assert ok("tenants", "list") == "acme\npublic\n"

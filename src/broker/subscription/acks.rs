@@ -3,11 +3,66 @@
 //! entry they leave (the mark-delete position is the entry before it), and skipping forward
 //! (message TTL, backlog eviction).
 
-use super::{ConsumerKey, State};
-use crate::broker::backlog::backlog;
+use super::{ConsumerKey, CursorRequest, State};
+use crate::broker::backlog::{backlog, end_position, positions_from};
 use crate::ledger::Position;
 
 impl State {
+    /// Applies an ACK command and counts it for the ack rate (a cumulative ack counts the
+    /// entries it took out of the backlog).
+    pub(super) fn acknowledge(
+        &mut self,
+        positions: Vec<(Position, Option<Vec<i64>>)>,
+        cumulative: bool,
+    ) {
+        let pending_before = self.pending.len() + self.acked.len();
+        let individual = positions.len() as u64;
+        self.apply_acks(positions, cumulative);
+        if self.topic.measures.settings.enabled {
+            let settled = if cumulative {
+                pending_before.saturating_sub(self.pending.len() + self.acked.len()) as u64
+            } else {
+                individual
+            };
+            self.measures.acks.record(settled.max(1), 0);
+        }
+    }
+
+    /// [`Self::skip_to`], counted as expired entries.
+    pub(super) fn skip_counted(&mut self, to: Position) -> u64 {
+        let skipped = self.skip_to(to);
+        if self.topic.measures.settings.enabled {
+            self.measures.expired.record(skipped, 0);
+        }
+        skipped
+    }
+
+    /// The n-th (0-based) unacknowledged entry, passing over entries acknowledged individually.
+    fn nth_unacked(&self, ledgers: &[crate::ledger::LedgerInfo], n: u64) -> Option<Position> {
+        positions_from(ledgers, self.first_unacked())
+            .filter(|p| !self.acked.contains(p))
+            .nth(usize::try_from(n).ok()?)
+    }
+
+    /// Answers an admin read or move of the cursor.
+    pub(super) fn cursor_request(&mut self, request: CursorRequest) {
+        let ledgers = self.topic.log.ledgers();
+        match request {
+            CursorRequest::NthUnacked(n, reply) => {
+                let _ = reply.send(self.nth_unacked(&ledgers, n));
+            }
+            CursorRequest::SkipEntries(n, reply) => {
+                let to = match n.checked_sub(1) {
+                    None => self.first_unacked(),
+                    Some(last) => self.nth_unacked(&ledgers, last).map_or_else(
+                        || end_position(&ledgers),
+                        |p| Position::new(p.ledger, p.entry + 1),
+                    ),
+                };
+                let _ = reply.send(self.skip_counted(to));
+            }
+        }
+    }
     /// Applies acknowledgements of `positions` (with their `ack_set` when a batch was
     /// acknowledged in part).
     pub(super) fn apply_acks(

@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 
 use super::State;
-use crate::broker::measure::{is_hot, CursorView};
+use crate::broker::measure::{hot_threshold, is_hot, CursorView};
 use crate::protocol::proto::command_subscribe::SubType;
 
 impl State {
@@ -26,6 +26,7 @@ impl State {
     pub(super) fn check_hot_consumers(&mut self) {
         let settings = self.topic.measures.settings;
         if !settings.enabled || self.sub_type != SubType::KeyShared {
+            self.measures.hot_consumers.store(0, Ordering::Relaxed);
             return;
         }
         let window = settings.rate_window_ms;
@@ -46,7 +47,7 @@ impl State {
             if hot && !c.hot {
                 tracing::warn!(topic = %self.topic.name, subscription = %self.name,
                     consumer = %c.name, share = format!("{share:.3}"),
-                    even_share = format!("{:.3}", 1.0 / n as f64), consumer_rate = rate,
+                    threshold = format!("{:.3}", hot_threshold(&settings, n)), consumer_rate = rate,
                     subscription_rate = total, consumers = n,
                     "hot Key_Shared consumer: its hash range carries most of the traffic");
             }
