@@ -106,7 +106,15 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--scrapes", type=int, default=10)
+    ap.add_argument("--only", choices=["scrape", "produce"])
     a = ap.parse_args()
+    if a.only != "produce":
+        scrape_table(a)
+    if a.only != "scrape":
+        produce_tables(a)
+
+
+def scrape_table(a):
     print("## GET /metrics cost (topic partitions loaded, each with messages)")
     print("| topics | scrape median s | max s | body MB | series | RSS before MiB "
           "| after N scrapes | after 2N |")
@@ -116,6 +124,9 @@ def main():
         print(f"| {n} | {r['median_s']:.3f} | {r['max_s']:.3f} | {r['bytes'] / 1e6:.1f} | "
               f"{r['series']} | {r['rss_before_mib']:.0f} | {r['rss_after_mib']:.0f} | "
               f"{r['rss_after_2x_mib']:.0f} |")
+
+
+def produce_tables(a):
     for label, rate in (("unthrottled", None), ("20000 msg/s offered", 20000)):
         res = produce_cost(a.bin, a.seconds, a.runs, rate)
         print(f"\n## produce with metrics off vs on, {label}, medians of {a.runs} x {a.seconds} s")
