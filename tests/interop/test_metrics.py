@@ -225,3 +225,33 @@ def test_hot_partition_is_flagged_and_more_partitions_spread_new_traffic(make_se
     eventually(shares_fell, timeout=30, interval=0)
     producer.close()
     client.close()
+
+
+def test_hot_key_shared_consumer_is_flagged(make_service):
+    svc = make_service(env=FAST)
+    svc.start()
+    topic = "persistent://public/default/ks-skew"
+    client = pulsar.Client(svc.url, operation_timeout_seconds=30)
+    consumers = [client.subscribe(topic, "ks", consumer_type=pulsar.ConsumerType.KeyShared,
+                                  consumer_name=f"c{i}", receiver_queue_size=5000)
+                 for i in range(2)]
+    producer = client.create_producer(topic, batching_enabled=False, block_if_queue_full=True)
+
+    def flagged():
+        # 90 % of the traffic on one key: one consumer's hash range carries it.
+        for i in range(100):
+            producer.send_async(b"v", None, partition_key="hot" if i % 10 else f"k{i}")
+        producer.flush()
+        values, _ = scrape(svc)
+        assert value(values, "ledgerlake_subscription_hot_consumers", topic=topic,
+                     subscription="ks") == 1
+        _, stats = call(svc, "GET", "/persistent/public/default/ks-skew/stats")
+        return stats
+
+    stats = eventually(flagged, timeout=30, interval=0.2)
+    assert stats["subscriptions"]["ks"]["hotConsumers"] == 1, stats["subscriptions"]
+    assert "hot Key_Shared consumer" in open(svc.log_path).read()
+    for c in consumers:
+        c.close()
+    producer.close()
+    client.close()
