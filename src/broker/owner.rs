@@ -275,7 +275,12 @@ impl Owner {
             highest: r.highest,
             reply: r.reply,
             started: std::time::Instant::now(),
-            messages: u64::from(crate::protocol::frame::entry_message_count(&r.entry)),
+            // Reading the count decodes the entry's metadata: only when it is recorded.
+            messages: if self.topic.measures.settings.enabled {
+                u64::from(crate::protocol::frame::entry_message_count(&r.entry))
+            } else {
+                0
+            },
             bytes: r.entry.len() as u64,
         };
         let appended = self.topic.log.append(r.publish_time_ms, r.entry).await;

@@ -420,8 +420,41 @@ fn encode_topics_count(
     Ok(())
 }
 
-/// Rows summed per namespace (rates and counts added, ages and limits their maximum, hot when
-/// any partition is), with the number of topic partitions summed.
+impl TopicRow {
+    /// Adds `r` into this sum: rates and counts added, ages, limits and shares their maximum,
+    /// hot when either is (namespace sums, a partitioned topic's stats).
+    pub fn add(&mut self, r: &TopicRow) {
+        self.rate_in += r.rate_in;
+        self.throughput_in += r.throughput_in;
+        self.rate_out += r.rate_out;
+        self.throughput_out += r.throughput_out;
+        self.in_messages += r.in_messages;
+        self.in_bytes += r.in_bytes;
+        self.out_messages += r.out_messages;
+        self.out_bytes += r.out_bytes;
+        self.producers += r.producers;
+        self.consumers += r.consumers;
+        self.subscriptions += r.subscriptions;
+        self.storage_size += r.storage_size;
+        self.offloaded_size += r.offloaded_size;
+        self.msg_backlog += r.msg_backlog;
+        self.backlog_size += r.backlog_size;
+        self.backlog_age_seconds = self.backlog_age_seconds.max(r.backlog_age_seconds);
+        self.backlog_quota_limit = self.backlog_quota_limit.max(r.backlog_quota_limit);
+        self.backlog_quota_limit_time = self
+            .backlog_quota_limit_time
+            .max(r.backlog_quota_limit_time);
+        self.publish_rate_limit_times += r.publish_rate_limit_times;
+        self.write_latency.add(&r.write_latency);
+        self.entry_size.add(&r.entry_size);
+        self.offload_lag_bytes += r.offload_lag_bytes;
+        self.offload_lag_seconds = self.offload_lag_seconds.max(r.offload_lag_seconds);
+        self.hot |= r.hot;
+        self.in_rate_share = self.in_rate_share.max(r.in_rate_share);
+    }
+}
+
+/// Rows summed per namespace ([`TopicRow::add`]), with the number of topic partitions summed.
 fn per_namespace(rows: &[TopicRow]) -> BTreeMap<String, (TopicRow, u64)> {
     let mut out: BTreeMap<String, (TopicRow, u64)> = BTreeMap::new();
     for r in rows {
@@ -434,31 +467,7 @@ fn per_namespace(rows: &[TopicRow]) -> BTreeMap<String, (TopicRow, u64)> {
             (sum, 0)
         });
         *topics += 1;
-        s.rate_in += r.rate_in;
-        s.throughput_in += r.throughput_in;
-        s.rate_out += r.rate_out;
-        s.throughput_out += r.throughput_out;
-        s.in_messages += r.in_messages;
-        s.in_bytes += r.in_bytes;
-        s.out_messages += r.out_messages;
-        s.out_bytes += r.out_bytes;
-        s.producers += r.producers;
-        s.consumers += r.consumers;
-        s.subscriptions += r.subscriptions;
-        s.storage_size += r.storage_size;
-        s.offloaded_size += r.offloaded_size;
-        s.msg_backlog += r.msg_backlog;
-        s.backlog_size += r.backlog_size;
-        s.backlog_age_seconds = s.backlog_age_seconds.max(r.backlog_age_seconds);
-        s.backlog_quota_limit = s.backlog_quota_limit.max(r.backlog_quota_limit);
-        s.backlog_quota_limit_time = s.backlog_quota_limit_time.max(r.backlog_quota_limit_time);
-        s.publish_rate_limit_times += r.publish_rate_limit_times;
-        s.write_latency.add(&r.write_latency);
-        s.entry_size.add(&r.entry_size);
-        s.offload_lag_bytes += r.offload_lag_bytes;
-        s.offload_lag_seconds = s.offload_lag_seconds.max(r.offload_lag_seconds);
-        s.hot |= r.hot;
-        s.in_rate_share = s.in_rate_share.max(r.in_rate_share);
+        s.add(r);
     }
     out
 }

@@ -459,35 +459,11 @@ impl Operations {
 
 /// Rates and counters of the loaded partitions of a topic, summed (Pulsar's stats fields).
 #[derive(Debug, Default)]
-struct Traffic {
-    rate_in: f64,
-    throughput_in: f64,
-    rate_out: f64,
-    throughput_out: f64,
-    msgs_in: u64,
-    bytes_in: u64,
-    msgs_out: u64,
-    bytes_out: u64,
-    offloaded: u64,
-    offload_lag_bytes: u64,
-    offload_lag_seconds: f64,
-    producers: u64,
-}
+struct Traffic(crate::metrics::pulsar::TopicRow);
 
 impl Traffic {
     fn add(&mut self, r: &crate::metrics::pulsar::TopicRow) {
-        self.rate_in += r.rate_in;
-        self.throughput_in += r.throughput_in;
-        self.rate_out += r.rate_out;
-        self.throughput_out += r.throughput_out;
-        self.msgs_in += r.in_messages;
-        self.bytes_in += r.in_bytes;
-        self.msgs_out += r.out_messages;
-        self.bytes_out += r.out_bytes;
-        self.offloaded += r.offloaded_size;
-        self.offload_lag_bytes += r.offload_lag_bytes;
-        self.offload_lag_seconds = self.offload_lag_seconds.max(r.offload_lag_seconds);
-        self.producers += r.producers;
+        self.0.add(r);
     }
 
     /// Writes the fields into `stats`, with the per-partition shares and hot flags.
@@ -496,25 +472,26 @@ impl Traffic {
         stats: &mut serde_json::Value,
         partitions: serde_json::Map<String, serde_json::Value>,
     ) {
-        let average = if self.msgs_in > 0 {
-            self.bytes_in as f64 / self.msgs_in as f64
+        let t = &self.0;
+        let average = if t.in_messages > 0 {
+            t.in_bytes as f64 / t.in_messages as f64
         } else {
             0.0
         };
         let fields = json!({
-            "msgRateIn": self.rate_in,
-            "msgThroughputIn": self.throughput_in,
-            "msgRateOut": self.rate_out,
-            "msgThroughputOut": self.throughput_out,
-            "msgInCounter": self.msgs_in,
-            "bytesInCounter": self.bytes_in,
-            "msgOutCounter": self.msgs_out,
-            "bytesOutCounter": self.bytes_out,
+            "msgRateIn": t.rate_in,
+            "msgThroughputIn": t.throughput_in,
+            "msgRateOut": t.rate_out,
+            "msgThroughputOut": t.throughput_out,
+            "msgInCounter": t.in_messages,
+            "bytesInCounter": t.in_bytes,
+            "msgOutCounter": t.out_messages,
+            "bytesOutCounter": t.out_bytes,
             "averageMsgSize": average,
-            "offloadedStorageSize": self.offloaded,
-            "offloadLagBytes": self.offload_lag_bytes,
-            "offloadLagSeconds": self.offload_lag_seconds,
-            "producerCount": self.producers,
+            "offloadedStorageSize": t.offloaded_size,
+            "offloadLagBytes": t.offload_lag_bytes,
+            "offloadLagSeconds": t.offload_lag_seconds,
+            "producerCount": t.producers,
             "hotPartitions": partitions
                 .iter()
                 .filter(|(_, p)| p["hot"] == json!(true))
