@@ -128,6 +128,9 @@ pub struct Lake {
     warehouse: String,
     /// Invariant: rooted so that [`Lake::object_path`] maps every table file location into it.
     store: Arc<dyn ObjectStore>,
+    /// A second client of the same store, rooted the same way, for reads from other runtimes
+    /// (SQL scans): its connections are made and driven there, not on the lake runtime.
+    scan_store: Arc<dyn ObjectStore>,
     /// Invariant: prefix stripped from a location to get its object-store path.
     location_prefix: String,
     /// Our own commits (file removal) go through this, never around the catalog.
@@ -313,11 +316,13 @@ impl Lake {
             }
         };
         let (store, location_prefix) = object_store_for(config, &warehouse)?;
+        let (scan_store, _) = object_store_for(config, &warehouse)?;
         Ok(Lake {
             catalog,
             catalog_name: name,
             warehouse,
             store,
+            scan_store,
             location_prefix,
             committer,
         })
@@ -346,6 +351,12 @@ impl Lake {
     /// The warehouse's object store.
     pub fn store(&self) -> &Arc<dyn ObjectStore> {
         &self.store
+    }
+
+    /// The warehouse's object store for reads running on another runtime than the lake's
+    /// (SQL scans); paths as [`Lake::object_path`] gives them.
+    pub fn scan_store(&self) -> &Arc<dyn ObjectStore> {
+        &self.scan_store
     }
 
     /// The object-store path of a table file location, `None` when outside the warehouse's

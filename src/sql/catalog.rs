@@ -27,6 +27,7 @@ use datafusion::datasource::{MemTable, TableProvider, TableType};
 use futures::TryStreamExt;
 use iceberg::table::Table;
 
+use super::lake_scan::LakeSide;
 use super::table::TopicTable;
 use super::tail::{TailLedger, TailPart, TailSource};
 use super::SqlError;
@@ -388,9 +389,13 @@ async fn open_live(shared: &Shared, base: &TopicName) -> Result<Arc<dyn TablePro
         codec: codec.map(|(c, _)| c),
         parts,
     };
-    let lake = table.and_then(|t| {
+    let lake = table.zip(shared.lake.clone()).and_then(|(t, lake)| {
         let snapshot = t.metadata().current_snapshot()?.snapshot_id();
-        Some((t, snapshot))
+        Some(LakeSide {
+            table: t,
+            snapshot,
+            lake,
+        })
     });
     Ok(Arc::new(TopicTable::new(
         schema,
@@ -456,11 +461,12 @@ async fn open_lake_only(
         .schema(table.metadata())
         .map_err(|e| SqlError::Execution(e.to_string()))?;
     let schema = iceberg_to_arrow(&schema)?;
-    Ok(Arc::new(TopicTable::new(
-        schema,
-        Some((table, snapshot_id)),
-        None,
-    )))
+    let side = LakeSide {
+        table,
+        snapshot: snapshot_id,
+        lake: lake.clone(),
+    };
+    Ok(Arc::new(TopicTable::new(schema, Some(side), None)))
 }
 
 #[cfg(test)]

@@ -1,26 +1,41 @@
-//! The lake side of a topic table: an Iceberg scan of one pinned snapshot, planned once (files
-//! pruned by partition and file statistics against the pushed filters) and read in parallel.
+//! The lake side of a topic table: one pinned snapshot, its files planned once by Iceberg
+//! (partition and file-statistics pruning against the pushed filters), then read in parallel.
 //!
-//! iceberg-rust's own `to_arrow()` decodes every file in the one task that polls its stream, so
-//! a scan used one core whatever DataFusion's partitioning. Here the planned file tasks are
-//! split into `target_partitions` groups of about equal bytes, and each DataFusion partition
-//! reads its group with its own Iceberg `ArrowReader` (field-id projection, schema evolution,
-//! delete files and row-group pruning stay Iceberg's).
+//! Two readers, chosen per scan:
+//! - **DataFusion's Parquet reader** (`DataSourceExec`), when every planned file is a plain data
+//!   file (no delete files) in the warehouse's store: row-group and page-index pruning, filters
+//!   evaluated while decoding (only the rows they keep are decoded for the other columns),
+//!   footers cached across queries in the engine's metadata cache, byte-range splitting of large
+//!   files. Columns are matched by name and cast to the table's types (typed columns are only
+//!   ever added, never renamed, so a file lacking one reads it as null).
+//! - **Iceberg's `ArrowReader`** ([`LakeScanExec`]) otherwise: field-id projection, delete files
+//!   and schema evolution stay Iceberg's. iceberg-rust's own `to_arrow()` decodes every file in
+//!   the one task that polls its stream, so the planned tasks are split into `target_partitions`
+//!   groups of about equal bytes, each read by its own reader.
 //!
 //! Invariants:
-//! - Every planned file task is read by exactly one partition.
-//! - Batches leave in exactly the plan's schema (conformed by name and type, see
-//!   [`super::tail::conform_batch`]), whatever engine wrote the files.
+//! - Every planned file is read by exactly one partition (whole, or as disjoint byte ranges).
+//! - Batches leave in exactly the plan's schema (Iceberg's reader: conformed by name and type,
+//!   see [`super::tail::conform_batch`]; DataFusion's: its schema adapter casts to the table's
+//!   schema), whatever engine wrote the files.
 
 use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
+use datafusion::catalog::Session;
+use datafusion::common::config::TableParquetOptions;
 use datafusion::common::{DataFusionError, Result as DFResult};
+use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::object_store::ObjectStoreUrl;
+use datafusion::datasource::physical_plan::parquet::CachedParquetFileReaderFactory;
+use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
+use datafusion::datasource::source::DataSourceExec;
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_expr::EquivalenceProperties;
+use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
@@ -31,16 +46,152 @@ use futures::{StreamExt, TryStreamExt};
 use iceberg::arrow::ArrowReaderBuilder;
 use iceberg::expr::Predicate;
 use iceberg::scan::FileScanTask;
+use iceberg::spec::DataFileFormat;
 use iceberg::table::Table;
 use iceberg_datafusion::physical_plan::convert_filters_to_predicate;
 
 use super::tail::conform_batch;
+use crate::lake::LakeHandle;
+
+/// The URL the warehouse's scan store is registered under in every SQL session's runtime.
+pub(crate) const LAKE_STORE_URL: &str = "ledgerlake-lake://warehouse/";
 
 fn external(e: iceberg::Error) -> DataFusionError {
     DataFusionError::External(Box::new(e))
 }
 
-/// Reads the data files of one snapshot, split across partitions.
+/// The lake side of one table in a query.
+#[derive(Debug, Clone)]
+pub(crate) struct LakeSide {
+    pub table: Table,
+    /// Invariant: a snapshot of `table`, pinned when the query resolved the table.
+    pub snapshot: i64,
+    /// Where the table's files are read from by DataFusion's reader.
+    pub lake: LakeHandle,
+}
+
+/// What a scan of the lake side reads: the table's full schema, the projected columns, the
+/// pushed filters and an optional row limit (from the table provider's `scan`).
+pub(crate) struct ScanRequest<'a> {
+    pub table_schema: &'a SchemaRef,
+    pub projection: Option<&'a Vec<usize>>,
+    pub projected: SchemaRef,
+    pub filters: &'a [Expr],
+    pub limit: Option<usize>,
+}
+
+/// Plans the scan of `side` for `request`: files planned by Iceberg, read by DataFusion's
+/// Parquet reader when they allow it, else by Iceberg's.
+pub(crate) async fn plan(
+    side: &LakeSide,
+    state: &dyn Session,
+    request: ScanRequest<'_>,
+) -> DFResult<Arc<dyn ExecutionPlan>> {
+    let predicate = convert_filters_to_predicate(request.filters);
+    let columns: Vec<String> = request
+        .projected
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    let mut builder = side
+        .table
+        .scan()
+        .snapshot_id(side.snapshot)
+        .select(columns);
+    if let Some(p) = &predicate {
+        builder = builder.with_filter(p.clone());
+    }
+    let scan = builder.build().map_err(external)?;
+    let tasks: Vec<FileScanTask> = scan
+        .plan_files()
+        .await
+        .map_err(external)?
+        .try_collect()
+        .await
+        .map_err(external)?;
+    if tasks.is_empty() {
+        return Ok(Arc::new(EmptyExec::new(request.projected)));
+    }
+    let partitions = state.config().target_partitions();
+    match plain_files(&side.lake, &tasks) {
+        Some(files) => parquet_scan(state, files, request, partitions),
+        None => Ok(Arc::new(LakeScanExec::new(
+            side, predicate, tasks, request.projected, partitions,
+        ))),
+    }
+}
+
+/// The planned files as DataFusion files, `None` when one needs Iceberg's reader (it has
+/// delete files, is not Parquet, is read in part, or lies outside the warehouse's store).
+fn plain_files(lake: &LakeHandle, tasks: &[FileScanTask]) -> Option<Vec<PartitionedFile>> {
+    tasks
+        .iter()
+        .map(|t| {
+            let whole = t.start == 0 && t.length == t.file_size_in_bytes;
+            if !t.deletes.is_empty() || t.data_file_format != DataFileFormat::Parquet || !whole {
+                return None;
+            }
+            let path = lake.lake().object_path(&t.data_file_path)?;
+            let mut file = PartitionedFile::new("", t.file_size_in_bytes);
+            file.object_meta.location = path;
+            Some(file)
+        })
+        .collect()
+}
+
+/// DataFusion's Parquet scan of `files`, balanced over `partitions` groups by bytes.
+fn parquet_scan(
+    state: &dyn Session,
+    files: Vec<PartitionedFile>,
+    request: ScanRequest<'_>,
+    partitions: usize,
+) -> DFResult<Arc<dyn ExecutionPlan>> {
+    let url = ObjectStoreUrl::parse(LAKE_STORE_URL)?;
+    let store = state.runtime_env().object_store(&url)?;
+    let cache = state.runtime_env().cache_manager.get_file_metadata_cache();
+    let mut options = TableParquetOptions::default();
+    // The table's strings are Utf8: read them so, rather than as views cast back.
+    options.global.schema_force_view_types = false;
+    // No predicate here: DataFusion's physical filter pushdown hands the filters above the
+    // scan to the source (row groups, pages, rows), once.
+    let source = ParquetSource::new(request.table_schema.clone())
+        .with_table_parquet_options(options)
+        .with_parquet_file_reader_factory(Arc::new(CachedParquetFileReaderFactory::new(
+            store, cache,
+        )))
+        .with_enable_page_index(true)
+        .with_pushdown_filters(true)
+        .with_reorder_filters(true);
+    let config = FileScanConfigBuilder::new(url, Arc::new(source))
+        .with_file_groups(
+            balanced(files, partitions, |f| f.object_meta.size)
+                .into_iter()
+                .map(FileGroup::from)
+                .collect(),
+        )
+        .with_projection_indices(request.projection.cloned())?
+        .with_limit(request.limit)
+        .build();
+    Ok(DataSourceExec::from_data_source(config))
+}
+
+/// `items` in `n` groups (at most one per item) of about equal size: largest first into the
+/// lightest group.
+fn balanced<T>(mut items: Vec<T>, n: usize, size: impl Fn(&T) -> u64) -> Vec<Vec<T>> {
+    items.sort_by_key(|t| std::cmp::Reverse(size(t)));
+    let n = n.clamp(1, items.len().max(1));
+    let mut groups: Vec<(u64, Vec<T>)> = (0..n).map(|_| (0, Vec::new())).collect();
+    for item in items {
+        if let Some(g) = groups.iter_mut().min_by_key(|(bytes, _)| *bytes) {
+            g.0 += size(&item);
+            g.1.push(item);
+        }
+    }
+    groups.into_iter().map(|(_, g)| g).collect()
+}
+
+/// Reads the data files of one snapshot with Iceberg's reader, split across partitions.
 #[derive(Debug)]
 pub(crate) struct LakeScanExec {
     table: Table,
@@ -54,58 +205,30 @@ pub(crate) struct LakeScanExec {
 }
 
 impl LakeScanExec {
-    /// Plans the scan of `snapshot_id` for the columns of `projected` under `filters`.
-    pub async fn plan(
-        table: &Table,
-        snapshot_id: i64,
+    fn new(
+        side: &LakeSide,
+        predicate: Option<Predicate>,
+        tasks: Vec<FileScanTask>,
         projected: SchemaRef,
-        filters: &[Expr],
         partitions: usize,
-    ) -> DFResult<LakeScanExec> {
-        let predicate = convert_filters_to_predicate(filters);
-        let columns: Vec<String> = projected
-            .fields()
-            .iter()
-            .map(|f| f.name().clone())
-            .collect();
-        let mut builder = table.scan().snapshot_id(snapshot_id).select(columns);
-        if let Some(p) = &predicate {
-            builder = builder.with_filter(p.clone());
-        }
-        let scan = builder.build().map_err(external)?;
-        let mut tasks: Vec<FileScanTask> = scan
-            .plan_files()
-            .await
-            .map_err(external)?
-            .try_collect()
-            .await
-            .map_err(external)?;
+    ) -> LakeScanExec {
         let files = tasks.len();
-        // Largest first into the lightest group: groups of about equal bytes.
-        tasks.sort_by_key(|t| std::cmp::Reverse(t.length));
-        let n = partitions.clamp(1, files.max(1));
-        let mut groups: Vec<(u64, Vec<FileScanTask>)> = (0..n).map(|_| (0, Vec::new())).collect();
-        for t in tasks {
-            if let Some(g) = groups.iter_mut().min_by_key(|(bytes, _)| *bytes) {
-                g.0 += t.length;
-                g.1.push(t);
-            }
-        }
+        let groups = balanced(tasks, partitions, |t| t.length);
         let props = Arc::new(PlanProperties::new(
             EquivalenceProperties::new(projected.clone()),
-            Partitioning::UnknownPartitioning(n),
+            Partitioning::UnknownPartitioning(groups.len()),
             EmissionType::Incremental,
             Boundedness::Bounded,
         ));
-        Ok(LakeScanExec {
-            table: table.clone(),
-            snapshot_id,
+        LakeScanExec {
+            table: side.table.clone(),
+            snapshot_id: side.snapshot,
             predicate,
-            groups: groups.into_iter().map(|(_, g)| g).collect(),
+            groups,
             files,
             schema: projected,
             props,
-        })
+        }
     }
 }
 

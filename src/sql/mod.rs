@@ -30,6 +30,9 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use datafusion::common::ParamValues;
 use datafusion::error::DataFusionError;
+use datafusion::datasource::object_store::ObjectStoreUrl;
+use datafusion::execution::cache::cache_manager::{CacheManagerConfig, FileMetadataCache};
+use datafusion::execution::cache::DefaultFilesMetadataCache;
 use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::SessionStateBuilder;
@@ -54,6 +57,9 @@ pub mod postgres;
 mod prune;
 mod table;
 mod tail;
+
+/// Bytes of Parquet footers (and page indexes) kept across queries.
+const FOOTER_CACHE_BYTES: usize = 64 * 1024 * 1024;
 
 /// Why a statement did not run or did not finish.
 #[derive(Debug, thiserror::Error)]
@@ -173,6 +179,9 @@ struct Inner {
     config: SqlConfig,
     /// Invariant: one permit per running query.
     slots: Arc<Semaphore>,
+    /// Parquet footers and page indexes of lake files, shared by every query (files are
+    /// immutable, their paths unique, so an entry never goes stale).
+    footers: Arc<dyn FileMetadataCache>,
     /// Who may query (shared with the other surfaces).
     access: Access,
 }
@@ -194,6 +203,7 @@ impl SqlEngine {
                 replay,
                 runtime,
                 slots: Arc::new(Semaphore::new(config.max_concurrent_queries)),
+                footers: Arc::new(DefaultFilesMetadataCache::new(FOOTER_CACHE_BYTES)),
                 config,
                 access,
             }),
@@ -232,8 +242,18 @@ impl SqlEngine {
             .with_disk_manager_builder(
                 DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
             )
+            .with_cache_manager(
+                CacheManagerConfig::default()
+                    .with_file_metadata_cache(Some(self.inner.footers.clone()))
+                    .with_metadata_cache_limit(FOOTER_CACHE_BYTES),
+            )
             .build_arc()
             .map_err(|e| SqlError::Execution(e.to_string()))?;
+        if let Some(lake) = &self.inner.lake {
+            let url = ObjectStoreUrl::parse(lake_scan::LAKE_STORE_URL)
+                .map_err(|e| SqlError::Execution(e.to_string()))?;
+            runtime_env.register_object_store(url.as_ref(), lake.lake().scan_store().clone());
+        }
         let topics = catalog::TopicCatalogList::load(
             catalog::Shared {
                 log: self.inner.log.clone(),

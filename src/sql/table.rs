@@ -32,9 +32,7 @@ use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::union::UnionExec;
 use datafusion::physical_plan::ExecutionPlan;
-use iceberg::table::Table;
-
-use super::lake_scan::LakeScanExec;
+use super::lake_scan::{self, LakeSide, ScanRequest};
 use super::prune::Bounds;
 use super::tail::{TailExec, TailSource};
 
@@ -43,7 +41,7 @@ use super::tail::{TailExec, TailSource};
 pub(crate) struct TopicTable {
     schema: SchemaRef,
     /// The Iceberg table and the pinned snapshot (`None`: nothing offloaded yet).
-    lake: Option<(Table, i64)>,
+    lake: Option<LakeSide>,
     /// The live tail (`None` for time travel: lake only).
     tail: Option<Arc<TailSource>>,
 }
@@ -51,7 +49,7 @@ pub(crate) struct TopicTable {
 impl TopicTable {
     pub fn new(
         schema: SchemaRef,
-        lake: Option<(Table, i64)>,
+        lake: Option<LakeSide>,
         tail: Option<Arc<TailSource>>,
     ) -> TopicTable {
         TopicTable { schema, lake, tail }
@@ -84,18 +82,22 @@ impl TableProvider for TopicTable {
         state: &dyn Session,
         projection: Option<&Vec<usize>>,
         filters: &[Expr],
-        _limit: Option<usize>,
+        limit: Option<usize>,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
         let projected = match projection {
             Some(p) => Arc::new(self.schema.project(p)?),
             None => self.schema.clone(),
         };
         let mut inputs: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
-        if let Some((table, snapshot)) = &self.lake {
-            let partitions = state.config().target_partitions();
-            let scan = LakeScanExec::plan(table, *snapshot, projected.clone(), filters, partitions)
-                .await?;
-            inputs.push(Arc::new(scan));
+        if let Some(side) = &self.lake {
+            let request = ScanRequest {
+                table_schema: &self.schema,
+                projection,
+                projected: projected.clone(),
+                filters,
+                limit,
+            };
+            inputs.push(lake_scan::plan(side, state, request).await?);
         }
         if let Some(tail) = &self.tail {
             let predicate = match conjunction(filters.iter().cloned()) {
