@@ -29,10 +29,12 @@ use iceberg::table::Table;
 
 use super::lake_scan::LakeSide;
 use super::table::TopicTable;
+use super::table_cache::TableCache;
 use super::tail::{TailLedger, TailPart, TailSource};
 use super::SqlError;
 use crate::auth::{Access, Action, Principal, Resource};
 use crate::lake::commit::read_watermark;
+use crate::lake::typed::PayloadCodec;
 use crate::lake::LakeHandle;
 use crate::lake::{naming, schema as lake_schema, typed};
 use crate::ledger::Log;
@@ -49,16 +51,20 @@ pub struct Shared {
     pub lake: Option<LakeHandle>,
     /// Reads by position for the tail (`None` when the lake is disabled).
     pub replay: Option<Replay>,
+    /// Lake table handles kept between queries.
+    pub(crate) tables: Arc<TableCache>,
 }
 
 /// tenant → namespace → topic names (base names of partitioned topics).
-type Listing = BTreeMap<String, BTreeMap<String, BTreeSet<String>>>;
+pub(crate) type Listing = BTreeMap<String, BTreeMap<String, BTreeSet<String>>>;
 
 /// The catalogs of one session.
 #[derive(Debug)]
 pub struct TopicCatalogList {
     shared: Shared,
     listing: Arc<Listing>,
+    /// `pg_catalog`, in every catalog (over the same listing).
+    pg: Arc<dyn SchemaProvider>,
 }
 
 impl TopicCatalogList {
@@ -101,9 +107,13 @@ impl TopicCatalogList {
                 .or_default()
                 .insert(base.local.clone());
         }
+        let listing = Arc::new(listing);
+        let pg = super::pg_catalog::schema(shared.clone(), listing.clone())
+            .map_err(|e| SqlError::Execution(e.to_string()))?;
         Ok(TopicCatalogList {
             shared,
-            listing: Arc::new(listing),
+            listing,
+            pg,
         })
     }
 }
@@ -126,22 +136,29 @@ impl CatalogProviderList for TopicCatalogList {
         self.listing.keys().cloned().collect()
     }
 
+    /// A listed tenant, or the session's default catalog (which always resolves, so
+    /// `pg_catalog` and `information_schema` do for a principal that reads no topic of it).
     fn catalog(&self, name: &str) -> Option<Arc<dyn CatalogProvider>> {
-        self.listing.contains_key(name).then(|| {
+        (self.listing.contains_key(name) || name == DEFAULT_CATALOG).then(|| {
             Arc::new(TenantCatalog {
                 shared: self.shared.clone(),
                 listing: self.listing.clone(),
                 tenant: name.to_string(),
+                pg: self.pg.clone(),
             }) as Arc<dyn CatalogProvider>
         })
     }
 }
+
+/// The catalog of unqualified names (the session's default).
+pub(crate) const DEFAULT_CATALOG: &str = "public";
 
 #[derive(Debug)]
 struct TenantCatalog {
     shared: Shared,
     listing: Arc<Listing>,
     tenant: String,
+    pg: Arc<dyn SchemaProvider>,
 }
 
 impl CatalogProvider for TenantCatalog {
@@ -150,13 +167,19 @@ impl CatalogProvider for TenantCatalog {
     }
 
     fn schema_names(&self) -> Vec<String> {
-        self.listing
+        let mut names: Vec<String> = self
+            .listing
             .get(&self.tenant)
             .map(|n| n.keys().cloned().collect())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        names.push(super::pg_catalog::SCHEMA.to_string());
+        names
     }
 
     fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
+        if name == super::pg_catalog::SCHEMA {
+            return Some(self.pg.clone());
+        }
         let topics = self.listing.get(&self.tenant)?.get(name)?.clone();
         Some(Arc::new(NamespaceSchema {
             shared: self.shared.clone(),
@@ -266,13 +289,18 @@ impl SchemaProvider for NamespaceSchema {
 }
 
 /// Loads the topic's lake table (on the lake runtime), as a read-only handle here.
-async fn load_lake_table(lake: &LakeHandle, base: &TopicName) -> Result<Option<Table>, SqlError> {
-    lake.load_table_here(&naming::table_ident(base))
+async fn load_lake_table(shared: &Shared, base: &TopicName) -> Result<Option<Table>, SqlError> {
+    let Some(lake) = &shared.lake else {
+        return Ok(None);
+    };
+    let loaded = lake
+        .load_table_here(&naming::table_ident(base))
         .await
         .map_err(|e| match e {
             crate::lake::LakeError::Stopped => SqlError::Stopped,
             other => SqlError::Execution(other.to_string()),
-        })
+        })?;
+    Ok(loaded.map(|t| shared.tables.reuse(t)))
 }
 
 fn iceberg_to_arrow(schema: &iceberg::spec::Schema) -> Result<SchemaRef, SqlError> {
@@ -313,28 +341,58 @@ fn partition_name(base: &TopicName, partition: i32) -> TopicName {
     }
 }
 
-async fn open_live(shared: &Shared, base: &TopicName) -> Result<Arc<dyn TableProvider>, SqlError> {
-    // 1. The lake table: snapshot and watermark from one metadata file.
-    let table = match &shared.lake {
-        Some(lake) => load_lake_table(lake, base).await?,
-        None => None,
-    };
+/// The columns of the topic `tenant/namespace/topic` as a query would see them (the lake
+/// table's current schema, or the topic schema's when nothing is offloaded), without reading
+/// its tail.
+pub(crate) async fn topic_schema(
+    shared: &Shared,
+    tenant: &str,
+    namespace: &str,
+    topic: &str,
+) -> Result<SchemaRef, SqlError> {
+    let namespace =
+        NamespaceName::new(tenant, namespace).map_err(|e| SqlError::Invalid(e.to_string()))?;
+    let base =
+        TopicName::persistent(&namespace, topic).map_err(|e| SqlError::Invalid(e.to_string()))?;
+    let table = load_lake_table(shared, &base).await?;
+    let codec = codec_of(shared, &base).await?;
+    columns_of(table.as_ref(), codec.as_ref())
+}
+
+/// The topic's payload codec and the typed columns it asks for.
+async fn codec_of(
+    shared: &Shared,
+    base: &TopicName,
+) -> Result<Option<(PayloadCodec, Vec<(String, iceberg::spec::Type)>)>, SqlError> {
     let versions = topic_schema::versions(&shared.log.metadata(), &base.to_string())
         .await
         .map_err(|e| SqlError::Execution(format!("topic schema: {e}")))?;
-    let codec = typed::topic_codec(&base.to_string(), &versions);
-    let (schema, watermark) = match &table {
-        Some(t) => (
-            iceberg_to_arrow(t.metadata().current_schema())?,
-            read_watermark(t).map_err(|e| SqlError::Execution(e.to_string()))?,
-        ),
+    Ok(typed::topic_codec(&base.to_string(), &versions))
+}
+
+/// The table's columns: the lake table's current schema, else the envelope plus the typed
+/// columns `codec` asks for.
+fn columns_of(
+    table: Option<&Table>,
+    codec: Option<&(PayloadCodec, Vec<(String, iceberg::spec::Type)>)>,
+) -> Result<SchemaRef, SqlError> {
+    match table {
+        Some(t) => iceberg_to_arrow(t.metadata().current_schema()),
         None => {
-            let wanted = codec.as_ref().map(|(_, w)| w.as_slice()).unwrap_or(&[]);
-            (
-                iceberg_to_arrow(&schema_without_table(wanted)?)?,
-                Default::default(),
-            )
+            let wanted = codec.map(|(_, w)| w.as_slice()).unwrap_or(&[]);
+            iceberg_to_arrow(&schema_without_table(wanted)?)
         }
+    }
+}
+
+async fn open_live(shared: &Shared, base: &TopicName) -> Result<Arc<dyn TableProvider>, SqlError> {
+    // 1. The lake table: snapshot and watermark from one metadata file.
+    let table = load_lake_table(shared, base).await?;
+    let codec = codec_of(shared, base).await?;
+    let schema = columns_of(table.as_ref(), codec.as_ref())?;
+    let watermark = match &table {
+        Some(t) => read_watermark(t).map_err(|e| SqlError::Execution(e.to_string()))?,
+        None => Default::default(),
     };
     // 2. Then the log's end, per partition.
     let logs = shared
@@ -383,12 +441,17 @@ async fn open_live(shared: &Shared, base: &TopicName) -> Result<Arc<dyn TablePro
         "{}.{}.{}",
         base.namespace.tenant, base.namespace.name, base.local
     );
-    let tail = TailSource {
-        table_name,
-        schema: schema.clone(),
-        codec: codec.map(|(c, _)| c),
-        parts,
-    };
+    // No tail at all when every partition's ledgers are in the lake: the plan is the lake scan
+    // alone, without a union (DataFusion 53 mis-orders some sorts over a union whose children
+    // project one column twice, e.g. `SELECT entry_id AS e ... ORDER BY entry_id`).
+    let tail = (!parts.is_empty()).then(|| {
+        Arc::new(TailSource {
+            table_name,
+            schema: schema.clone(),
+            codec: codec.map(|(c, _)| c),
+            parts,
+        })
+    });
     let lake = table.zip(shared.lake.clone()).and_then(|(t, lake)| {
         let snapshot = t.metadata().current_snapshot()?.snapshot_id();
         Some(LakeSide {
@@ -397,11 +460,7 @@ async fn open_live(shared: &Shared, base: &TopicName) -> Result<Arc<dyn TablePro
             lake,
         })
     });
-    Ok(Arc::new(TopicTable::new(
-        schema,
-        lake,
-        Some(Arc::new(tail)),
-    )))
+    Ok(Arc::new(TopicTable::new(schema, lake, tail)))
 }
 
 async fn open_lake_only(
@@ -411,7 +470,7 @@ async fn open_lake_only(
 ) -> Result<Arc<dyn TableProvider>, SqlError> {
     let no_table = || SqlError::Invalid(format!("topic {base} has no lake table yet"));
     let lake = shared.lake.as_ref().ok_or_else(no_table)?;
-    let table = load_lake_table(lake, base).await?.ok_or_else(no_table)?;
+    let table = load_lake_table(shared, base).await?.ok_or_else(no_table)?;
     let snapshot_id = match wanted {
         Wanted::Snapshots => {
             let batches: Vec<_> = table

@@ -11,15 +11,20 @@
 //!
 //! Invariants:
 //! - The rewrite applies only to types the row format encodes by value (nested types without
-//!   dictionaries); everything else is left to DataFusion. Maps are among them: arrow's row
-//!   format does not encode them, so `count(DISTINCT <map>)` still takes DataFusion's path.
+//!   dictionaries); everything else is left to DataFusion. Arrow's row format does not encode
+//!   maps, so a map is keyed as the list of its entries (key, value) in their stored order, the
+//!   order in which a message's properties are written.
+//! - The rule runs before DataFusion's own rules, so a lone `count(DISTINCT <map>)`, which
+//!   DataFusion would turn into a GROUP BY of the map (unsupported), groups by the key instead.
 //! - `distinct_key` is injective on values and keeps nulls null, so the count is unchanged.
 
 use std::any::Any;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, LargeBinaryBuilder};
-use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, LargeBinaryBuilder, ListArray, StructArray,
+};
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef};
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::common::tree_node::Transformed;
 use datafusion::common::{DFSchema, Result as DfResult};
@@ -58,7 +63,72 @@ fn wants_key(dt: &DataType) -> bool {
             | DataType::FixedSizeList(..)
             | DataType::Map(..)
     );
-    nested && !has_dictionary(dt) && RowConverter::supports_fields(&[SortField::new(dt.clone())])
+    nested
+        && !has_dictionary(dt)
+        && RowConverter::supports_fields(&[SortField::new(without_maps(dt))])
+}
+
+/// `dt` with every map replaced by the list of its entries.
+fn without_maps(dt: &DataType) -> DataType {
+    let field = |f: &FieldRef| -> FieldRef {
+        Arc::new(Field::new(
+            f.name(),
+            without_maps(f.data_type()),
+            f.is_nullable(),
+        ))
+    };
+    match dt {
+        DataType::Map(entries, _) => DataType::List(field(entries)),
+        DataType::Struct(fields) => DataType::Struct(fields.iter().map(field).collect()),
+        DataType::List(f) => DataType::List(field(f)),
+        // Large and fixed-size lists of maps stay as they are (the row format refuses them).
+        other => other.clone(),
+    }
+}
+
+/// `values` with every map replaced by the list of its entries (same offsets, same entries).
+fn maps_as_lists(values: &ArrayRef) -> DfResult<ArrayRef> {
+    Ok(match values.data_type() {
+        DataType::Map(..) => {
+            let map = values.as_map();
+            let entries: ArrayRef = Arc::new(map.entries().clone());
+            let entries = maps_as_lists(&entries)?;
+            let DataType::List(item) = without_maps(values.data_type()) else {
+                return datafusion::common::internal_err!("a map's entries are not a list");
+            };
+            Arc::new(ListArray::try_new(
+                item,
+                map.offsets().clone(),
+                entries,
+                map.nulls().cloned(),
+            )?)
+        }
+        DataType::Struct(_) => {
+            let s = values.as_struct();
+            let columns = s
+                .columns()
+                .iter()
+                .map(maps_as_lists)
+                .collect::<DfResult<Vec<_>>>()?;
+            let DataType::Struct(fields) = without_maps(values.data_type()) else {
+                return datafusion::common::internal_err!("a struct is not a struct");
+            };
+            Arc::new(StructArray::try_new(fields, columns, s.nulls().cloned())?)
+        }
+        DataType::List(_) => {
+            let l = values.as_list::<i32>();
+            let DataType::List(item) = without_maps(values.data_type()) else {
+                return datafusion::common::internal_err!("a list is not a list");
+            };
+            Arc::new(ListArray::try_new(
+                item,
+                l.offsets().clone(),
+                maps_as_lists(l.values())?,
+                l.nulls().cloned(),
+            )?)
+        }
+        _ => values.clone(),
+    })
 }
 
 impl DistinctNestedKeys {
@@ -169,6 +239,7 @@ impl ScalarUDFImpl for DistinctKey {
 
 /// The row-format key of each value of `values` (null where the value is null).
 fn row_keys(values: &ArrayRef) -> DfResult<ArrayRef> {
+    let values = &maps_as_lists(values)?;
     let converter = RowConverter::new(vec![SortField::new(values.data_type().clone())])?;
     let rows = converter.convert_columns(std::slice::from_ref(values))?;
     // 64-bit offsets: one batch's keys may exceed 2 GiB.

@@ -3,13 +3,20 @@
 //!
 //! Encoders are incremental: `begin`, then `batch` per record batch, then `finish`, each
 //! returning the bytes to send, so a large result streams without being held whole.
+//!
+//! A union value (what `json_get` and `->` return) is its active member's value as JSON; the
+//! `array` and `object` members of datafusion-functions-json's union hold JSON text and are
+//! written as the JSON they hold.
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, RecordBatch, StringArray};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::array::{Array, ArrayRef, RecordBatch, StringArray, UnionArray};
+use arrow::buffer::NullBuffer;
+use arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
 use arrow::error::ArrowError;
-use arrow::json::writer::{JsonArray, LineDelimited, WriterBuilder};
+use arrow::json::writer::{
+    EncoderFactory, EncoderOptions, JsonArray, LineDelimited, NullableEncoder, WriterBuilder,
+};
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 
 /// Media type of Arrow IPC streams.
@@ -66,6 +73,7 @@ impl Format {
             Format::Json => Encoder::Json {
                 writer: WriterBuilder::new()
                     .with_explicit_nulls(true)
+                    .with_encoder_factory(Arc::new(UnionsAsValues))
                     .build::<_, JsonArray>(Vec::new()),
                 started: false,
             },
@@ -172,6 +180,7 @@ fn is_nested(dt: &DataType) -> bool {
     matches!(
         dt,
         DataType::Map(..)
+            | DataType::Union(..)
             | DataType::Struct(_)
             | DataType::List(_)
             | DataType::LargeList(_)
@@ -226,8 +235,13 @@ fn csv_ready(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> {
 pub fn display_strings(array: &ArrayRef) -> Result<StringArray, ArrowError> {
     let options = FormatOptions::default();
     let formatter = ArrayFormatter::try_new(array.as_ref(), &options)?;
+    // Logical nulls: a NullArray (an untyped NULL) has no null buffer.
+    let nulls = array.logical_nulls();
     Ok((0..array.len())
-        .map(|i| array.is_valid(i).then(|| formatter.value(i).to_string()))
+        .map(|i| {
+            let valid = nulls.as_ref().is_none_or(|n| n.is_valid(i));
+            valid.then(|| formatter.value(i).to_string())
+        })
         .collect())
 }
 
@@ -241,6 +255,7 @@ pub fn json_values(array: &ArrayRef) -> Result<Vec<Option<serde_json::Value>>, A
     let batch = RecordBatch::try_new(schema, vec![array.clone()])?;
     let mut writer = WriterBuilder::new()
         .with_explicit_nulls(true)
+        .with_encoder_factory(Arc::new(UnionsAsValues))
         .build::<_, LineDelimited>(Vec::new());
     writer.write(&batch)?;
     writer.finish()?;
@@ -257,7 +272,12 @@ pub fn json_values(array: &ArrayRef) -> Result<Vec<Option<serde_json::Value>>, A
         }
         let mut row: serde_json::Value =
             serde_json::from_slice(line).map_err(|e| ArrowError::JsonError(e.to_string()))?;
-        out.push(row.get_mut("v").map(serde_json::Value::take));
+        // JSON null (a union's null member) is SQL NULL.
+        out.push(
+            row.get_mut("v")
+                .map(serde_json::Value::take)
+                .filter(|v| !v.is_null()),
+        );
     }
     if out.len() != array.len() {
         return Err(ArrowError::JsonError(format!(
@@ -267,6 +287,67 @@ pub fn json_values(array: &ArrayRef) -> Result<Vec<Option<serde_json::Value>>, A
         )));
     }
     Ok(out)
+}
+
+/// Writes union columns as their active member's value (see the module docs).
+#[derive(Debug)]
+struct UnionsAsValues;
+
+impl EncoderFactory for UnionsAsValues {
+    fn make_default_encoder<'a>(
+        &self,
+        _field: &'a FieldRef,
+        array: &'a dyn Array,
+        _options: &'a EncoderOptions,
+    ) -> Result<Option<NullableEncoder<'a>>, ArrowError> {
+        let Some(union) = array.as_any().downcast_ref::<UnionArray>() else {
+            return Ok(None);
+        };
+        let values = union_values(union)?;
+        let nulls = NullBuffer::from(values.iter().map(Option::is_some).collect::<Vec<_>>());
+        Ok(Some(NullableEncoder::new(
+            Box::new(JsonValues(values)),
+            Some(nulls),
+        )))
+    }
+}
+
+/// Each value of `union` as JSON (`None` for the null member or a null member value).
+fn union_values(union: &UnionArray) -> Result<Vec<Option<serde_json::Value>>, ArrowError> {
+    let DataType::Union(fields, _) = union.data_type() else {
+        return Err(ArrowError::JsonError("not a union".into()));
+    };
+    let mut members = std::collections::HashMap::new();
+    for (type_id, field) in fields.iter() {
+        let holds_json = matches!(field.name().as_str(), "array" | "object");
+        members.insert(type_id, (holds_json, json_values(union.child(type_id))?));
+    }
+    (0..union.len())
+        .map(|i| {
+            let (holds_json, values) = members
+                .get(&union.type_id(i))
+                .ok_or_else(|| ArrowError::JsonError("union member out of range".into()))?;
+            let value = values.get(union.value_offset(i)).cloned().flatten();
+            Ok(match value {
+                Some(serde_json::Value::String(text)) if *holds_json => {
+                    Some(serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)))
+                }
+                other => other,
+            })
+        })
+        .collect()
+}
+
+/// Precomputed JSON values, written one per row.
+struct JsonValues(Vec<Option<serde_json::Value>>);
+
+impl arrow::json::writer::Encoder for JsonValues {
+    fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
+        match self.0.get(idx).and_then(Option::as_ref) {
+            Some(v) => out.extend_from_slice(v.to_string().as_bytes()),
+            None => out.extend_from_slice(b"null"),
+        }
+    }
 }
 
 #[cfg(test)]

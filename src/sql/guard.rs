@@ -28,11 +28,63 @@ pub enum Class {
     NoOp(String),
 }
 
-/// Splits `sql` into statements (PostgreSQL dialect).
+/// Splits `sql` into statements (PostgreSQL dialect), each in the form DataFusion plans:
+/// PostgreSQL's catalog idioms rewritten ([`super::pg_catalog::rewrite`]) and `SHOW` of a
+/// PostgreSQL setting turned into the query of its value.
 pub fn parse(sql: &str) -> Result<Vec<DFStatement>, SqlError> {
     let statements = DFParser::parse_sql_with_dialect(sql, &PostgreSqlDialect {})
         .map_err(|e| SqlError::Invalid(e.strip_backtrace()))?;
-    Ok(statements.into_iter().collect())
+    let plain = statements
+        .iter()
+        .all(|s| matches!(s, DFStatement::Statement(_)));
+    if plain {
+        // A tool's catalog query: the crate's parser also knows whole psql queries by heart.
+        if let Some(catalog) = super::pg_catalog::parse_catalog_query(sql) {
+            if catalog.len() == statements.len() {
+                return catalog
+                    .into_iter()
+                    .map(|s| Ok(DFStatement::Statement(Box::new(show_form(s)?))))
+                    .collect();
+            }
+        }
+    }
+    statements
+        .into_iter()
+        .map(|s| match s {
+            DFStatement::Statement(s) => Ok(DFStatement::Statement(Box::new(
+                super::pg_catalog::rewrite(show_form(*s)?),
+            ))),
+            other => Ok(other),
+        })
+        .collect()
+}
+
+/// `SHOW <PostgreSQL setting>` as the query of its value; other statements unchanged.
+fn show_form(statement: Statement) -> Result<Statement, SqlError> {
+    if let Statement::ShowVariable { variable } = &statement {
+        let name = variable
+            .iter()
+            .map(|i| i.value.as_str())
+            .collect::<Vec<_>>()
+            .join(" ");
+        if let Some(value) = super::pg_catalog::setting(&name) {
+            // PostgreSQL names the column after the setting (`transaction_isolation` for
+            // `SHOW TRANSACTION ISOLATION LEVEL`).
+            let column = name.to_ascii_lowercase().replace(' ', "_");
+            let column = column.replace("transaction_isolation_level", "transaction_isolation");
+            let query = format!(
+                "SELECT '{}' AS \"{}\"",
+                value.replace('\'', "''"),
+                column.replace('"', "\"\"")
+            );
+            let mut parsed = DFParser::parse_sql_with_dialect(&query, &PostgreSqlDialect {})
+                .map_err(|e| SqlError::Invalid(e.strip_backtrace()))?;
+            if let Some(DFStatement::Statement(s)) = parsed.pop_front() {
+                return Ok(*s);
+            }
+        }
+    }
+    Ok(statement)
 }
 
 fn refused(what: &str) -> SqlError {
@@ -106,7 +158,10 @@ fn classify_set(set: &Set) -> Result<Class, SqlError> {
         Set::MultipleAssignments { assignments } => {
             assignments.iter().map(|a| a.name.to_string()).collect()
         }
-        Set::SetTimeZone { .. } | Set::SetNames { .. } | Set::SetNamesDefault { .. } => vec![],
+        Set::SetTimeZone { .. }
+        | Set::SetNames { .. }
+        | Set::SetNamesDefault { .. }
+        | Set::SetTransaction { .. } => vec![],
         _ => return Err(refused("this SET")),
     };
     if names

@@ -26,7 +26,8 @@ use std::sync::Arc;
 use arrow::datatypes::SchemaRef;
 use datafusion::catalog::Session;
 use datafusion::common::config::TableParquetOptions;
-use datafusion::common::{DataFusionError, Result as DFResult};
+use datafusion::common::tree_node::TreeNode;
+use datafusion::common::{DataFusionError, Result as DFResult, ScalarValue};
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::object_store::ObjectStoreUrl;
 use datafusion::datasource::physical_plan::parquet::CachedParquetFileReaderFactory;
@@ -87,29 +88,23 @@ pub(crate) async fn plan(
     state: &dyn Session,
     request: ScanRequest<'_>,
 ) -> DFResult<Arc<dyn ExecutionPlan>> {
-    let predicate = convert_filters_to_predicate(request.filters);
+    let predicate = convert_filters_to_predicate(&prunable(request.filters));
     let columns: Vec<String> = request
         .projected
         .fields()
         .iter()
         .map(|f| f.name().clone())
         .collect();
-    let mut builder = side
-        .table
-        .scan()
-        .snapshot_id(side.snapshot)
-        .select(columns);
-    if let Some(p) = &predicate {
-        builder = builder.with_filter(p.clone());
-    }
-    let scan = builder.build().map_err(external)?;
-    let tasks: Vec<FileScanTask> = scan
-        .plan_files()
-        .await
-        .map_err(external)?
-        .try_collect()
-        .await
-        .map_err(external)?;
+    let (tasks, predicate) = match plan_files(side, &columns, predicate.clone()).await {
+        Ok(tasks) => (tasks, predicate),
+        // The filters are hints (DataFusion applies them above): a predicate Iceberg cannot
+        // bind costs pruning, not the query.
+        Err(e) if predicate.is_some() => {
+            tracing::debug!(error = %e, "lake scan planned without its predicate");
+            (plan_files(side, &columns, None).await?, None)
+        }
+        Err(e) => return Err(e),
+    };
     if tasks.is_empty() {
         return Ok(Arc::new(EmptyExec::new(request.projected)));
     }
@@ -117,9 +112,56 @@ pub(crate) async fn plan(
     match plain_files(&side.lake, &tasks) {
         Some(files) => parquet_scan(state, files, request, partitions),
         None => Ok(Arc::new(LakeScanExec::new(
-            side, predicate, tasks, request.projected, partitions,
+            side,
+            predicate,
+            tasks,
+            request.projected,
+            partitions,
         ))),
     }
+}
+
+/// The files of `side`'s snapshot that may hold rows `predicate` keeps.
+async fn plan_files(
+    side: &LakeSide,
+    columns: &[String],
+    predicate: Option<Predicate>,
+) -> DFResult<Vec<FileScanTask>> {
+    let mut builder = side
+        .table
+        .scan()
+        .snapshot_id(side.snapshot)
+        .select(columns.iter().cloned());
+    if let Some(p) = predicate {
+        builder = builder.with_filter(p);
+    }
+    let scan = builder.build().map_err(external)?;
+    scan.plan_files()
+        .await
+        .map_err(external)?
+        .try_collect()
+        .await
+        .map_err(external)
+}
+
+/// The filters Iceberg may prune with: those without a cast (iceberg-datafusion 0.10 drops a
+/// cast over a column and compares the bare column with the literal: `CAST(x AS REAL) = l`
+/// pruned as `x = l`, wrong rows) and without a 32-bit float literal (it converts them to
+/// doubles that a `float` column cannot bind). The others still filter, above the scan.
+fn prunable(filters: &[Expr]) -> Vec<Expr> {
+    filters
+        .iter()
+        .filter(|f| {
+            !f.exists(|e| {
+                Ok(matches!(
+                    e,
+                    Expr::Cast(_) | Expr::TryCast(_) | Expr::Literal(ScalarValue::Float32(_), _)
+                ))
+            })
+            .unwrap_or(true)
+        })
+        .cloned()
+        .collect()
 }
 
 /// The planned files as DataFusion files, `None` when one needs Iceberg's reader (it has

@@ -298,6 +298,14 @@ impl QueryParser for Parser {
             .prepare(&principal, sql)
             .await
             .map_err(to_pg_error)?;
+        if prepared.is_empty() {
+            // Only comments or `;` (a driver's ping): answered with EmptyQueryResponse.
+            return Ok(Some(PgStatement {
+                sql: sql.to_string(),
+                schema: Arc::new(arrow::datatypes::Schema::empty()),
+                params: Vec::new(),
+            }));
+        }
         if prepared.len() != 1 {
             return Err(to_pg_error(SqlError::Invalid(
                 "cannot insert multiple commands into a prepared statement".into(),
@@ -391,6 +399,10 @@ impl SimpleQueryHandler for Backend {
             .prepare(&principal, query)
             .await
             .map_err(to_pg_error)?;
+        if prepared.is_empty() {
+            // Only comments (`-- ping`): PostgreSQL answers EmptyQueryResponse.
+            return Ok(vec![Response::EmptyQuery]);
+        }
         let mut out = Vec::with_capacity(prepared.len());
         for p in prepared {
             out.push(self.respond(p, None, None).await?);
@@ -427,6 +439,9 @@ impl ExtendedQueryHandler for Backend {
             .prepare(&principal, &stmt.sql)
             .await
             .map_err(to_pg_error)?;
+        if prepared.is_empty() {
+            return Ok(Response::EmptyQuery);
+        }
         if prepared.len() != 1 {
             return Err(to_pg_error(SqlError::Invalid(
                 "a prepared statement holds exactly one command".into(),
@@ -477,7 +492,7 @@ fn bind_parameters(portal: &Portal<PgStatement>, types: &[Type]) -> PgWireResult
 }
 
 /// The PostgreSQL type of an Arrow type.
-fn pg_type(dt: &DataType) -> Type {
+pub(crate) fn pg_type(dt: &DataType) -> Type {
     match dt {
         DataType::Boolean => Type::BOOL,
         DataType::Int8 | DataType::Int16 | DataType::UInt8 => Type::INT2,
@@ -497,7 +512,8 @@ fn pg_type(dt: &DataType) -> Type {
         | DataType::Struct(_)
         | DataType::List(_)
         | DataType::LargeList(_)
-        | DataType::FixedSizeList(..) => Type::JSON,
+        | DataType::FixedSizeList(..)
+        | DataType::Union(..) => Type::JSON,
         _ => Type::TEXT,
     }
 }

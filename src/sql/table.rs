@@ -22,19 +22,26 @@
 use std::any::Any;
 use std::sync::Arc;
 
-use arrow::datatypes::SchemaRef;
-use async_trait::async_trait;
-use datafusion::catalog::Session;
-use datafusion::common::{DFSchema, Result as DFResult};
-use datafusion::datasource::{TableProvider, TableType};
-use datafusion::logical_expr::utils::conjunction;
-use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
-use datafusion::physical_plan::empty::EmptyExec;
-use datafusion::physical_plan::union::UnionExec;
-use datafusion::physical_plan::ExecutionPlan;
 use super::lake_scan::{self, LakeSide, ScanRequest};
 use super::prune::Bounds;
 use super::tail::{TailExec, TailSource};
+use arrow::datatypes::SchemaRef;
+use async_trait::async_trait;
+use datafusion::catalog::Session;
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::{DFSchema, Result as DFResult};
+use datafusion::datasource::{TableProvider, TableType};
+use datafusion::execution::TaskContext;
+use datafusion::logical_expr::utils::conjunction;
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::filter_pushdown::{FilterDescription, FilterPushdownPhase};
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning,
+    PlanProperties, SendableRecordBatchStream,
+};
 
 /// A topic's table (or the lake table alone, as of a snapshot).
 #[derive(Debug)]
@@ -118,7 +125,101 @@ impl TableProvider for TopicTable {
         match inputs.len() {
             0 => Ok(Arc::new(EmptyExec::new(projected))),
             1 => Ok(inputs.remove(0)),
-            _ => UnionExec::try_new(inputs),
+            _ => Ok(Arc::new(SeamExec::new(inputs)?)),
         }
+    }
+}
+
+/// The lake scan and the tail side by side: the partitions of each, in order (a union).
+///
+/// DataFusion's own `UnionExec` takes projections into its children, and DataFusion 53 then
+/// mis-orders a sort above it when the projection names one column twice (`SELECT partition AS
+/// c0, ... ORDER BY ..., partition`: SanityCheckPlan). This node leaves projections above it
+/// and otherwise passes filters and limits through as a union does.
+#[derive(Debug)]
+pub(crate) struct SeamExec {
+    inputs: Vec<Arc<dyn ExecutionPlan>>,
+    props: Arc<PlanProperties>,
+}
+
+impl SeamExec {
+    fn new(inputs: Vec<Arc<dyn ExecutionPlan>>) -> DFResult<SeamExec> {
+        let Some(first) = inputs.first() else {
+            return datafusion::common::internal_err!("a seam of no inputs");
+        };
+        let partitions = inputs
+            .iter()
+            .map(|i| i.output_partitioning().partition_count())
+            .sum();
+        let props = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(first.schema()),
+            Partitioning::UnknownPartitioning(partitions),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        Ok(SeamExec { inputs, props })
+    }
+}
+
+impl DisplayAs for SeamExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "LakeAndTailExec")
+    }
+}
+
+impl ExecutionPlan for SeamExec {
+    fn name(&self) -> &str {
+        "LakeAndTailExec"
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.props
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        self.inputs.iter().collect()
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(SeamExec::new(children)?))
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false; self.inputs.len()]
+    }
+
+    fn supports_limit_pushdown(&self) -> bool {
+        true
+    }
+
+    fn gather_filters_for_pushdown(
+        &self,
+        _phase: FilterPushdownPhase,
+        parent_filters: Vec<Arc<dyn PhysicalExpr>>,
+        _config: &ConfigOptions,
+    ) -> DFResult<FilterDescription> {
+        FilterDescription::from_children(parent_filters, &self.children())
+    }
+
+    fn execute(
+        &self,
+        mut partition: usize,
+        context: Arc<TaskContext>,
+    ) -> DFResult<SendableRecordBatchStream> {
+        for input in &self.inputs {
+            let count = input.output_partitioning().partition_count();
+            if partition < count {
+                return input.execute(partition, context);
+            }
+            partition -= count;
+        }
+        datafusion::common::internal_err!("LakeAndTailExec has no partition {partition}")
     }
 }

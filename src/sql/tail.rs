@@ -24,6 +24,9 @@ use datafusion::common::{DataFusionError, Result as DFResult};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{
+    BaselineMetrics, Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, Time,
+};
 use datafusion::physical_plan::stream::RecordBatchReceiverStreamBuilder;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
@@ -35,7 +38,7 @@ use super::prune::Bounds;
 use crate::lake::rows::RowBuilder;
 use crate::lake::typed::{PayloadCodec, TypedColumns};
 use crate::ledger::{Entry, LedgerId, Position, TopicLog};
-use crate::replay::{EntryReader, ReplayError, TopicLake};
+use crate::replay::{EntryReader, ReplayError, Tier, TopicLake};
 
 /// Entries read per call.
 const READ_CHUNK: u64 = 2048;
@@ -99,6 +102,30 @@ pub(crate) struct TailExec {
     /// Over the full schema; rows where it is not true are dropped.
     predicate: Option<Arc<dyn PhysicalExpr>>,
     props: Arc<PlanProperties>,
+    /// What EXPLAIN ANALYZE shows of the tail's side of a query.
+    metrics: ExecutionPlanMetricsSet,
+}
+
+/// The tail's counters: rows out and time spent decoding (DataFusion's baseline), entries
+/// read, and of them the entries read from the lake (ledgers deleted locally meanwhile).
+struct TailMetrics {
+    baseline: BaselineMetrics,
+    entries_read: Count,
+    lake_entries: Count,
+    ledgers_pruned: Count,
+    read_time: Time,
+}
+
+impl TailMetrics {
+    fn new(set: &ExecutionPlanMetricsSet, partition: usize) -> TailMetrics {
+        TailMetrics {
+            baseline: BaselineMetrics::new(set, partition),
+            entries_read: MetricBuilder::new(set).counter("entries_read", partition),
+            lake_entries: MetricBuilder::new(set).counter("entries_read_from_lake", partition),
+            ledgers_pruned: MetricBuilder::new(set).counter("ledgers_pruned", partition),
+            read_time: MetricBuilder::new(set).subset_time("read_time", partition),
+        }
+    }
 }
 
 impl TailExec {
@@ -121,6 +148,7 @@ impl TailExec {
             bounds,
             predicate,
             props,
+            metrics: ExecutionPlanMetricsSet::new(),
         }
     }
 }
@@ -171,6 +199,10 @@ impl ExecutionPlan for TailExec {
         Ok(self)
     }
 
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
     fn execute(
         &self,
         partition: usize,
@@ -185,6 +217,7 @@ impl ExecutionPlan for TailExec {
             full: self.source.schema.clone(),
             projection: self.projection.clone(),
             predicate: self.predicate.clone(),
+            metrics: TailMetrics::new(&self.metrics, partition),
         };
         let mut builder = RecordBatchReceiverStreamBuilder::new(self.schema(), 2);
         let tx = builder.tx();
@@ -200,6 +233,7 @@ struct Output {
     full: SchemaRef,
     projection: Option<Vec<usize>>,
     predicate: Option<Arc<dyn PhysicalExpr>>,
+    metrics: TailMetrics,
 }
 
 impl Output {
@@ -224,7 +258,13 @@ impl Output {
     }
 
     async fn send(&self, tx: &Sender<DFResult<RecordBatch>>, batch: RecordBatch) -> bool {
-        let shaped = self.shape(batch);
+        let shaped = {
+            let _timer = self.metrics.baseline.elapsed_compute().timer();
+            self.shape(batch)
+        };
+        if let Ok(b) = &shaped {
+            self.metrics.baseline.record_output(b.num_rows());
+        }
         match shaped {
             Ok(b) if b.num_rows() == 0 => true,
             other => tx.send(other).await.is_ok(),
@@ -249,9 +289,11 @@ async fn read_tail(
                 ledger.min_publish_ms,
                 ledger.max_publish_ms,
             ) {
+                out.metrics.ledgers_pruned.add(1);
                 continue;
             }
             let Some((first, last)) = bounds.entry_span(ledger.count) else {
+                out.metrics.ledgers_pruned.add(1);
                 continue;
             };
             let typed = source
@@ -262,13 +304,26 @@ async fn read_tail(
             let mut next = first;
             while next <= last {
                 let wanted = (last - next + 1).min(READ_CHUNK) as usize;
-                let entries = read_chunk(&mut reader, &source, ledger.id, next, wanted).await?;
+                let entries = {
+                    let _timer = out.metrics.read_time.timer();
+                    read_chunk(&mut reader, &source, ledger.id, next, wanted).await?
+                };
                 next += entries.len() as u64;
+                out.metrics.entries_read.add(entries.len());
+                if reader.tier() == Tier::Lake {
+                    out.metrics.lake_entries.add(entries.len());
+                }
                 let builder = rows
                     .take()
                     .ok_or_else(|| DataFusionError::Internal("tail row builder lost".into()))?;
                 let flush_now = next > last;
-                let (builder, batch) = decode(builder, entries, flush_now).await?;
+                let (builder, batch) = decode(
+                    builder,
+                    entries,
+                    flush_now,
+                    out.metrics.baseline.elapsed_compute(),
+                )
+                .await?;
                 rows = Some(builder);
                 if let Some(batch) = batch {
                     if !out.send(&tx, batch).await {
@@ -331,8 +386,11 @@ async fn decode(
     mut rows: RowBuilder,
     entries: Vec<Entry>,
     finish: bool,
+    compute: &Time,
 ) -> DFResult<(RowBuilder, Option<RecordBatch>)> {
+    let compute = compute.clone();
     tokio::task::spawn_blocking(move || {
+        let _timer = compute.timer();
         for e in &entries {
             rows.push_entry(e);
         }
