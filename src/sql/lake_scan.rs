@@ -192,9 +192,8 @@ fn parquet_scan(
     let url = ObjectStoreUrl::parse(LAKE_STORE_URL)?;
     let store = state.runtime_env().object_store(&url)?;
     let cache = state.runtime_env().cache_manager.get_file_metadata_cache();
-    let mut options = TableParquetOptions::default();
-    // The table's strings are Utf8: read them so, rather than as views cast back.
-    options.global.schema_force_view_types = false;
+    // Strings are read as views, the table's type for them (`catalog::iceberg_to_arrow`).
+    let options = TableParquetOptions::default();
     // No predicate here: DataFusion's physical filter pushdown hands the filters above the
     // scan to the source (row groups, pages, rows), once.
     let source = ParquetSource::new(request.table_schema.clone())

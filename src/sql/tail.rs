@@ -215,6 +215,7 @@ impl ExecutionPlan for TailExec {
         }
         let out = Output {
             full: self.source.schema.clone(),
+            stored: stored_schema(&self.source.schema),
             projection: self.projection.clone(),
             predicate: self.predicate.clone(),
             metrics: TailMetrics::new(&self.metrics, partition),
@@ -228,9 +229,13 @@ impl ExecutionPlan for TailExec {
     }
 }
 
-/// Turns full-schema batches into the plan's output: filtered, then projected.
+/// Turns full-schema batches into the plan's output: conformed to the table's schema, filtered,
+/// then projected.
 struct Output {
+    /// The table's schema (strings as views).
     full: SchemaRef,
+    /// What the row builder writes (the lake's storage types: strings as `Utf8`).
+    stored: SchemaRef,
     projection: Option<Vec<usize>>,
     predicate: Option<Arc<dyn PhysicalExpr>>,
     metrics: TailMetrics,
@@ -238,6 +243,7 @@ struct Output {
 
 impl Output {
     fn shape(&self, batch: RecordBatch) -> DFResult<RecordBatch> {
+        let batch = conform_batch(&batch, &self.full)?;
         let batch = match &self.predicate {
             None => batch,
             Some(p) => {
@@ -299,8 +305,8 @@ async fn read_tail(
             let typed = source
                 .codec
                 .clone()
-                .and_then(|c| TypedColumns::new(&out.full, c));
-            let mut rows = Some(RowBuilder::new(out.full.clone(), part.partition, typed));
+                .and_then(|c| TypedColumns::new(&out.stored, c));
+            let mut rows = Some(RowBuilder::new(out.stored.clone(), part.partition, typed));
             let mut next = first;
             while next <= last {
                 let wanted = (last - next + 1).min(READ_CHUNK) as usize;
@@ -404,6 +410,25 @@ async fn decode(
     })
     .await
     .map_err(|e| DataFusionError::Execution(format!("decoding the live tail: {e}")))?
+}
+
+/// `schema` as the lake stores it: top-level string views as `Utf8` (the row builder's and
+/// Iceberg's type; the table reads them as views, see `catalog::query_schema`).
+pub(crate) fn stored_schema(schema: &SchemaRef) -> SchemaRef {
+    let fields: Vec<arrow::datatypes::FieldRef> = schema
+        .fields()
+        .iter()
+        .map(|f| match f.data_type() {
+            arrow::datatypes::DataType::Utf8View => {
+                Arc::new(f.as_ref().clone().with_data_type(arrow::datatypes::DataType::Utf8))
+            }
+            _ => f.clone(),
+        })
+        .collect();
+    Arc::new(arrow::datatypes::Schema::new_with_metadata(
+        fields,
+        schema.metadata().clone(),
+    ))
 }
 
 /// `batch` in exactly `schema`: columns by name, cast where the type differs (a file written by
