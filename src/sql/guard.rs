@@ -32,18 +32,27 @@ pub enum Class {
 /// PostgreSQL's catalog idioms rewritten ([`super::pg_catalog::rewrite`]) and `SHOW` of a
 /// PostgreSQL setting turned into the query of its value.
 pub fn parse(sql: &str) -> Result<Vec<DFStatement>, SqlError> {
-    let statements = DFParser::parse_sql_with_dialect(sql, &PostgreSqlDialect {})
+    let mut statements = DFParser::parse_sql_with_dialect(sql, &PostgreSqlDialect {})
         .map_err(|e| SqlError::Invalid(e.strip_backtrace()))?;
+    let mut search_path = false;
+    for s in statements.iter_mut() {
+        if let DFStatement::Statement(s) = s {
+            search_path |= super::pg_catalog::resolve_search_path(s);
+        }
+    }
     let plain = statements
         .iter()
         .all(|s| matches!(s, DFStatement::Statement(_)));
-    if plain {
+    if plain && !search_path {
         // A tool's catalog query: the crate's parser also knows whole psql queries by heart.
         if let Some(catalog) = super::pg_catalog::parse_catalog_query(sql) {
             if catalog.len() == statements.len() {
                 return catalog
                     .into_iter()
-                    .map(|s| Ok(DFStatement::Statement(Box::new(show_form(s)?))))
+                    .map(|mut s| {
+                        super::pg_catalog::information_schema_views(&mut s);
+                        Ok(DFStatement::Statement(Box::new(show_form(s)?)))
+                    })
                     .collect();
             }
         }

@@ -111,6 +111,173 @@ pub(crate) fn rewrite(statement: Statement) -> Statement {
     RULES.iter().fold(statement, |s, rule| rule.rewrite(s))
 }
 
+/// Replaces Grafana's reading of the search path (`x IN (SELECT trim(s[i]) FROM
+/// generate_series(...) AS i, string_to_array(current_setting('search_path'), ',') s)`, which
+/// DataFusion cannot plan) with the list of its entries; whether it found one.
+pub(crate) fn resolve_search_path(statement: &mut Statement) -> bool {
+    use datafusion::sql::sqlparser::ast::{Expr, Value, VisitMut, VisitorMut};
+    use std::ops::ControlFlow;
+
+    struct Resolve(bool);
+    impl VisitorMut for Resolve {
+        type Break = ();
+        fn post_visit_expr(&mut self, e: &mut Expr) -> ControlFlow<()> {
+            if let Expr::InSubquery {
+                expr,
+                subquery,
+                negated,
+            } = e
+            {
+                let text = subquery.to_string().to_ascii_lowercase();
+                if text.contains("current_setting('search_path')")
+                    && text.contains("generate_series")
+                {
+                    let list = setting("search_path")
+                        .unwrap_or_default()
+                        .split(',')
+                        .map(|p| Expr::Value(Value::SingleQuotedString(p.trim().into()).into()))
+                        .collect();
+                    *e = Expr::InList {
+                        expr: expr.clone(),
+                        list,
+                        negated: *negated,
+                    };
+                    self.0 = true;
+                }
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let mut resolve = Resolve(false);
+    let _ = statement.visit(&mut resolve);
+    resolve.0
+}
+
+/// `information_schema` views PostgreSQL tools read that DataFusion's `information_schema` lacks
+/// or shapes differently, as queries over `pg_catalog` (PostgreSQL's column names and type
+/// names; no constraints: topics have none).
+const INFORMATION_SCHEMA_VIEWS: &[(&str, &str)] = &[
+    (
+        "columns",
+        "SELECT current_database() AS table_catalog, n.nspname AS table_schema, \
+         cl.relname AS table_name, a.attname AS column_name, \
+         CAST(a.attnum AS INT) AS ordinal_position, CAST(NULL AS VARCHAR) AS column_default, \
+         CASE WHEN a.attnotnull THEN 'NO' ELSE 'YES' END AS is_nullable, \
+         format_type(a.atttypid, a.atttypmod) AS data_type, \
+         CAST(NULL AS INT) AS character_maximum_length, CAST(NULL AS INT) AS numeric_precision, \
+         CAST(NULL AS INT) AS numeric_scale, CAST(NULL AS INT) AS datetime_precision, \
+         'pg_catalog' AS udt_schema, ty.typname AS udt_name, 'NO' AS is_identity, \
+         'NEVER' AS is_generated, 'YES' AS is_updatable \
+         FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class cl ON a.attrelid = cl.oid \
+         JOIN pg_catalog.pg_namespace n ON cl.relnamespace = n.oid \
+         JOIN pg_catalog.pg_type ty ON ty.oid = a.atttypid \
+         WHERE a.attnum > 0 AND NOT a.attisdropped",
+    ),
+    (
+        "table_constraints",
+        "SELECT CAST(NULL AS VARCHAR) AS constraint_catalog, \
+         CAST(NULL AS VARCHAR) AS constraint_schema, CAST(NULL AS VARCHAR) AS constraint_name, \
+         CAST(NULL AS VARCHAR) AS table_catalog, CAST(NULL AS VARCHAR) AS table_schema, \
+         CAST(NULL AS VARCHAR) AS table_name, CAST(NULL AS VARCHAR) AS constraint_type, \
+         CAST(NULL AS VARCHAR) AS is_deferrable, CAST(NULL AS VARCHAR) AS initially_deferred, \
+         CAST(NULL AS VARCHAR) AS enforced WHERE false",
+    ),
+    (
+        "key_column_usage",
+        "SELECT CAST(NULL AS VARCHAR) AS constraint_catalog, \
+         CAST(NULL AS VARCHAR) AS constraint_schema, CAST(NULL AS VARCHAR) AS constraint_name, \
+         CAST(NULL AS VARCHAR) AS table_catalog, CAST(NULL AS VARCHAR) AS table_schema, \
+         CAST(NULL AS VARCHAR) AS table_name, CAST(NULL AS VARCHAR) AS column_name, \
+         CAST(NULL AS INT) AS ordinal_position, \
+         CAST(NULL AS INT) AS position_in_unique_constraint WHERE false",
+    ),
+];
+
+/// Replaces the tables of [`INFORMATION_SCHEMA_VIEWS`] in a catalog query by their queries.
+pub(crate) fn information_schema_views(statement: &mut Statement) {
+    use datafusion::sql::sqlparser::ast::{
+        Ident, ObjectNamePart, TableAlias, TableFactor, VisitMut, VisitorMut,
+    };
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+    use std::ops::ControlFlow;
+
+    struct Views;
+    impl VisitorMut for Views {
+        type Break = ();
+        /// `CAST(x AS REGCLASS)` left after the crate's rewrites (a computed name, as in
+        /// Metabase's `col_description(format('%I.%I', ...)::regclass::oid, n)`) is `x`: the
+        /// functions that take it answer NULL for any argument.
+        fn post_visit_expr(
+            &mut self,
+            e: &mut datafusion::sql::sqlparser::ast::Expr,
+        ) -> ControlFlow<()> {
+            use datafusion::sql::sqlparser::ast::{DataType as SqlType, Expr};
+            if let Expr::Cast {
+                expr, data_type, ..
+            } = e
+            {
+                let oid = matches!(data_type, SqlType::Custom(n, _) if n.to_string().eq_ignore_ascii_case("oid"));
+                if matches!(data_type, SqlType::Regclass)
+                    || oid && matches!(expr.as_ref(), Expr::Function(_) | Expr::Cast { .. })
+                {
+                    *e = expr.as_ref().clone();
+                }
+            }
+            ControlFlow::Continue(())
+        }
+        fn post_visit_table_factor(&mut self, t: &mut TableFactor) -> ControlFlow<()> {
+            let TableFactor::Table {
+                name,
+                alias,
+                args: None,
+                ..
+            } = t
+            else {
+                return ControlFlow::Continue(());
+            };
+            let parts: Vec<String> = name
+                .0
+                .iter()
+                .filter_map(|p| match p {
+                    ObjectNamePart::Identifier(i) => Some(i.value.to_ascii_lowercase()),
+                    _ => None,
+                })
+                .collect();
+            let [schema, table] = parts.as_slice() else {
+                return ControlFlow::Continue(());
+            };
+            let Some((_, sql)) = INFORMATION_SCHEMA_VIEWS
+                .iter()
+                .find(|(v, _)| schema == "information_schema" && v == table)
+            else {
+                return ControlFlow::Continue(());
+            };
+            let Ok(query) = Parser::new(&PostgreSqlDialect {})
+                .try_with_sql(sql)
+                .and_then(|mut p| p.parse_query())
+            else {
+                return ControlFlow::Continue(());
+            };
+            let alias = alias.clone().or_else(|| {
+                Some(TableAlias {
+                    explicit: true,
+                    name: Ident::new(table.clone()),
+                    columns: vec![],
+                })
+            });
+            *t = TableFactor::Derived {
+                lateral: false,
+                subquery: query,
+                alias,
+                sample: None,
+            };
+            ControlFlow::Continue(())
+        }
+    }
+    let _ = statement.visit(&mut Views);
+}
+
 /// `sql` parsed as a catalog query (it names `pg_*` objects or `information_schema`) by the
 /// crate's parser, `None` when it is not one or the parser refuses it.
 pub(crate) fn parse_catalog_query(sql: &str) -> Option<Vec<Statement>> {
@@ -194,8 +361,12 @@ pub(crate) fn register_functions(ctx: &SessionContext) -> DFResult<()> {
         pg::quote_ident_udf::create_quote_ident_udf(),
         pg::quote_ident_udf::create_parse_ident_udf(),
         constant("current_schema", CURRENT_SCHEMA),
+        no_description("col_description", 2),
+        no_description("obj_description", 2),
+        no_description("shobj_description", 2),
         current_schemas(),
         current_setting(),
+        format(),
     ] {
         ctx.register_udf(f);
     }
@@ -224,6 +395,150 @@ fn constant(name: &str, value: &'static str) -> ScalarUDF {
             Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(value.into()))))
         }),
     )
+}
+
+/// A `*_description` function: topics and their columns carry no comments (NULL).
+fn no_description(name: &'static str, args: usize) -> ScalarUDF {
+    ScalarUDF::from(Variadic {
+        name,
+        signature: datafusion::logical_expr::Signature::any(args, Volatility::Stable),
+        invoke: |_| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None))),
+    })
+}
+
+/// PostgreSQL's `format(fmt, args...)`: `%s` (text), `%I` (identifier, quoted when needed),
+/// `%L` (literal, quoted) and `%%`; a null argument is empty (`%s`, `%I`) or `NULL` (`%L`).
+fn format() -> ScalarUDF {
+    ScalarUDF::from(Variadic {
+        name: "format",
+        signature: datafusion::logical_expr::Signature::variadic_any(Volatility::Immutable),
+        invoke: format_values,
+    })
+}
+
+/// A text-valued function of any arguments (`create_udf` takes fixed argument types only).
+///
+/// Invariant: the name identifies the function (equality and hashing go by name and signature).
+#[derive(Debug)]
+struct Variadic {
+    name: &'static str,
+    signature: datafusion::logical_expr::Signature,
+    invoke: fn(&[ColumnarValue]) -> DFResult<ColumnarValue>,
+}
+
+impl PartialEq for Variadic {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name && self.signature == other.signature
+    }
+}
+
+impl Eq for Variadic {}
+
+impl std::hash::Hash for Variadic {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name.hash(state);
+        self.signature.hash(state);
+    }
+}
+
+impl datafusion::logical_expr::ScalarUDFImpl for Variadic {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn signature(&self) -> &datafusion::logical_expr::Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> DFResult<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(
+        &self,
+        args: datafusion::logical_expr::ScalarFunctionArgs,
+    ) -> DFResult<ColumnarValue> {
+        (self.invoke)(&args.args)
+    }
+}
+
+fn format_values(args: &[ColumnarValue]) -> DFResult<ColumnarValue> {
+    use arrow::array::{Array, AsArray, StringBuilder};
+    use arrow::compute::cast;
+    fn quote_ident(v: &str) -> String {
+        let plain = v
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+            && v.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if plain {
+            v.to_string()
+        } else {
+            format!("\"{}\"", v.replace('"', "\"\""))
+        }
+    }
+    {
+        {
+            let arrays = ColumnarValue::values_to_arrays(args)?;
+            let texts = arrays
+                .iter()
+                .map(|a| cast(a, &DataType::Utf8))
+                .collect::<Result<Vec<_>, _>>()?;
+            let texts: Vec<&arrow::array::StringArray> =
+                texts.iter().map(|a| a.as_string::<i32>()).collect();
+            let rows = texts.first().map_or(0, |t| t.len());
+            let mut out = StringBuilder::with_capacity(rows, rows * 16);
+            for row in 0..rows {
+                if texts[0].is_null(row) {
+                    out.append_null();
+                    continue;
+                }
+                let arg = |i: usize| {
+                    texts
+                        .get(i)
+                        .filter(|t| !t.is_null(row))
+                        .map(|t| t.value(row))
+                };
+                let mut next = 1;
+                let mut text = String::new();
+                let mut chars = texts[0].value(row).chars();
+                while let Some(c) = chars.next() {
+                    if c != '%' {
+                        text.push(c);
+                        continue;
+                    }
+                    match chars.next() {
+                        Some('%') => text.push('%'),
+                        Some(kind @ ('s' | 'I' | 'L')) => {
+                            let v = arg(next);
+                            next += 1;
+                            match (kind, v) {
+                                ('s', v) => text.push_str(v.unwrap_or("")),
+                                ('I', v) => text.push_str(&quote_ident(v.unwrap_or(""))),
+                                (_, Some(v)) => {
+                                    text.push_str(&format!("'{}'", v.replace('\'', "''")))
+                                }
+                                (_, None) => text.push_str("NULL"),
+                            }
+                        }
+                        other => {
+                            return Err(DataFusionError::Execution(format!(
+                                "format: unrecognized conversion %{}",
+                                other.map(String::from).unwrap_or_default()
+                            )))
+                        }
+                    }
+                }
+                out.append_value(text);
+            }
+            Ok(ColumnarValue::Array(Arc::new(out.finish())))
+        }
+    }
 }
 
 /// `current_schemas(include_implicit)`: the search path, `pg_catalog` first when implicit

@@ -419,9 +419,11 @@ pub(crate) fn stored_schema(schema: &SchemaRef) -> SchemaRef {
         .fields()
         .iter()
         .map(|f| match f.data_type() {
-            arrow::datatypes::DataType::Utf8View => {
-                Arc::new(f.as_ref().clone().with_data_type(arrow::datatypes::DataType::Utf8))
-            }
+            arrow::datatypes::DataType::Utf8View => Arc::new(
+                f.as_ref()
+                    .clone()
+                    .with_data_type(arrow::datatypes::DataType::Utf8),
+            ),
             _ => f.clone(),
         })
         .collect();

@@ -171,6 +171,17 @@ def test_explain_shows_pushdown_to_lake_and_tail(topic_svc):
     assert "LiveTailExec" in text and "pruning=[ledger_id=[1..]" in text, text
 
 
+def test_explain_analyze_splits_lake_and_tail(topic_svc):
+    text = "\n".join("|".join(r) for r in psql_rows(topic_svc, 'EXPLAIN ANALYZE SELECT count(*), '
+                                                 'max(sequence_id) FROM "sql-basic"'))
+    lake = next(line for line in text.splitlines() if "DataSourceExec" in line)
+    tail = next(line for line in text.splitlines() if "LiveTailExec" in line)
+    # Each side with its own rows and time: the lake half of the messages, the tail the rest.
+    assert f"output_rows={N // 2}," in lake and "elapsed_compute=" in lake, lake
+    assert f"output_rows={N - N // 2}," in tail and "entries_read=" in tail, tail
+    assert "elapsed_compute=" in tail and "entries_read_from_lake=0" in tail, tail
+
+
 def test_time_travel_and_snapshots_table(topic_svc):
     rows = psql_rows(topic_svc, 'SELECT snapshot_id FROM "sql-basic$snapshots" ORDER BY committed_at')
     assert rows, "no snapshots"
