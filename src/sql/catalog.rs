@@ -63,17 +63,26 @@ pub(crate) type Listing = BTreeMap<String, BTreeMap<String, BTreeSet<String>>>;
 pub struct TopicCatalogList {
     shared: Shared,
     listing: Arc<Listing>,
-    /// `pg_catalog`, in every catalog (over the same listing).
-    pg: Arc<dyn SchemaProvider>,
+    /// A schema every catalog resolves besides its namespaces (`pg_catalog`, over the same
+    /// listing), by name.
+    extra: (&'static str, Arc<dyn SchemaProvider>),
 }
+
+/// Builds the schema every catalog resolves besides its namespaces, from the session's listing:
+/// its name and constructor (the `pg_catalog` of `super::pg_catalog`, given by the engine).
+pub(crate) type ExtraSchema = (
+    &'static str,
+    fn(Shared, Arc<Listing>) -> DFResult<Arc<dyn SchemaProvider>>,
+);
 
 impl TopicCatalogList {
     /// Lists the topics existing now that `principal` may read (`consume`, asked as
     /// [`Action::Query`]); the others are neither listed nor resolvable.
-    pub async fn load(
+    pub(crate) async fn load(
         shared: Shared,
         access: &Access,
         principal: &Principal,
+        extra: ExtraSchema,
     ) -> Result<TopicCatalogList, SqlError> {
         let mut listing = Listing::new();
         let mut asked: std::collections::HashMap<TopicName, bool> = Default::default();
@@ -108,12 +117,13 @@ impl TopicCatalogList {
                 .insert(base.local.clone());
         }
         let listing = Arc::new(listing);
-        let pg = super::pg_catalog::schema(shared.clone(), listing.clone())
+        let (name, build) = extra;
+        let provider = build(shared.clone(), listing.clone())
             .map_err(|e| SqlError::Execution(e.to_string()))?;
         Ok(TopicCatalogList {
             shared,
             listing,
-            pg,
+            extra: (name, provider),
         })
     }
 }
@@ -144,7 +154,7 @@ impl CatalogProviderList for TopicCatalogList {
                 shared: self.shared.clone(),
                 listing: self.listing.clone(),
                 tenant: name.to_string(),
-                pg: self.pg.clone(),
+                extra: self.extra.clone(),
             }) as Arc<dyn CatalogProvider>
         })
     }
@@ -158,7 +168,7 @@ struct TenantCatalog {
     shared: Shared,
     listing: Arc<Listing>,
     tenant: String,
-    pg: Arc<dyn SchemaProvider>,
+    extra: (&'static str, Arc<dyn SchemaProvider>),
 }
 
 impl CatalogProvider for TenantCatalog {
@@ -172,13 +182,13 @@ impl CatalogProvider for TenantCatalog {
             .get(&self.tenant)
             .map(|n| n.keys().cloned().collect())
             .unwrap_or_default();
-        names.push(super::pg_catalog::SCHEMA.to_string());
+        names.push(self.extra.0.to_string());
         names
     }
 
     fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
-        if name == super::pg_catalog::SCHEMA {
-            return Some(self.pg.clone());
+        if name == self.extra.0 {
+            return Some(self.extra.1.clone());
         }
         let topics = self.listing.get(&self.tenant)?.get(name)?.clone();
         Some(Arc::new(NamespaceSchema {

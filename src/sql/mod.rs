@@ -287,6 +287,7 @@ impl SqlEngine {
             },
             &self.inner.access,
             principal,
+            (pg_catalog::SCHEMA, pg_catalog::schema),
         )
         .await?;
         let config = SessionConfig::new()
