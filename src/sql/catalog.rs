@@ -317,24 +317,13 @@ async fn load_lake_table(shared: &Shared, base: &TopicName) -> Result<Option<Tab
 /// (DataFusion's Parquet reader reads them so; grouping, comparing and filtering views is
 /// cheaper; the tail converts its `Utf8` to match).
 fn iceberg_to_arrow(schema: &iceberg::spec::Schema) -> Result<SchemaRef, SqlError> {
-    let arrow = iceberg::arrow::schema_to_arrow_schema(schema)
+    let converted = iceberg::arrow::schema_to_arrow_schema(schema)
         .map_err(|e| SqlError::Execution(format!("table schema: {e}")))?;
-    let fields: Vec<arrow::datatypes::FieldRef> = arrow
-        .fields()
-        .iter()
-        .map(|f| match f.data_type() {
-            arrow::datatypes::DataType::Utf8 => Arc::new(
-                f.as_ref()
-                    .clone()
-                    .with_data_type(arrow::datatypes::DataType::Utf8View),
-            ),
-            _ => f.clone(),
-        })
-        .collect();
-    Ok(Arc::new(arrow::datatypes::Schema::new_with_metadata(
-        fields,
-        arrow.metadata().clone(),
-    )))
+    Ok(super::tail::strings_as(
+        &Arc::new(converted),
+        &arrow::datatypes::DataType::Utf8,
+        arrow::datatypes::DataType::Utf8View,
+    ))
 }
 
 /// The schema of a topic with no lake table yet: the envelope plus the typed columns its

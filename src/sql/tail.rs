@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use arrow::array::{new_null_array, ArrayRef, RecordBatch, RecordBatchOptions};
 use arrow::compute::{cast, filter_record_batch};
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::{DataFusionError, Result as DFResult};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
@@ -413,18 +413,22 @@ async fn decode(
 }
 
 /// `schema` as the lake stores it: top-level string views as `Utf8` (the row builder's and
-/// Iceberg's type; the table reads them as views, see `catalog::query_schema`).
+/// Iceberg's type; the table reads them as views, see `catalog::iceberg_to_arrow`).
 pub(crate) fn stored_schema(schema: &SchemaRef) -> SchemaRef {
+    strings_as(schema, &DataType::Utf8View, DataType::Utf8)
+}
+
+/// `schema` with every top-level field of type `from` given type `to`.
+pub(crate) fn strings_as(schema: &SchemaRef, from: &DataType, to: DataType) -> SchemaRef {
     let fields: Vec<arrow::datatypes::FieldRef> = schema
         .fields()
         .iter()
-        .map(|f| match f.data_type() {
-            arrow::datatypes::DataType::Utf8View => Arc::new(
-                f.as_ref()
-                    .clone()
-                    .with_data_type(arrow::datatypes::DataType::Utf8),
-            ),
-            _ => f.clone(),
+        .map(|f| {
+            if f.data_type() == from {
+                Arc::new(f.as_ref().clone().with_data_type(to.clone()))
+            } else {
+                f.clone()
+            }
         })
         .collect();
     Arc::new(arrow::datatypes::Schema::new_with_metadata(
