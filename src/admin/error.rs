@@ -69,6 +69,8 @@ impl From<crate::sql::SqlError> for AdminError {
             SqlError::Unauthenticated(_) => AdminError::Unauthorized(text),
             SqlError::Denied(_) => AdminError::Forbidden(text),
             SqlError::MemoryLimit { .. } | SqlError::Timeout(_) => AdminError::LimitExceeded(text),
+            // HTTP has no cancel request: a client cancels by closing the connection.
+            SqlError::Cancelled => AdminError::BadRequest(text),
             SqlError::Stopped => AdminError::NotReady,
             _ => AdminError::Internal(text),
         }

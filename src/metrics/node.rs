@@ -10,6 +10,7 @@ use std::time::Duration;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
@@ -32,6 +33,8 @@ pub struct NodeMetrics {
     pub sql_queries: Family<OutcomeLabel, Counter>,
     /// Seconds SQL queries took, by outcome.
     pub sql_query_seconds: Family<OutcomeLabel, Histogram>,
+    /// SQL queries running now (planned and not yet finished, cancelled or timed out).
+    pub sql_queries_running: Gauge,
     registry: Registry,
 }
 
@@ -68,6 +71,7 @@ impl NodeMetrics {
             sql_query_seconds: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.001, 2.0, 18))
             }),
+            sql_queries_running: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -109,6 +113,11 @@ impl NodeMetrics {
             "ledgerlake_sql_query_seconds",
             "Seconds SQL queries took, by outcome",
             m.sql_query_seconds.clone(),
+        );
+        registry.register(
+            "ledgerlake_sql_queries_running",
+            "SQL queries running now",
+            m.sql_queries_running.clone(),
         );
         NodeMetrics { registry, ..m }
     }

@@ -51,6 +51,7 @@ pub fn parse(sql: &str) -> Result<Vec<DFStatement>, SqlError> {
                     .into_iter()
                     .map(|mut s| {
                         super::pg_catalog::information_schema_views(&mut s);
+                        super::pg_composite::rewrite(&mut s);
                         Ok(DFStatement::Statement(Box::new(show_form(s)?)))
                     })
                     .collect();
@@ -60,9 +61,11 @@ pub fn parse(sql: &str) -> Result<Vec<DFStatement>, SqlError> {
     statements
         .into_iter()
         .map(|s| match s {
-            DFStatement::Statement(s) => Ok(DFStatement::Statement(Box::new(
-                super::pg_catalog::rewrite(show_form(*s)?),
-            ))),
+            DFStatement::Statement(s) => {
+                let mut s = super::pg_catalog::rewrite(show_form(*s)?);
+                super::pg_composite::rewrite(&mut s);
+                Ok(DFStatement::Statement(Box::new(s)))
+            }
             other => Ok(other),
         })
         .collect()

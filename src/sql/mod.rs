@@ -40,6 +40,7 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use futures::{Stream, StreamExt};
 use tokio::sync::{mpsc, Semaphore};
+use tokio_util::sync::CancellationToken;
 
 use crate::auth::{Access, Action, Principal, Resource};
 use crate::config::SqlConfig;
@@ -54,7 +55,9 @@ mod functions;
 pub mod guard;
 mod lake_scan;
 mod metadata_tables;
+mod pg_cancel;
 mod pg_catalog;
+mod pg_composite;
 mod pg_relations;
 pub mod postgres;
 mod prune;
@@ -102,6 +105,9 @@ pub enum SqlError {
     /// The SQL runtime has stopped (the service is shutting down).
     #[error("the SQL engine is shutting down")]
     Stopped,
+    /// The client cancelled the query (a PostgreSQL cancel request).
+    #[error("canceling statement due to user request")]
+    Cancelled,
 }
 
 impl SqlError {
@@ -412,10 +418,7 @@ impl SqlEngine {
         let started = std::time::Instant::now();
         let task = self.inner.runtime.spawn(async move {
             let _permit = permit;
-            let mut outcome = QueryOutcome {
-                started,
-                outcome: "cancelled",
-            };
+            let mut outcome = QueryOutcome::start(started);
             let run = async {
                 let df = session
                     .execute_logical_plan(plan)
@@ -498,16 +501,29 @@ fn optimizer_rules() -> Vec<Arc<dyn datafusion::optimizer::OptimizerRule + Send 
     rules
 }
 
-/// Records a query's outcome and duration in the SQL metrics when dropped (a query whose task
-/// was aborted, because its client went away, counts as `cancelled`).
+/// A running query in the SQL metrics: counted as running from [`QueryOutcome::start`], its
+/// outcome and duration recorded when dropped (a query whose task was aborted, because its
+/// client cancelled it or went away, counts as `cancelled`).
 struct QueryOutcome {
     started: std::time::Instant,
     outcome: &'static str,
 }
 
+impl QueryOutcome {
+    fn start(started: std::time::Instant) -> QueryOutcome {
+        crate::metrics::node().sql_queries_running.inc();
+        QueryOutcome {
+            started,
+            outcome: "cancelled",
+        }
+    }
+}
+
 impl Drop for QueryOutcome {
     fn drop(&mut self) {
-        crate::metrics::node().sql_query(self.outcome, self.started.elapsed());
+        let metrics = crate::metrics::node();
+        metrics.sql_queries_running.dec();
+        metrics.sql_query(self.outcome, self.started.elapsed());
     }
 }
 
@@ -540,6 +556,25 @@ impl QueryStream {
     /// The schema of every batch.
     pub fn schema(&self) -> SchemaRef {
         self.schema.clone()
+    }
+
+    /// These rows until `cancel` fires, then one [`SqlError::Cancelled`] and the end; the
+    /// query stops there (this stream is dropped, which aborts it).
+    pub fn until_cancelled(
+        self,
+        cancel: CancellationToken,
+    ) -> impl Stream<Item = Result<RecordBatch, SqlError>> + Send {
+        futures::stream::unfold(Some(self), move |rows| {
+            let cancel = cancel.clone();
+            async move {
+                let mut rows = rows?;
+                tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => Some((Err(SqlError::Cancelled), None)),
+                    batch = rows.next() => batch.map(|b| (b, Some(rows))),
+                }
+            }
+        })
     }
 
     fn empty() -> QueryStream {

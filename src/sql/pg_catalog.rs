@@ -367,6 +367,7 @@ pub(crate) fn register_functions(ctx: &SessionContext) -> DFResult<()> {
         current_schemas(),
         current_setting(),
         format(),
+        super::pg_composite::expand_array(),
     ] {
         ctx.register_udf(f);
     }

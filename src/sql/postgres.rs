@@ -8,6 +8,9 @@
 //!   the client's password is the token (cleartext password exchange; use TLS in front).
 //! - Values: integers, floats, booleans, text, bytea, date, timestamp and timestamptz map to
 //!   their PostgreSQL types; maps, structs and lists are `json`; anything else is `text`.
+//! - Cancelling: a cancel request stops the session's running query, and so does the client
+//!   closing its connection ([`super::pg_cancel`]); each connection has its own handlers,
+//!   holding its session.
 //!
 //! Errors map to SQLSTATE codes in [`to_pg_error`] and only there.
 
@@ -27,11 +30,14 @@ use pgwire::api::auth::noop::NoopStartupHandler;
 use pgwire::api::auth::{
     AuthSource, DefaultServerParameterProvider, LoginInfo, Password, StartupHandler,
 };
+use pgwire::api::cancel::CancelHandler;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::results::{DataRowEncoder, FieldFormat, FieldInfo, QueryResponse, Response, Tag};
 use pgwire::api::stmt::QueryParser;
-use pgwire::api::{ClientInfo, ClientPortalStore, PgWireServerHandlers, Type};
+use pgwire::api::{
+    ClientInfo, ClientPortalStore, PgWireConnectionState, PgWireServerHandlers, Type,
+};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::data::DataRow;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
@@ -39,6 +45,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::format::{display_strings, json_values};
+use super::pg_cancel::{self, Cancels, Session};
 use super::{Prepared, SqlEngine, SqlError};
 use crate::auth::Principal;
 use pgwire::messages::startup::PasswordMessageFamily;
@@ -55,6 +62,7 @@ pub fn to_pg_error(e: SqlError) -> PgWireError {
         SqlError::Unauthenticated(_) => "28P01", // invalid_password
         SqlError::Denied(_) => "42501",          // insufficient_privilege
         SqlError::Stopped => "57P01",            // admin_shutdown
+        SqlError::Cancelled => "57014",          // query_canceled
     };
     PgWireError::UserError(Box::new(ErrorInfo::new(
         "ERROR".to_owned(),
@@ -72,7 +80,7 @@ pub async fn serve(
     stop: CancellationToken,
     tls: Option<pgwire::tokio::TlsAcceptor>,
 ) {
-    let handlers = Arc::new(Handlers::new(engine.clone()));
+    let shared = Arc::new(Shared::new(engine.clone()));
     loop {
         let accepted = tokio::select! {
             _ = stop.cancelled() => return,
@@ -80,11 +88,26 @@ pub async fn serve(
         };
         match accepted {
             Ok((socket, peer)) => {
-                let handlers = handlers.clone();
+                let shared = shared.clone();
                 let (stop, tls) = (stop.clone(), tls.clone());
                 engine.runtime().spawn(async move {
+                    let (socket, watch) = match pg_cancel::with_watch(socket) {
+                        Ok(s) => s,
+                        Err(e) => {
+                            tracing::debug!(%peer, error = %e, "postgres connection dropped");
+                            return;
+                        }
+                    };
+                    let session = Session::new(shared.cancels.clone());
+                    let handlers = shared.connection(session.clone());
+                    let departed = async {
+                        pg_cancel::peer_closed(watch).await;
+                        session.client_gone();
+                        std::future::pending::<()>().await
+                    };
                     tokio::select! {
                         _ = stop.cancelled() => {}
+                        _ = departed => {}
                         r = pgwire::tokio::process_socket(socket, tls, handlers) => {
                             if let Err(e) = r {
                                 tracing::debug!(%peer, error = %e, "postgres connection ended");
@@ -101,13 +124,16 @@ pub async fn serve(
     }
 }
 
-struct Handlers {
-    backend: Arc<Backend>,
+/// What every connection's handlers share.
+struct Shared {
+    engine: SqlEngine,
+    parser: Arc<Parser>,
     startup: Arc<Startup>,
+    cancels: Arc<Cancels>,
 }
 
-impl Handlers {
-    fn new(engine: SqlEngine) -> Handlers {
+impl Shared {
+    fn new(engine: SqlEngine) -> Shared {
         let params = server_parameters();
         let startup = if engine.auth_required() {
             Startup::Token(
@@ -122,16 +148,38 @@ impl Handlers {
         } else {
             Startup::Open(OpenStartup)
         };
-        Handlers {
-            backend: Arc::new(Backend {
-                parser: Arc::new(Parser {
-                    engine: engine.clone(),
-                }),
-                engine,
+        Shared {
+            parser: Arc::new(Parser {
+                engine: engine.clone(),
             }),
+            engine,
             startup: Arc::new(startup),
+            cancels: Arc::new(Cancels::default()),
         }
     }
+
+    /// The handlers of one connection, whose queries `session` cancels.
+    fn connection(&self, session: Arc<Session>) -> Handlers {
+        Handlers {
+            backend: Arc::new(Backend {
+                engine: self.engine.clone(),
+                parser: self.parser.clone(),
+                session: session.clone(),
+            }),
+            startup: Arc::new(SessionStartup {
+                inner: self.startup.clone(),
+                session,
+            }),
+            cancels: self.cancels.clone(),
+        }
+    }
+}
+
+/// One connection's handlers.
+struct Handlers {
+    backend: Arc<Backend>,
+    startup: Arc<SessionStartup>,
+    cancels: Arc<Cancels>,
 }
 
 fn server_parameters() -> DefaultServerParameterProvider {
@@ -153,6 +201,38 @@ impl PgWireServerHandlers for Handlers {
 
     fn startup_handler(&self) -> Arc<impl StartupHandler> {
         self.startup.clone()
+    }
+
+    fn cancel_handler(&self) -> Arc<impl CancelHandler> {
+        self.cancels.clone()
+    }
+}
+
+/// A connection's startup: the shared one, after which the session is registered for cancel
+/// requests under the process id and secret key the client was given.
+struct SessionStartup {
+    inner: Arc<Startup>,
+    session: Arc<Session>,
+}
+
+#[async_trait]
+impl StartupHandler for SessionStartup {
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        self.inner.on_startup(client, message).await?;
+        if matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
+            let (pid, secret) = client.pid_and_secret_key();
+            self.session.register(pid, &secret);
+        }
+        Ok(())
     }
 }
 
@@ -347,9 +427,11 @@ impl QueryParser for Parser {
     }
 }
 
+/// One connection's query handler.
 struct Backend {
     engine: SqlEngine,
     parser: Arc<Parser>,
+    session: Arc<Session>,
 }
 
 impl Backend {
@@ -358,16 +440,19 @@ impl Backend {
         prepared: Prepared,
         params: Option<ParamValues>,
         format: Option<&Format>,
+        cancel: &CancellationToken,
     ) -> PgWireResult<Response> {
         match prepared {
             Prepared::Command(tag) => Ok(Response::Execution(Tag::new(&tag))),
             Prepared::Query { plan, session } => {
-                let rows = self
-                    .engine
-                    .execute(*plan, session, params)
-                    .await
-                    .map_err(to_pg_error)?;
+                let rows = tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => Err(SqlError::Cancelled),
+                    rows = self.engine.execute(*plan, session, params) => rows,
+                }
+                .map_err(to_pg_error)?;
                 let fields = Arc::new(field_infos(&rows.schema(), format));
+                let rows = rows.until_cancelled(cancel.clone());
                 let encoded = rows.flat_map({
                     let fields = fields.clone();
                     move |batch| {
@@ -403,9 +488,10 @@ impl SimpleQueryHandler for Backend {
             // Only comments (`-- ping`): PostgreSQL answers EmptyQueryResponse.
             return Ok(vec![Response::EmptyQuery]);
         }
+        let cancel = self.session.start_query();
         let mut out = Vec::with_capacity(prepared.len());
         for p in prepared {
-            out.push(self.respond(p, None, None).await?);
+            out.push(self.respond(p, None, None, &cancel).await?);
         }
         Ok(out)
     }
@@ -452,10 +538,12 @@ impl ExtendedQueryHandler for Backend {
         } else {
             Some(bind_parameters(portal, &stmt.params)?)
         };
+        let cancel = self.session.start_query();
         self.respond(
             prepared.remove(0),
             params,
             Some(&portal.result_column_format),
+            &cancel,
         )
         .await
     }

@@ -1,0 +1,179 @@
+"""A client that cancels its query, or goes away, stops it (issue 21): psql's Ctrl-C and
+psycopg2's `connection.cancel()` (PostgreSQL cancel requests), a psql killed mid-query, and an
+HTTP client that disconnects before the answer. Each is judged on the server's own metrics: the
+query is counted `cancelled` (not finished, failed or timed out) and none is left running, long
+before the query could have ended (it counts to 10^11, hours of work; the timeout is 300 s)."""
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import psycopg2
+import psycopg2.errors
+import pytest
+
+from conftest import eventually
+from test_metrics import scrape
+
+LONG = "SELECT count(*) FROM generate_series(1, 100000000000)"
+
+
+def queries(svc):
+    """(running now, cancelled so far) from the service's metrics."""
+    values, _ = scrape(svc)
+    running = sum(v for _, v in values.get("ledgerlake_sql_queries_running", []))
+    cancelled = sum(v for l, v in values.get("ledgerlake_sql_queries_total", [])
+                    if l.get("outcome") == "cancelled")
+    return running, cancelled
+
+
+def stopped_as_cancelled(svc, cancelled_before, within=10):
+    """Waits until no query runs and one more was counted cancelled."""
+    eventually(lambda: queries(svc) == (0, cancelled_before + 1), timeout=within)
+
+
+def psql_long(svc):
+    env = dict(os.environ, PGCONNECT_TIMEOUT="10")
+    return subprocess.Popen(
+        ["psql", "-h", "127.0.0.1", "-p", str(svc.pg_port), "-U", "analyst", "-d", "lake",
+         "-X", "-A", "-t", "-w", "-c", LONG],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def wait_running(svc):
+    eventually(lambda: queries(svc)[0] == 1, timeout=30)
+
+
+def start_long(conn):
+    """Runs LONG on `conn` in a thread: the thread and where its rows or error land."""
+    outcome = {}
+
+    def run():
+        try:
+            with conn.cursor() as cur:
+                cur.execute(LONG)
+                outcome["rows"] = cur.fetchall()
+        except Exception as e:  # noqa: BLE001 - the error is the result under test
+            outcome["error"] = e
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t, outcome
+
+
+def test_psql_ctrl_c_sends_a_cancel_request_that_stops_the_query(service):
+    _, before = queries(service)
+    p = psql_long(service)
+    try:
+        wait_running(service)
+        # psql is seen running the query a moment before its SIGINT handler is in place (a
+        # signal in that moment kills it, as it would kill psql against PostgreSQL).
+        time.sleep(1)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode != 0
+    assert "canceling statement due to user request" in err, (p.returncode, err)
+    stopped_as_cancelled(service, before)
+
+
+def test_psycopg2_cancel_stops_the_query_and_the_session_goes_on(service):
+    conn = psycopg2.connect(host="127.0.0.1", port=service.pg_port, user="analyst",
+                            dbname="lake", connect_timeout=10)
+    conn.autocommit = True
+    try:
+        _, before = queries(service)
+        t, outcome = start_long(conn)
+        wait_running(service)
+        conn.cancel()
+        t.join(30)
+        assert not t.is_alive()
+        assert isinstance(outcome.get("error"), psycopg2.errors.QueryCanceled), outcome
+        assert outcome["error"].pgcode == "57014"
+        stopped_as_cancelled(service, before)
+        # The cancel stopped that query only: the session answers the next one.
+        with conn.cursor() as cur:
+            cur.execute("SELECT 40 + 2")
+            assert cur.fetchall() == [(42,)]
+    finally:
+        conn.close()
+
+
+def test_a_cancel_request_with_the_wrong_secret_stops_nothing(service):
+    conn = psycopg2.connect(host="127.0.0.1", port=service.pg_port, user="analyst",
+                            dbname="lake", connect_timeout=10)
+    conn.autocommit = True
+    try:
+        pid = conn.get_backend_pid()
+        t, outcome = start_long(conn)
+        wait_running(service)
+        # CancelRequest: length 16, code 80877102, the pid, a secret the server did not give.
+        with socket.create_connection(("127.0.0.1", service.pg_port), timeout=10) as s:
+            s.sendall((16).to_bytes(4, "big") + (80877102).to_bytes(4, "big")
+                      + pid.to_bytes(4, "big", signed=True) + (0).to_bytes(4, "big"))
+            s.settimeout(10)
+            assert s.recv(1) == b""  # the server closes a cancel request's connection
+        time.sleep(1)
+        assert queries(service)[0] == 1, "the query must still run"
+        conn.cancel()
+        t.join(30)
+        assert isinstance(outcome.get("error"), psycopg2.errors.QueryCanceled), outcome
+    finally:
+        conn.close()
+
+
+def test_a_killed_psql_stops_its_query(service):
+    _, before = queries(service)
+    p = psql_long(service)
+    try:
+        wait_running(service)
+        p.kill()
+        p.wait(timeout=10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    stopped_as_cancelled(service, before)
+
+
+@pytest.mark.parametrize("protocol", ["simple", "extended"])
+def test_a_postgres_client_that_closes_its_socket_stops_its_query(service, protocol):
+    _, before = queries(service)
+    with socket.create_connection(("127.0.0.1", service.pg_port), timeout=10) as s:
+        startup = (196608).to_bytes(4, "big") + b"user\0analyst\0database\0lake\0\0"
+        s.sendall((len(startup) + 4).to_bytes(4, "big") + startup)
+        seen = b""
+        while b"Z\0\0\0\x05" not in seen:  # ReadyForQuery
+            chunk = s.recv(4096)
+            assert chunk, "the server closed the connection during startup"
+            seen += chunk
+        if protocol == "simple":
+            s.sendall(_message(b"Q", LONG.encode() + b"\0"))
+        else:
+            # Parse, Bind, Execute and Sync in one write, as drivers pipeline them: the
+            # unread Sync must not hide the close.
+            s.sendall(_message(b"P", b"\0" + LONG.encode() + b"\0\0\0")
+                      + _message(b"B", b"\0\0" + b"\0\0" + b"\0\0" + b"\0\0")
+                      + _message(b"E", b"\0" + b"\0\0\0\0")
+                      + _message(b"S", b""))
+        wait_running(service)
+    stopped_as_cancelled(service, before)
+
+
+def _message(kind, body):
+    return kind + (len(body) + 4).to_bytes(4, "big") + body
+
+
+def test_an_http_client_that_disconnects_stops_its_query(service):
+    _, before = queries(service)
+    body = LONG.encode()
+    with socket.create_connection(("127.0.0.1", service.http_port), timeout=10) as s:
+        s.sendall(b"POST /sql HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\n"
+                  + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        wait_running(service)
+    stopped_as_cancelled(service, before)
