@@ -15,7 +15,8 @@
 //!                                     │                     │
 //!                                     └──► lake/ ◄── offload/ (policy, scheduler, watermark)
 //!                                      (Iceberg; LakeHandle owns the runtime hop)
-//!  HTTP ──► admin/ ──► ops/ (use cases) ──► broker, ledger, offload, policies, tenancy, sql
+//!  HTTP ──► admin/ ──► ops/ (use cases) ──► broker, ledger, offload, policies, tenancy, sql,
+//!                                            verify/ (log ⇄ lake, every id) ──► ledger, lake
 //!  every surface ──► auth (Access: Authenticator + Authorizer ◄── tenancy's authorizer)
 //!  leaves used by all: naming, schema, config, failpoint, telemetry, tls, metrics
 //! ```
@@ -23,7 +24,8 @@
 //! Imports flow one way: `naming` ← every layer; `protocol` ← `broker`; `broker` → `ledger`,
 //! `replay`; `replay` → `ledger`, `lake`; `offload` → `ledger`, `lake`; `sql` → `replay`,
 //! `lake`, `ledger`; `tenancy` → `auth`, `ledger`; `broker` → `tenancy`; `ops` → `broker`,
-//! `ledger`, `offload`, `policies`, `tenancy`, `sql`; `admin` → `ops`.
+//! `ledger`, `offload`, `policies`, `tenancy`, `sql`, `verify`; `verify` → `ledger`, `lake`;
+//! `admin` → `ops`.
 //! The lake imports neither the broker nor the offload engine.
 //!
 //! Modules:
@@ -48,6 +50,9 @@
 //! - [`sql`]: DataFusion over each topic (lake snapshot + live tail at one seam), read-only,
 //!   for PostgreSQL clients, HTTP `POST /sql` and `ledgerlake sql`.
 //! - [`ops`]: the operations layer the admin API calls.
+//! - [`verify`]: whether a topic's messages are held exactly once across log and lake (every
+//!   id read in both tiers, against the ledgers' records, the watermark and the snapshots'
+//!   recorded ranges), for `ledgerlake verify`.
 //! - [`admin`]: the HTTP surface (health, `/metrics`, admin API, `POST /sql`).
 //! - [`metrics`]: meters and Pulsar-style histograms the broker records into, ledgerlake's
 //!   node-wide families, and the Prometheus text of a scrape (a leaf).
@@ -87,3 +92,4 @@ pub mod sql;
 pub mod telemetry;
 pub mod tenancy;
 pub mod tls;
+pub mod verify;

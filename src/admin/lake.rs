@@ -7,8 +7,11 @@
 //! - `GET .../stats`: storage and ledgers, a `lake` object naming the Iceberg table, each
 //!   loaded subscription's backlog (entries, bytes, age) and serving tier, and the broker's
 //!   replay counters.
+//! - `GET .../verify[?deep=true]`: `ledgerlake verify` of the topic (all its partitions): every
+//!   id of the log and the lake checked, the findings listed (200 whether or not it found
+//!   something; the report's `findings` tell).
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::routing::{get, put};
 use axum::{Json, Router};
 use serde_json::json;
@@ -27,6 +30,25 @@ pub(super) fn routes() -> Router<AdminState> {
             "/admin/v2/persistent/{tenant}/{namespace}/{topic}/stats",
             get(stats),
         )
+        .at(
+            "/admin/v2/persistent/{tenant}/{namespace}/{topic}/verify",
+            get(verify),
+        )
+}
+
+#[derive(serde::Deserialize)]
+struct VerifyQuery {
+    #[serde(default)]
+    deep: bool,
+}
+
+async fn verify(
+    State(state): State<AdminState>,
+    Path((tenant, namespace, name)): Path<(String, String, String)>,
+    Query(q): Query<VerifyQuery>,
+) -> Result<Json<crate::verify::TopicReport>, AdminError> {
+    let t = topic_path(&tenant, &namespace, &name)?;
+    Ok(Json(state.ops()?.verify(&t, q.deep).await?))
 }
 
 async fn trigger(

@@ -204,13 +204,13 @@ pub enum GroupVerb {
 }
 
 /// One admin request: method, path under `/admin/v2`, JSON body.
-struct Request {
+pub(super) struct Request {
     method: reqwest::Method,
     path: String,
     body: Option<Value>,
 }
 
-fn get(path: String) -> Request {
+pub(super) fn get(path: String) -> Request {
     Request {
         method: reqwest::Method::GET,
         path,
@@ -429,7 +429,11 @@ async fn read_messages(
     Ok(())
 }
 
-async fn send(url: &str, token: Option<&str>, req: Request) -> anyhow::Result<Option<Value>> {
+pub(super) async fn send(
+    url: &str,
+    token: Option<&str>,
+    req: Request,
+) -> anyhow::Result<Option<Value>> {
     let url = format!("{}/admin/v2{}", url.trim_end_matches('/'), req.path);
     let mut builder = reqwest::Client::new().request(req.method.clone(), &url);
     if let Some(t) = token {

@@ -3,7 +3,7 @@
 //! Subcommands: `serve` runs the service; `config` shows, checks and describes configuration;
 //! `perf` runs load generators; `offload` asks a running service to offload a topic; `lake`
 //! prints the lake layout; `top` shows the busiest topics live. Client subcommands (`sql`,
-//! `admin`, `top`; `verify` joins with its issue) talk to a running service through
+//! `admin`, `top`, `verify`) talk to a running service through
 //! `--url http://127.0.0.1:8080` / `--service-url pulsar://127.0.0.1:6650`.
 
 use clap::{Parser, Subcommand};
@@ -19,6 +19,7 @@ mod serve;
 mod sql;
 mod token;
 mod top;
+mod verify;
 
 /// ledgerlake: Pulsar-protocol streaming with infinite retention in Apache Iceberg.
 #[derive(Debug, Parser)]
@@ -64,6 +65,9 @@ pub enum Command {
     /// A live view of the busiest topic partitions of a running service: rates, backlog,
     /// offload lag, hot-partition and lag-spiral flags, refreshed every second.
     Top(top::TopArgs),
+    /// Check that topics' messages are held exactly once across log and lake (every id of
+    /// both tiers read); exits non-zero on any gap, duplicate or unreadable file.
+    Verify(verify::VerifyArgs),
 }
 
 /// Parses the command line and runs the chosen subcommand.
@@ -83,6 +87,7 @@ pub fn run() -> anyhow::Result<()> {
         Command::Token(cmd) => token::run(cmd),
         Command::Admin(args) => admin::run(args),
         Command::Top(args) => top::run(args),
+        Command::Verify(args) => verify::run(args),
     }
 }
 

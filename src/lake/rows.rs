@@ -490,6 +490,37 @@ struct BatchShape {
     prop_values: usize,
 }
 
+/// The rows [`RowBuilder::push_entry`] makes of `entry`, each as its batch index and the
+/// CRC32C of its `payload` value (`None` when NULL): one row `-1` for an entry that is not a
+/// batch (or whose batch is opaque) and for one that does not decode, one row per message of
+/// a batch, none for an empty batch. `ledgerlake verify` holds the lake to this.
+pub fn entry_rows(entry: &Entry) -> Vec<(i32, Option<u32>)> {
+    let undecodable = || vec![(-1, Some(crc32c::crc32c(&entry.payload)))];
+    let Ok(opened) = open_entry(&entry.payload) else {
+        return undecodable();
+    };
+    match opened.batch() {
+        Some(batch) => {
+            let mut rows = Vec::with_capacity(batch.capacity_hint());
+            for message in batch {
+                let Ok(message) = message else {
+                    return undecodable();
+                };
+                let null = message.single.null_value.unwrap_or(false);
+                rows.push((
+                    message.batch_index as i32,
+                    (!null).then(|| crc32c::crc32c(message.payload)),
+                ));
+            }
+            rows
+        }
+        None => {
+            let null = opened.metadata.null_value.unwrap_or(false);
+            vec![(-1, (!null).then(|| crc32c::crc32c(&opened.payload)))]
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use arrow::array::{Array, AsArray};
@@ -532,8 +563,33 @@ mod tests {
         b.push_entry(&entry(0, good.clone()));
         b.push_entry(&entry(1, Bytes::from_static(b"not an entry")));
         b.push_entry(&entry(2, torn.clone()));
-        b.push_entry(&entry(3, good));
+        b.push_entry(&entry(3, good.clone()));
         assert_eq!(b.rows(), 8);
+        // `entry_rows` names the same rows, with their payloads' checksums.
+        let named: Vec<(i32, Option<u32>)> = [
+            good.clone(),
+            Bytes::from_static(b"not an entry"),
+            torn.clone(),
+            good.clone(),
+        ]
+        .iter()
+        .enumerate()
+        .flat_map(|(i, p)| entry_rows(&entry(i as u64, p.clone())))
+        .collect();
+        let crc = |b: &[u8]| Some(crc32c::crc32c(b));
+        assert_eq!(
+            named,
+            [
+                (0, crc(b"m0")),
+                (1, crc(b"m1")),
+                (2, crc(b"m2")),
+                (-1, crc(b"not an entry")),
+                (-1, crc(&torn)),
+                (0, crc(b"m0")),
+                (1, crc(b"m1")),
+                (2, crc(b"m2")),
+            ]
+        );
         let (batch, publish, bad) = b.finish().unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(bad, 0);
         assert_eq!(batch.num_rows(), 8);

@@ -269,6 +269,29 @@ impl Operations {
         Ok(self.offload()?.status(name).await?)
     }
 
+    /// Verifies `name` (every partition of its topic): every id of the log and of the lake
+    /// read and checked against each other and the records (see [`crate::verify`]), with
+    /// payload checksums when `deep`. The table's offload is held off meanwhile.
+    pub async fn verify(
+        &self,
+        name: &TopicName,
+        deep: bool,
+    ) -> Result<crate::verify::TopicReport, OpsError> {
+        use crate::verify::VerifyError;
+        let _paused = match &self.offload {
+            Some(e) => Some(e.pause_table(name).await),
+            None => None,
+        };
+        let lake = self.offload.as_ref().map(OffloadEngine::lake_handle);
+        crate::verify::verify_topic(&self.log, lake.as_ref(), name, deep)
+            .await
+            .map_err(|e| match e {
+                VerifyError::NotFound(t) => OpsError::NotFound(format!("Topic {t} not found")),
+                VerifyError::Metadata(m) => OpsError::Metadata(m),
+                other => OpsError::Internal(other.to_string()),
+            })
+    }
+
     /// Stats of `name` (a topic, a partitioned topic or one partition): storage, ledgers with
     /// their tier, the lake table, loaded subscriptions and the broker's replay counters.
     pub async fn topic_stats(&self, name: &TopicName) -> Result<serde_json::Value, OpsError> {
