@@ -478,6 +478,21 @@ impl TopicLog {
         }
         read_located(&self.inner.shared, ledger, first, located).await
     }
+
+    /// As [`TopicLog::read_entries`], but always from the segments, never the tail cache: for
+    /// checks of what the disk holds (`verify`).
+    pub async fn read_entries_stored(
+        &self,
+        ledger: LedgerId,
+        first: u64,
+        last: u64,
+    ) -> Result<Vec<Entry>, ReadError> {
+        if last < first {
+            return Ok(Vec::new());
+        }
+        let located = self.locate(ledger, first, last).await?;
+        read_located(&self.inner.shared, ledger, first, located).await
+    }
 }
 
 impl TopicLog {

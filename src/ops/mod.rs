@@ -15,11 +15,13 @@ use std::sync::Arc;
 use serde_json::json;
 
 use crate::broker::{Broker, BrokerError};
+use crate::lake::LakeError;
 use crate::ledger::{LedgerState, Log, MetadataError};
 use crate::naming::{NamespaceName, TopicName};
 use crate::offload::{OffloadEngine, OffloadError, OffloadStatus};
 use crate::policies::{EffectivePolicies, NamespacePolicies, PoliciesError, PolicyStore};
 use crate::tenancy::{Tenancy, TenancyError};
+use crate::verify::VerifyError;
 
 mod tenancy;
 mod topics;
@@ -94,6 +96,19 @@ impl From<BrokerError> for OpsError {
             }
             BrokerError::Stopped(m) => OpsError::Unavailable(m),
             other => OpsError::Broker(other),
+        }
+    }
+}
+
+impl From<VerifyError> for OpsError {
+    fn from(e: VerifyError) -> Self {
+        match e {
+            VerifyError::NotFound(t) => OpsError::NotFound(format!("Topic {t} not found")),
+            VerifyError::Metadata(m) => OpsError::Metadata(m),
+            VerifyError::Lake(LakeError::Stopped) => {
+                OpsError::Unavailable("the lake is stopping".into())
+            }
+            other => OpsError::Internal(other.to_string()),
         }
     }
 }
@@ -277,19 +292,12 @@ impl Operations {
         name: &TopicName,
         deep: bool,
     ) -> Result<crate::verify::TopicReport, OpsError> {
-        use crate::verify::VerifyError;
         let _paused = match &self.offload {
             Some(e) => Some(e.pause_table(name).await),
             None => None,
         };
         let lake = self.offload.as_ref().map(OffloadEngine::lake_handle);
-        crate::verify::verify_topic(&self.log, lake.as_ref(), name, deep)
-            .await
-            .map_err(|e| match e {
-                VerifyError::NotFound(t) => OpsError::NotFound(format!("Topic {t} not found")),
-                VerifyError::Metadata(m) => OpsError::Metadata(m),
-                other => OpsError::Internal(other.to_string()),
-            })
+        Ok(crate::verify::verify_topic(&self.log, lake.as_ref(), name, deep).await?)
     }
 
     /// Stats of `name` (a topic, a partitioned topic or one partition): storage, ledgers with

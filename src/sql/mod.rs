@@ -59,6 +59,7 @@ mod pg_cancel;
 mod pg_catalog;
 mod pg_composite;
 mod pg_relations;
+mod pg_values;
 pub mod postgres;
 mod prune;
 mod table;

@@ -9,7 +9,8 @@
 //!   FIN or reset (`EPOLLRDHUP`, as PostgreSQL's `client_connection_check_interval` polls
 //!   for), and the session's token, parent of every query token, fires. pgwire itself reads
 //!   the socket only between queries, so without the watch a long query would run on for a
-//!   client that is gone.
+//!   client that is gone. A client that shuts down only its sending side and still waits for
+//!   the answer counts as gone too, as it does for PostgreSQL's check.
 //!
 //! Invariants:
 //! - A session is in [`Cancels`] from the end of its startup until it ends (dropped), under
@@ -64,8 +65,9 @@ impl CancelHandler for Cancels {
 /// One PostgreSQL connection's queries.
 #[derive(Debug)]
 pub(super) struct Session {
+    /// The registry this session enters at the end of its startup.
     cancels: Arc<Cancels>,
-    /// Fires when the client has gone; every query token is its child.
+    /// Invariant: fires once the client has gone, and every query token is its child.
     gone: CancellationToken,
     /// Invariant: the token of the query running now, or of the last one.
     query: Mutex<CancellationToken>,

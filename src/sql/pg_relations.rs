@@ -7,7 +7,7 @@
 //! Invariants:
 //! - An oid is a hash of the object's names (FNV-1a, fixed across builds and restarts) folded
 //!   into PostgreSQL's range for user objects (≥ 16384); `pg_catalog` is 11, as in PostgreSQL.
-//! - Column types are the PostgreSQL types the wire reports for them (`postgres::pg_type`).
+//! - Column types are the PostgreSQL types the wire reports for them (`pg_values::pg_type`).
 //! - The tables hold exactly the session's listing; every column of the crate's schema is present
 //!   (tools select `c.*`), unknown ones null or zero.
 
@@ -102,7 +102,7 @@ async fn attributes(shared: &Shared, listing: &Listing) -> DFResult<Vec<Row>> {
                     .map_err(|e| datafusion::common::DataFusionError::External(Box::new(e)))?;
                 let rel = stable_oid("r", &[tenant, ns, topic]);
                 for (i, f) in schema.fields().iter().enumerate() {
-                    let typ = super::postgres::pg_type(f.data_type());
+                    let typ = super::pg_values::pg_type(f.data_type());
                     rows.push(vec![
                         ("attrelid", int(rel)),
                         ("attname", text(f.name())),

@@ -6,8 +6,9 @@
 //!   each Execute plans it again (a fresh seam per execution) and binds `$1`, `$2`, ...
 //! - Authentication: off → any user and database name is accepted without a password; on →
 //!   the client's password is the token (cleartext password exchange; use TLS in front).
-//! - Values: integers, floats, booleans, text, bytea, date, timestamp and timestamptz map to
-//!   their PostgreSQL types; maps, structs and lists are `json`; anything else is `text`.
+//! - Values ([`super::pg_values`]): integers, floats, booleans, text, bytea, date, timestamp
+//!   and timestamptz map to their PostgreSQL types; maps, structs and lists are `json`;
+//!   anything else is `text`.
 //! - Cancelling: a cancel request stops the session's running query, and so does the client
 //!   closing its connection ([`super::pg_cancel`]); each connection has its own handlers,
 //!   holding its session.
@@ -17,11 +18,7 @@
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
-use arrow::datatypes::{
-    DataType, Date32Type, Float16Type, Float32Type, Float64Type, Int16Type, Int32Type, Int64Type,
-    Int8Type, SchemaRef, TimeUnit, UInt16Type, UInt32Type, UInt64Type, UInt8Type,
-};
+use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use datafusion::common::{ParamValues, ScalarValue};
 use futures::{stream, Sink, StreamExt};
@@ -33,19 +30,18 @@ use pgwire::api::auth::{
 use pgwire::api::cancel::CancelHandler;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
-use pgwire::api::results::{DataRowEncoder, FieldFormat, FieldInfo, QueryResponse, Response, Tag};
+use pgwire::api::results::{FieldInfo, QueryResponse, Response, Tag};
 use pgwire::api::stmt::QueryParser;
 use pgwire::api::{
     ClientInfo, ClientPortalStore, PgWireConnectionState, PgWireServerHandlers, Type,
 };
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
-use pgwire::messages::data::DataRow;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::format::{display_strings, json_values};
 use super::pg_cancel::{self, Cancels, Session};
+use super::pg_values::{encoded, field_infos, pg_type};
 use super::{Prepared, SqlEngine, SqlError};
 use crate::auth::Principal;
 use pgwire::messages::startup::PasswordMessageFamily;
@@ -453,19 +449,56 @@ impl Backend {
                 .map_err(to_pg_error)?;
                 let fields = Arc::new(field_infos(&rows.schema(), format));
                 let rows = rows.until_cancelled(cancel.clone());
-                let encoded = rows.flat_map({
-                    let fields = fields.clone();
-                    move |batch| {
-                        let rows = match batch {
-                            Ok(b) => encode_batch(&b, &fields),
-                            Err(e) => vec![Err(to_pg_error(e))],
-                        };
-                        stream::iter(rows)
-                    }
-                });
-                Ok(Response::Query(QueryResponse::new(fields, encoded)))
+                Ok(Response::Query(QueryResponse::new(
+                    fields.clone(),
+                    encoded(rows, fields),
+                )))
             }
         }
+    }
+
+    /// As [`Backend::respond`], but the query starts when its rows are first asked for: the
+    /// later statements of a simple query, so that each takes a query slot only once the ones
+    /// before it have been answered (all started at once, eight statements would hold every
+    /// slot while only the first can send its rows).
+    fn respond_later(&self, prepared: Prepared, cancel: &CancellationToken) -> Response {
+        match prepared {
+            Prepared::Command(tag) => Response::Execution(Tag::new(&tag)),
+            Prepared::Query { plan, session } => {
+                let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
+                let fields = Arc::new(field_infos(&schema, None));
+                let (engine, cancel) = (self.engine.clone(), cancel.clone());
+                let rows = stream::once(async move {
+                    let started = tokio::select! {
+                        biased;
+                        _ = cancel.cancelled() => Err(SqlError::Cancelled),
+                        rows = engine.execute(*plan, session, None) => rows,
+                    };
+                    match started {
+                        Ok(rows) => rows.until_cancelled(cancel).left_stream(),
+                        Err(e) => stream::iter([Err(e)]).right_stream(),
+                    }
+                })
+                .flatten();
+                Response::Query(QueryResponse::new(fields.clone(), encoded(rows, fields)))
+            }
+        }
+    }
+
+    /// Prepares `sql` for the session's principal, unless `cancel` fires first.
+    async fn prepare<C: ClientInfo + ?Sized>(
+        &self,
+        client: &C,
+        sql: &str,
+        cancel: &CancellationToken,
+    ) -> PgWireResult<Vec<Prepared>> {
+        let principal = session_principal(client);
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => Err(SqlError::Cancelled),
+            prepared = self.engine.prepare(&principal, sql) => prepared,
+        }
+        .map_err(to_pg_error)
     }
 }
 
@@ -478,20 +511,19 @@ impl SimpleQueryHandler for Backend {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let principal = session_principal(client);
-        let prepared = self
-            .engine
-            .prepare(&principal, query)
-            .await
-            .map_err(to_pg_error)?;
+        let cancel = self.session.start_query();
+        let prepared = self.prepare(client, query, &cancel).await?;
         if prepared.is_empty() {
             // Only comments (`-- ping`): PostgreSQL answers EmptyQueryResponse.
             return Ok(vec![Response::EmptyQuery]);
         }
-        let cancel = self.session.start_query();
         let mut out = Vec::with_capacity(prepared.len());
-        for p in prepared {
-            out.push(self.respond(p, None, None, &cancel).await?);
+        for (i, p) in prepared.into_iter().enumerate() {
+            out.push(if i == 0 {
+                self.respond(p, None, None, &cancel).await?
+            } else {
+                self.respond_later(p, &cancel)
+            });
         }
         Ok(out)
     }
@@ -519,12 +551,8 @@ impl ExtendedQueryHandler for Backend {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let stmt = &portal.statement.statement;
-        let principal = session_principal(client);
-        let mut prepared = self
-            .engine
-            .prepare(&principal, &stmt.sql)
-            .await
-            .map_err(to_pg_error)?;
+        let cancel = self.session.start_query();
+        let mut prepared = self.prepare(client, &stmt.sql, &cancel).await?;
         if prepared.is_empty() {
             return Ok(Response::EmptyQuery);
         }
@@ -538,7 +566,6 @@ impl ExtendedQueryHandler for Backend {
         } else {
             Some(bind_parameters(portal, &stmt.params)?)
         };
-        let cancel = self.session.start_query();
         self.respond(
             prepared.remove(0),
             params,
@@ -577,191 +604,4 @@ fn bind_parameters(portal: &Portal<PgStatement>, types: &[Type]) -> PgWireResult
         values.push(v.into());
     }
     Ok(ParamValues::List(values))
-}
-
-/// The PostgreSQL type of an Arrow type.
-pub(crate) fn pg_type(dt: &DataType) -> Type {
-    match dt {
-        DataType::Boolean => Type::BOOL,
-        DataType::Int8 | DataType::Int16 | DataType::UInt8 => Type::INT2,
-        DataType::Int32 | DataType::UInt16 => Type::INT4,
-        DataType::Int64 | DataType::UInt32 | DataType::UInt64 => Type::INT8,
-        DataType::Float16 | DataType::Float32 => Type::FLOAT4,
-        DataType::Float64 => Type::FLOAT8,
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Type::TEXT,
-        DataType::Binary
-        | DataType::LargeBinary
-        | DataType::BinaryView
-        | DataType::FixedSizeBinary(_) => Type::BYTEA,
-        DataType::Date32 => Type::DATE,
-        DataType::Timestamp(_, Some(_)) => Type::TIMESTAMPTZ,
-        DataType::Timestamp(_, None) => Type::TIMESTAMP,
-        DataType::Map(..)
-        | DataType::Struct(_)
-        | DataType::List(_)
-        | DataType::LargeList(_)
-        | DataType::FixedSizeList(..)
-        | DataType::Union(..) => Type::JSON,
-        _ => Type::TEXT,
-    }
-}
-
-fn field_infos(schema: &SchemaRef, format: Option<&Format>) -> Vec<FieldInfo> {
-    schema
-        .fields()
-        .iter()
-        .enumerate()
-        .map(|(i, f)| {
-            let fmt = format.map_or(FieldFormat::Text, |f| f.format_for(i));
-            FieldInfo::new(f.name().clone(), None, None, pg_type(f.data_type()), fmt)
-        })
-        .collect()
-}
-
-/// One column of a batch, ready to give a value per row.
-enum Column<'a> {
-    Bool(&'a arrow::array::BooleanArray),
-    I16(Vec<Option<i16>>),
-    I32(Vec<Option<i32>>),
-    I64(Vec<Option<i64>>),
-    F32(Vec<Option<f32>>),
-    F64(Vec<Option<f64>>),
-    Text(Vec<Option<String>>),
-    Bytes(&'a ArrayRef),
-    Date(Vec<Option<chrono::NaiveDate>>),
-    TimestampTz(Vec<Option<chrono::DateTime<chrono::Utc>>>),
-    Timestamp(Vec<Option<chrono::NaiveDateTime>>),
-    Json(Vec<Option<serde_json::Value>>),
-}
-
-fn micros(unit: &TimeUnit, v: i64) -> i64 {
-    match unit {
-        TimeUnit::Second => v.saturating_mul(1_000_000),
-        TimeUnit::Millisecond => v.saturating_mul(1000),
-        TimeUnit::Microsecond => v,
-        TimeUnit::Nanosecond => v.div_euclid(1000),
-    }
-}
-
-fn prepare_column(c: &ArrayRef) -> Result<Column<'_>, arrow::error::ArrowError> {
-    macro_rules! prim {
-        ($t:ty, $variant:ident, $conv:expr) => {
-            Column::$variant(
-                c.as_primitive::<$t>()
-                    .iter()
-                    .map(|v| v.map($conv))
-                    .collect(),
-            )
-        };
-    }
-    Ok(match c.data_type() {
-        DataType::Boolean => Column::Bool(c.as_boolean()),
-        DataType::Int8 => prim!(Int8Type, I16, i16::from),
-        DataType::Int16 => prim!(Int16Type, I16, |v| v),
-        DataType::UInt8 => prim!(UInt8Type, I16, i16::from),
-        DataType::Int32 => prim!(Int32Type, I32, |v| v),
-        DataType::UInt16 => prim!(UInt16Type, I32, i32::from),
-        DataType::Int64 => prim!(Int64Type, I64, |v| v),
-        DataType::UInt32 => prim!(UInt32Type, I64, i64::from),
-        DataType::UInt64 => prim!(UInt64Type, I64, |v: u64| i64::try_from(v)
-            .unwrap_or(i64::MAX)),
-        DataType::Float16 => prim!(Float16Type, F32, f32::from),
-        DataType::Float32 => prim!(Float32Type, F32, |v| v),
-        DataType::Float64 => prim!(Float64Type, F64, |v| v),
-        DataType::Binary
-        | DataType::LargeBinary
-        | DataType::BinaryView
-        | DataType::FixedSizeBinary(_) => Column::Bytes(c),
-        DataType::Date32 => Column::Date(
-            c.as_primitive::<Date32Type>()
-                .iter()
-                .map(|v| v.and_then(Date32Type::to_naive_date_opt))
-                .collect(),
-        ),
-        DataType::Timestamp(unit, tz) => {
-            let values = arrow::compute::cast(c, &DataType::Int64)?;
-            let us: Vec<Option<i64>> = values
-                .as_primitive::<Int64Type>()
-                .iter()
-                .map(|v| v.map(|v| micros(unit, v)))
-                .collect();
-            if tz.is_some() {
-                Column::TimestampTz(
-                    us.into_iter()
-                        .map(|v| v.and_then(chrono::DateTime::from_timestamp_micros))
-                        .collect(),
-                )
-            } else {
-                Column::Timestamp(
-                    us.into_iter()
-                        .map(|v| {
-                            v.and_then(chrono::DateTime::from_timestamp_micros)
-                                .map(|t| t.naive_utc())
-                        })
-                        .collect(),
-                )
-            }
-        }
-        dt if pg_type(dt) == Type::JSON => Column::Json(json_values(c)?),
-        _ => Column::Text(
-            display_strings(c)?
-                .iter()
-                .map(|v| v.map(str::to_string))
-                .collect(),
-        ),
-    })
-}
-
-fn encode_batch(batch: &RecordBatch, fields: &Arc<Vec<FieldInfo>>) -> Vec<PgWireResult<DataRow>> {
-    let columns: Result<Vec<Column<'_>>, _> = batch.columns().iter().map(prepare_column).collect();
-    let columns = match columns {
-        Ok(c) => c,
-        Err(e) => return vec![Err(to_pg_error(SqlError::Execution(e.to_string())))],
-    };
-    let mut encoder = DataRowEncoder::new(fields.clone());
-    let mut rows = Vec::with_capacity(batch.num_rows());
-    for row in 0..batch.num_rows() {
-        let mut failed = None;
-        for c in &columns {
-            let r = match c {
-                Column::Bool(a) => encoder.encode_field(&(a.is_valid(row).then(|| a.value(row)))),
-                Column::I16(v) => encoder.encode_field(&v[row]),
-                Column::I32(v) => encoder.encode_field(&v[row]),
-                Column::I64(v) => encoder.encode_field(&v[row]),
-                Column::F32(v) => encoder.encode_field(&v[row]),
-                Column::F64(v) => encoder.encode_field(&v[row]),
-                Column::Text(v) => encoder.encode_field(&v[row]),
-                Column::Bytes(a) => {
-                    let value: Option<Vec<u8>> = a.is_valid(row).then(|| binary_at(a, row));
-                    encoder.encode_field(&value)
-                }
-                Column::Date(v) => encoder.encode_field(&v[row]),
-                Column::TimestampTz(v) => encoder.encode_field(&v[row]),
-                Column::Timestamp(v) => encoder.encode_field(&v[row]),
-                Column::Json(v) => encoder.encode_field(&v[row]),
-            };
-            if let Err(e) = r {
-                failed = Some(e);
-                break;
-            }
-        }
-        match failed {
-            Some(e) => {
-                rows.push(Err(e));
-                return rows;
-            }
-            None => rows.push(Ok(encoder.take_row())),
-        }
-    }
-    rows
-}
-
-fn binary_at(a: &ArrayRef, row: usize) -> Vec<u8> {
-    match a.data_type() {
-        DataType::Binary => a.as_binary::<i32>().value(row).to_vec(),
-        DataType::LargeBinary => a.as_binary::<i64>().value(row).to_vec(),
-        DataType::BinaryView => a.as_binary_view().value(row).to_vec(),
-        DataType::FixedSizeBinary(_) => a.as_fixed_size_binary().value(row).to_vec(),
-        _ => Vec::new(),
-    }
 }

@@ -52,7 +52,8 @@ pub(super) struct LakeView {
     pub watermark: Watermark,
     /// Ranges the snapshots in the table's history recorded.
     pub ranges: Vec<RecordedRange>,
-    /// Data files read, by index (rows point into this).
+    /// Data files of the current snapshot, by index.
+    /// Invariant: `LakeRow::file` of every row in `rows` is an index into this.
     pub files: Vec<String>,
     /// Bytes of those files.
     pub bytes_read: u64,
@@ -60,6 +61,8 @@ pub(super) struct LakeView {
     pub rows: HashMap<(i32, u64), Vec<LakeRow>>,
     /// Files missing or unreadable, and delete files (not applied here).
     pub findings: Vec<Finding>,
+    /// Whether rows carry payload checksums.
+    pub deep: bool,
 }
 
 /// Reads the table of `topic` (none: an empty view) on the lake runtime.
@@ -82,9 +85,13 @@ async fn read_table(
     deep: bool,
 ) -> Result<LakeView, VerifyError> {
     let Some(table) = lake.load_table(&ident).await.map_err(VerifyError::Lake)? else {
-        return Ok(LakeView::default());
+        return Ok(LakeView {
+            deep,
+            ..LakeView::default()
+        });
     };
     let mut view = LakeView {
+        deep,
         table: Some(ident.to_string()),
         snapshot_id: table.metadata().current_snapshot_id(),
         watermark: read_watermark(&table).map_err(VerifyError::Lake)?,
@@ -131,10 +138,16 @@ async fn read_table(
     Ok(view)
 }
 
-/// The ranges in the summaries of the snapshots still in `table`'s history.
+/// The ranges in the summaries of the current snapshot and its ancestors still in the
+/// table's metadata (snapshots of other branches, or rolled back, are not the table's).
 fn recorded_ranges(table: &iceberg::table::Table) -> Vec<RecordedRange> {
+    let metadata = table.metadata();
     let mut out = Vec::new();
-    for s in table.metadata().snapshots() {
+    let mut next = metadata.current_snapshot();
+    while let Some(s) = next {
+        next = s
+            .parent_snapshot_id()
+            .and_then(|id| metadata.snapshot_by_id(id));
         let Some(ranges) = s.summary().additional_properties.get(RANGES_KEY) else {
             continue;
         };
@@ -254,8 +267,11 @@ fn decode_batch(batch: &RecordBatch, deep: bool, out: &mut KeyedRows) -> Result<
     let payload = payload.as_ref().map(|p| p.as_binary::<i64>());
     out.reserve(batch.num_rows());
     for i in 0..batch.num_rows() {
-        if ledger.is_null(i) || entry.is_null(i) {
-            return Err(format!("row {i} has no ledger_id or entry_id"));
+        if [partition, ledger, entry, index, size]
+            .iter()
+            .any(|c| c.is_null(i))
+        {
+            return Err(format!("row {i} has a NULL id column"));
         }
         let crc = payload
             .filter(|p| !p.is_null(i))

@@ -16,7 +16,10 @@
 //! - rows of `expired` ledgers may remain (retention removes whole files only), never others.
 //!
 //! The caller holds the table's offload off while this runs (`ops`), so the files and the
-//! records it reads do not change under it; the open ledger is read up to its confirmed end.
+//! lake records it reads do not change under it; the open ledger is read up to its confirmed
+//! end. The log's own retention is not held off: a ledger it removes meanwhile is skipped.
+//! Entries are read from the segments, never from the tail cache, so the disk is what is
+//! checked.
 
 use std::collections::{HashMap, HashSet};
 
@@ -113,14 +116,17 @@ pub async fn verify_topic(
 
 /// One topic's check, partition after partition.
 struct Pass<'a> {
+    /// The table as read before any partition is checked (its rows moved to `rows`).
     view: &'a lake_side::LakeView,
     /// Whether the service has a lake (without one, no ledger is expected there).
     has_lake: bool,
-    /// The lake's rows by (partition, ledger), each ledger's taken out as it is checked.
+    /// Invariant: the lake's rows of every (partition, ledger) not checked yet; a ledger's
+    /// rows are taken out when it is checked, so what is left at the end belongs to no ledger
+    /// the log lists.
     rows: HashMap<(i32, u64), Vec<check::LakeRow>>,
-    /// Every ledger the log knows, expired ones included.
+    /// Invariant: every ledger of the partitions checked so far, expired ones included.
     known: HashSet<(i32, u64)>,
-    /// The entry count of each ledger not expired.
+    /// Invariant: the entry count of each ledger in `known` that is not expired.
     counts: HashMap<(i32, u64), u64>,
     report: TopicReport,
 }
@@ -178,6 +184,7 @@ impl Pass<'_> {
                 entry_count: info.entry_count,
                 in_lake: committed || recorded,
                 local: local.as_deref(),
+                deep: self.view.deep,
             };
             check::check_ledger(&facts, &mut ledger_rows, &self.view.files, &mut self.report);
         }
@@ -206,7 +213,7 @@ async fn read_local(
             last_entry: last,
             detail,
         };
-        match topic_log.read_entries(ledger, first, last).await {
+        match topic_log.read_entries_stored(ledger, first, last).await {
             Ok(entries) => {
                 let n = entries.len() as u64;
                 summary.entries_read += n;
@@ -236,7 +243,9 @@ async fn read_local(
                     return None;
                 }
             }
-            Err(ReadError::Deleted(_)) => return None,
+            // The local copy went meanwhile (deleted after offload, or expired by the log's
+            // retention, which runs apart from the table's offload): nothing to compare.
+            Err(ReadError::Deleted(_) | ReadError::UnknownLedger { .. }) => return None,
             Err(e) => {
                 report.add(unreadable(e.to_string()));
                 complete = false;
