@@ -47,7 +47,10 @@ const PARTITION_SUFFIX: &str = "-partition-";
 
 /// Why a namespace name was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid namespace name '{0}': expected tenant/namespace of [A-Za-z0-9_-=:.]")]
+#[error(
+    "invalid namespace name '{0}': expected tenant/namespace of [A-Za-z0-9_-=:.], each short \
+     enough for a lake directory name"
+)]
 pub struct NamespaceNameError(pub String);
 
 /// Whether `s` is a valid tenant, namespace or local-name part.
@@ -55,6 +58,7 @@ pub fn valid_part(s: &str) -> bool {
     !s.is_empty()
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '=' | ':' | '.'))
+        && fits_the_lake(s)
 }
 
 impl NamespaceName {
@@ -129,6 +133,14 @@ impl FromStr for TopicName {
         if local.is_empty() {
             return Err(err("empty topic name"));
         }
+        if local.chars().any(char::is_control) {
+            return Err(err("control characters are not allowed in a topic name"));
+        }
+        if !fits_the_lake(local) {
+            return Err(err(
+                "the topic name is too long (its lake table name would pass 255 bytes)",
+            ));
+        }
         Ok(TopicName {
             persistent,
             namespace,
@@ -178,6 +190,77 @@ impl fmt::Display for TopicName {
         };
         write!(f, "{domain}://{}/{}", self.namespace, self.local)
     }
+}
+
+/// Longest a name part may be once encoded for the lake ([`encode_part`]): a directory name
+/// or object-key segment of the warehouse (255 bytes on Linux file systems).
+pub const MAX_ENCODED_PART: usize = 255;
+
+/// Whether `part`'s lake encoding fits [`MAX_ENCODED_PART`].
+fn fits_the_lake(part: &str) -> bool {
+    encode_part(part).len() <= MAX_ENCODED_PART
+}
+
+/// Bytes the lake encoding keeps as they are.
+pub(crate) fn keeps(b: u8) -> bool {
+    b.is_ascii_lowercase() || b.is_ascii_digit()
+}
+
+/// Encodes one name part for the lake (the rule is described in `lake::naming`).
+pub fn encode_part(part: &str) -> String {
+    let bytes = part.as_bytes();
+    let mut out = String::with_capacity(bytes.len() + 8);
+    for (i, &b) in bytes.iter().enumerate() {
+        if keeps(b) {
+            out.push(b as char);
+        } else if b == b'-' && bytes.get(i + 1).is_none_or(|&n| keeps(n)) {
+            out.push('_');
+        } else {
+            out.push_str(&format!("__{b:02x}"));
+        }
+    }
+    out
+}
+
+/// Why an identifier is not the encoding of any name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{0}' is not a ledgerlake-encoded name")]
+pub struct NotEncoded(pub String);
+
+/// Decodes one part; the inverse of [`encode_part`].
+pub fn decode_part(encoded: &str) -> Result<String, NotEncoded> {
+    let bad = || NotEncoded(encoded.to_string());
+    let b = encoded.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            c if keeps(c) => {
+                out.push(c);
+                i += 1;
+            }
+            b'_' if b.get(i + 1) == Some(&b'_') => {
+                let hex = encoded.get(i + 2..i + 4).ok_or_else(bad)?;
+                if hex.bytes().any(|h| h.is_ascii_uppercase()) {
+                    return Err(bad());
+                }
+                let byte = u8::from_str_radix(hex, 16).map_err(|_| bad())?;
+                // Canonical form only: bytes that have a shorter spelling are not escaped.
+                let next_keeps = b.get(i + 4).is_none_or(|&n| keeps(n));
+                if keeps(byte) || (byte == b'-' && next_keeps) {
+                    return Err(bad());
+                }
+                out.push(byte);
+                i += 4;
+            }
+            b'_' => {
+                out.push(b'-');
+                i += 1;
+            }
+            _ => return Err(bad()),
+        }
+    }
+    String::from_utf8(out).map_err(|_| bad())
 }
 
 #[cfg(test)]
@@ -234,7 +317,7 @@ mod tests {
         fn topic_names_print_and_parse_back(
             tenant in "[a-z0-9_=:.-]{1,12}",
             ns in "[A-Z0-9_=:.-]{1,12}",
-            local in "[^/]{1,20}",
+            local in "[^/\\p{Cc}]{1,15}",
             persistent in proptest::bool::ANY,
         ) {
             let domain = if persistent { "persistent" } else { "non-persistent" };
@@ -255,8 +338,21 @@ mod tests {
             "t!/n/x",
             "persistent://t/n/",
             "persistent://x",
+            "t/n/a\u{0}b",
+            "t/n/line\nbreak",
+            "t/n/\u{85}",
         ] {
             assert!(bad.parse::<TopicName>().is_err(), "{bad} accepted");
         }
+        // Names whose lake encoding would not fit one directory name.
+        let long = "Lo".repeat(60);
+        assert!(format!("t/n/{long}").parse::<TopicName>().is_err());
+        assert!(format!("{long}/n/x").parse::<TopicName>().is_err());
+        assert!(format!("t/n/{}", "z".repeat(255))
+            .parse::<TopicName>()
+            .is_ok());
+        assert!(format!("t/n/{}", "z".repeat(256))
+            .parse::<TopicName>()
+            .is_err());
     }
 }

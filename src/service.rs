@@ -147,11 +147,14 @@ impl Service {
                 config.broker.authentication.superuser_roles.clone(),
             )));
         }
-        let app = admin::router(admin::AdminState {
-            health: health.clone(),
-            ops: ops_cell.clone(),
-            access: access.clone(),
-        });
+        let app = admin::router(
+            admin::AdminState {
+                health: health.clone(),
+                ops: ops_cell.clone(),
+                access: access.clone(),
+            },
+            config.server.max_request_body.as_u64() as usize,
+        );
         let tls = acceptors(config)?;
         let (https, https_addr) = match (&tls, config.server.https_addr) {
             (Some(tls), Some(addr)) => {

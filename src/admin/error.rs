@@ -56,6 +56,9 @@ pub enum AdminError {
     /// Not available in this configuration (permissions without authorization).
     #[error("{0}")]
     NotImplemented(String),
+    /// The request body is over `server.max_request_body`.
+    #[error("{0}")]
+    TooLarge(String),
 }
 
 impl From<crate::sql::SqlError> for AdminError {
@@ -174,6 +177,7 @@ impl IntoResponse for AdminError {
             AdminError::PreconditionFailed(_) => StatusCode::PRECONDITION_FAILED,
             AdminError::NotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             AdminError::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
+            AdminError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
         };
         (status, Json(json!({ "reason": self.to_string() }))).into_response()
     }

@@ -128,8 +128,9 @@ impl AdminState {
 }
 
 /// The router of the HTTP surface: health is open; every other route passes
-/// [`access::guard`] (authentication, then one authorization per request).
-pub fn router(state: AdminState) -> Router {
+/// [`access::guard`] (authentication, then one authorization per request). Request bodies
+/// over `max_body` bytes are refused with 413 ([`refuse_oversized`]).
+pub fn router(state: AdminState, max_body: usize) -> Router {
     let guarded = Router::new()
         .merge(topics::routes())
         .merge(subscriptions::routes())
@@ -154,7 +155,32 @@ pub fn router(state: AdminState) -> Router {
         .at("/health/ready", get(ready))
         .merge(metrics::routes())
         .merge(guarded)
+        .layer(axum::extract::DefaultBodyLimit::max(max_body))
+        .layer(axum::middleware::from_fn(move |request, next| {
+            refuse_oversized(max_body, request, next)
+        }))
         .with_state(state)
+}
+
+/// Answers 413 to a request whose `Content-Length` passes `max_body`, before any of its body
+/// is read (nor `100 Continue` sent); bodies without a length are held to the same limit as
+/// they are read (`DefaultBodyLimit`).
+async fn refuse_oversized(
+    max_body: usize,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let declared = request
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max_body as u64) {
+        return axum::response::IntoResponse::into_response(error::AdminError::TooLarge(format!(
+            "the request body is larger than {max_body} bytes (server.max_request_body)"
+        )));
+    }
+    next.run(request).await
 }
 
 async fn live() -> Json<serde_json::Value> {

@@ -13,11 +13,14 @@ use super::{route_paths, router, AdminState, Health};
 /// (axum refuses overlapping method routes), for any other pair it does not.
 fn served() -> Result<BTreeSet<(String, String)>, Box<dyn std::error::Error>> {
     let access = crate::auth::Access::from_config(&Default::default())?;
-    let app = router(AdminState {
-        health: Health::new(),
-        ops: Arc::new(tokio::sync::OnceCell::new()),
-        access,
-    });
+    let app = router(
+        AdminState {
+            health: Health::new(),
+            ops: Arc::new(tokio::sync::OnceCell::new()),
+            access,
+        },
+        1 << 20,
+    );
     let methods = [
         ("get", MethodFilter::GET),
         ("put", MethodFilter::PUT),

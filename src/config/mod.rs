@@ -97,6 +97,11 @@ pub struct ServerConfig {
     pub tls_cert_file: Option<PathBuf>,
     /// PEM file of the certificate's private key (PKCS#8, PKCS#1 or SEC1).
     pub tls_key_file: Option<PathBuf>,
+    /// Largest HTTP request body accepted (admin API, `POST /sql`): a larger one is refused
+    /// with 413, from its `Content-Length` before any of it is read, or once a body sent
+    /// without one passes the limit.
+    #[schemars(with = "String")]
+    pub max_request_body: ByteSize,
 }
 
 impl Default for ServerConfig {
@@ -109,6 +114,7 @@ impl Default for ServerConfig {
             https_addr: None,
             tls_cert_file: None,
             tls_key_file: None,
+            max_request_body: ByteSize::mib(2),
         }
     }
 }

@@ -481,6 +481,14 @@ impl Lake {
             match self.catalog.create_namespace(&prefix, HashMap::new()).await {
                 Ok(_) => {}
                 Err(e) if e.kind() == iceberg::ErrorKind::NamespaceAlreadyExists => {}
+                // Another table's first offload created it meanwhile (the SQL catalog reports
+                // that as a database error, not NamespaceAlreadyExists).
+                Err(_)
+                    if self
+                        .catalog
+                        .namespace_exists(&prefix)
+                        .await
+                        .unwrap_or(false) => {}
                 Err(e) => {
                     return Err(LakeError::iceberg(format!("creating namespace {prefix:?}"))(e))
                 }

@@ -15,71 +15,16 @@
 //! which is unambiguous because a lone `_` is never followed by `_`. The output is always a
 //! lower-case identifier that every SQL engine accepts unquoted, and contains no `.` (the SQL
 //! catalog joins namespace levels with `.`).
+//!
+//! The encoding itself lives in [`crate::naming`], which also refuses a name whose encoded
+//! part would pass [`crate::naming::MAX_ENCODED_PART`] bytes (one directory or object-key
+//! segment of the warehouse).
 
 use iceberg::{NamespaceIdent, TableIdent};
 
 use crate::naming::TopicName;
 
-fn keeps(b: u8) -> bool {
-    b.is_ascii_lowercase() || b.is_ascii_digit()
-}
-
-/// Encodes one name part with the rule above.
-pub fn encode_part(part: &str) -> String {
-    let bytes = part.as_bytes();
-    let mut out = String::with_capacity(bytes.len() + 8);
-    for (i, &b) in bytes.iter().enumerate() {
-        if keeps(b) {
-            out.push(b as char);
-        } else if b == b'-' && bytes.get(i + 1).is_none_or(|&n| keeps(n)) {
-            out.push('_');
-        } else {
-            out.push_str(&format!("__{b:02x}"));
-        }
-    }
-    out
-}
-
-/// Why an identifier is not the encoding of any name.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("'{0}' is not a ledgerlake-encoded name")]
-pub struct NotEncoded(pub String);
-
-/// Decodes one part; the inverse of [`encode_part`].
-pub fn decode_part(encoded: &str) -> Result<String, NotEncoded> {
-    let bad = || NotEncoded(encoded.to_string());
-    let b = encoded.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            c if keeps(c) => {
-                out.push(c);
-                i += 1;
-            }
-            b'_' if b.get(i + 1) == Some(&b'_') => {
-                let hex = encoded.get(i + 2..i + 4).ok_or_else(bad)?;
-                if hex.bytes().any(|h| h.is_ascii_uppercase()) {
-                    return Err(bad());
-                }
-                let byte = u8::from_str_radix(hex, 16).map_err(|_| bad())?;
-                // Canonical form only: bytes that have a shorter spelling are not escaped.
-                let next_keeps = b.get(i + 4).is_none_or(|&n| keeps(n));
-                if keeps(byte) || (byte == b'-' && next_keeps) {
-                    return Err(bad());
-                }
-                out.push(byte);
-                i += 4;
-            }
-            b'_' => {
-                out.push(b'-');
-                i += 1;
-            }
-            _ => return Err(bad()),
-        }
-    }
-    String::from_utf8(out).map_err(|_| bad())
-}
+pub use crate::naming::{decode_part, encode_part, NotEncoded};
 
 /// The Iceberg namespace of a Pulsar namespace.
 pub fn namespace_ident(tenant: &str, namespace: &str) -> NamespaceIdent {
@@ -114,6 +59,7 @@ pub fn topic_of(ident: &TableIdent) -> Result<String, NotEncoded> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::naming::keeps;
     use proptest::prelude::*;
 
     #[test]
