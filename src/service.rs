@@ -91,11 +91,11 @@ pub struct Service {
     /// Address the HTTPS listener is bound to (`None`: off).
     pub https_addr: Option<SocketAddr>,
     /// The HTTPS server. Invariant: `Some` exactly when `https_addr` is.
-    https: Option<tokio::task::JoinHandle<Result<(), std::io::Error>>>,
+    https: Option<tokio::task::JoinHandle<()>>,
     broker: Arc<Broker>,
     health: Arc<Health>,
     stop: CancellationToken,
-    http: tokio::task::JoinHandle<Result<(), std::io::Error>>,
+    http: tokio::task::JoinHandle<()>,
     meta: SqliteMetadataStore,
     /// The offload engine (`None` when the lake is disabled).
     pub offload: Option<OffloadEngine>,
@@ -156,6 +156,7 @@ impl Service {
             config.server.max_request_body.as_u64() as usize,
         );
         let tls = acceptors(config)?;
+        let header_read_timeout = config.server.http_header_read_timeout;
         let (https, https_addr) = match (&tls, config.server.https_addr) {
             (Some(tls), Some(addr)) => {
                 let incoming =
@@ -164,21 +165,23 @@ impl Service {
                 let bound =
                     axum::serve::Listener::local_addr(&incoming).map_err(ServiceError::Http)?;
                 let (app, https_stop) = (app.clone(), stop.clone());
-                let server = tokio::spawn(async move {
-                    axum::serve(incoming, app)
-                        .with_graceful_shutdown(async move { https_stop.cancelled().await })
-                        .await
-                });
+                let server = tokio::spawn(admin::listen::serve(
+                    incoming,
+                    app,
+                    https_stop,
+                    header_read_timeout,
+                ));
                 tracing::info!(https_addr = %bound, "https listening (health, admin)");
                 (Some(server), Some(bound))
             }
             _ => (None, None),
         };
-        let http = tokio::spawn(async move {
-            axum::serve(http_listener, app)
-                .with_graceful_shutdown(async move { http_stop.cancelled().await })
-                .await
-        });
+        let http = tokio::spawn(admin::listen::serve(
+            http_listener,
+            app,
+            http_stop,
+            header_read_timeout,
+        ));
         tracing::info!(%http_addr, "http listening (health, admin)");
 
         let log =
@@ -334,16 +337,12 @@ impl Service {
         self.health.set_ready(false);
         self.stop.cancel();
         self.broker.shutdown().await;
-        match self.http.await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!(error = %e, "http server ended with an error"),
-            Err(e) => tracing::warn!(error = %e, "http task failed"),
+        if let Err(e) = self.http.await {
+            tracing::warn!(error = %e, "http task failed");
         }
         if let Some(https) = self.https {
-            match https.await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => tracing::warn!(error = %e, "https server ended with an error"),
-                Err(e) => tracing::warn!(error = %e, "https task failed"),
+            if let Err(e) = https.await {
+                tracing::warn!(error = %e, "https task failed");
             }
         }
         if let Some(rt) = self.sql_runtime {

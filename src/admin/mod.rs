@@ -20,6 +20,7 @@ mod delete;
 pub mod error;
 mod lake;
 mod limits;
+pub mod listen;
 mod messages;
 mod metrics;
 mod namespaces;

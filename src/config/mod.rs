@@ -102,6 +102,11 @@ pub struct ServerConfig {
     /// without one passes the limit.
     #[schemars(with = "String")]
     pub max_request_body: ByteSize,
+    /// How long an HTTP client has to send a request's head (its request line and headers);
+    /// a slower one is disconnected (slow loris).
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub http_header_read_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -115,6 +120,7 @@ impl Default for ServerConfig {
             tls_cert_file: None,
             tls_key_file: None,
             max_request_body: ByteSize::mib(2),
+            http_header_read_timeout: Duration::from_secs(30),
         }
     }
 }
