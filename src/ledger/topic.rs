@@ -455,28 +455,7 @@ impl TopicLog {
         first: u64,
         last: u64,
     ) -> Result<Vec<Entry>, ReadError> {
-        if last < first {
-            return Ok(Vec::new());
-        }
-        let located = self.locate(ledger, first, last).await?;
-        // Serve from the tail cache when it holds the whole range.
-        {
-            let cache = lock(&self.inner.cache);
-            let cached: Option<Vec<Entry>> = (0..located.len() as u64)
-                .map(|i| {
-                    let pos = Position::new(ledger, first + i);
-                    cache.get(pos).map(|(t, p)| Entry {
-                        position: pos,
-                        publish_time_ms: t,
-                        payload: p,
-                    })
-                })
-                .collect();
-            if let Some(entries) = cached {
-                return Ok(entries);
-            }
-        }
-        read_located(&self.inner.shared, ledger, first, located).await
+        self.read_range(ledger, first, last, true).await
     }
 
     /// As [`TopicLog::read_entries`], but always from the segments, never the tail cache: for
@@ -487,10 +466,38 @@ impl TopicLog {
         first: u64,
         last: u64,
     ) -> Result<Vec<Entry>, ReadError> {
+        self.read_range(ledger, first, last, false).await
+    }
+
+    /// Entries `first..=last` of `ledger`, from the tail cache when `cached` and it holds the
+    /// whole range, otherwise from the segments.
+    async fn read_range(
+        &self,
+        ledger: LedgerId,
+        first: u64,
+        last: u64,
+        cached: bool,
+    ) -> Result<Vec<Entry>, ReadError> {
         if last < first {
             return Ok(Vec::new());
         }
         let located = self.locate(ledger, first, last).await?;
+        if cached {
+            let cache = lock(&self.inner.cache);
+            let hit: Option<Vec<Entry>> = (0..located.len() as u64)
+                .map(|i| {
+                    let pos = Position::new(ledger, first + i);
+                    cache.get(pos).map(|(t, p)| Entry {
+                        position: pos,
+                        publish_time_ms: t,
+                        payload: p,
+                    })
+                })
+                .collect();
+            if let Some(entries) = hit {
+                return Ok(entries);
+            }
+        }
         read_located(&self.inner.shared, ledger, first, located).await
     }
 }

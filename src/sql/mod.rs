@@ -19,7 +19,7 @@
 //!   `sql.max_concurrent_queries` at once, each with its own memory pool (`sql.memory_limit`)
 //!   and deadline (`sql.query_timeout`); dropping a result stream cancels its query.
 //! - Errors reach each surface through [`SqlError`] and are mapped to the wire in one place per
-//!   surface (`postgres::to_pg_error`, `admin::error`).
+//!   surface (`pg_values::to_pg_error`, `admin::error`).
 
 use std::pin::Pin;
 use std::sync::Arc;

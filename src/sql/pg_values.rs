@@ -1,5 +1,6 @@
 //! PostgreSQL values of Arrow columns: the type each Arrow type is reported as, the row
-//! description of a result, and each batch's rows encoded as text or binary values.
+//! description of a result, each batch's rows encoded as text or binary values, and the
+//! SQLSTATE of each SQL error.
 //!
 //! Invariant: a column's values are encoded with the type [`pg_type`] reports for it.
 
@@ -14,12 +15,32 @@ use futures::{stream, StreamExt};
 use pgwire::api::portal::Format;
 use pgwire::api::results::{DataRowEncoder, FieldFormat, FieldInfo};
 use pgwire::api::Type;
-use pgwire::error::PgWireResult;
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::data::DataRow;
 
 use super::format::{display_strings, json_values};
-use super::postgres::to_pg_error;
 use super::SqlError;
+
+/// The one place SQL errors become PostgreSQL errors (SQLSTATE codes).
+pub fn to_pg_error(e: SqlError) -> PgWireError {
+    let code = match &e {
+        SqlError::Refused(_) => "25006",         // read_only_sql_transaction
+        SqlError::Invalid(_) => "42000",         // syntax_error_or_access_rule_violation
+        SqlError::TableNotFound(_) => "42P01",   // undefined_table
+        SqlError::Execution(_) => "XX000",       // internal_error
+        SqlError::MemoryLimit { .. } => "53200", // out_of_memory
+        SqlError::Timeout(_) => "57014",         // query_canceled
+        SqlError::Unauthenticated(_) => "28P01", // invalid_password
+        SqlError::Denied(_) => "42501",          // insufficient_privilege
+        SqlError::Stopped => "57P01",            // admin_shutdown
+        SqlError::Cancelled => "57014",          // query_canceled
+    };
+    PgWireError::UserError(Box::new(ErrorInfo::new(
+        "ERROR".to_owned(),
+        code.to_owned(),
+        e.to_string(),
+    )))
+}
 
 /// A query's batches as PostgreSQL data rows (an error ends them).
 pub(super) fn encoded(

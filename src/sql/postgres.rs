@@ -13,7 +13,7 @@
 //!   closing its connection ([`super::pg_cancel`]); each connection has its own handlers,
 //!   holding its session.
 //!
-//! Errors map to SQLSTATE codes in [`to_pg_error`] and only there.
+//! Errors map to SQLSTATE codes in [`to_pg_error`] (in `pg_values`) and only there.
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -46,26 +46,7 @@ use super::{Prepared, SqlEngine, SqlError};
 use crate::auth::Principal;
 use pgwire::messages::startup::PasswordMessageFamily;
 
-/// The one place SQL errors become PostgreSQL errors (SQLSTATE codes).
-pub fn to_pg_error(e: SqlError) -> PgWireError {
-    let code = match &e {
-        SqlError::Refused(_) => "25006",         // read_only_sql_transaction
-        SqlError::Invalid(_) => "42000",         // syntax_error_or_access_rule_violation
-        SqlError::TableNotFound(_) => "42P01",   // undefined_table
-        SqlError::Execution(_) => "XX000",       // internal_error
-        SqlError::MemoryLimit { .. } => "53200", // out_of_memory
-        SqlError::Timeout(_) => "57014",         // query_canceled
-        SqlError::Unauthenticated(_) => "28P01", // invalid_password
-        SqlError::Denied(_) => "42501",          // insufficient_privilege
-        SqlError::Stopped => "57P01",            // admin_shutdown
-        SqlError::Cancelled => "57014",          // query_canceled
-    };
-    PgWireError::UserError(Box::new(ErrorInfo::new(
-        "ERROR".to_owned(),
-        code.to_owned(),
-        e.to_string(),
-    )))
-}
+pub use super::pg_values::to_pg_error;
 
 /// Serves PostgreSQL clients on `listener` until `stop`; connections run on the SQL runtime.
 /// With `tls`, a client's `SSLRequest` is accepted (psql `sslmode=require` and stronger);

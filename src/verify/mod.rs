@@ -78,8 +78,8 @@ pub async fn verify_topic(
         bytes_read: view.bytes_read,
         ..TopicReport::default()
     };
-    for f in &view.findings {
-        report.add(f.clone());
+    for f in std::mem::take(&mut view.findings) {
+        report.add(f);
     }
     let rows = std::mem::take(&mut view.rows);
     let mut pass = Pass {
