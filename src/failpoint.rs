@@ -1,12 +1,35 @@
 //! Failpoints for crash and fault tests: named places where a test can make the process die
-//! abruptly or stall.
+//! abruptly, stall, or see an I/O error.
 //!
-//! Compiled in debug builds only (the test builds); in release builds [`hit`] and [`pause`] do
-//! nothing. A test sets `LL_FAILPOINTS` in the child's environment, a comma-separated list of:
-//! - `name`: reaching [`hit`]`(name)` aborts the process at once, as a crash or `kill -9` would
-//!   (no destructors, no flushing);
-//! - `name=sleep(MS)` or `name@KEY=sleep(MS)`: reaching [`pause`]`(name, key)` waits MS
-//!   milliseconds (only when `key` contains `KEY`, if given), as a slow disk or store would.
+//! Compiled in debug builds only (the test builds); in release builds [`hit`], [`pause`] and
+//! [`io_error`] do nothing. A test sets `LL_FAILPOINTS` in the child's environment, a
+//! comma-separated list of `name[@KEY][=ACTION][#SKIP]`:
+//! - no action: reaching [`hit`]`(name)` aborts the process at once, as a crash or `kill -9`
+//!   would (no destructors, no flushing);
+//! - `=sleep(MS)`: reaching [`pause`]`(name, key)` waits MS milliseconds (only when `key`
+//!   contains `KEY`, if given), as a slow disk or store would;
+//! - `=error`: reaching [`io_error`]`(name)` returns an I/O error, as a failing disk would;
+//! - `#SKIP`: the first SKIP times the point is reached it does nothing (crash at the third
+//!   seal, fail the twentieth `fdatasync`).
+//!
+//! The names in use, by the step they break (the fault suite, `tests/faults/`, arms each):
+//! - log: `journal.fdatasync` (error), `ledger.seal.after_index`, `ledger.seal.after_record`,
+//!   `ledger.recovery.after_scan`, `ledger.recovery.after_seal`,
+//!   `ledger.local_delete.after_record`, `ledger.reclaim.before_sync`;
+//! - offload: `offload.before_commit`, `offload.after_commit`, `offload.before_mark`,
+//!   `offload.before_delete_local`, `lake.before_catalog_commit` (sleep);
+//! - retention and snapshot expiry: `retention.before_commit`, `retention.after_commit`,
+//!   `retention.before_file_delete`, `history.before_commit`, `history.after_commit`;
+//! - broker: `broker.load_topic` (sleep).
+
+/// What an armed failpoint does.
+#[cfg(debug_assertions)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    Abort,
+    Sleep(u64),
+    Error,
+}
 
 /// One armed failpoint.
 #[cfg(debug_assertions)]
@@ -15,8 +38,19 @@ struct Armed {
     name: String,
     /// `Some(substring)`: only keys containing it.
     key: Option<String>,
-    /// `None`: abort; `Some(ms)`: sleep.
-    sleep_ms: Option<u64>,
+    action: Action,
+    /// Hits that pass before the point fires.
+    skip: u64,
+    /// Invariant: counts every hit of this point with a matching key, fired or not.
+    hits: std::sync::atomic::AtomicU64,
+}
+
+#[cfg(debug_assertions)]
+impl Armed {
+    /// Counts a hit; true when this one fires.
+    fn fires(&self) -> bool {
+        self.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= self.skip
+    }
 }
 
 #[cfg(debug_assertions)]
@@ -36,16 +70,21 @@ fn parse(entry: &str) -> Option<Armed> {
     if entry.is_empty() {
         return None;
     }
-    let (point, action) = match entry.split_once('=') {
-        Some((p, a)) => (p, Some(a)),
-        None => (entry, None),
+    let (entry_body, skip) = match entry.rsplit_once('#') {
+        Some((body, n)) => (body, n.parse().ok()?),
+        None => (entry, 0),
     };
-    let sleep_ms = match action {
-        None => None,
+    let (point, action) = match entry_body.split_once('=') {
+        Some((p, a)) => (p, Some(a)),
+        None => (entry_body, None),
+    };
+    let action = match action {
+        None => Action::Abort,
+        Some("error") => Action::Error,
         Some(a) => match a.strip_prefix("sleep(").and_then(|r| r.strip_suffix(')')) {
-            Some(ms) => Some(ms.parse().ok()?),
+            Some(ms) => Action::Sleep(ms.parse().ok()?),
             None => {
-                eprintln!("failpoint {entry}: unknown action (use sleep(MS))");
+                eprintln!("failpoint {entry}: unknown action (use sleep(MS) or error)");
                 return None;
             }
         },
@@ -57,7 +96,9 @@ fn parse(entry: &str) -> Option<Armed> {
     Some(Armed {
         name,
         key,
-        sleep_ms,
+        action,
+        skip,
+        hits: Default::default(),
     })
 }
 
@@ -67,13 +108,31 @@ pub fn hit(name: &str) {
     #[cfg(debug_assertions)]
     if armed()
         .iter()
-        .any(|a| a.name == name && a.sleep_ms.is_none())
+        .filter(|a| a.name == name && a.action == Action::Abort)
+        .any(Armed::fires)
     {
         eprintln!("failpoint {name}: aborting");
         std::process::abort();
     }
     #[cfg(not(debug_assertions))]
     let _ = name;
+}
+
+/// An injected I/O error if `name` is armed to fail (debug builds only).
+#[inline]
+pub fn io_error(name: &str) -> std::io::Result<()> {
+    #[cfg(debug_assertions)]
+    if armed()
+        .iter()
+        .filter(|a| a.name == name && a.action == Action::Error)
+        .any(Armed::fires)
+    {
+        eprintln!("failpoint {name}: injecting an I/O error");
+        return Err(std::io::Error::other(format!("failpoint {name}")));
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = name;
+    Ok(())
 }
 
 /// Waits as long as `name` is armed to sleep for `key` (debug builds only).
@@ -83,7 +142,10 @@ pub async fn pause(name: &str, key: &str) {
         let ms: u64 = armed()
             .iter()
             .filter(|a| a.name == name && a.key.as_deref().is_none_or(|k| key.contains(k)))
-            .filter_map(|a| a.sleep_ms)
+            .filter_map(|a| match a.action {
+                Action::Sleep(ms) if a.fires() => Some(ms),
+                _ => None,
+            })
             .sum();
         if ms > 0 {
             tracing::warn!(failpoint = name, key, ms, "failpoint: pausing");
@@ -102,16 +164,28 @@ mod tests {
     fn entries_parse() {
         let a = parse("offload.before_commit").expect("abort point");
         assert_eq!(
-            (a.name.as_str(), a.key, a.sleep_ms),
-            ("offload.before_commit", None, None)
+            (a.name.as_str(), a.key, a.action, a.skip),
+            ("offload.before_commit", None, Action::Abort, 0)
         );
         let a = parse(" broker.load_topic@slow-=sleep(2500)").expect("sleep point");
         assert_eq!(
-            (a.name.as_str(), a.key.as_deref(), a.sleep_ms),
-            ("broker.load_topic", Some("slow-"), Some(2500))
+            (a.name.as_str(), a.key.as_deref(), a.action),
+            ("broker.load_topic", Some("slow-"), Action::Sleep(2500))
         );
+        let a = parse("journal.fdatasync=error#20").expect("error point");
+        assert_eq!((a.action, a.skip), (Action::Error, 20));
         assert!(parse("x=sleep(abc)").is_none());
         assert!(parse("x=explode").is_none());
+        assert!(parse("x#many").is_none());
         assert!(parse("").is_none());
+    }
+
+    #[test]
+    fn skip_lets_the_first_hits_pass() {
+        let a = parse("p=error#2").expect("error point");
+        assert_eq!(
+            (0..5).map(|_| a.fires()).collect::<Vec<_>>(),
+            [false, false, true, true, true]
+        );
     }
 }

@@ -184,8 +184,16 @@ async fn refuse_oversized(
     next.run(request).await
 }
 
-async fn live() -> Json<serde_json::Value> {
-    Json(json!({ "status": "live" }))
+/// Live unless the service failed in a way only a restart repairs (a failed journal
+/// `fdatasync`: fail-stop), so that a supervisor restarts it.
+async fn live(State(state): State<AdminState>) -> (StatusCode, Json<serde_json::Value>) {
+    match state.ops.get().and_then(|ops| ops.fatal_failure()) {
+        Some(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({ "status": "failed", "reason": reason })),
+        ),
+        None => (StatusCode::OK, Json(json!({ "status": "live" }))),
+    }
 }
 
 async fn ready(State(state): State<AdminState>) -> (StatusCode, Json<serde_json::Value>) {

@@ -332,6 +332,20 @@ pub struct LedgerConfig {
     pub index_cache_ledgers: usize,
     /// Segment files kept open for reads.
     pub max_open_segments: usize,
+    /// Appends are refused (retriable: producers get SEND_ERROR and retry) while the volume of
+    /// the log is fuller than this fraction, or has less room than two segments, so that the
+    /// journal never runs out of space mid-write (BookKeeper's `diskUsageThreshold`). Appends
+    /// resume by themselves when space returns.
+    pub max_disk_usage: f64,
+    /// Local-disk budget of the log: appends are refused the same way while its segment files
+    /// take more than this, e.g. while the lake is unreachable and nothing can be offloaded.
+    /// 0 = no budget beyond `max_disk_usage`.
+    #[schemars(with = "String")]
+    pub max_local_size: ByteSize,
+    /// How often the volume's free space and the log's size are checked.
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub disk_check_interval: Duration,
 }
 
 impl Default for LedgerConfig {
@@ -351,6 +365,9 @@ impl Default for LedgerConfig {
             tail_cache_topic_size: ByteSize::mib(16),
             index_cache_ledgers: 256,
             max_open_segments: 64,
+            max_disk_usage: 0.95,
+            max_local_size: ByteSize::b(0),
+            disk_check_interval: Duration::from_secs(1),
         }
     }
 }
@@ -430,6 +447,19 @@ impl Config {
         }
         if l.max_pending_size.as_u64() > u64::from(u32::MAX) {
             return invalid("ledger.max_pending_size", "exceeds 4 GiB".into());
+        }
+        if !(l.max_disk_usage > 0.0 && l.max_disk_usage <= 1.0) {
+            return invalid("ledger.max_disk_usage", "must be in (0, 1]".into());
+        }
+        if l.max_local_size.as_u64() != 0 && l.max_local_size.as_u64() < 2 * l.segment_size.as_u64()
+        {
+            return invalid(
+                "ledger.max_local_size",
+                "must be 0 (no budget) or at least two segments (ledger.segment_size)".into(),
+            );
+        }
+        if l.disk_check_interval.is_zero() {
+            return invalid("ledger.disk_check_interval", "must be positive".into());
         }
         if l.rollover_entries == 0 {
             return invalid("ledger.rollover_entries", "must be at least 1".into());

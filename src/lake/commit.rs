@@ -182,6 +182,7 @@ pub async fn write_and_commit(
             .add_data_files(files.data_files)
             .set_snapshot_properties(summary)
             .apply(tx)?;
+        crate::failpoint::pause("lake.before_catalog_commit", &ident.to_string()).await;
         tx.commit(lake.catalog().as_ref()).await
     };
     let committed_table = match commit.await {

@@ -18,7 +18,8 @@
 //!   new snapshot carries the table's watermark like every snapshot of ours.
 //! - **Then** every older snapshot (except heads of other branches or tags) is expired through
 //!   iceberg's `expire_snapshots`, and the removed files that no remaining snapshot references
-//!   are deleted. A crash in between leaves files that the orphan sweep deletes later.
+//!   are deleted. After a crash in between, the next removal finishes both steps
+//!   ([`finish_interrupted`]); files a crash left unreferenced are the orphan sweep's.
 //!
 //! The caller holds the table's writer slot, so no offload commit races with this one; a
 //! commit by an outside engine makes the commit fail with a conflict and nothing changes.
@@ -27,8 +28,8 @@ use std::collections::{BTreeSet, HashMap};
 
 use iceberg::spec::{
     DataContentType, DataFile, FormatVersion, ManifestContentType, ManifestFile,
-    ManifestListWriter, ManifestWriterBuilder, Operation, PrimitiveLiteral, Snapshot,
-    SnapshotReference, SnapshotRetention, Summary, MAIN_BRANCH,
+    ManifestListWriter, ManifestStatus, ManifestWriterBuilder, Operation, PrimitiveLiteral,
+    Snapshot, SnapshotReference, SnapshotRetention, Summary, MAIN_BRANCH,
 };
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
@@ -185,7 +186,7 @@ pub async fn remove_expired(
         );
     }
     if outcome.files_removed.is_empty() {
-        return Ok((table, outcome));
+        return finish_interrupted(lake, table, outcome).await;
     }
 
     let result = commit_removal(
@@ -209,7 +210,62 @@ pub async fn remove_expired(
     let table = reload(lake, &table).await?;
     let (table, expired_snapshots) = expire_older(lake, table, snapshot_id).await?;
     outcome.snapshots_expired = expired_snapshots;
+    crate::failpoint::hit("retention.before_file_delete");
     outcome.files_deleted = delete_unreferenced(lake, &table, &outcome.files_removed).await?;
+    Ok((table, outcome))
+}
+
+/// Finishes a removal that a crash interrupted after its commit: when the current snapshot is
+/// a retention `delete` snapshot and older snapshots (not heads of refs) remain, they are
+/// expired and the files the snapshot removed are deleted, as the removal would have done.
+async fn finish_interrupted(
+    lake: &Lake,
+    table: Table,
+    mut outcome: RemovalOutcome,
+) -> Result<(Table, RemovalOutcome), LakeError> {
+    let metadata = table.metadata();
+    let Some(current) = metadata.current_snapshot() else {
+        return Ok((table, outcome));
+    };
+    let summary = current.summary();
+    if summary.operation != Operation::Delete
+        || !summary.additional_properties.contains_key(EXPIRED_KEY)
+    {
+        return Ok((table, outcome));
+    }
+    let current_id = current.snapshot_id();
+    let heads = ref_heads(metadata);
+    if !metadata
+        .snapshots()
+        .any(|s| s.snapshot_id() != current_id && !heads.contains(&s.snapshot_id()))
+    {
+        return Ok((table, outcome));
+    }
+    let mut removed = Vec::new();
+    let list = super::inspect::manifest_list(&table, current).await?;
+    for mf in list
+        .entries()
+        .iter()
+        .filter(|mf| mf.added_snapshot_id == current_id)
+    {
+        let manifest = mf
+            .load_manifest(table.file_io())
+            .await
+            .map_err(iceberg_err("reading a manifest"))?;
+        removed.extend(
+            manifest
+                .entries()
+                .iter()
+                .filter(|e| e.status() == ManifestStatus::Deleted)
+                .map(|e| e.data_file().file_path().to_string()),
+        );
+    }
+    let (table, expired) = expire_older(lake, table, current_id).await?;
+    outcome.snapshots_expired = expired;
+    outcome.files_deleted = delete_unreferenced(lake, &table, &removed).await?;
+    tracing::info!(table = %table.identifier(), snapshots_expired = expired,
+        files_deleted = outcome.files_deleted,
+        "finished a retention removal interrupted after its commit");
     Ok((table, outcome))
 }
 
@@ -315,13 +371,16 @@ async fn commit_removal(
             ),
         },
     ];
+    crate::failpoint::hit("retention.before_commit");
     lake.committer()
         .commit(table, requirements, updates)
         .await
         .map_err(|source| LakeError::Commit {
             table: table.identifier().to_string(),
             source: Box::new(source),
-        })
+        })?;
+    crate::failpoint::hit("retention.after_commit");
+    Ok(())
 }
 
 /// A snapshot id not used by the table (positive, random like iceberg's own).

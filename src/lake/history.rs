@@ -103,10 +103,12 @@ pub async fn expire_old_snapshots(
         .expire_older_than_ms(now_ms.saturating_sub(max_age))
         .apply(tx)
         .map_err(LakeError::iceberg("expiring old snapshots"))?;
+    crate::failpoint::hit("history.before_commit");
     let table = tx
         .commit(lake.catalog().as_ref())
         .await
         .map_err(LakeError::iceberg("committing snapshot expiry"))?;
+    crate::failpoint::hit("history.after_commit");
     let after = table.metadata().snapshots().count();
     Ok((table, before.saturating_sub(after)))
 }

@@ -18,6 +18,10 @@ pub enum AppendError {
     /// (fail-stop: after a failed fsync the state of the page cache is unknown).
     #[error("the journal failed and stopped accepting appends: {0}")]
     JournalFailed(Arc<str>),
+    /// The log's volume is (nearly) full or the log passed its local-disk budget; nothing was
+    /// written, the client may retry (appends resume when space returns).
+    #[error("appends refused: {0}")]
+    NoSpace(Arc<str>),
     /// The entry is larger than `ledger.max_entry_size`.
     #[error("entry of {size} bytes exceeds the limit of {max} bytes")]
     TooLarge {

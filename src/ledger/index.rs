@@ -159,6 +159,36 @@ pub fn write_index_file(
     Ok(())
 }
 
+/// Removes index files (and unfinished `.idx.tmp` files) of ledgers not in `live`, the
+/// leftovers of a crash between recording a ledger's deletion and removing its index (blocking).
+/// Returns the ledger ids whose files were removed; other files are left alone.
+pub fn remove_stale_index_files(
+    dir: &Path,
+    live: &std::collections::HashSet<u64>,
+) -> std::io::Result<Vec<u64>> {
+    let mut removed = Vec::new();
+    for dirent in fs::read_dir(dir)? {
+        let dirent = dirent?;
+        let name = dirent.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let stem = name
+            .strip_suffix(".idx")
+            .or_else(|| name.strip_suffix(".idx.tmp"));
+        let Some(id) = stem.and_then(|s| s.parse::<u64>().ok()) else {
+            continue;
+        };
+        if live.contains(&id) && name.ends_with(".idx") {
+            continue;
+        }
+        fs::remove_file(dirent.path())?;
+        removed.push(id);
+    }
+    if !removed.is_empty() {
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(removed)
+}
+
 /// Reads and validates the index file of `ledger_id` (blocking).
 pub fn read_index_file(dir: &Path, ledger_id: u64) -> Result<Vec<IndexEntry>, IndexFileError> {
     let path = index_path(dir, ledger_id);
@@ -226,6 +256,27 @@ mod tests {
             read_index_file(dir.path(), 10),
             Err(IndexFileError::Corrupt { .. })
         ));
+        Ok(())
+    }
+
+    #[test]
+    fn stale_index_files_go_live_ones_and_other_files_stay(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        for id in [1, 2, 3] {
+            write_index_file(dir.path(), id, &[])?;
+        }
+        fs::write(index_path(dir.path(), 4).with_extension("idx.tmp"), b"half")?;
+        fs::write(dir.path().join("notes.txt"), b"keep")?;
+        let live = std::collections::HashSet::from([2u64]);
+        let mut removed = remove_stale_index_files(dir.path(), &live)?;
+        removed.sort();
+        assert_eq!(removed, [1, 3, 4]);
+        let mut left: Vec<_> = fs::read_dir(dir.path())?
+            .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect::<Result<_, _>>()?;
+        left.sort();
+        assert_eq!(left, [format!("{:020}.idx", 2), "notes.txt".to_string()]);
         Ok(())
     }
 }

@@ -25,6 +25,10 @@
 //! - A segment file is deleted only when no live (open, sealed or offloaded) ledger may have
 //!   entries in it.
 //! - fsync and file I/O run on the journal thread or the blocking pool, never on async workers.
+//! - A full volume refuses appends before they take an entry id ([`disk`]); a failed journal
+//!   write or `fdatasync` stops the journal until restart (fail-stop).
+//! - After recovery, index files exist only for ledgers held locally (open, sealed, offloaded):
+//!   those a crash left mid-deletion are removed at open.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -38,6 +42,7 @@ use tokio_util::sync::CancellationToken;
 
 pub mod cache;
 pub mod cursor;
+mod disk;
 pub mod error;
 pub mod index;
 mod journal;
@@ -116,6 +121,8 @@ pub(crate) struct LogShared {
     pub max_record_body: usize,
     /// Background seals; shutdown waits for them so no seal races the next start's recovery.
     pub tasks: tokio_util::task::TaskTracker,
+    /// Refuses appends while the log's volume is full or the log passed its budget.
+    pub disk: disk::DiskGuard,
 }
 
 impl LogShared {
@@ -161,10 +168,39 @@ pub struct RecoveryReport {
     pub truncated_bytes: u64,
     /// Segment files reclaimed.
     pub reclaimed_segments: usize,
+    /// Index files of ledgers no longer held locally, removed (left by a crash mid-deletion).
+    pub stale_index_files: usize,
     /// (segment, offset) of records that failed their checksum with intact framing; skipped by
     /// recovery, reported on every read of them.
     pub corrupt_records: Vec<(u32, u64)>,
 }
+
+/// Recovery's scan over a segment directory, for the fuzz target and the hostile-bytes tests:
+/// the ledgers `open` count as open from segment 1, and the newest segment is durable below
+/// `floor`. Returns how many entries each open ledger has, or why the bytes are refused. The
+/// scan may trim a torn tail of the newest segment, as at startup.
+#[doc(hidden)]
+pub fn scan_segments_for_tests(
+    dir: &Path,
+    open: &[LedgerId],
+    floor: u64,
+    max_body: usize,
+) -> Result<Vec<(LedgerId, usize)>, OpenError> {
+    let open: BTreeMap<LedgerId, u32> = open.iter().map(|id| (*id, 1)).collect();
+    let scan = recovery::scan(dir, &open, max_body, |_| Ok(floor))?;
+    Ok(scan
+        .ledgers
+        .into_iter()
+        .map(|(id, w)| (id, w.entries.len()))
+        .collect())
+}
+
+/// The states of ledgers whose entries the log holds (their segments and index files stay).
+const HELD_LOCALLY: [LedgerState; 3] = [
+    LedgerState::Open,
+    LedgerState::Sealed,
+    LedgerState::Offloaded,
+];
 
 /// The log service: owns the journal, the metadata store handle and every topic's log.
 #[derive(Debug)]
@@ -251,7 +287,9 @@ impl Log {
             path: segments_dir.clone(),
             source,
         })?;
+        let disk = disk::DiskGuard::new(&segments_dir, &config);
         let shared = Arc::new(LogShared {
+            disk,
             index_dir,
             meta,
             journal,
@@ -264,6 +302,7 @@ impl Log {
             tasks: tokio_util::task::TaskTracker::new(),
         });
 
+        crate::failpoint::hit("ledger.recovery.after_scan");
         let mut report = RecoveryReport {
             truncated_bytes: scan.truncated.map_or(0, |t| t.2),
             corrupt_records: scan.corrupt_records.clone(),
@@ -278,6 +317,7 @@ impl Log {
             topic::seal_ledger(&shared, id, written.entries, info)
                 .await
                 .map_err(|e| OpenError::Journal(format!("sealing recovered ledger {id}: {e}")))?;
+            crate::failpoint::hit("ledger.recovery.after_seal");
             if info.entry_count == 0 {
                 shared
                     .meta
@@ -298,7 +338,9 @@ impl Log {
             .await
             .map_err(|e| OpenError::Journal(format!("reclaiming segments: {e}")))?
             .len();
+        log.report.stale_index_files = log.remove_stale_index_files().await?;
         log.spawn_age_ticker();
+        log.spawn_disk_ticker();
         tracing::info!(report = ?log.report, "log recovered");
         Ok(log)
     }
@@ -311,6 +353,12 @@ impl Log {
     /// The metadata store the log uses (shared with the broker and the admin API).
     pub fn metadata(&self) -> Arc<dyn MetadataStore> {
         self.shared.meta.clone()
+    }
+
+    /// The I/O error that stopped the journal, if any: from then on no append is acknowledged
+    /// until the process restarts (liveness reports it, so a supervisor restarts it).
+    pub fn journal_failure(&self) -> Option<Arc<str>> {
+        self.shared.journal.failure()
     }
 
     /// What recovery did when this log was opened.
@@ -335,6 +383,31 @@ impl Log {
                     if let Err(e) = t.seal_if_aged().await {
                         tracing::warn!(topic = %t.name(), error = %e, "age rollover failed");
                     }
+                }
+            }
+        });
+    }
+
+    /// Checks the log's volume and size every `ledger.disk_check_interval` (the first check
+    /// at once), so that appends are refused before the disk is full and admitted again after.
+    fn spawn_disk_ticker(&self) {
+        let shared = self.shared.clone();
+        let stop = self.stop.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(shared.config.disk_check_interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                let s = shared.clone();
+                match tokio::task::spawn_blocking(move || s.disk.check()).await {
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "checking the log's disk space failed")
+                    }
+                    Ok(Ok(_)) => {}
+                    Err(_) => return,
                 }
             }
         });
@@ -466,6 +539,7 @@ impl Log {
         if let Some(t) = self.loaded_topic(record.topic_id) {
             t.set_record(record.clone());
         }
+        crate::failpoint::hit("ledger.local_delete.after_record");
         self.shared.index_cache.remove(ledger);
         let path = index::index_path(&self.shared.index_dir, ledger);
         blocking(move || match std::fs::remove_file(&path) {
@@ -478,19 +552,37 @@ impl Log {
         Ok(record)
     }
 
+    /// Removes the index files of ledgers not held locally any more (recovery only: no ledger
+    /// is sealed concurrently). Returns how many.
+    async fn remove_stale_index_files(&self) -> Result<usize, OpenError> {
+        let live: std::collections::HashSet<u64> = self
+            .shared
+            .meta
+            .ledgers_in_states(&HELD_LOCALLY)
+            .await?
+            .into_iter()
+            .map(|l| l.id)
+            .collect();
+        let dir = self.shared.index_dir.clone();
+        let removed = tokio::task::spawn_blocking(move || {
+            index::remove_stale_index_files(&dir, &live).map_err(|source| OpenError::Io {
+                path: dir.clone(),
+                source,
+            })
+        })
+        .await
+        .map_err(|e| OpenError::Journal(e.to_string()))??;
+        if !removed.is_empty() {
+            tracing::info!(ledgers = ?removed, "removed index files of ledgers no longer held locally");
+        }
+        Ok(removed.len())
+    }
+
     /// Deletes segment files that no live ledger may reference. Returns the ids removed.
     pub async fn reclaim_segments(&self) -> Result<Vec<u32>, LifecycleError> {
         // Read the current segment first: a ledger created after this point starts at or after it.
         let current = self.shared.journal.current_segment();
-        let live = self
-            .shared
-            .meta
-            .ledgers_in_states(&[
-                LedgerState::Open,
-                LedgerState::Sealed,
-                LedgerState::Offloaded,
-            ])
-            .await?;
+        let live = self.shared.meta.ledgers_in_states(&HELD_LOCALLY).await?;
         let ranges: Vec<(u32, u32)> = live
             .iter()
             .map(|l| match (l.state, l.seal) {
@@ -518,6 +610,7 @@ impl Log {
                 removed.push(s);
             }
             if !removed.is_empty() {
+                crate::failpoint::hit("ledger.reclaim.before_sync");
                 sync_dir(&dir).map_err(io(&dir))?;
                 tracing::info!(segments = ?removed, "reclaimed segments");
             }

@@ -171,6 +171,11 @@ impl TopicLog {
     ) -> Result<AppendReceipt, AppendError> {
         self.refuse_if_deleted()?;
         let shared = &self.inner.shared;
+        // Fail-stop: no new ledger is created (nor any entry id taken) once the journal failed.
+        if let Some(e) = shared.journal.failure() {
+            return Err(AppendError::JournalFailed(e));
+        }
+        shared.disk.admit()?;
         let max = shared.config.max_entry_size.as_u64() as usize;
         if payload.len() > max {
             return Err(AppendError::TooLarge {
@@ -623,10 +628,12 @@ pub(crate) async fn seal_ledger(
     tokio::task::spawn_blocking(move || write_index_file(&dir, ledger, &to_write))
         .await
         .map_err(|_| LifecycleError::Cancelled)??;
+    crate::failpoint::hit("ledger.seal.after_index");
     let record = shared
         .meta
         .transition_ledger(ledger, LedgerTransition::Seal(info), now_ms())
         .await?;
+    crate::failpoint::hit("ledger.seal.after_record");
     shared.index_cache.insert(ledger, entries);
     Ok(record)
 }

@@ -598,11 +598,21 @@ impl Inner {
         }
         slot.progress.entries.store(0, Ordering::Relaxed);
         slot.progress.bytes.store(0, Ordering::Relaxed);
+        let metrics = crate::metrics::node();
+        // Every failed attempt counts, also one that could not reach the table (lake down).
         let table = self
             .lake
             .load_or_create_table(base, policies.lake_partitioning)
-            .await?;
-        let (table, codec) = self.ensure_typed_columns(base, table).await?;
+            .await
+            .inspect_err(|_| {
+                metrics.lake_commit_failures.inc();
+            })?;
+        let (table, codec) = self
+            .ensure_typed_columns(base, table)
+            .await
+            .inspect_err(|_| {
+                metrics.lake_commit_failures.inc();
+            })?;
         let partitioning = table_partitioning(&table).unwrap_or(policies.lake_partitioning);
         let options = WriteOptions {
             target_file_size: self.config.target_file_size.as_u64(),
@@ -611,7 +621,6 @@ impl Inner {
             payload_codec: codec,
         };
         let started = Instant::now();
-        let metrics = crate::metrics::node();
         let (table, outcome) =
             match commit::write_and_commit(&self.lake, table, slices, &options, &slot.progress)
                 .await
@@ -706,6 +715,7 @@ impl Inner {
         for (_, log) in logs {
             let records = meta.topic_ledgers(log.id()).await?;
             for l in plan::deletable(&records, policies, now) {
+                crate::failpoint::hit("offload.before_delete_local");
                 self.log.delete_local(l.id).await?;
                 tracing::info!(topic = %log.name(), ledger = l.id, "deleted local copy of an offloaded ledger");
             }

@@ -149,6 +149,14 @@ impl Operations {
         }
     }
 
+    /// Why the service cannot serve its purpose any more and must be restarted (the journal
+    /// failed), if it cannot.
+    pub fn fatal_failure(&self) -> Option<String> {
+        self.log
+            .journal_failure()
+            .map(|e| format!("the journal failed: {e}"))
+    }
+
     /// The SQL engine, or why there is none.
     pub fn sql(&self) -> Result<&crate::sql::SqlEngine, OpsError> {
         self.sql.as_ref().ok_or_else(|| {

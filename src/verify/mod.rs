@@ -156,7 +156,10 @@ impl Pass<'_> {
             summary.ledgers += 1;
             let committed = summary.watermark.is_some_and(|w| info.id <= w);
             let recorded = matches!(info.state, LedgerState::Offloaded | LedgerState::Deleted);
-            if self.has_lake && recorded && !committed {
+            // An empty ledger (recovery found none of its entries: a crash right after it was
+            // created) is deleted without an offload; nothing of it belongs in the lake.
+            let empty = info.entry_count == 0;
+            if self.has_lake && recorded && !committed && !empty {
                 self.report.add(Finding::Inconsistent {
                     partition: Some(partition),
                     ledger: Some(info.id),

@@ -146,6 +146,12 @@ class Postgres:
                            stderr=open(self.log_path, "ab"))
 
         run([_pg_bin("initdb"), "-D", self.data, "--auth=trust", "--no-sync", "-U", "postgres"])
+        self._launch()
+
+    def _launch(self):
+        """Starts the postmaster on `self.port` with `self.data` and waits until it accepts
+        queries."""
+        as_root = os.geteuid() == 0
         # Run the postmaster directly so that its PID is ours to stop.
         cmd = [_pg_bin("postgres"), "-D", self.data, "-c", "listen_addresses=127.0.0.1",
                "-p", str(self.port), "-k", self.dir, "-c", "fsync=off"]
@@ -171,8 +177,12 @@ class Postgres:
                        check=True, capture_output=True)
         return f"postgres://postgres@127.0.0.1:{self.port}/{name}"
 
-    def stop(self):
-        # The postmaster's own PID (runuser may sit in between): SIGINT = fast shutdown.
+    def _halt(self, sig=signal.SIGINT):
+        """Stops the running postmaster (SIGINT = fast shutdown, SIGQUIT = immediate: no
+        checkpoint, as a crash) and waits for it; the data directory stays."""
+        if self.proc is None or self.proc.poll() is not None:
+            return  # not running (paused): its postmaster.pid is gone or stale
+        # The postmaster's own PID (runuser may sit in between).
         pid_file = os.path.join(self.data, "postmaster.pid")
         pids = [self.proc.pid]
         try:
@@ -181,7 +191,7 @@ class Postgres:
             pass
         for pid in pids:
             try:
-                os.kill(pid, signal.SIGINT)
+                os.kill(pid, sig)
             except ProcessLookupError:
                 pass
         try:
@@ -193,4 +203,23 @@ class Postgres:
                 except ProcessLookupError:
                     pass
             self.proc.wait()
+
+    def pause(self, sig=signal.SIGINT):
+        """Stops the server, keeping its port and data (`resume` starts it again): clients
+        see their connections closed and new ones refused."""
+        self._halt(sig)
+
+    def resume(self):
+        """Starts a paused server again on the same port with the same data."""
+        if self.proc is not None and self.proc.poll() is None:
+            return
+        self._launch()
+
+    def restart(self, sig=signal.SIGINT):
+        """`pause` then `resume`."""
+        self.pause(sig)
+        self.resume()
+
+    def stop(self):
+        self._halt()
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -4,6 +4,7 @@
 //! process it starts, by PID.
 
 mod common;
+mod hostile_bytes;
 mod ledger_corruption;
 mod ledger_crash;
 mod offload;

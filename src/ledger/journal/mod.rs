@@ -75,6 +75,8 @@ pub(crate) struct Journal {
     /// Invariant: the id of the segment new appends go to (only grows).
     current_segment: Arc<AtomicU32>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// The sync pipeline, kept to report a failure (fail-stop) to health checks.
+    pipeline: sync::Pipeline,
 }
 
 impl Journal {
@@ -109,7 +111,7 @@ impl Journal {
             current_segment: current_segment.clone(),
             dirty_since: None,
             buf: Vec::new(),
-            pipeline,
+            pipeline: pipeline.clone(),
             syncers,
         };
         let thread = std::thread::Builder::new()
@@ -119,7 +121,13 @@ impl Journal {
             tx,
             current_segment,
             thread: Mutex::new(Some(thread)),
+            pipeline,
         })
+    }
+
+    /// The I/O error that stopped the journal (fail-stop until restart), if any.
+    pub fn failure(&self) -> Option<Arc<str>> {
+        self.pipeline.failed()
     }
 
     /// The segment new appends go to (a lower bound for entries appended from now on).
@@ -159,4 +167,11 @@ impl Journal {
         }
         result
     }
+}
+
+/// `fdatasync` of a segment; every journal sync goes through here (the `journal.fdatasync`
+/// failpoint makes it fail, as a failing disk would).
+pub(super) fn fdatasync(file: &std::fs::File) -> std::io::Result<()> {
+    crate::failpoint::io_error("journal.fdatasync")?;
+    file.sync_data()
 }

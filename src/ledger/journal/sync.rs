@@ -87,6 +87,8 @@ struct State {
 
 struct Inner {
     state: Mutex<State>,
+    /// Invariant: true once `state.failed` is set (read without the lock on every append).
+    failed: std::sync::atomic::AtomicBool,
     cond: Condvar,
     /// Held while acknowledging, taken before the state lock is released: acks stay in order.
     ack_lock: Mutex<()>,
@@ -100,6 +102,14 @@ pub(super) struct Pipeline {
 
 fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl std::fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipeline")
+            .field("failed", &self.failed())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Pipeline {
@@ -117,12 +127,16 @@ impl Pipeline {
                 }),
                 cond: Condvar::new(),
                 ack_lock: Mutex::new(()),
+                failed: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
 
     /// The error that stopped the journal, if any.
     pub fn failed(&self) -> Option<Arc<str>> {
+        if !self.inner.failed.load(std::sync::atomic::Ordering::Acquire) {
+            return None;
+        }
         relock(&self.inner.state).failed.clone()
     }
 
@@ -188,6 +202,9 @@ impl Pipeline {
             tracing::error!(error = %msg, "journal failed; refusing further appends until restart");
         }
         let err = st.failed.get_or_insert(msg).clone();
+        self.inner
+            .failed
+            .store(true, std::sync::atomic::Ordering::Release);
         let pending: Vec<_> = st.pending.drain(..).map(|(_, b)| b).collect();
         let ack = relock(&self.inner.ack_lock);
         drop(st);
@@ -226,7 +243,7 @@ impl Pipeline {
                 let file = st.file.clone();
                 drop(st);
                 let started = std::time::Instant::now();
-                let result = file.sync_data();
+                let result = super::fdatasync(&file);
                 let metrics = crate::metrics::node();
                 metrics
                     .journal_fsync_seconds

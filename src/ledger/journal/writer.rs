@@ -133,7 +133,7 @@ impl Writer {
 
     fn sync(&mut self) -> std::io::Result<()> {
         if self.dirty_since.take().is_some() {
-            self.file.sync_data()?;
+            super::fdatasync(&self.file)?;
         }
         Ok(())
     }
@@ -208,7 +208,7 @@ impl Writer {
     /// Everything registered so far lives in this or earlier (already synced) segments, so after
     /// the fsync it is all durable.
     fn roll(&mut self) -> std::io::Result<()> {
-        self.file.sync_data()?;
+        super::fdatasync(&self.file)?;
         self.dirty_since = None;
         self.pipeline.mark_all_durable();
         self.file.set_len(self.offset)?;

@@ -1,0 +1,348 @@
+"""Crashes at every step of offload, local deletion, retention, snapshot expiry, sealing and
+recovery (issue 20), each through a named failpoint (`LL_FAILPOINTS`, debug builds; the names
+are listed in src/failpoint.rs). Each test runs the service with one point armed until the
+process aborts there, restarts it without, lets it finish the interrupted work and then checks:
+- `ledgerlake verify --deep`: 0 gaps, 0 duplicates between the log and the lake;
+- a reader from the earliest: every acknowledged message exactly once, none never sent
+  (after retention: a complete suffix of what was sent);
+- orphans cleaned: every data file under the table's location is referenced by a snapshot,
+  and the log keeps index files only for ledgers it still holds locally.
+Also a failed `fdatasync`: the journal stops acknowledging (fail-stop) and a restart recovers
+every acknowledged entry."""
+import os
+import signal
+import time
+import urllib.parse
+import urllib.request
+import uuid
+
+import pulsar
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+
+from conftest import eventually, verify_clean
+from lake import http, offload_and_wait, stats, topic_path
+
+NS = "admin/v2/namespaces/public/default"
+FAST = {
+    "LEDGERLAKE_LAKE__CHECK_INTERVAL": "100ms",
+    "LEDGERLAKE_LEDGER__ROLLOVER_ENTRIES": "20",
+    "LEDGERLAKE_BROKER__CURSOR_PERSIST_INTERVAL": "100ms",
+    "LEDGERLAKE_LAKE__ORPHAN_FILE_AGE": "0s",
+    "LEDGERLAKE_LAKE__ORPHAN_CHECK_INTERVAL": "100ms",
+    # Small segments, so that deleting ledgers' local copies frees whole segments.
+    "LEDGERLAKE_LEDGER__SEGMENT_SIZE": "1MiB",
+    "LEDGERLAKE_LEDGER__MAX_ENTRY_SIZE": "256KiB",
+    "LEDGERLAKE_BROKER__MAX_MESSAGE_SIZE": "100KiB",
+}
+PAYLOAD_PAD = 4000  # bytes per message: 20-entry ledgers of ~80 KB, a segment every ~12 ledgers
+
+
+class History:
+    """Sends with a producer that gives up after a few seconds; remembers what was
+    acknowledged (a crash fails the sends in flight: they may or may not be stored)."""
+
+    def __init__(self, client, topic):
+        self.topic = topic
+        self.sent = []  # every payload handed to the producer, in order
+        self.acked = set()
+        self.producer = client.create_producer(topic, batching_enabled=False,
+                                               send_timeout_millis=5000)
+
+    def send(self, n):
+        for _ in range(n):
+            payload = f"{len(self.sent):06d}-".encode() + b"x" * PAYLOAD_PAD
+            self.sent.append(payload)
+            try:
+                self.producer.send(payload)
+                self.acked.add(payload)
+            except pulsar.PulsarException:
+                return False
+        return True
+
+    def check(self, client, expired_prefix=False):
+        """A reader from the earliest: no duplicate, nothing never sent, every acknowledged
+        payload (after the first one read, when retention removed a prefix) present."""
+        reader = client.create_reader(self.topic, pulsar.MessageId.earliest)
+        got = []
+        while reader.has_message_available():
+            got.append(reader.read_next(timeout_millis=30000).data())
+        reader.close()
+        assert len(got) == len(set(got)), "duplicates read"
+        sent = set(self.sent)
+        assert all(g in sent for g in got), "a payload read that was never sent"
+        want = self.acked
+        if expired_prefix and got:
+            want = {p for p in want if p >= got[0]}
+        missing = sorted(want - set(got))
+        assert not missing, f"{len(missing)} acknowledged messages lost, first {missing[0][:7]}"
+        assert got == sorted(got), "order changed"
+        return got
+
+
+def wait_exit(svc, failpoint, timeout=120):
+    """Waits for the armed failpoint to abort the process."""
+    deadline = time.time() + timeout
+    while svc.proc.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+    assert svc.proc.poll() is not None, f"the failpoint {failpoint} did not fire"
+    assert svc.proc.returncode != 0
+    assert f"failpoint {failpoint}: aborting" in open(svc.log_path, errors="replace").read()
+    svc.proc = None
+
+
+def restart_clean(svc):
+    svc.env.pop("LL_FAILPOINTS", None)
+    svc.start()
+
+
+def the_table(svc, topic):
+    lake = stats(svc, topic)["lake"]
+    catalog = SqlCatalog(lake["catalog"], uri=f"sqlite:///{svc.data_dir}/data/catalog.db",
+                         warehouse="")
+    return catalog.load_table(tuple(lake["namespace"]) + (lake["tableName"],))
+
+
+def local_path(uri):
+    return urllib.parse.urlparse(uri).path if uri.startswith("file:") else uri
+
+
+def local_files(location):
+    root = local_path(location)
+    return {os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs if f.endswith(".parquet")}
+
+
+def assert_no_orphans(svc, topic):
+    """Every Parquet file under the table's data location is referenced by a snapshot (the
+    orphan sweep removed the rest), and index files exist only for ledgers held locally."""
+    def lake_swept():
+        offload_and_wait(svc, topic)  # a pass: the sweep runs in it
+        table = the_table(svc, topic)
+        referenced = set()
+        for snap in table.metadata.snapshots:
+            referenced |= {local_path(t.file.file_path)
+                           for t in table.scan(snapshot_id=snap.snapshot_id).plan_files()}
+        stored = local_files(table.metadata.location + "/data")
+        assert stored == referenced, (stored - referenced, referenced - stored)
+    eventually(lake_swept, timeout=60, interval=0.5)
+
+    local = {str(l["ledger"]["id"]) for l in stats(svc, topic)["ledgers"]
+             if l["ledger"]["state"] in ("open", "sealed", "offloaded")}
+    index_dir = os.path.join(svc.data_dir, "data", "ledger", "index")
+    present = {f.split(".")[0].lstrip("0") for f in os.listdir(index_dir)}
+    stray = present - local
+    assert not stray, f"index files of ledgers no longer held locally: {stray}"
+
+
+def settle(svc, topic):
+    """Lets the restarted service finish: everything sealed is offloaded and deleted locally."""
+    offload_and_wait(svc, topic)
+
+    def all_deleted():
+        left = [l["ledger"]["id"] for l in stats(svc, topic)["ledgers"]
+                if l["ledger"]["entry_count"] > 0 and l["ledger"]["state"] not in ("deleted", "open")]
+        assert not left, left
+    eventually(all_deleted, timeout=120, interval=0.2)
+
+
+def restart_and_check(svc, topic, history):
+    """Restarts without the failpoint, sends more, lets the interrupted work finish, then
+    checks the log against the lake, the history and the orphans."""
+    restart_clean(svc)
+    client = pulsar.Client(svc.url, operation_timeout_seconds=30)
+    history.producer = client.create_producer(topic, batching_enabled=False)
+    assert history.send(30)
+    settle(svc, topic)
+    verify_clean(svc, topic)
+    history.check(client)
+    assert_no_orphans(svc, topic)
+    client.close()
+
+
+def start(make_service, failpoint, extra=None):
+    svc = make_service(dict(FAST, LL_FAILPOINTS=failpoint, **(extra or {})))
+    svc.start()
+    assert http("PUT", f"{svc.http}/{NS}/offloadDeletionLagMs", "0")[0] == 204
+    return svc
+
+
+OFFLOAD_STEPS = [
+    "offload.before_commit",        # files written, not committed
+    "offload.after_commit",         # committed, ledgers not marked offloaded
+    "offload.before_mark",          # same, through the mark step
+    "offload.before_delete_local",  # committed and marked, local copy not deleted
+    "ledger.local_delete.after_record",  # deletion recorded, index and segments still there
+    "ledger.reclaim.before_sync",   # segments removed, directory not synced
+    "ledger.seal.after_index",      # a ledger's index written, seal not recorded
+    "ledger.seal.after_record",     # seal recorded, index not cached
+]
+
+
+@pytest.mark.parametrize("failpoint", OFFLOAD_STEPS)
+def test_crash_in_offload_and_sealing(make_service, failpoint):
+    svc = start(make_service, failpoint)
+    client = pulsar.Client(svc.url, operation_timeout_seconds=10)
+    topic = f"persistent://public/default/fp-{uuid.uuid4().hex[:6]}"
+    history = History(client, topic)
+    # Seal and offload ledgers until the point fires (each pass offloads what is sealed).
+    for _ in range(60):
+        if not history.send(20) or svc.proc.poll() is not None:
+            break
+    wait_exit(svc, failpoint)
+    client.close()
+
+    restart_and_check(svc, topic, history)
+
+
+RETENTION_STEPS = [
+    "retention.before_commit",       # the delete snapshot's files written, not committed
+    "retention.after_commit",        # committed, older snapshots not expired
+    "retention.before_file_delete",  # expired, the removed data files not deleted
+]
+
+
+@pytest.mark.parametrize("failpoint", RETENTION_STEPS)
+def test_crash_in_retention(make_service, failpoint):
+    svc = start(make_service, failpoint)
+    client = pulsar.Client(svc.url, operation_timeout_seconds=10)
+    topic = f"persistent://public/default/rt-{uuid.uuid4().hex[:6]}"
+    history = History(client, topic)
+    assert history.send(100)
+    settle(svc, topic)
+    # Everything older than 0 minutes and consumed (no subscription) expires.
+    assert http("POST", f"{svc.http}/{NS}/retention",
+                '{"retentionTimeInMinutes": 0, "retentionSizeInMB": -1}')[0] == 204
+    wait_exit(svc, failpoint)
+    client.close()
+
+    restart_clean(svc)
+    client = pulsar.Client(svc.url, operation_timeout_seconds=30)
+
+    def retention_done():
+        offload_and_wait(svc, topic)
+        st = http("GET", f"{svc.http}/admin/v2/{topic_path(topic)}/offload")[1]
+        assert st["retention"]["lastError"] == "", st
+        table = the_table(svc, topic)
+        assert table.current_snapshot().summary.operation.value == "delete", \
+            table.current_snapshot().summary
+        assert len(table.metadata.snapshots) == 1
+    eventually(retention_done, timeout=120, interval=0.5)
+    # Keep what is left from here on: the reader below must not race retention.
+    assert http("POST", f"{svc.http}/{NS}/retention",
+                '{"retentionTimeInMinutes": -1, "retentionSizeInMB": -1}')[0] == 204
+    verify_clean(svc, topic)
+    history.producer = client.create_producer(topic, batching_enabled=False)
+    assert history.send(30)
+    got = history.check(client, expired_prefix=True)
+    assert len(got) < len(history.acked), "retention removed nothing"
+    assert_no_orphans(svc, topic)
+    client.close()
+
+
+@pytest.mark.parametrize("failpoint", ["history.before_commit", "history.after_commit"])
+def test_crash_in_snapshot_expiry(make_service, failpoint):
+    svc = start(make_service, failpoint)
+    client = pulsar.Client(svc.url, operation_timeout_seconds=10)
+    topic = f"persistent://public/default/hx-{uuid.uuid4().hex[:6]}"
+    history = History(client, topic)
+    assert history.send(20)
+    offload_and_wait(svc, topic)
+    with the_table(svc, topic).transaction() as tx:
+        tx.set_properties({"history.expire.max-snapshot-age-ms": "1",
+                           "history.expire.min-snapshots-to-keep": "2"})
+    # One commit per offload: the tenth makes 8 snapshots expirable.
+    for _ in range(20):
+        if svc.proc.poll() is not None or not history.send(20):
+            break
+        try:
+            offload_and_wait(svc, topic, timeout=30)
+        except OSError:
+            break
+    wait_exit(svc, failpoint)
+    client.close()
+
+    restart_and_check(svc, topic, history)
+    assert len(the_table(svc, topic).metadata.snapshots) < 9
+
+
+@pytest.mark.parametrize("failpoint", ["ledger.recovery.after_scan", "ledger.recovery.after_seal"])
+def test_crash_during_recovery(make_service, failpoint):
+    """A SIGKILL leaves open ledgers; the next start crashes while recovering them; the one
+    after recovers every acknowledged entry."""
+    svc = start(make_service, "")
+    client = pulsar.Client(svc.url, operation_timeout_seconds=10)
+    topics = [f"persistent://public/default/rc{i}-{uuid.uuid4().hex[:6]}" for i in range(3)]
+    histories = [History(client, t) for t in topics]
+    for h in histories:
+        assert h.send(50)  # two sealed ledgers and an open one with 10 entries
+    svc.stop(signal.SIGKILL)
+    client.close()
+
+    svc.env["LL_FAILPOINTS"] = failpoint
+    with pytest.raises(RuntimeError, match="did not become ready"):
+        svc.start()
+    wait_exit(svc, failpoint)
+
+    restart_clean(svc)
+    client = pulsar.Client(svc.url, operation_timeout_seconds=30)
+    for h in histories:
+        h.producer = client.create_producer(h.topic, batching_enabled=False)
+        assert h.send(10)
+        settle(svc, h.topic)
+    verify_clean(svc, *topics)
+    for h in histories:
+        h.check(client)
+    client.close()
+
+
+def health(svc, what):
+    try:
+        with urllib.request.urlopen(f"{svc.http}/health/{what}", timeout=5) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_failed_fdatasync_stops_acknowledging_and_restart_recovers(make_service):
+    """The 30th journal `fdatasync` fails: from then on no append is acknowledged (the state
+    of the page cache is unknown), liveness fails so that a supervisor restarts the process,
+    and the restart recovers every acknowledged entry."""
+    svc = start(make_service, "journal.fdatasync=error#30")
+    client = pulsar.Client(svc.url, operation_timeout_seconds=10)
+    topic = f"persistent://public/default/fsync-{uuid.uuid4().hex[:6]}"
+    history = History(client, topic)
+    results = {}
+
+    def done(payload):
+        return lambda res, _id: results.__setitem__(payload, res)
+    for i in range(200):
+        payload = f"{i:06d}-".encode() + b"x" * PAYLOAD_PAD
+        history.sent.append(payload)
+        history.producer.send_async(payload, done(payload))
+        if i % 10 == 9:
+            time.sleep(0.05)
+    # The client retries refused sends on a new connection; none is acknowledged any more.
+    time.sleep(5)
+    acked = {p for p, r in results.items() if r == pulsar.Result.Ok}
+    history.acked = acked
+    assert 0 < len(acked) < len(history.sent), len(acked)
+    log = open(svc.log_path).read()
+    assert "failpoint journal.fdatasync: injecting an I/O error" in log
+    assert "journal failed; refusing further appends until restart" in log
+    assert svc.proc.poll() is None, "the service exited"
+    assert health(svc, "live") == 503
+    time.sleep(2)
+    assert {p for p, r in results.items() if r == pulsar.Result.Ok} == acked, \
+        "an append was acknowledged after the journal failed"
+    svc.stop(signal.SIGKILL)
+    client.close()
+
+    restart_clean(svc)
+    assert health(svc, "live") == 200
+    client = pulsar.Client(svc.url, operation_timeout_seconds=30)
+    history.producer = client.create_producer(topic, batching_enabled=False)
+    assert history.send(30)
+    settle(svc, topic)
+    verify_clean(svc, topic)
+    history.check(client)
+    client.close()
