@@ -109,7 +109,7 @@ pub fn hit(name: &str) {
     if armed()
         .iter()
         .filter(|a| a.name == name && a.action == Action::Abort)
-        .any(Armed::fires)
+        .fold(false, |fired, a| a.fires() | fired)
     {
         eprintln!("failpoint {name}: aborting");
         std::process::abort();
@@ -125,7 +125,7 @@ pub fn io_error(name: &str) -> std::io::Result<()> {
     if armed()
         .iter()
         .filter(|a| a.name == name && a.action == Action::Error)
-        .any(Armed::fires)
+        .fold(false, |fired, a| a.fires() | fired)
     {
         eprintln!("failpoint {name}: injecting an I/O error");
         return Err(std::io::Error::other(format!("failpoint {name}")));

@@ -130,6 +130,13 @@ struct Owner {
     /// The backlog check started last (`None`: none since its verdict). Aborted when the
     /// owner stops, so no check outlives the loaded topic.
     check: Option<tokio::task::JoinHandle<()>>,
+    /// Producers one of whose appends failed. Invariant: a name is here from that failure
+    /// until the producer registers again (its client reconnects and resends everything
+    /// unacknowledged, in order); meanwhile its later SENDs are refused unwritten, so a
+    /// condition that clears between two SENDs (a full disk) cannot store the later one
+    /// without the earlier one (a gap; with deduplication the retried earlier one would be
+    /// taken for a duplicate and lost).
+    fenced: std::collections::HashSet<Arc<str>>,
 }
 
 /// Starts the owner of a loaded topic partition and returns its handle.
@@ -172,6 +179,7 @@ pub(crate) fn spawn(setup: OwnerSetup) -> Arc<BrokerTopic> {
         dedup: setup.dedup,
         persist_every: setup.persist_every,
         blocked: None,
+        fenced: Default::default(),
         age_probe: None,
         check: None,
     };
@@ -252,6 +260,15 @@ impl Owner {
             let _ = r.reply.send(Published::Refused(e));
             return None;
         }
+        if self.fenced.contains(&r.producer) {
+            let _ = r
+                .reply
+                .send(Published::Refused(BrokerError::Storage(format!(
+                    "an earlier send of producer {} failed: reconnect and resend from it",
+                    r.producer
+                ))));
+            return None;
+        }
         match &mut self.dedup {
             Dedup::Off => {}
             Dedup::On { live, .. } => match live.check(&r.producer, r.highest) {
@@ -300,6 +317,8 @@ impl Owner {
         if result.is_ok() {
             let took = f.started.elapsed().as_micros() as u64;
             self.topic.measures.appended(f.messages, f.bytes, took);
+        } else {
+            self.fenced.insert(f.producer.clone());
         }
         if let Dedup::On { live, .. } = &mut self.dedup {
             if result.is_ok() {
@@ -314,6 +333,8 @@ impl Owner {
     async fn handle(&mut self, cmd: TopicCommand) {
         match cmd {
             TopicCommand::AddProducer { name, slot, reply } => {
+                // A producer registering anew resends what was not acknowledged, in order.
+                self.fenced.remove(name.as_str());
                 let result = self.add_producer(name.clone(), slot);
                 let added = result.is_ok();
                 if reply.send(result).is_err() && added {

@@ -16,7 +16,7 @@
 //! `None` after a check that found none (or before the first check).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::error::AppendError;
@@ -34,6 +34,10 @@ pub(crate) struct DiskGuard {
     refusal: Mutex<Option<Arc<str>>>,
     /// Invariant: equals `refusal.is_some()` (read without the lock on every append).
     refusing: AtomicBool,
+    /// Bytes appends may still take before the next check: the room the last check found
+    /// under every limit, less what was admitted since (so a burst between two checks cannot
+    /// overrun the reserve). `u64::MAX` before the first check.
+    headroom: AtomicU64,
 }
 
 /// What one check measured.
@@ -54,18 +58,28 @@ impl DiskGuard {
             budget: (budget > 0).then_some(budget),
             refusal: Mutex::new(None),
             refusing: AtomicBool::new(false),
+            headroom: AtomicU64::new(u64::MAX),
         }
     }
 
-    /// Refuses an append while the last check found a limit passed.
-    pub fn admit(&self) -> Result<(), AppendError> {
-        if !self.refusing.load(Ordering::Acquire) {
-            return Ok(());
+    /// Admits an append of `cost` bytes, or refuses it while the last check found a limit
+    /// passed or appends since then used the room it found.
+    pub fn admit(&self, cost: u64) -> Result<(), AppendError> {
+        if self.refusing.load(Ordering::Acquire) {
+            if let Some(reason) = &*self.refusal.lock().unwrap_or_else(|p| p.into_inner()) {
+                return Err(AppendError::NoSpace(reason.clone()));
+            }
         }
-        match &*self.refusal.lock().unwrap_or_else(|p| p.into_inner()) {
-            Some(reason) => Err(AppendError::NoSpace(reason.clone())),
-            None => Ok(()),
-        }
+        self.headroom
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| h.checked_sub(cost))
+            .map(|_| ())
+            .map_err(|_| {
+                AppendError::NoSpace(
+                    "the log's volume or local-disk budget is nearly used up: appends wait for \
+                     the next space check"
+                        .into(),
+                )
+            })
     }
 
     /// Measures the volume and the segments (blocking: statvfs and a directory listing) and
@@ -74,7 +88,12 @@ impl DiskGuard {
         let stat = rustix::fs::statvfs(&self.segments_dir)?;
         let mut segment_bytes = 0;
         for dirent in std::fs::read_dir(&self.segments_dir)? {
-            segment_bytes += dirent?.metadata()?.len();
+            match dirent.and_then(|d| d.metadata()) {
+                Ok(m) => segment_bytes += m.len(),
+                // Reclaimed between the listing and the look.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
         }
         let usage = DiskUsage {
             volume_size: stat.f_blocks.saturating_mul(stat.f_frsize),
@@ -114,6 +133,16 @@ impl DiskGuard {
                 _ => None,
             }
         };
+        let usage_room = ((self.max_usage * u.volume_size as f64) as u64).saturating_sub(used);
+        let budget_room = self.budget.map_or(u64::MAX, |b| {
+            b.saturating_sub(u.segment_bytes.saturating_add(self.reserve / 2))
+        });
+        let room = u
+            .volume_free
+            .saturating_sub(self.reserve)
+            .min(usage_room)
+            .min(budget_room);
+        self.headroom.store(room, Ordering::Release);
         let mut refusal = self.refusal.lock().unwrap_or_else(|p| p.into_inner());
         match (&*refusal, &reason) {
             (None, Some(r)) => tracing::warn!(reason = %r, "refusing appends"),
@@ -152,31 +181,45 @@ mod tests {
     #[test]
     fn each_limit_refuses_and_space_returning_admits_again() {
         let g = guard(0);
-        assert!(g.admit().is_ok(), "admits before the first check");
+        assert!(g.admit(1).is_ok(), "admits before the first check");
         g.judge(usage(100 * MIB, 50 * MIB, 10 * MIB));
-        assert!(g.admit().is_ok());
+        assert!(g.admit(1).is_ok());
         // Less room than two segments.
         g.judge(usage(100 * MIB, MIB, 10 * MIB));
-        let err = g.admit().expect_err("volume full");
+        let err = g.admit(1).expect_err("volume full");
         assert!(err.to_string().contains("volume is full"), "{err}");
         // Above the usage fraction, with room for segments.
         g.judge(usage(1000 * MIB, 50 * MIB, 10 * MIB));
-        let err = g.admit().expect_err("above max_disk_usage");
+        let err = g.admit(1).expect_err("above max_disk_usage");
         assert!(err.to_string().contains("max_disk_usage"), "{err}");
         g.judge(usage(1000 * MIB, 500 * MIB, 10 * MIB));
-        assert!(g.admit().is_ok());
+        assert!(g.admit(1).is_ok());
     }
 
     #[test]
     fn the_local_budget_refuses_before_the_next_segment_would_pass_it() {
         let g = guard(8 * MIB);
         g.judge(usage(1000 * MIB, 900 * MIB, 6 * MIB));
-        assert!(g.admit().is_ok());
+        assert!(g.admit(1).is_ok());
         g.judge(usage(1000 * MIB, 900 * MIB, 7 * MIB + 1));
-        let err = g.admit().expect_err("over budget");
+        let err = g.admit(1).expect_err("over budget");
         assert!(err.to_string().contains("max_local_size"), "{err}");
         g.judge(usage(1000 * MIB, 900 * MIB, 2 * MIB));
-        assert!(g.admit().is_ok());
+        assert!(g.admit(1).is_ok());
+    }
+
+    #[test]
+    fn a_burst_between_two_checks_cannot_use_more_than_the_room_found() {
+        let g = guard(0);
+        // 85 of 100 MiB used, 90 % allowed: 5 MiB of appends until the next check (the
+        // volume's own room, 15 MiB less the 2 MiB reserve, is larger).
+        g.judge(usage(100 * MIB, 15 * MIB, MIB));
+        assert!(g.admit(3 * MIB).is_ok());
+        assert!(g.admit(2 * MIB).is_ok());
+        let err = g.admit(1).expect_err("room used up");
+        assert!(err.to_string().contains("next space check"), "{err}");
+        g.judge(usage(100 * MIB, 15 * MIB, MIB));
+        assert!(g.admit(1).is_ok(), "a check restores the room");
     }
 
     #[test]

@@ -407,7 +407,7 @@ impl Log {
                         tracing::warn!(error = %e, "checking the log's disk space failed")
                     }
                     Ok(Ok(_)) => {}
-                    Err(_) => return,
+                    Err(e) => tracing::error!(error = %e, "checking the log's disk space panicked"),
                 }
             }
         });

@@ -171,11 +171,7 @@ impl TopicLog {
     ) -> Result<AppendReceipt, AppendError> {
         self.refuse_if_deleted()?;
         let shared = &self.inner.shared;
-        // Fail-stop: no new ledger is created (nor any entry id taken) once the journal failed.
-        if let Some(e) = shared.journal.failure() {
-            return Err(AppendError::JournalFailed(e));
-        }
-        shared.disk.admit()?;
+        self.refuse_if_journal_failed()?;
         let max = shared.config.max_entry_size.as_u64() as usize;
         if payload.len() > max {
             return Err(AppendError::TooLarge {
@@ -184,6 +180,7 @@ impl TopicLog {
             });
         }
         let cost = (payload.len() + super::record::RECORD_OVERHEAD) as u32;
+        shared.disk.admit(u64::from(cost))?;
         let permit = shared
             .pending
             .clone()
@@ -230,6 +227,7 @@ impl TopicLog {
     async fn roll(&self, next_len: usize) -> Result<(), AppendError> {
         let _guard = self.inner.roll_lock.lock().await;
         self.refuse_if_deleted()?;
+        self.refuse_if_journal_failed()?;
         {
             let w = lock(&self.inner.writer);
             if w.current.is_some() && !self.should_roll(&w, next_len) {
@@ -267,6 +265,14 @@ impl TopicLog {
             });
         }
         Ok(())
+    }
+
+    /// Fail-stop: no ledger is created, nor any entry id taken, once the journal failed.
+    fn refuse_if_journal_failed(&self) -> Result<(), AppendError> {
+        match self.inner.shared.journal.failure() {
+            Some(e) => Err(AppendError::JournalFailed(e)),
+            None => Ok(()),
+        }
     }
 
     fn refuse_if_deleted(&self) -> Result<(), AppendError> {
