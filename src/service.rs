@@ -102,13 +102,13 @@ pub struct Service {
     /// Retention applied to the log alone. Invariant: `Some` exactly when `offload` is `None`.
     log_retention: Option<LogRetention>,
     /// Invariant: `Some` exactly when `offload` is; dropped only by `shutdown`.
-    lake_runtime: Option<tokio::runtime::Runtime>,
+    lake_runtime: Option<OwnRuntime>,
     /// Lake reads of replay. Invariant: `Some` exactly when `offload` is.
-    replay_runtime: Option<tokio::runtime::Runtime>,
+    replay_runtime: Option<OwnRuntime>,
     /// Address the PostgreSQL-protocol listener is bound to (`None`: SQL disabled).
     pub pg_addr: Option<SocketAddr>,
     /// Queries and PostgreSQL connections. Invariant: `Some` exactly when SQL is enabled.
-    sql_runtime: Option<tokio::runtime::Runtime>,
+    sql_runtime: Option<OwnRuntime>,
 }
 
 impl Service {
@@ -345,21 +345,15 @@ impl Service {
                 tracing::warn!(error = %e, "https task failed");
             }
         }
-        if let Some(rt) = self.sql_runtime {
-            rt.shutdown_background();
-        }
-        if let Some(rt) = self.replay_runtime {
-            rt.shutdown_background();
-        }
+        drop(self.sql_runtime);
+        drop(self.replay_runtime);
         if let Some(engine) = &self.offload {
             engine.shutdown().await;
         }
         if let Some(task) = self.log_retention {
             task.shutdown().await;
         }
-        if let Some(rt) = self.lake_runtime {
-            rt.shutdown_background();
-        }
+        drop(self.lake_runtime);
         self.log.shutdown().await?;
         self.meta.close().await;
         tracing::info!("shutdown complete: log flushed and fsynced");
@@ -400,13 +394,41 @@ async fn bind(addr: SocketAddr, what: &'static str) -> Result<TcpListener, Servi
         .map_err(|source| ServiceError::Bind { addr, what, source })
 }
 
+/// A runtime of its own (lake, replay, SQL). Dropped, it shuts down in the background: a
+/// runtime dropped on an async thread would panic, which is where a startup failing midway
+/// (a port taken) drops the ones already started; the startup error must be what is reported.
+struct OwnRuntime(Option<tokio::runtime::Runtime>);
+
+impl std::ops::Deref for OwnRuntime {
+    type Target = tokio::runtime::Runtime;
+
+    fn deref(&self) -> &Self::Target {
+        self.0.as_ref().expect("Invariant: Some until dropped")
+    }
+}
+
+impl Drop for OwnRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl std::fmt::Debug for OwnRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OwnRuntime")
+    }
+}
+
 /// A multi-thread runtime of its own (lake, replay, SQL), so its work cannot slow the broker.
-fn own_runtime(name: &str, threads: usize) -> Result<tokio::runtime::Runtime, ServiceError> {
+fn own_runtime(name: &str, threads: usize) -> Result<OwnRuntime, ServiceError> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
         .thread_name(name)
         .enable_all()
         .build()
+        .map(|rt| OwnRuntime(Some(rt)))
         .map_err(ServiceError::Runtime)
 }
 
@@ -418,7 +440,7 @@ fn start_sql(
     (offload, replay): (Option<OffloadEngine>, Option<crate::replay::Replay>),
     access: crate::auth::Access,
     (stop, tls): (CancellationToken, Option<TlsAcceptor>),
-) -> Result<(crate::sql::SqlEngine, tokio::runtime::Runtime, SocketAddr), ServiceError> {
+) -> Result<(crate::sql::SqlEngine, OwnRuntime, SocketAddr), ServiceError> {
     let rt = own_runtime("ll-sql", config.sql.threads)?;
     let engine = crate::sql::SqlEngine::new(
         log,
@@ -455,19 +477,13 @@ async fn start_offload(
     config: &Config,
     log: Arc<Log>,
     policies: Arc<PolicyStore>,
-) -> Result<(OffloadEngine, tokio::runtime::Runtime), ServiceError> {
+) -> Result<(OffloadEngine, OwnRuntime), ServiceError> {
     let rt = own_runtime("ll-lake", 2)?;
     let cfg = config.clone();
     let lake = match rt.spawn(async move { Lake::open(&cfg).await }).await {
         Ok(Ok(lake)) => Arc::new(lake),
-        Ok(Err(e)) => {
-            rt.shutdown_background();
-            return Err(e.into());
-        }
-        Err(_) => {
-            rt.shutdown_background();
-            return Err(crate::lake::LakeError::Stopped.into());
-        }
+        Ok(Err(e)) => return Err(e.into()),
+        Err(_) => return Err(crate::lake::LakeError::Stopped.into()),
     };
     tracing::info!(
         catalog = lake.catalog_name(),

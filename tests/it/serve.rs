@@ -77,6 +77,30 @@ fn serve_refuses_unknown_config_keys_naming_them() -> TestResult {
 }
 
 #[test]
+fn a_taken_port_is_reported_as_such_after_the_lake_started() -> TestResult {
+    // The PostgreSQL port is bound last, after the lake, replay and SQL runtimes started: the
+    // failure must be the bind error, not a panic from dropping those runtimes.
+    let dir = tempfile::tempdir()?;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = taken.local_addr()?.port();
+    let out = Command::new(ledgerlake_bin())
+        .args(["serve", "--data-dir"])
+        .arg(dir.path().join("d"))
+        .args(["--pulsar-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+        .args(["--pg-addr", &format!("127.0.0.1:{port}")])
+        .output()?;
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        err.contains(&port.to_string()) && err.contains("postgres"),
+        "{err}"
+    );
+    drop(taken);
+    Ok(())
+}
+
+#[test]
 fn every_subcommand_has_help() -> TestResult {
     for args in [
         vec!["--help"],
