@@ -145,6 +145,14 @@ def settle(svc, topic):
     eventually(all_deleted, timeout=120, interval=0.2)
 
 
+def begin(make_service, failpoint, prefix):
+    """A service with `failpoint` armed, a client, a new topic and its history."""
+    svc = start(make_service, failpoint)
+    client = pulsar.Client(svc.url, operation_timeout_seconds=10)
+    topic = f"persistent://public/default/{prefix}-{uuid.uuid4().hex[:6]}"
+    return svc, client, topic, History(client, topic)
+
+
 def restart_and_check(svc, topic, history):
     """Restarts without the failpoint, sends more, lets the interrupted work finish, then
     checks the log against the lake, the history and the orphans."""
@@ -180,10 +188,7 @@ OFFLOAD_STEPS = [
 
 @pytest.mark.parametrize("failpoint", OFFLOAD_STEPS)
 def test_crash_in_offload_and_sealing(make_service, failpoint):
-    svc = start(make_service, failpoint)
-    client = pulsar.Client(svc.url, operation_timeout_seconds=10)
-    topic = f"persistent://public/default/fp-{uuid.uuid4().hex[:6]}"
-    history = History(client, topic)
+    svc, client, topic, history = begin(make_service, failpoint, "fp")
     # Seal and offload ledgers until the point fires (each pass offloads what is sealed).
     for _ in range(60):
         if not history.send(20) or svc.proc.poll() is not None:
@@ -203,10 +208,7 @@ RETENTION_STEPS = [
 
 @pytest.mark.parametrize("failpoint", RETENTION_STEPS)
 def test_crash_in_retention(make_service, failpoint):
-    svc = start(make_service, failpoint)
-    client = pulsar.Client(svc.url, operation_timeout_seconds=10)
-    topic = f"persistent://public/default/rt-{uuid.uuid4().hex[:6]}"
-    history = History(client, topic)
+    svc, client, topic, history = begin(make_service, failpoint, "rt")
     assert history.send(100)
     settle(svc, topic)
     # Everything older than 0 minutes and consumed (no subscription) expires.
@@ -241,10 +243,7 @@ def test_crash_in_retention(make_service, failpoint):
 
 @pytest.mark.parametrize("failpoint", ["history.before_commit", "history.after_commit"])
 def test_crash_in_snapshot_expiry(make_service, failpoint):
-    svc = start(make_service, failpoint)
-    client = pulsar.Client(svc.url, operation_timeout_seconds=10)
-    topic = f"persistent://public/default/hx-{uuid.uuid4().hex[:6]}"
-    history = History(client, topic)
+    svc, client, topic, history = begin(make_service, failpoint, "hx")
     assert history.send(20)
     offload_and_wait(svc, topic)
     with the_table(svc, topic).transaction() as tx:

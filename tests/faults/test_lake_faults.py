@@ -451,13 +451,18 @@ def test_s3_fault(kind, make_service, s3_server, proxy):
     finally:
         keep_log(svc, f"s3-{kind}")
         proxy.set_mode("pass")
-        if load is not None:
-            load.stop_event.set()
-            load.thread.join(timeout=10)
-        try:
-            client.close()
-        except Exception:  # already closed
-            pass
+        stop_load_and_client(load, client)
+
+
+def stop_load_and_client(load, client):
+    """The end of a test, also a failed one: the load thread stopped, the client closed."""
+    if load is not None:
+        load.stop_event.set()
+        load.thread.join(timeout=10)
+    try:
+        client.close()
+    except Exception:  # already closed
+        pass
 
 
 def check_pg_lake_and_stop(svc, client, topic, s3_server, uri, prefix, expected):
@@ -536,13 +541,7 @@ def test_catalog_down_mid_commit(how, down_seconds, sig, make_service, s3_server
         keep_log(svc, f"pg-{how}")
         if paused:
             postgres.resume()
-        if load is not None:
-            load.stop_event.set()
-            load.thread.join(timeout=10)
-        try:
-            client.close()
-        except Exception:  # already closed
-            pass
+        stop_load_and_client(load, client)
 
 
 PAUSE_LINE = re.compile(r"^(\S+)Z\s+WARN .*failpoint: pausing")
