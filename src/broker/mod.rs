@@ -41,6 +41,7 @@ pub mod error;
 pub mod limits;
 pub mod manage;
 pub(crate) mod measure;
+pub mod outbox;
 mod owner;
 mod rates;
 

@@ -526,7 +526,7 @@ impl Owner {
             }
         }
         for (_, p) in self.producers.drain() {
-            let _ = p.out.send(command::close_producer(p.producer_id)).await;
+            p.out.send_detached(command::close_producer(p.producer_id));
         }
         self.producers_changed();
         for (_, s) in self.subscriptions.drain() {
@@ -540,7 +540,7 @@ impl Owner {
     /// the subscriptions, their cursors saved.
     async fn unload(&mut self) {
         for (_, p) in self.producers.drain() {
-            let _ = p.out.send(command::close_producer(p.producer_id)).await;
+            p.out.send_detached(command::close_producer(p.producer_id));
         }
         self.producers_changed();
         for (_, s) in self.subscriptions.drain() {

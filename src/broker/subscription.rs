@@ -31,11 +31,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot};
 
 use super::backlog::{backlog, LakeWait, SubscriptionStats};
 use super::limits::UnackedGate;
 use super::measure::SubscriptionMeasures;
+use super::outbox::{any_drained, Outbox};
 use crate::metrics::meter::Meter;
 
 mod acks;
@@ -48,7 +50,7 @@ mod unacked;
 use super::{BrokerError, BrokerTopic};
 use crate::ledger::cursor::CursorState;
 use crate::ledger::{Entry, Position};
-use crate::protocol::command::{self, Outbound};
+use crate::protocol::command;
 use crate::protocol::frame::entry_message_count;
 use crate::protocol::proto::command_subscribe::SubType;
 use crate::replay::{EntryReader, ReplayError};
@@ -70,7 +72,7 @@ pub enum SubscriptionCommand {
         /// Priority level (lower first, for Failover).
         priority: i32,
         /// Where its MESSAGE frames go.
-        out: mpsc::Sender<Outbound>,
+        out: Outbox,
         /// Reply.
         reply: oneshot::Sender<Result<(), BrokerError>>,
     },
@@ -169,7 +171,9 @@ struct Consumer {
     key: ConsumerKey,
     name: String,
     priority: i32,
-    out: mpsc::Sender<Outbound>,
+    /// Its connection's queue. Invariant: MESSAGE frames go only through `try_deliver`, so
+    /// this task never waits on a client that does not read.
+    out: Outbox,
     permits: i64,
     /// Unacknowledged messages it holds (Shared and Key_Shared stop at the limit).
     gate: UnackedGate,
@@ -307,6 +311,8 @@ async fn run(
     loop {
         let waiting = st.dispatch().await;
         st.publish_cursor();
+        let stalled = st.stalled_outboxes();
+        let any_stalled = !stalled.is_empty();
         tokio::select! {
             cmd = rx.recv() => match cmd {
                 Some(SubscriptionCommand::Seek { to, reply }) => {
@@ -320,7 +326,7 @@ async fn run(
                 Some(SubscriptionCommand::Unload(done)) => {
                     st.topic.limits.release(st.consumers.len());
                     for c in st.consumers.drain(..) {
-                        let _ = c.out.send(command::close_consumer(c.key.1)).await;
+                        c.out.send_detached(command::close_consumer(c.key.1));
                     }
                     st.persist().await;
                     let _ = done.send(());
@@ -330,7 +336,7 @@ async fn run(
                     // Consumers still attached (a forced topic deletion) are told to go.
                     st.topic.limits.release(st.consumers.len());
                     for c in st.consumers.drain(..) {
-                        let _ = c.out.send(command::close_consumer(c.key.1)).await;
+                        c.out.send_detached(command::close_consumer(c.key.1));
                     }
                     if let Err(e) = st.topic.log.delete_cursor(&st.name).await {
                         tracing::error!(topic = %st.topic.name, subscription = %st.name,
@@ -341,7 +347,7 @@ async fn run(
                 }
                 Some(cmd) => {
                     if st.handle(cmd) {
-                        st.notify_active().await;
+                        st.notify_active();
                     }
                 }
                 None => break,
@@ -360,6 +366,7 @@ async fn run(
                     break;
                 }
             }
+            _ = any_drained(stalled), if any_stalled => {}
         }
     }
     st.topic.limits.release(st.consumers.len());
@@ -375,6 +382,16 @@ async fn sleep_until_retry(at: Option<tokio::time::Instant>) {
 }
 
 impl State {
+    /// The queues of consumers with permits that are skipped because their connection is
+    /// not writable.
+    fn stalled_outboxes(&self) -> Vec<Outbox> {
+        self.consumers
+            .iter()
+            .filter(|c| c.permits > 0 && !c.out.writable() && !c.out.is_closed())
+            .map(|c| c.out.clone())
+            .collect()
+    }
+
     /// Notes a failed read: the next read waits for the reader's backoff.
     fn read_failed(&mut self, e: &ReplayError) {
         if let ReplayError::Pending = e {
@@ -481,13 +498,11 @@ impl State {
     }
 
     /// Tells every consumer whether it is the active one (ACTIVE_CONSUMER_CHANGE).
-    async fn notify_active(&mut self) {
+    fn notify_active(&self) {
         for c in &self.consumers {
             let is_active = Some(c.key) == self.active;
-            let _ = c
-                .out
-                .send(command::active_consumer_change(c.key.1, is_active))
-                .await;
+            c.out
+                .send_detached(command::active_consumer_change(c.key.1, is_active));
         }
     }
 
@@ -615,13 +630,14 @@ impl State {
         self.active = None;
         self.topic.limits.release(self.consumers.len());
         for c in self.consumers.drain(..) {
-            let _ = c.out.send(command::close_consumer(c.key.1)).await;
+            c.out.send_detached(command::close_consumer(c.key.1));
         }
         self.persist().await;
         Ok(())
     }
 
-    /// Sends one entry to consumer `idx`; false if its connection is gone.
+    /// Sends one entry to consumer `idx` without waiting; false (and the entry requeued) if
+    /// its connection is not writable any more or gone.
     async fn deliver(&mut self, idx: usize, entry: Entry, hash: Option<u16>) -> bool {
         let pos = entry.position;
         let count = entry_message_count(&entry.payload);
@@ -631,10 +647,18 @@ impl State {
         let ack_set = self.partial.get(&pos).cloned().unwrap_or_default();
         let consumer = &mut self.consumers[idx];
         let msg = command::message(consumer.key.1, id, redeliveries, ack_set, entry.payload);
-        if consumer.out.send(msg).await.is_err() {
-            self.redeliver.insert(pos);
-            consumer.permits = 0;
-            return false;
+        match consumer.out.try_deliver(msg) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                // Another frame took the last room: the consumer waits for its writer.
+                self.redeliver.insert(pos);
+                return false;
+            }
+            Err(TrySendError::Closed(_)) => {
+                self.redeliver.insert(pos);
+                consumer.permits = 0;
+                return false;
+            }
         }
         consumer.permits -= i64::from(count);
         if self.topic.measures.settings.enabled {
@@ -687,12 +711,12 @@ impl State {
                 let active = self.active?;
                 self.consumers
                     .iter()
-                    .position(|c| c.key == active && c.permits > 0)
+                    .position(|c| c.key == active && c.permits > 0 && c.out.writable())
             }
             _ => self
                 .consumers
                 .first()
-                .and_then(|c| (c.permits > 0).then_some(0)),
+                .and_then(|c| (c.permits > 0 && c.out.writable()).then_some(0)),
         }
     }
 

@@ -23,7 +23,6 @@ use super::subscription::SubscriptionHandle;
 use super::BrokerError;
 use crate::ledger::{AppendError, Position, TopicLog};
 use crate::naming::TopicName;
-use crate::protocol::command::Outbound;
 use crate::protocol::inbound::StartAt;
 use crate::protocol::proto::command_subscribe::SubType;
 
@@ -77,7 +76,7 @@ pub(crate) struct ProducerSlot {
     /// Exclusive access mode.
     pub exclusive: bool,
     /// Its connection's outbound queue (for a broker-initiated CLOSE_PRODUCER).
-    pub out: mpsc::Sender<Outbound>,
+    pub out: crate::broker::outbox::Outbox,
 }
 
 /// The policies in force for one topic partition, as the broker resolved them (topic setting,

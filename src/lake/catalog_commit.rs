@@ -9,8 +9,10 @@
 //! - **SQL catalog** (SQLite, PostgreSQL): the requirements are checked against the loaded
 //!   metadata, the updates applied with iceberg's `TableMetadataBuilder`, the new metadata file
 //!   written, and the table's pointer swapped with one
-//!   `UPDATE … WHERE metadata_location = <the one we started from>`, exactly as the SQL
-//!   catalog's own `update_table` does.
+//!   `UPDATE … WHERE metadata_location = <the one we started from>`, as the SQL catalog's own
+//!   `update_table` does, but as one autocommit statement whose failure is reported (the SQL
+//!   catalog ignores the error of its COMMIT). iceberg's own transactions reach the same swap
+//!   through [`super::pinned`] ([`CatalogCommit::publish`]).
 //! - **REST catalog**: the REST protocol's own commit, `POST /v1/{prefix}/namespaces/{ns}/
 //!   tables/{table}` with the requirements and updates; the server checks and applies them.
 //!   Authentication follows the catalog properties: `token`, or `credential` exchanged at
@@ -20,12 +22,15 @@
 //! Invariant: a commit applies only if the table still is what the changes were built from
 //! (the SQL swap compares the metadata location, the REST server checks the requirements);
 //! otherwise nothing changes and [`CommitError::Conflict`] is returned, and the caller retries
-//! from a fresh load on its next pass.
+//! from a fresh load on its next pass. Any other error leaves the outcome unknown (the
+//! database may have applied the swap before the connection failed): the new metadata file
+//! is kept.
 
 use std::collections::BTreeMap;
 use std::str::FromStr;
 use std::time::Duration;
 
+use iceberg::spec::TableMetadata;
 use iceberg::table::Table;
 use iceberg::{MetadataLocation, TableIdent, TableRequirement, TableUpdate};
 use sqlx::postgres::PgPoolOptions;
@@ -149,12 +154,26 @@ impl CatalogCommit {
         let location = MetadataLocation::from_str(&old)?
             .with_next_version()
             .with_new_metadata(&new_metadata);
-        new_metadata.write_to(table.file_io(), &location).await?;
-        let result = self
-            .swap(table.identifier(), &old, &location.to_string())
-            .await;
-        if result.is_err() {
-            let _ = table.file_io().delete(location.to_string()).await;
+        self.publish(table, &new_metadata, &location).await
+    }
+
+    /// SQL catalogs: writes `metadata` at `location` and points the table at it if the
+    /// catalog still points at `base`'s metadata location. The new metadata file is deleted
+    /// only when the swap provably did not happen ([`CommitError::Conflict`]); after any
+    /// other failure the catalog may already point at it.
+    pub(super) async fn publish(
+        &self,
+        base: &Table,
+        metadata: &TableMetadata,
+        location: &MetadataLocation,
+    ) -> Result<(), CommitError> {
+        let conflict = || CommitError::Conflict(base.identifier().to_string());
+        let old = base.metadata_location().ok_or_else(conflict)?;
+        metadata.write_to(base.file_io(), location).await?;
+        let new = location.to_string();
+        let result = self.swap(base.identifier(), old, &new).await;
+        if matches!(result, Err(CommitError::Conflict(_))) {
+            let _ = base.file_io().delete(&new).await;
         }
         result
     }

@@ -11,10 +11,15 @@
 //! 4. One transaction: fast-append the files with snapshot properties (`ledgerlake.watermark`,
 //!    `ledgerlake.ranges` with this commit's exact entry ranges, `ledgerlake.attempt`), and set
 //!    the table property `ledgerlake.watermark`. The property survives snapshot expiry and
-//!    commits by outside engines (they keep table properties).
+//!    commits by outside engines (they keep table properties). The transaction commits to
+//!    exactly the version reloaded in step 3 or not at all ([`Lake::commit`]): the watermark it
+//!    sets is computed from that version.
 //!
 //! A crash before step 4 leaves only unreferenced files (deleted by [`super::orphans`]); a
-//! crash after it is found at step 1 of the next attempt. Per partition, ledgers are committed
+//! crash after it is found at step 1 of the next attempt. A commit that fails is cleaned up
+//! only when it provably did not apply (a conflict); when its outcome is unknown (the catalog
+//! database failed mid-commit) its files are left to the orphan sweep, which deletes them only
+//! if no snapshot references them. Per partition, ledgers are committed
 //! in id order, so "at or below the watermark" is exactly "committed".
 
 use std::collections::{BTreeMap, HashMap};
@@ -23,6 +28,7 @@ use std::sync::Arc;
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 
+use super::pinned::outcome_unknown;
 pub use super::write::{parquet_properties, LedgerSlice, Progress, WriteOptions, ROW_GROUP_BYTES};
 use super::{write, Lake, LakeError};
 use crate::ledger::LedgerId;
@@ -183,17 +189,13 @@ pub async fn write_and_commit(
             .set_snapshot_properties(summary)
             .apply(tx)?;
         crate::failpoint::pause("lake.before_catalog_commit", &ident.to_string()).await;
-        tx.commit(lake.catalog().as_ref()).await
+        lake.commit(tx, &fresh).await
     };
     let committed_table = match commit.await {
         Ok(t) => t,
         Err(e) => {
-            // The commit may or may not have landed (e.g. a timeout after the catalog wrote).
-            // Only delete the files if the table provably does not reference them.
-            if let Ok(Some(t)) = lake.load_table(&ident).await {
-                if read_watermark(&t).is_ok_and(|w| w == watermark) {
-                    delete_files(&t, &locations).await;
-                }
+            if !outcome_unknown(&e) {
+                delete_files(&fresh, &locations).await;
             }
             return Err(LakeError::iceberg(format!("committing to {ident}"))(e));
         }

@@ -445,7 +445,7 @@ pub(super) async fn expire_snapshot_ids(
         .expire_snapshot_ids(ids)
         .apply(tx)
         .map_err(iceberg_err("expiring snapshots"))?;
-    tx.commit(lake.catalog().as_ref())
+    lake.commit(tx, &table)
         .await
         .map_err(iceberg_err("committing snapshot expiry"))
 }

@@ -104,8 +104,8 @@ pub async fn expire_old_snapshots(
         .apply(tx)
         .map_err(LakeError::iceberg("expiring old snapshots"))?;
     crate::failpoint::hit("history.before_commit");
-    let table = tx
-        .commit(lake.catalog().as_ref())
+    let table = lake
+        .commit(tx, &table)
         .await
         .map_err(LakeError::iceberg("committing snapshot expiry"))?;
     crate::failpoint::hit("history.after_commit");

@@ -11,12 +11,16 @@
 //!   catalog I/O never run on the broker's async workers.
 //! - Local and S3 warehouses go through the same code path; only the storage factory and its
 //!   properties differ.
+//! - Every commit applies to the table version it was built from or not at all: iceberg
+//!   transactions commit through [`Lake::commit`] ([`pinned`]), our own changes through
+//!   [`catalog_commit`]; neither re-bases nor retries.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use iceberg::io::StorageFactory;
 use iceberg::table::Table;
+use iceberg::transaction::Transaction;
 use iceberg::{Catalog, CatalogBuilder, NamespaceIdent, TableCreation, TableIdent};
 use iceberg_catalog_rest::RestCatalogBuilder;
 use iceberg_catalog_sql::{SqlBindStyle, SqlCatalogBuilder};
@@ -34,6 +38,7 @@ pub mod history;
 pub mod inspect;
 pub mod naming;
 pub mod orphans;
+mod pinned;
 pub mod rows;
 pub mod schema;
 pub mod typed;
@@ -41,6 +46,7 @@ pub mod upload;
 mod write;
 
 pub use handle::LakeHandle;
+pub use pinned::outcome_unknown;
 
 /// Errors of lake operations, with the operation that failed.
 #[derive(Debug, thiserror::Error)]
@@ -331,6 +337,18 @@ impl Lake {
     /// Commits of changes we build ourselves (by [`expire`]).
     pub fn committer(&self) -> &catalog_commit::CatalogCommit {
         &self.committer
+    }
+
+    /// Commits `tx`, built on `base`, to exactly that version of the table: it applies only if
+    /// the catalog still points at `base`, and is never re-based on a newer version (see
+    /// [`pinned`]). On error, [`outcome_unknown`] tells whether the commit may have applied.
+    pub async fn commit(&self, tx: Transaction, base: &Table) -> Result<Table, iceberg::Error> {
+        tx.commit(&pinned::Pinned::new(
+            self.catalog.as_ref(),
+            &self.committer,
+            base.clone(),
+        ))
+        .await
     }
 
     /// The catalog.

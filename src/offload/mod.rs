@@ -695,8 +695,9 @@ impl Inner {
             let tx = update
                 .apply(tx)
                 .map_err(LakeError::iceberg("adding typed columns"))?;
-            let t = tx
-                .commit(self.lake.catalog().as_ref())
+            let t = self
+                .lake
+                .commit(tx, &table)
                 .await
                 .map_err(LakeError::iceberg("committing typed columns"))?;
             tracing::info!(topic = %base, columns = ?names, "lake table schema evolved");

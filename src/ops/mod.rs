@@ -195,6 +195,12 @@ impl Operations {
             ));
         }
         self.existing_namespace(&name.namespace).await?;
+        if !grow && self.log.topic_exists(&name.to_string()).await? {
+            // Pulsar's answer too: a non-partitioned topic of that name exists.
+            return Err(OpsError::Conflict(format!(
+                "This topic already exists: {name} is a non-partitioned topic"
+            )));
+        }
         let adding = n.saturating_sub(self.partitions(name).await?);
         self.broker
             .check_topic_quota(&name.namespace, adding)

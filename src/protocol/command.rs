@@ -134,12 +134,15 @@ fn request_id_of(c: &BaseCommand) -> Option<u64> {
 }
 
 /// A frame the broker sends.
+///
+/// The command is boxed: a `BaseCommand` holds every command kind inline (kilobytes), and
+/// every connection's queue allocates room for a block of frames up front.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outbound {
     /// A simple command.
-    Command(BaseCommand),
+    Command(Box<BaseCommand>),
     /// MESSAGE with the stored entry (checksum block included).
-    Message(BaseCommand, Bytes),
+    Message(Box<BaseCommand>, Bytes),
 }
 
 fn base(kind: Type) -> BaseCommand {
@@ -185,7 +188,7 @@ pub fn connected(server_version: &str, protocol_version: i32, max_message_size: 
         max_message_size: Some(max_message_size),
         feature_flags: None,
     });
-    Outbound::Command(c)
+    Outbound::Command(Box::new(c))
 }
 
 /// AUTH_CHALLENGE asking for fresh credentials of `method` (Pulsar's "PulsarAuthRefresh").
@@ -199,21 +202,21 @@ pub fn auth_challenge(server_version: &str, protocol_version: i32, method: &str)
         }),
         protocol_version: Some(protocol_version),
     });
-    Outbound::Command(c)
+    Outbound::Command(Box::new(c))
 }
 
 /// PING.
 pub fn ping() -> Outbound {
     let mut c = base(Type::Ping);
     c.ping = Some(proto::CommandPing {});
-    Outbound::Command(c)
+    Outbound::Command(Box::new(c))
 }
 
 /// PONG.
 pub fn pong() -> Outbound {
     let mut c = base(Type::Pong);
     c.pong = Some(proto::CommandPong {});
-    Outbound::Command(c)
+    Outbound::Command(Box::new(c))
 }
 
 /// SUCCESS.
@@ -223,7 +226,7 @@ pub fn success(request_id: u64) -> Outbound {
         request_id,
         schema: None,
     });
-    Outbound::Command(c)
+    Outbound::Command(Box::new(c))
 }
 
 /// ERROR.
@@ -234,7 +237,7 @@ pub fn error(request_id: u64, error: proto::ServerError, message: impl Into<Stri
         error: error as i32,
         message: message.into(),
     });
-    Outbound::Command(c)
+    Outbound::Command(Box::new(c))
 }
 
 /// PARTITIONED_METADATA_RESPONSE (success).
@@ -248,7 +251,7 @@ pub fn partitioned_metadata(request_id: u64, partitions: u32) -> Outbound {
         ),
         ..Default::default()
     });
-    Outbound::Command(c)
+    Outbound::Command(Box::new(c))
 }
 
 /// PARTITIONED_METADATA_RESPONSE (failure, inside the typed response as clients require).
@@ -267,7 +270,7 @@ pub fn partitioned_metadata_failed(
         message: Some(message.into()),
         ..Default::default()
     });
-    Outbound::Command(c)
+    Outbound::Command(Box::new(c))
 }
 
 /// LOOKUP_RESPONSE answering "connect to me".
@@ -282,7 +285,7 @@ pub fn lookup_connect(request_id: u64, broker_url: &str, broker_url_tls: Option<
         proxy_through_service_url: Some(false),
         ..Default::default()
     });
-    Outbound::Command(c)
+    Outbound::Command(Box::new(c))
 }
 
 /// LOOKUP_RESPONSE (failure).
@@ -299,7 +302,7 @@ pub fn lookup_failed(
         message: Some(message.into()),
         ..Default::default()
     });
-    Outbound::Command(c)
+    Outbound::Command(Box::new(c))
 }
 
 /// PRODUCER_SUCCESS.
@@ -318,7 +321,7 @@ pub fn producer_success(
         schema_version,
         ..Default::default()
     });
-    Outbound::Command(c)
+    Outbound::Command(Box::new(c))
 }
 
 /// SEND_RECEIPT.
@@ -330,7 +333,7 @@ pub fn send_receipt(producer_id: u64, sequence_id: u64, id: proto::MessageIdData
         message_id: Some(id),
         ..Default::default()
     });
-    Outbound::Command(c)
+    Outbound::Command(Box::new(c))
 }
 
 /// SEND_ERROR.
@@ -347,7 +350,7 @@ pub fn send_error(
         error: error as i32,
         message: message.into(),
     });
-    Outbound::Command(c)
+    Outbound::Command(Box::new(c))
 }
 
 /// MESSAGE carrying a stored entry; `ack_set` lists a partly acknowledged batch's remaining
@@ -367,7 +370,7 @@ pub fn message(
         ack_set,
         ..Default::default()
     });
-    Outbound::Message(c, entry)
+    Outbound::Message(Box::new(c), entry)
 }
 
 /// CLOSE_CONSUMER sent by the broker.
@@ -378,7 +381,7 @@ pub fn close_consumer(consumer_id: u64) -> Outbound {
         request_id: u64::MAX,
         ..Default::default()
     });
-    Outbound::Command(c)
+    Outbound::Command(Box::new(c))
 }
 
 /// CLOSE_PRODUCER sent by the broker (the topic is going away; the client reconnects).
@@ -389,7 +392,7 @@ pub fn close_producer(producer_id: u64) -> Outbound {
         request_id: u64::MAX,
         ..Default::default()
     });
-    Outbound::Command(c)
+    Outbound::Command(Box::new(c))
 }
 
 /// ACTIVE_CONSUMER_CHANGE (Failover subscriptions).
@@ -399,7 +402,7 @@ pub fn active_consumer_change(consumer_id: u64, is_active: bool) -> Outbound {
         consumer_id,
         is_active: Some(is_active),
     });
-    Outbound::Command(c)
+    Outbound::Command(Box::new(c))
 }
 
 /// GET_SCHEMA_RESPONSE: the schema, or an error code.
@@ -422,7 +425,7 @@ pub fn get_schema_response(
             ..Default::default()
         },
     });
-    Outbound::Command(c)
+    Outbound::Command(Box::new(c))
 }
 
 /// GET_LAST_MESSAGE_ID_RESPONSE.
@@ -437,5 +440,5 @@ pub fn last_message_id(
         request_id,
         consumer_mark_delete_position: mark_delete,
     });
-    Outbound::Command(c)
+    Outbound::Command(Box::new(c))
 }

@@ -563,10 +563,6 @@ def pause_starts(svc):
 KILL_OFFSETS = [0.0, 0.004, 0.008, 0.015, 0.03, 0.06]
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "open defect (session 16): in 1 of 4 full runs a kill inside the commit left the table's "
-    "watermark covering a ledger whose rows are in no snapshot (verify: gap, lake tier, the "
-    "whole ledger; the log still holds it). Not yet explained or fixed: see benches/RESULTS.md"))
 def test_catalog_killed_within_commit(make_service, s3_server, postgres):
     """PostgreSQL is killed (immediate shutdown, as a crash) at a sweep of instants right
     after the commit's pause ends, so that some kills land inside the commit's own catalog

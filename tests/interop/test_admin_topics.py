@@ -34,6 +34,9 @@ def test_topics_subscriptions_and_messages(fresh_service):
     svc.start()
     assert call(svc, "PUT", f"{NS}/adm")[0] == 204
     assert call(svc, "PUT", f"{NS}/adm")[0] == 409
+    # As Pulsar: a partitioned topic cannot take the name of a non-partitioned one.
+    assert call(svc, "PUT", f"{NS}/adm/partitions", {"partitions": 2})[0] == 409
+    assert call(svc, "GET", f"{NS}/adm/partitions") == (200, {"partitions": 0})
     assert "persistent://public/default/adm" in call(svc, "GET", NS)[1]
     assert call(svc, "GET", f"{NS}/adm/lastMessageId")[1]["entryId"] == -1
     client = pulsar.Client(svc.url, operation_timeout_seconds=30)

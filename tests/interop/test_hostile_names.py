@@ -19,7 +19,6 @@ import json
 import os
 import re
 import socket
-import struct
 import subprocess
 import sys
 import threading
@@ -27,6 +26,9 @@ import time
 import warnings
 
 import pulsar
+from rawpulsar import (ERROR, LOOKUP, LOOKUP_RESPONSE, PARTITIONED_METADATA,
+                       PARTITIONED_METADATA_RESPONSE, PRODUCER, SUBSCRIBE, RawPulsar,
+                       fb as _fb, fv as _fv)
 
 MARKER = "llesc"  # part of every traversal payload; no file or directory may be named after it
 TENANT_BODY = b'{"adminRoles":[],"allowedClusters":["standalone"]}'
@@ -189,115 +191,7 @@ def test_admin_api_raw_request_targets_get_client_errors(service):
 
 
 # ---------------------------------------------------------------------------------------------
-# The Pulsar binary protocol, hand-encoded (only what these requests need)
-
-CONNECT, CONNECTED, SUBSCRIBE, PRODUCER = 2, 3, 4, 5
-SUCCESS, ERROR, PRODUCER_SUCCESS, PING, PONG = 13, 14, 17, 18, 19
-PARTITIONED_METADATA, PARTITIONED_METADATA_RESPONSE, LOOKUP, LOOKUP_RESPONSE = 21, 22, 23, 24
-REQUEST_ID_FIELD = {SUCCESS: 1, ERROR: 1, PRODUCER_SUCCESS: 1,
-                    PARTITIONED_METADATA_RESPONSE: 2, LOOKUP_RESPONSE: 4}
-INVALID_TOPIC_NAME = 17  # ServerError
-
-
-def _varint(n):
-    out = bytearray()
-    while True:
-        b, n = n & 0x7F, n >> 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def _fv(num, value):
-    return _varint(num << 3) + _varint(value)
-
-
-def _fb(num, data):
-    return _varint(num << 3 | 2) + _varint(len(data)) + data
-
-
-def _read_varint(buf, i):
-    n = shift = 0
-    while True:
-        b = buf[i]
-        i += 1
-        n |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            return n, i
-
-
-def _parse(buf):
-    """A protobuf message as {field number: [values]} (varints as ints, the rest as bytes)."""
-    out, i = {}, 0
-    while i < len(buf):
-        key, i = _read_varint(buf, i)
-        num, wire = key >> 3, key & 7
-        if wire == 0:
-            value, i = _read_varint(buf, i)
-        elif wire == 2:
-            length, i = _read_varint(buf, i)
-            value, i = bytes(buf[i:i + length]), i + length
-        elif wire == 1:
-            value, i = bytes(buf[i:i + 8]), i + 8
-        elif wire == 5:
-            value, i = bytes(buf[i:i + 4]), i + 4
-        else:
-            raise ValueError(f"wire type {wire}")
-        out.setdefault(num, []).append(value)
-    return out
-
-
-class RawPulsar:
-    """One connection speaking the binary protocol by hand (CONNECT done)."""
-
-    def __init__(self, port):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=20)
-        self.send(CONNECT, _fb(1, b"hostile-names-test") + _fv(4, 15))
-        kind, _ = self.read()
-        assert kind == CONNECTED, kind
-
-    def send(self, kind, body):
-        cmd = _fv(1, kind) + _fb(kind, body)
-        self.sock.sendall(struct.pack(">II", len(cmd) + 4, len(cmd)) + cmd)
-
-    def _exact(self, n):
-        data = b""
-        while len(data) < n:
-            chunk = self.sock.recv(n - len(data))
-            if not chunk:
-                raise ConnectionError("closed by the server")
-            data += chunk
-        return data
-
-    def read(self):
-        (total,) = struct.unpack(">I", self._exact(4))
-        frame = self._exact(total)
-        (size,) = struct.unpack(">I", frame[:4])
-        cmd = _parse(frame[4:4 + size])
-        kind = cmd[1][0]
-        return kind, (_parse(cmd[kind][0]) if kind in cmd else {})
-
-    def request(self, kind, body, request_id):
-        """Sends one request; returns (response kind, fields) or ("closed", None)."""
-        try:
-            self.send(kind, body)
-            while True:
-                got, fields = self.read()
-                if got == PING:
-                    self.send(PONG, b"")
-                    continue
-                field = REQUEST_ID_FIELD.get(got)
-                if field and fields.get(field) == [request_id]:
-                    return got, fields
-        except socket.timeout:
-            return "timeout", None
-        except (ConnectionError, OSError):
-            return "closed", None
-
-    def close(self):
-        self.sock.close()
-
+# The Pulsar binary protocol, hand-encoded (`rawpulsar`)
 
 def _outcome(kind, fields):
     """'accepted', 'refused (…)' or 'closed' for one answer."""

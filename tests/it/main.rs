@@ -9,6 +9,7 @@ mod ledger_corruption;
 mod ledger_crash;
 mod offload;
 mod perf_cli;
+mod pinned_commit;
 mod pulsar_rs;
 mod replay;
 mod serve;

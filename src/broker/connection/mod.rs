@@ -22,10 +22,10 @@ use std::time::Instant;
 use futures::stream::FuturesUnordered;
 use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::mpsc;
 use tokio_util::codec::{FramedRead, FramedWrite};
 
 use super::error::server_error;
+use super::outbox::{message_bytes, outbox, Outbox};
 use super::{Broker, BrokerError, BrokerTopic};
 use crate::auth::{Action, Principal, Resource};
 use crate::naming::TopicName;
@@ -37,9 +37,6 @@ use crate::protocol::proto::ServerError;
 mod consume;
 mod lookup;
 mod produce;
-
-/// Outbound frames queued per connection before the dispatcher waits.
-const OUTBOUND_QUEUE: usize = 1024;
 
 /// A slow step of a command, run beside the read loop.
 type Deferred = Pin<Box<dyn Future<Output = Completion> + Send>>;
@@ -122,7 +119,7 @@ pub struct Connection {
     id: u64,
     /// The client's address (its host identifies its consumers for the subscribe rate).
     peer: SocketAddr,
-    out: mpsc::Sender<Outbound>,
+    out: Outbox,
     producers: HashMap<u64, produce::ProducerState>,
     consumers: HashMap<u64, consume::ConsumerState>,
     /// Producer and consumer ids whose PRODUCER / SUBSCRIBE is still deferred. Invariant: at
@@ -157,14 +154,16 @@ impl Connection {
         let max = broker.config.max_message_size.as_u64() as usize;
         let (read, write) = tokio::io::split(stream);
         let mut frames = FramedRead::new(read, PulsarCodec::new(max));
-        let (out, mut out_rx) = mpsc::channel::<Outbound>(OUTBOUND_QUEUE);
+        let (out, mut out_rx) = outbox();
         let writer = tokio::spawn(async move {
             let mut sink = FramedWrite::new(write, PulsarCodec::new(max));
-            while let Some(first) = out_rx.recv().await {
+            while let Some(first) = out_rx.rx.recv().await {
+                let mut bytes = message_bytes(&first);
                 if sink.feed(first).await.is_err() {
                     return;
                 }
-                while let Ok(more) = out_rx.try_recv() {
+                while let Ok(more) = out_rx.rx.try_recv() {
+                    bytes += message_bytes(&more);
                     if sink.feed(more).await.is_err() {
                         return;
                     }
@@ -172,6 +171,7 @@ impl Connection {
                 if sink.flush().await.is_err() {
                     return;
                 }
+                out_rx.written(bytes);
             }
             // Every sender is gone: end the stream (a TLS close_notify, a TCP FIN).
             let _ = sink.close().await;

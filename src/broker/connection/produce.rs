@@ -272,7 +272,7 @@ impl Connection {
 /// goes.
 async fn receipts(
     mut rx: mpsc::Receiver<ReceiptItem>,
-    out: mpsc::Sender<command::Outbound>,
+    out: crate::broker::outbox::Outbox,
     producer_id: u64,
     partition: i32,
 ) {

@@ -97,7 +97,7 @@ impl Owner {
         tracing::warn!(topic = %self.topic.name, ?policy, producers = self.producers.len(),
             "backlog quota exceeded ({why}); producers are closed and refused until it drains");
         for (_, p) in self.producers.drain() {
-            let _ = p.out.send(command::close_producer(p.producer_id)).await;
+            p.out.send_detached(command::close_producer(p.producer_id));
         }
     }
 

@@ -6,9 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
-
 use super::{spawn, test_log, Dedup, OwnerSetup};
+use crate::broker::outbox::{outbox, OutboxReceiver};
 use crate::broker::topic::{ProducerSlot, Published, TopicPolicies};
 use crate::broker::{BrokerError, BrokerTopic};
 use crate::ledger::{Log, Position};
@@ -80,8 +79,8 @@ fn position(p: Published) -> Result<Position, String> {
     }
 }
 
-fn slot(producer_id: u64, exclusive: bool) -> (ProducerSlot, mpsc::Receiver<Outbound>) {
-    let (out, rx) = mpsc::channel(16);
+fn slot(producer_id: u64, exclusive: bool) -> (ProducerSlot, OutboxReceiver) {
+    let (out, rx) = outbox();
     let slot = ProducerSlot {
         conn: 1,
         producer_id,

@@ -10,9 +10,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
-
 use super::{spawn, SubscriptionCommand, SubscriptionHandle};
+use crate::broker::outbox::{outbox, OutboxReceiver};
 use crate::broker::owner::{self, Dedup, OwnerSetup};
 use crate::broker::{BrokerError, BrokerTopic, TopicPolicies};
 use crate::ledger::cursor::CursorState;
@@ -118,7 +117,7 @@ impl Harness {
 #[derive(Debug)]
 struct TestConsumer {
     id: u64,
-    frames: mpsc::Receiver<Outbound>,
+    frames: OutboxReceiver,
 }
 
 impl TestConsumer {
@@ -174,7 +173,7 @@ async fn join(
     name: &str,
     permits: u32,
 ) -> Result<TestConsumer, BrokerError> {
-    let (out, frames) = mpsc::channel(1024);
+    let (out, frames) = outbox();
     let joined = sub
         .ask(|reply| SubscriptionCommand::AddConsumer {
             key: (1, id),
@@ -446,7 +445,7 @@ async fn a_consumer_nobody_waits_for_is_detached() -> TestResult {
     // The connection that asked closed before the answer: its oneshot is gone.
     let (reply, gone) = tokio::sync::oneshot::channel();
     drop(gone);
-    let (out, _frames) = mpsc::channel(16);
+    let (out, _frames) = outbox();
     let _ = sub.tx.send(SubscriptionCommand::AddConsumer {
         key: (1, 9),
         sub_type: SubType::Exclusive,

@@ -39,10 +39,12 @@ impl State {
         }
     }
 
-    /// Whether consumer `idx` may be sent another entry under the unacked limits.
+    /// Whether consumer `idx` may be sent another entry: under the unacked limits, and its
+    /// connection writable (a client that does not read is skipped, not waited for).
     pub(super) fn may_receive(&self, idx: usize) -> bool {
         let (per_consumer, per_sub) = self.unacked_limits();
-        !self.gate.blocked(per_sub) && !self.consumers[idx].gate.blocked(per_consumer)
+        let c = &self.consumers[idx];
+        !self.gate.blocked(per_sub) && !c.gate.blocked(per_consumer) && c.out.writable()
     }
 
     /// Permits of the consumers that may be sent to now (the read budget).
