@@ -14,10 +14,14 @@
 //!   [`Outbox::try_deliver`], subtracted by the connection's writer ([`Outbox::written`]), both
 //!   with [`message_bytes`].
 //! - A connection holds at most [`HIGH_WATER`] bytes of messages plus one message, whatever
-//!   its permits.
+//!   its permits, and at most [`OVERFLOW_LIMIT`] control frames its queue had no room for.
+//! - Frames queued through one [`Outbox`] leave in the order they were given to it, except
+//!   that [`Outbox::send`] (a connection's own replies) may pass control frames waiting in the
+//!   overflow.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::mpsc::error::{SendError, TrySendError};
 use tokio::sync::{mpsc, Notify};
@@ -31,10 +35,23 @@ pub const QUEUE_FRAMES: usize = 1024;
 /// high-water mark is 64 KiB; a larger mark keeps batches of large messages flowing).
 pub const HIGH_WATER: usize = 1 << 20;
 
+/// Frames [`Outbox::send_detached`] keeps for a connection that does not read, at most.
+const OVERFLOW_LIMIT: usize = 256;
+
 #[derive(Debug, Default)]
 struct Shared {
     queued: AtomicUsize,
     drained: Notify,
+    /// Frames `send_detached` could not queue at once, in order; one task moves them into the
+    /// queue. Invariant: while it is not empty that task runs, and no MESSAGE is queued (none
+    /// overtakes them).
+    overflow: Mutex<VecDeque<Outbound>>,
+}
+
+impl Shared {
+    fn overflow(&self) -> MutexGuard<'_, VecDeque<Outbound>> {
+        self.overflow.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// The sending side of one connection's outbound queue.
@@ -78,33 +95,58 @@ impl Outbox {
     /// Queues `o`, waiting while the queue is full (commands and receipts: their senders are
     /// paced by the client's own requests).
     pub async fn send(&self, o: Outbound) -> Result<(), SendError<Outbound>> {
-        self.tx.send(o).await
+        let bytes = message_bytes(&o);
+        self.shared.queued.fetch_add(bytes, Ordering::AcqRel);
+        self.tx.send(o).await.inspect_err(|_| {
+            self.shared.queued.fetch_sub(bytes, Ordering::AcqRel);
+        })
     }
 
-    /// Queues `o` without making the caller wait: when the queue is full, a task sends it once
-    /// there is room (a dispatcher's CLOSE_CONSUMER must not wait on a client that does not
-    /// read, nor be lost for one that reads slowly).
+    /// Queues `o` without making the caller wait: when the queue is full it joins the
+    /// connection's overflow, which one task moves into the queue in order (a dispatcher's
+    /// CLOSE_CONSUMER or ACTIVE_CONSUMER_CHANGE must not wait on a client that does not read,
+    /// nor be lost or reordered for one that reads slowly). A connection whose overflow already
+    /// holds [`OVERFLOW_LIMIT`] frames has not read for that long: `o` is dropped.
     pub fn send_detached(&self, o: Outbound) {
+        let mut overflow = self.shared.overflow();
+        if !overflow.is_empty() {
+            if overflow.len() < OVERFLOW_LIMIT {
+                overflow.push_back(o);
+            } else {
+                tracing::debug!("a connection that does not read: a control frame dropped");
+            }
+            return;
+        }
+        let bytes = message_bytes(&o);
+        self.shared.queued.fetch_add(bytes, Ordering::AcqRel);
         match self.tx.try_send(o) {
-            Ok(()) | Err(TrySendError::Closed(_)) => {}
+            Ok(()) => {}
+            Err(TrySendError::Closed(_)) => {
+                self.shared.queued.fetch_sub(bytes, Ordering::AcqRel);
+            }
             Err(TrySendError::Full(o)) => {
-                let tx = self.tx.clone();
-                tokio::spawn(async move {
-                    let _ = tx.send(o).await;
-                });
+                self.shared.queued.fetch_sub(bytes, Ordering::AcqRel);
+                overflow.push_back(o);
+                tokio::spawn(drain_overflow(self.tx.clone(), self.shared.clone()));
             }
         }
     }
 
     /// Whether a dispatcher may send a MESSAGE now.
     pub fn writable(&self) -> bool {
-        self.shared.queued.load(Ordering::Acquire) < HIGH_WATER && self.tx.capacity() > 0
+        self.shared.queued.load(Ordering::Acquire) < HIGH_WATER
+            && self.tx.capacity() > 0
+            && self.shared.overflow().is_empty()
     }
 
     /// Queues a MESSAGE without waiting: `Full` when the connection is not writable (the
     /// message is handed back), `Closed` when the connection is gone.
     pub fn try_deliver(&self, o: Outbound) -> Result<(), TrySendError<Outbound>> {
-        if self.shared.queued.load(Ordering::Acquire) >= HIGH_WATER {
+        if self.tx.is_closed() {
+            return Err(TrySendError::Closed(o));
+        }
+        let overflow = self.shared.overflow();
+        if !overflow.is_empty() || self.shared.queued.load(Ordering::Acquire) >= HIGH_WATER {
             return Err(TrySendError::Full(o));
         }
         let bytes = message_bytes(&o);
@@ -124,6 +166,26 @@ impl Outbox {
     /// Whether the connection is gone.
     pub fn is_closed(&self) -> bool {
         self.tx.is_closed()
+    }
+}
+
+/// Moves a connection's overflow into its queue, in order, as room appears; ends when the
+/// overflow is empty or the connection gone.
+async fn drain_overflow(tx: mpsc::Sender<Outbound>, shared: Arc<Shared>) {
+    loop {
+        let Ok(permit) = tx.reserve().await else {
+            shared.overflow().clear();
+            return;
+        };
+        let mut overflow = shared.overflow();
+        let Some(o) = overflow.pop_front() else {
+            return;
+        };
+        shared.queued.fetch_add(message_bytes(&o), Ordering::AcqRel);
+        permit.send(o);
+        if overflow.is_empty() {
+            return;
+        }
     }
 }
 
@@ -186,6 +248,29 @@ mod tests {
             frame <= 64,
             "{frame} bytes a frame (a command is {command})"
         );
+    }
+
+    #[tokio::test]
+    async fn control_frames_wait_in_order_and_messages_do_not_pass_them() {
+        let (out, mut rx) = outbox();
+        while out.try_deliver(message(10)).is_ok() {}
+        for id in 1..=3 {
+            out.send_detached(command::close_consumer(id));
+        }
+        assert!(!out.writable());
+        assert!(matches!(
+            out.try_deliver(message(10)),
+            Err(TrySendError::Full(_))
+        ));
+        let mut closes = Vec::new();
+        while closes.len() < 3 {
+            match rx.recv().await.expect("a frame") {
+                Outbound::Message(..) => assert!(closes.is_empty(), "a message after a close"),
+                Outbound::Command(c) => closes.push(c.close_consumer.map(|c| c.consumer_id)),
+            }
+        }
+        assert_eq!(closes, vec![Some(1), Some(2), Some(3)]);
+        assert!(out.writable());
     }
 
     #[tokio::test]

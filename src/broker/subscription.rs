@@ -750,19 +750,32 @@ impl State {
                     redeliver = self.redeliver.len(), "caught up");
                 return true;
             }
+            // Exclusive and Failover deliver in order: once one entry of the read is put back
+            // (the consumer's connection stopped being writable meanwhile, say), so is the rest
+            // of it, or a later entry could overtake it (and a cumulative ack of that one
+            // would drop it).
+            let ordered = self.sub_type != SubType::Shared;
+            let mut held = false;
             for entry in entries {
                 if self.acked.contains(&entry.position) {
                     // Acknowledged before a restart: never deliver it again.
                     continue;
                 }
+                if held {
+                    self.redeliver.insert(entry.position);
+                    continue;
+                }
                 let Some(idx) = self.pick_consumer().filter(|_| !self.backing_off()) else {
                     // No permits left, or a dispatch rate is in debt: put it back for later.
                     self.redeliver.insert(entry.position);
+                    held = ordered;
                     continue;
                 };
-                // A failed send (connection gone) requeues the entry; the connection removes
-                // the consumer.
-                self.deliver(idx, entry, None).await;
+                // A failed send (connection not writable, or gone) requeues the entry; the
+                // connection removes a consumer that is gone.
+                if !self.deliver(idx, entry, None).await {
+                    held = ordered;
+                }
             }
         }
     }

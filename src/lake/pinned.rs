@@ -18,13 +18,17 @@
 //! - `update_table` checks the requirements against the pinned version, writes the new
 //!   metadata, and swaps the catalog's pointer only if it still is the pinned version's
 //!   ([`CatalogCommit::publish`]: one autocommit compare-and-set whose failure is reported);
-//!   on a REST catalog the server checks the requirements ([`CatalogCommit::commit`]);
+//!   on a REST catalog the server checks the requirements the actions built against the
+//!   pinned version ([`CatalogCommit::commit`]): the table's uuid, and for appends and
+//!   snapshot expiry its branch head (a change of properties alone by another writer is not
+//!   detected there);
 //! - nothing is retried here: the caller reloads and starts again on its next pass.
 //!
 //! Invariant: `update_table` returns `Ok` only when the catalog acknowledged the new version.
-//! Its errors are [`ErrorKind::CatalogCommitConflicts`] when the commit provably did not
-//! apply, and [`ErrorKind::Unexpected`] when its outcome is unknown ([`outcome_unknown`]): the
-//! catalog may point at the new version, so nothing it references may be deleted.
+//! Its errors are [`ErrorKind::CatalogCommitConflicts`] only when the commit provably did not
+//! apply; any other error counts as of unknown outcome ([`outcome_unknown`]: the catalog may
+//! point at the new version, so nothing it references may be deleted). Errors are never
+//! retryable.
 
 use std::str::FromStr;
 
@@ -99,11 +103,10 @@ pub fn outcome_unknown(e: &Error) -> bool {
     e.kind() != ErrorKind::CatalogCommitConflicts
 }
 
+/// An error from building the new version (nothing was written): a failed requirement is a
+/// conflict; any other error keeps its kind. Never retryable here.
 fn not_applied(table: &TableIdent, e: Error) -> Error {
-    Error::new(
-        ErrorKind::CatalogCommitConflicts,
-        format!("commit to {table} not applied: {e}"),
-    )
+    Error::new(e.kind(), format!("commit to {table} not applied: {e}"))
 }
 
 fn commit_error(e: CommitError) -> Error {

@@ -6,7 +6,8 @@ well-behaved producer and consumer (the official client) keep working:
 2. producers that never read their receipts (raw connections that SEND until the service stops
    reading them);
 3. consumers that grant permits and never read (on their own subscriptions and beside the good
-   consumer on its Shared subscription), and consumers that never grant permits;
+   consumer on its Shared subscription), consumers that never grant permits, and one that reads
+   slowly (its messages must arrive complete and in order);
 4. oversized SENDs, malformed batches, a frame larger than any allowed, and garbage bytes.
 
 Each must cost its own connection at most: the good producer's every send is acknowledged, the
@@ -15,6 +16,7 @@ reported and held under a generous bound), and `verify --deep` finds the lake an
 after an offload. Latency is reported (p99 of the good producer in each phase), not asserted.
 """
 import os
+import resource
 import socket
 import struct
 import threading
@@ -24,9 +26,9 @@ import uuid
 import pulsar
 
 from conftest import eventually, verify_clean
-from rawpulsar import (CONNECT, EXCLUSIVE, FLOW, PRODUCER, SEND, SEND_ERROR, SEND_RECEIPT,
-                       SHARED, SUBSCRIBE, RawPulsar, connect_body, fb, frame, fv, message,
-                       send_frame)
+from rawpulsar import (CONNECT, EXCLUSIVE, FLOW, MESSAGE, PING, PONG, PRODUCER, SEND,
+                       SEND_ERROR, SEND_RECEIPT, SHARED, SUBSCRIBE, RawPulsar, connect_body, fb,
+                       frame, fv, message, parse, send_frame)
 from test_lake_faults import ENV, figures, keep_log, offload_everything
 
 CONNECTIONS = 10_000
@@ -155,7 +157,49 @@ def subscribe_raw(svc, topic, subscription, sub_type, consumer_id, permits):
     return conn
 
 
+class SlowReader:
+    """A raw Exclusive consumer that reads, slowly (its connection keeps going unwritable and
+    writable again), and notes the id of every message in arrival order."""
+
+    def __init__(self, svc, topic, subscription, expect):
+        self.conn = subscribe_raw(svc, topic, subscription, EXCLUSIVE, 1, 1_000_000)
+        self.expect, self.ids, self.error = expect, [], None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        try:
+            while len(self.ids) < self.expect:
+                kind, fields = self.conn.read()
+                if kind == PING:
+                    self.conn.send(PONG, b"")
+                elif kind == MESSAGE:
+                    mid = parse(fields[2][0])
+                    self.ids.append((mid[1][0], mid[2][0]))
+                    if len(self.ids) % 20 == 0:
+                        time.sleep(0.01)
+        except Exception as e:  # reported by the test
+            self.error = e
+
+    def check(self):
+        self.thread.join(timeout=120)
+        assert self.error is None and len(self.ids) == self.expect, \
+            f"{len(self.ids)} of {self.expect} received, then {self.error!r}"
+        assert self.ids == sorted(set(self.ids)), "an Exclusive consumer got messages out of order"
+        self.conn.close()
+
+
+def enough_descriptors(n):
+    """Raises this process's open-file limit (which the service inherits) to hold `n`."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < n:
+        assert hard == resource.RLIM_INFINITY or hard >= n, \
+            f"the open-file limit ({hard}) cannot hold {n} connections"
+        resource.setrlimit(resource.RLIMIT_NOFILE, (n, hard))
+
+
 def test_hostile_pulsar_clients(make_service):
+    enough_descriptors(CONNECTIONS + 2_000)
     svc = make_service(dict(ENV, LEDGERLAKE_LEDGER__ROLLOVER_ENTRIES="500"))
     svc.start()
     client = pulsar.Client(svc.url, operation_timeout_seconds=60,
@@ -164,6 +208,7 @@ def test_hostile_pulsar_clients(make_service):
     good = f"persistent://public/default/flood-good-{suffix}"
     big = f"persistent://public/default/flood-big-{suffix}"
     bad = f"persistent://public/default/flood-bad-{suffix}"
+    unread = f"persistent://public/default/flood-unread-{suffix}"
     producer = client.create_producer(good, batching_enabled=False, send_timeout_millis=0,
                                       block_if_queue_full=True, max_pending_messages=2000)
     receiver = Receiver(client.subscribe(good, "good", consumer_type=pulsar.ConsumerType.Shared))
@@ -195,11 +240,12 @@ def test_hostile_pulsar_clients(make_service):
         measure("10k_connections")
         close_all(floods)
 
-        # 2. Producers that never read their receipts, on the good topic.
+        # 2. Producers that never read their receipts (on a topic of their own: the good
+        # consumer is not made to read the ~90,000 messages each writes before it is stopped).
         blasted = []
         for pid in range(1, UNREAD_PRODUCERS + 1):
             conn = RawPulsar(svc.pulsar_port, rcvbuf=4096)
-            got = conn.request(PRODUCER, fb(1, good) + fv(2, pid) + fv(3, pid), pid)
+            got = conn.request(PRODUCER, fb(1, unread) + fv(2, pid) + fv(3, pid), pid)
             assert got[0] == 17, got  # PRODUCER_SUCCESS
             name = got[1][2][0]
             frames = (send_frame(pid, seq, message(name, seq, b"r" * 1024))
@@ -216,6 +262,7 @@ def test_hostile_pulsar_clients(make_service):
         stuck += [subscribe_raw(svc, big, "work", SHARED, 100 + i, 1_000_000)
                   for i in range(STUCK_SHARED)]
         stuck += [subscribe_raw(svc, big, "work", SHARED, 200 + i, 0) for i in range(4)]
+        slow = SlowReader(svc, big, "slow", BIG_COUNT)
         big_producer = client.create_producer(big, batching_enabled=False,
                                               block_if_queue_full=True)
         body = os.urandom(BIG)
@@ -231,8 +278,10 @@ def test_hostile_pulsar_clients(make_service):
         while_stuck = len(shared.got)
         for conn in stuck:
             conn.close()
-        eventually(lambda: at_least(set(shared.got), BIG_COUNT), timeout=120, interval=0.5)
-        assert len(set(shared.got)) == BIG_COUNT, len(set(shared.got))
+        eventually(lambda: at_least(shared.got, BIG_COUNT), timeout=120, interval=0.5)
+        assert sorted(shared.got) == sorted(set(shared.got)) and len(shared.got) == BIG_COUNT, \
+            f"{len(shared.got)} received, {len(set(shared.got))} distinct, of {BIG_COUNT}"
+        slow.check()
         shared.close()
 
         # 4. Oversized SENDs, malformed batches, an impossible frame, garbage.
@@ -278,9 +327,11 @@ def test_hostile_pulsar_clients(make_service):
         measure("after", n=500, with_rss=False)
 
         # Everything the good producer sent, exactly once, at the good consumer.
-        eventually(lambda: at_least(receiver.got, len(sent)), timeout=120, interval=0.5)
-        mine = [m for m in receiver.got if m in set(sent)]
-        assert sorted(mine) == sorted(sent), "the good consumer lost or duplicated messages"
+        def all_sent_received():
+            missing = set(sent) - set(receiver.got)
+            assert not missing, f"{len(missing)} of {len(sent)} not received yet"
+        eventually(all_sent_received, timeout=300, interval=0.5)
+        assert sorted(receiver.got) == sorted(sent), "the good consumer got duplicates or more"
         _, peak = rss_mib(svc)
         figures("pulsar-floods", connections=CONNECTIONS, p99_ms=p99s, phase_seconds=seconds,
                 rss_mib={k: [round(x) for x in v] for k, v in rss.items()},

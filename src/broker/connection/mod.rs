@@ -110,6 +110,9 @@ fn finish_opening(map: &mut HashMap<u64, Opening>, id: u64, request_id: u64) -> 
     }
 }
 
+/// Frames the writer writes before it flushes and settles the queue's count.
+const WRITE_BATCH: usize = 64;
+
 /// The longest a closing connection waits for its last frames to be written.
 const WRITER_DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -162,7 +165,12 @@ impl Connection {
                 if sink.feed(first).await.is_err() {
                     return;
                 }
-                while let Ok(more) = out_rx.rx.try_recv() {
+                // Settle in bounded batches: a queue that keeps filling must not keep the
+                // connection unwritable for its consumers.
+                for _ in 1..WRITE_BATCH {
+                    let Ok(more) = out_rx.rx.try_recv() else {
+                        break;
+                    };
                     bytes += message_bytes(&more);
                     if sink.feed(more).await.is_err() {
                         return;

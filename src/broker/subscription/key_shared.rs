@@ -71,7 +71,12 @@ impl State {
                 match self.key_target(h) {
                     Some(idx) => {
                         self.redeliver.remove(&p);
-                        progressed |= self.deliver(idx, entry, Some(h)).await;
+                        // Not sent (requeued): the key's later entries wait behind it.
+                        if self.deliver(idx, entry, Some(h)).await {
+                            progressed = true;
+                        } else {
+                            blocked.insert(h);
+                        }
                     }
                     None => {
                         blocked.insert(h);
@@ -114,7 +119,11 @@ impl State {
                 let h = key_hash(&entry);
                 match (blocked.contains(&h), self.key_target(h)) {
                     (false, Some(idx)) if !self.backing_off() => {
-                        progressed |= self.deliver(idx, entry, Some(h)).await;
+                        if self.deliver(idx, entry, Some(h)).await {
+                            progressed = true;
+                        } else {
+                            blocked.insert(h);
+                        }
                     }
                     // A dispatch rate is in debt: it waits, and so does the rest of the read.
                     (false, Some(_)) => {
