@@ -35,12 +35,14 @@
 //!   recovery, cursors, metadata store seam).
 //! - [`protocol`]: the Pulsar binary protocol (generated types, framing, typed commands).
 //! - [`broker`]: the Pulsar-protocol broker (topic slots, one owner task per loaded topic
-//!   partition, connections with one handler per command, subscriptions, deduplication, the
+//!   partition, connections with one handler per command and a bounded outbound queue whose
+//!   writability dispatchers respect ([`broker::outbox`]), subscriptions, deduplication, the
 //!   `ServerError` mapping).
 //! - [`replay`]: the one reader of positions: entries from the local log or the lake, for
 //!   subscriptions, the deduplication fold and the SQL tail.
 //! - [`lake`]: Iceberg tables of topics: catalog, storage, layout, rows, the exactly-once commit
-//!   protocol, orphan cleanup and the lake runtime hop ([`lake::LakeHandle`]).
+//!   protocol (every commit pinned to the table version it was built on, [`lake::Lake::commit`]),
+//!   orphan cleanup and the lake runtime hop ([`lake::LakeHandle`]).
 //! - [`offload`]: the engine that moves sealed ledgers into the lake by namespace policy.
 //! - [`policies`]: namespace and topic policies (stored, cached, with configured defaults).
 //! - [`tenancy`]: tenants, namespaces, clusters and permissions (stored, cached), and the

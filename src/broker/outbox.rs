@@ -10,9 +10,9 @@
 //! waits for [`Outbox::drained`] instead, and serves other consumers meanwhile.
 //!
 //! Invariants:
-//! - `queued` counts the payload bytes of MESSAGE frames queued and not yet written: added by
-//!   [`Outbox::try_deliver`], subtracted by the connection's writer ([`Outbox::written`]), both
-//!   with [`message_bytes`].
+//! - `queued` counts the payload bytes of MESSAGE frames queued and not yet written: added when
+//!   a frame is queued, subtracted by the connection's writer ([`OutboxReceiver::written`]),
+//!   both with [`message_bytes`].
 //! - A connection holds at most [`HIGH_WATER`] bytes of messages plus one message, whatever
 //!   its permits, and at most [`OVERFLOW_LIMIT`] control frames its queue had no room for.
 //! - Frames queued through one [`Outbox`] leave in the order they were given to it, except
@@ -36,7 +36,7 @@ pub const QUEUE_FRAMES: usize = 1024;
 pub const HIGH_WATER: usize = 1 << 20;
 
 /// Frames [`Outbox::send_detached`] keeps for a connection that does not read, at most.
-const OVERFLOW_LIMIT: usize = 256;
+pub const OVERFLOW_LIMIT: usize = 256;
 
 #[derive(Debug, Default)]
 struct Shared {

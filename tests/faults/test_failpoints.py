@@ -20,7 +20,7 @@ import pulsar
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
-from conftest import eventually, verify_clean
+from conftest import close_quietly, eventually, verify_clean
 from lake import http, offload_and_wait, stats, topic_path
 
 NS = "admin/v2/namespaces/public/default"
@@ -164,7 +164,7 @@ def restart_and_check(svc, topic, history):
     verify_clean(svc, topic)
     history.check(client)
     assert_no_orphans(svc, topic)
-    client.close()
+    close_quietly(client)
 
 
 def start(make_service, failpoint, extra=None):
@@ -194,7 +194,7 @@ def test_crash_in_offload_and_sealing(make_service, failpoint):
         if not history.send(20) or svc.proc.poll() is not None:
             break
     wait_exit(svc, failpoint)
-    client.close()
+    close_quietly(client)
 
     restart_and_check(svc, topic, history)
 
@@ -215,7 +215,7 @@ def test_crash_in_retention(make_service, failpoint):
     assert http("POST", f"{svc.http}/{NS}/retention",
                 '{"retentionTimeInMinutes": 0, "retentionSizeInMB": -1}')[0] == 204
     wait_exit(svc, failpoint)
-    client.close()
+    close_quietly(client)
 
     restart_clean(svc)
     client = pulsar.Client(svc.url, operation_timeout_seconds=30)
@@ -238,7 +238,7 @@ def test_crash_in_retention(make_service, failpoint):
     got = history.check(client, expired_prefix=True)
     assert len(got) < len(history.acked), "retention removed nothing"
     assert_no_orphans(svc, topic)
-    client.close()
+    close_quietly(client)
 
 
 @pytest.mark.parametrize("failpoint", ["history.before_commit", "history.after_commit"])
@@ -258,7 +258,7 @@ def test_crash_in_snapshot_expiry(make_service, failpoint):
         except OSError:
             break
     wait_exit(svc, failpoint)
-    client.close()
+    close_quietly(client)
 
     restart_and_check(svc, topic, history)
     assert len(the_table(svc, topic).metadata.snapshots) < 9
@@ -275,7 +275,7 @@ def test_crash_during_recovery(make_service, failpoint):
     for h in histories:
         assert h.send(50)  # two sealed ledgers and an open one with 10 entries
     svc.stop(signal.SIGKILL)
-    client.close()
+    close_quietly(client)
 
     svc.env["LL_FAILPOINTS"] = failpoint
     with pytest.raises(RuntimeError, match="did not become ready"):
@@ -291,7 +291,7 @@ def test_crash_during_recovery(make_service, failpoint):
     verify_clean(svc, *topics)
     for h in histories:
         h.check(client)
-    client.close()
+    close_quietly(client)
 
 
 def health(svc, what):
@@ -334,7 +334,7 @@ def test_failed_fdatasync_stops_acknowledging_and_restart_recovers(make_service)
     assert {p for p, r in results.items() if r == pulsar.Result.Ok} == acked, \
         "an append was acknowledged after the journal failed"
     svc.stop(signal.SIGKILL)
-    client.close()
+    close_quietly(client)
 
     restart_clean(svc)
     assert health(svc, "live") == 200
@@ -344,4 +344,4 @@ def test_failed_fdatasync_stops_acknowledging_and_restart_recovers(make_service)
     settle(svc, topic)
     verify_clean(svc, topic)
     history.check(client)
-    client.close()
+    close_quietly(client)
