@@ -20,7 +20,7 @@
 //!   overflow.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::mpsc::error::{SendError, TrySendError};
@@ -46,6 +46,9 @@ struct Shared {
     /// queue. Invariant: while it is not empty that task runs, and no MESSAGE is queued (none
     /// overtakes them).
     overflow: Mutex<VecDeque<Outbound>>,
+    /// Invariant: whether `overflow` is not empty (set and cleared under its lock), so that
+    /// the dispatch path checks it without the lock.
+    overflowing: AtomicBool,
 }
 
 impl Shared {
@@ -127,6 +130,7 @@ impl Outbox {
             Err(TrySendError::Full(o)) => {
                 self.shared.queued.fetch_sub(bytes, Ordering::AcqRel);
                 overflow.push_back(o);
+                self.shared.overflowing.store(true, Ordering::Release);
                 tokio::spawn(drain_overflow(self.tx.clone(), self.shared.clone()));
             }
         }
@@ -136,7 +140,7 @@ impl Outbox {
     pub fn writable(&self) -> bool {
         self.shared.queued.load(Ordering::Acquire) < HIGH_WATER
             && self.tx.capacity() > 0
-            && self.shared.overflow().is_empty()
+            && !self.shared.overflowing.load(Ordering::Acquire)
     }
 
     /// Queues a MESSAGE without waiting: `Full` when the connection is not writable (the
@@ -145,8 +149,9 @@ impl Outbox {
         if self.tx.is_closed() {
             return Err(TrySendError::Closed(o));
         }
-        let overflow = self.shared.overflow();
-        if !overflow.is_empty() || self.shared.queued.load(Ordering::Acquire) >= HIGH_WATER {
+        if self.shared.overflowing.load(Ordering::Acquire)
+            || self.shared.queued.load(Ordering::Acquire) >= HIGH_WATER
+        {
             return Err(TrySendError::Full(o));
         }
         let bytes = message_bytes(&o);
@@ -175,15 +180,18 @@ async fn drain_overflow(tx: mpsc::Sender<Outbound>, shared: Arc<Shared>) {
     loop {
         let Ok(permit) = tx.reserve().await else {
             shared.overflow().clear();
+            shared.overflowing.store(false, Ordering::Release);
             return;
         };
         let mut overflow = shared.overflow();
         let Some(o) = overflow.pop_front() else {
+            shared.overflowing.store(false, Ordering::Release);
             return;
         };
         shared.queued.fetch_add(message_bytes(&o), Ordering::AcqRel);
         permit.send(o);
         if overflow.is_empty() {
+            shared.overflowing.store(false, Ordering::Release);
             return;
         }
     }

@@ -27,6 +27,11 @@ async fn current(lake: &Lake, table: &Table) -> Result<Table, Box<dyn std::error
         .ok_or("the table disappeared")?)
 }
 
+/// The test's table property `k`.
+fn property_k(t: &Table) -> Option<&str> {
+    t.metadata().properties().get("k").map(String::as_str)
+}
+
 fn location(t: &Table) -> String {
     t.metadata_location().unwrap_or_default().to_string()
 }
@@ -48,10 +53,7 @@ fn a_commit_applies_to_its_own_version_or_not_at_all() -> TestResult {
         let v1 = lake.commit(set_property(&v0, "k", "1")?, &v0).await?;
         let now = current(&lake, &v0).await?;
         assert_eq!(location(&now), location(&v1));
-        assert_eq!(
-            now.metadata().properties().get("k").map(String::as_str),
-            Some("1")
-        );
+        assert_eq!(property_k(&now), Some("1"));
 
         // A transaction built on the older version is refused, provably unapplied, although
         // iceberg's own commit would re-base it onto the newer version and apply it.
@@ -64,15 +66,12 @@ fn a_commit_applies_to_its_own_version_or_not_at_all() -> TestResult {
         assert!(!outcome_unknown(&stale));
         let now = current(&lake, &v0).await?;
         assert_eq!(location(&now), location(&v1));
-        assert_eq!(
-            now.metadata().properties().get("k").map(String::as_str),
-            Some("1")
-        );
+        assert_eq!(property_k(&now), Some("1"));
         let rebased = set_property(&v0, "k", "rebased")?
             .commit(lake.catalog().as_ref())
             .await?;
         assert_eq!(
-            rebased.metadata().properties().get("k").map(String::as_str),
+            property_k(&rebased),
             Some("rebased"),
             "iceberg's Transaction::commit no longer re-bases: the pinned view may be simpler now"
         );
@@ -95,7 +94,7 @@ fn a_commit_applies_to_its_own_version_or_not_at_all() -> TestResult {
             .commit(lake.catalog().as_ref())
             .await?;
         assert_eq!(
-            lost.metadata().properties().get("k").map(String::as_str),
+            property_k(&lost),
             Some("lost"),
             "iceberg's SQL catalog now reports a failed COMMIT: the pinned view may be simpler"
         );
@@ -110,10 +109,7 @@ fn a_commit_applies_to_its_own_version_or_not_at_all() -> TestResult {
         let v3 = lake.commit(set_property(&v2, "k", "3")?, &v2).await?;
         let now = current(&lake, &v0).await?;
         assert_eq!(location(&now), location(&v3));
-        assert_eq!(
-            now.metadata().properties().get("k").map(String::as_str),
-            Some("3")
-        );
+        assert_eq!(property_k(&now), Some("3"));
         Ok(())
     })
 }
