@@ -50,7 +50,8 @@
 //! - [`schema`]: the schema registry (versions, compatibility).
 //! - [`auth`]: who is asking and whether they may ([`auth::Access`]), for every surface.
 //! - [`sql`]: DataFusion over each topic (lake snapshot + live tail at one seam), read-only,
-//!   for PostgreSQL clients, HTTP `POST /sql` and `ledgerlake sql`.
+//!   for PostgreSQL clients, HTTP `POST /sql` and `ledgerlake sql`; queries run on their own
+//!   low-priority threads, sessions and cancels on another runtime.
 //! - [`ops`]: the operations layer the admin API calls.
 //! - [`verify`]: whether a topic's messages are held exactly once across log and lake (every
 //!   id read in both tiers, against the ledgers' records, the watermark and the snapshots'

@@ -107,8 +107,9 @@ pub struct Service {
     replay_runtime: Option<OwnRuntime>,
     /// Address the PostgreSQL-protocol listener is bound to (`None`: SQL disabled).
     pub pg_addr: Option<SocketAddr>,
-    /// Queries and PostgreSQL connections. Invariant: `Some` exactly when SQL is enabled.
-    sql_runtime: Option<OwnRuntime>,
+    /// Queries (`.0`) and PostgreSQL connections (`.1`: sessions, planning, deadlines and
+    /// cancels, never starved by a query's work). Invariant: `Some` exactly when SQL is enabled.
+    sql_runtime: Option<(OwnRuntime, OwnRuntime)>,
 }
 
 impl Service {
@@ -243,7 +244,7 @@ impl Service {
         });
         let (replay, replay_runtime) = match &offload {
             Some(engine) => {
-                let rt = own_runtime("ll-replay", config.replay.threads)?;
+                let rt = own_runtime("ll-replay", config.replay.threads, 0)?;
                 let replay = Replay::new(
                     engine.lake_handle(),
                     rt.handle().clone(),
@@ -421,32 +422,51 @@ impl std::fmt::Debug for OwnRuntime {
     }
 }
 
-/// A multi-thread runtime of its own (lake, replay, SQL), so its work cannot slow the broker.
-fn own_runtime(name: &str, threads: usize) -> Result<OwnRuntime, ServiceError> {
-    tokio::runtime::Builder::new_multi_thread()
+/// A multi-thread runtime of its own (lake, replay, SQL), so its work cannot slow the broker;
+/// with `niceness` above 0 each of its threads (workers and blocking ones) runs at that nice
+/// value, so the kernel prefers the broker's threads when both want the CPU.
+fn own_runtime(name: &str, threads: usize, niceness: i32) -> Result<OwnRuntime, ServiceError> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder
         .worker_threads(threads)
         .thread_name(name)
-        .enable_all()
+        .enable_all();
+    if niceness > 0 {
+        builder.on_thread_start(move || lower_thread_priority(niceness));
+    }
+    builder
         .build()
         .map(|rt| OwnRuntime(Some(rt)))
         .map_err(ServiceError::Runtime)
 }
 
-/// Starts the SQL runtime (its own threads: a heavy query cannot slow producers), the engine
-/// and the PostgreSQL-protocol listener on it.
+/// Sets the calling thread's nice value (on Linux the nice value belongs to the thread). A
+/// failure is logged: the thread still works, only at the service's own priority.
+fn lower_thread_priority(niceness: i32) {
+    let me = rustix::thread::gettid();
+    if let Err(e) = rustix::process::setpriority_process(Some(me), niceness) {
+        tracing::warn!(error = %e, niceness, "could not lower a thread's priority");
+    }
+}
+
+/// Starts the SQL runtimes, the engine and the PostgreSQL-protocol listener. Queries run on
+/// threads of their own at a lower priority (a heavy query cannot slow producers); connections
+/// run on another runtime, so that a cancel, a deadline or a new client is served at once even
+/// while queries keep every query thread busy.
 fn start_sql(
     config: &Config,
     log: Arc<Log>,
     (offload, replay): (Option<OffloadEngine>, Option<crate::replay::Replay>),
     access: crate::auth::Access,
     (stop, tls): (CancellationToken, Option<TlsAcceptor>),
-) -> Result<(crate::sql::SqlEngine, OwnRuntime, SocketAddr), ServiceError> {
-    let rt = own_runtime("ll-sql", config.sql.threads)?;
+) -> Result<(crate::sql::SqlEngine, (OwnRuntime, OwnRuntime), SocketAddr), ServiceError> {
+    let rt = own_runtime("ll-sql", config.sql.threads, config.sql.thread_niceness)?;
+    let sessions = own_runtime("ll-sql-io", config.sql.threads, 0)?;
     let engine = crate::sql::SqlEngine::new(
         log,
         offload.map(|e| e.lake_handle()),
         replay,
-        rt.handle().clone(),
+        (rt.handle().clone(), sessions.handle().clone()),
         config.sql.clone(),
         access,
     );
@@ -461,14 +481,14 @@ fn start_sql(
         .map_err(ServiceError::Http)?;
     let bound = std_listener.local_addr().map_err(ServiceError::Http)?;
     let serve_engine = engine.clone();
-    rt.spawn(async move {
+    sessions.spawn(async move {
         match TcpListener::from_std(std_listener) {
             Ok(listener) => crate::sql::postgres::serve(serve_engine, listener, stop, tls).await,
             Err(e) => tracing::error!(error = %e, "postgres listener failed"),
         }
     });
     tracing::info!(pg_addr = %bound, "postgres (SQL) listening");
-    Ok((engine, rt, bound))
+    Ok((engine, (rt, sessions), bound))
 }
 
 /// Starts the lake runtime (its own threads: Parquet encoding and catalog I/O never run on the
@@ -478,7 +498,7 @@ async fn start_offload(
     log: Arc<Log>,
     policies: Arc<PolicyStore>,
 ) -> Result<(OffloadEngine, OwnRuntime), ServiceError> {
-    let rt = own_runtime("ll-lake", 2)?;
+    let rt = own_runtime("ll-lake", 2, 0)?;
     let cfg = config.clone();
     let lake = match rt.spawn(async move { Lake::open(&cfg).await }).await {
         Ok(Ok(lake)) => Arc::new(lake),

@@ -621,6 +621,12 @@ impl Config {
                 "threads and max_concurrent_queries must be at least 1".into(),
             );
         }
+        if !(0..=19).contains(&q.thread_niceness) {
+            return invalid(
+                "sql.thread_niceness",
+                format!("{} is not a nice value from 0 to 19", q.thread_niceness),
+            );
+        }
         if q.memory_limit.as_u64() < (16 << 20) || q.query_timeout.is_zero() {
             return invalid(
                 "sql.memory_limit",

@@ -26,6 +26,10 @@ pub struct SqlConfig {
     pub query_timeout: Duration,
     /// Queries running at the same time, service-wide (further queries wait their turn).
     pub max_concurrent_queries: usize,
+    /// Nice value (0-19, Linux: per thread) of the query threads. Above 0 the kernel runs the
+    /// broker's and the log's threads first when queries keep every core busy, so a storm of
+    /// heavy queries does not delay producers; 0 runs queries at the service's own priority.
+    pub thread_niceness: i32,
 }
 
 impl Default for SqlConfig {
@@ -36,6 +40,7 @@ impl Default for SqlConfig {
             memory_limit: ByteSize::gib(1),
             query_timeout: Duration::from_secs(300),
             max_concurrent_queries: 8,
+            thread_niceness: 19,
         }
     }
 }

@@ -15,12 +15,15 @@
 //! - A query sees each message of a topic at most once and every message durable before the
 //!   query started (the seam is taken per table when the query resolves it: lake snapshot
 //!   first, then the log's end, see [`table`]).
-//! - Queries run on the SQL runtime (`sql.threads` workers), at most
+//! - Queries run on the query runtime (`sql.threads` workers at `sql.thread_niceness`), at most
 //!   `sql.max_concurrent_queries` at once, each with its own memory pool (`sql.memory_limit`)
-//!   and deadline (`sql.query_timeout`); dropping a result stream cancels its query.
+//!   and deadline (`sql.query_timeout`); dropping a result stream cancels its query. Sessions,
+//!   cancels and the deadline are served off that runtime (the session runtime, or the
+//!   caller's), so a query storm cannot hold them up.
 //! - Errors reach each surface through [`SqlError`] and are mapped to the wire in one place per
 //!   surface (`pg_values::to_pg_error`, `admin::error`).
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -49,6 +52,7 @@ use crate::ledger::Log;
 use crate::replay::Replay;
 
 pub mod catalog;
+mod coop;
 mod distinct;
 pub mod format;
 mod functions;
@@ -202,8 +206,11 @@ struct Inner {
     lake: Option<LakeHandle>,
     /// Reads the tail by position (log, or lake for ranges deleted during a query).
     replay: Option<Replay>,
-    /// The SQL runtime (planning, scans, the live tail).
+    /// The query runtime (execution: scans, the live tail, operators).
     runtime: tokio::runtime::Handle,
+    /// The session runtime (PostgreSQL connections, planning, cancels), never busy with a
+    /// query's work.
+    sessions: tokio::runtime::Handle,
     config: SqlConfig,
     /// Invariant: one permit per running query.
     slots: Arc<Semaphore>,
@@ -217,12 +224,12 @@ struct Inner {
 }
 
 impl SqlEngine {
-    /// An engine running its queries on `runtime`.
+    /// An engine running its queries on `runtime` and its PostgreSQL sessions on `sessions`.
     pub fn new(
         log: Arc<Log>,
         lake: Option<LakeHandle>,
         replay: Option<Replay>,
-        runtime: tokio::runtime::Handle,
+        (runtime, sessions): (tokio::runtime::Handle, tokio::runtime::Handle),
         config: SqlConfig,
         access: Access,
     ) -> SqlEngine {
@@ -232,6 +239,7 @@ impl SqlEngine {
                 lake,
                 replay,
                 runtime,
+                sessions,
                 slots: Arc::new(Semaphore::new(config.max_concurrent_queries)),
                 footers: Arc::new(DefaultFilesMetadataCache::new(FOOTER_CACHE_BYTES)),
                 tables: Arc::default(),
@@ -241,9 +249,9 @@ impl SqlEngine {
         }
     }
 
-    /// The SQL runtime (the PostgreSQL listener serves its connections there).
-    pub fn runtime(&self) -> &tokio::runtime::Handle {
-        &self.inner.runtime
+    /// The session runtime (the PostgreSQL listener serves its connections there).
+    pub fn session_runtime(&self) -> &tokio::runtime::Handle {
+        &self.inner.sessions
     }
 
     /// Whether clients must present a token.
@@ -316,6 +324,7 @@ impl SqlEngine {
             .with_default_features()
             .with_catalog_list(Arc::new(topics))
             .with_optimizer_rules(optimizer_rules())
+            .with_physical_optimizer_rules(physical_optimizer_rules())
             .build();
         let mut ctx = SessionContext::new_with_state(state);
         datafusion_functions_json::register_all(&mut ctx)
@@ -468,11 +477,18 @@ impl SqlEngine {
             }
         });
         let abort = Some(AbortOnDrop(task));
-        ready_rx.await.map_err(|_| SqlError::Stopped)??;
+        // The deadline is also kept here, on the caller's runtime: the task's own checks run
+        // only when its busy runtime polls it, these at once (dropping the task aborts it).
+        match tokio::time::timeout_at(deadline, ready_rx).await {
+            Ok(ready) => ready.map_err(|_| SqlError::Stopped)??,
+            Err(_) => return Err(SqlError::Timeout(timeout)),
+        }
         Ok(QueryStream {
             schema,
             rx,
             _task: abort,
+            deadline: Some(Box::pin(tokio::time::sleep_until(deadline))),
+            timeout,
         })
     }
 
@@ -499,6 +515,14 @@ fn optimizer_rules() -> Vec<Arc<dyn datafusion::optimizer::OptimizerRule + Send 
     let mut rules: Vec<Arc<dyn datafusion::optimizer::OptimizerRule + Send + Sync>> =
         vec![Arc::new(distinct::DistinctNestedKeys)];
     rules.extend(datafusion::optimizer::Optimizer::new().rules);
+    rules
+}
+
+/// DataFusion's physical optimizer rules, then ours: joins yield (see [`coop`]).
+fn physical_optimizer_rules(
+) -> Vec<Arc<dyn datafusion::physical_optimizer::PhysicalOptimizerRule + Send + Sync>> {
+    let mut rules = datafusion::physical_optimizer::optimizer::PhysicalOptimizer::new().rules;
+    rules.push(Arc::new(coop::YieldAboveJoins));
     rules
 }
 
@@ -541,8 +565,11 @@ impl Drop for AbortOnDrop {
 pub struct QueryStream {
     schema: SchemaRef,
     rx: mpsc::Receiver<Result<RecordBatch, SqlError>>,
-    /// The producing task (`None` for a command's empty result).
+    /// The producing task (`None` for a command's empty result, or once the deadline passed).
     _task: Option<AbortOnDrop>,
+    /// Invariant: `Some` until the deadline has been reported (then the stream has ended).
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    timeout: Duration,
 }
 
 impl std::fmt::Debug for QueryStream {
@@ -584,6 +611,8 @@ impl QueryStream {
             schema: Arc::new(arrow::datatypes::Schema::empty()),
             rx,
             _task: None,
+            deadline: None,
+            timeout: Duration::ZERO,
         }
     }
 }
@@ -592,6 +621,19 @@ impl Stream for QueryStream {
     type Item = Result<RecordBatch, SqlError>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.rx.poll_recv(cx)
+        let this = &mut *self;
+        if let Poll::Ready(item) = this.rx.poll_recv(cx) {
+            return Poll::Ready(item);
+        }
+        match this.deadline.as_mut().map(|d| d.as_mut().poll(cx)) {
+            Some(Poll::Ready(())) => {
+                // Past the deadline with the query still working: stop it, end with the error.
+                this.deadline = None;
+                this._task = None;
+                this.rx.close();
+                Poll::Ready(Some(Err(SqlError::Timeout(this.timeout))))
+            }
+            _ => Poll::Pending,
+        }
     }
 }

@@ -48,7 +48,7 @@ use pgwire::messages::startup::PasswordMessageFamily;
 
 pub use super::pg_values::to_pg_error;
 
-/// Serves PostgreSQL clients on `listener` until `stop`; connections run on the SQL runtime.
+/// Serves PostgreSQL clients on `listener` until `stop`; connections run on the session runtime.
 /// With `tls`, a client's `SSLRequest` is accepted (psql `sslmode=require` and stronger);
 /// without, it is declined and the client may go on in plain text.
 pub async fn serve(
@@ -67,7 +67,7 @@ pub async fn serve(
             Ok((socket, peer)) => {
                 let shared = shared.clone();
                 let (stop, tls) = (stop.clone(), tls.clone());
-                engine.runtime().spawn(async move {
+                engine.session_runtime().spawn(async move {
                     let (socket, watch) = match pg_cancel::with_watch(socket) {
                         Ok(s) => s,
                         Err(e) => {

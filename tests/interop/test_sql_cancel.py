@@ -12,6 +12,7 @@ import time
 
 import psycopg2
 import psycopg2.errors
+import pulsar
 import pytest
 
 from conftest import eventually
@@ -46,14 +47,14 @@ def wait_running(svc):
     eventually(lambda: queries(svc)[0] == 1, timeout=30)
 
 
-def start_long(conn):
-    """Runs LONG on `conn` in a thread: the thread and where its rows or error land."""
+def start_long(conn, sql=LONG):
+    """Runs `sql` on `conn` in a thread: the thread and where its rows or error land."""
     outcome = {}
 
     def run():
         try:
             with conn.cursor() as cur:
-                cur.execute(LONG)
+                cur.execute(sql)
                 outcome["rows"] = cur.fetchall()
         except Exception as e:  # noqa: BLE001 - the error is the result under test
             outcome["error"] = e
@@ -181,3 +182,59 @@ def test_an_http_client_that_disconnects_stops_its_query(service):
                   + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
         wait_running(service)
     stopped_as_cancelled(service, before)
+
+
+# A cross join of two topics of 200,000 messages: 4 × 10^10 pairs to test, hours of work,
+# drained by the count in one loop.
+BUSY = ('SELECT count(*) FROM "busy-a" x CROSS JOIN "busy-b" y '
+        "WHERE (x.entry_id + y.entry_id) % 1000 = 7")
+
+
+def test_cancels_and_new_sessions_are_served_while_every_query_thread_is_busy(service):
+    """Eight queries keep every query thread busy; a cancel request for each, and a new
+    session, are still served at once (connections, cancels and deadlines are handled off the
+    query runtime: before, they shared it and a cancel waited minutes), and each cancelled
+    query stops working (before, a join drained in one loop never yielded, so the query ran on
+    for hours after its client got the error, holding its slot and a thread)."""
+    client = pulsar.Client(service.url, operation_timeout_seconds=60)
+    for name in ("busy-a", "busy-b"):
+        producer = client.create_producer(f"persistent://public/default/{name}",
+                                          batching_enabled=True, batching_max_messages=1000,
+                                          batching_max_publish_delay_ms=5, block_if_queue_full=True)
+        for i in range(200_000):
+            producer.send_async(f"{i:09d}-{'x' * 80}".encode(), None, partition_key=f"k{i % 5000}")
+        producer.flush()
+        producer.close()
+    client.close()
+    conns, threads, outcomes = [], [], []
+    try:
+        for _ in range(8):
+            conn = psycopg2.connect(host="127.0.0.1", port=service.pg_port, user="analyst",
+                                    dbname="lake", connect_timeout=10)
+            conn.autocommit = True
+            conns.append(conn)
+            thread, outcome = start_long(conn, BUSY)
+            threads.append(thread)
+            outcomes.append(outcome)
+        eventually(lambda: queries(service)[0] == 8, timeout=30)
+        # Past reading the topics, into the join itself (where it did not yield).
+        time.sleep(12)
+        # A new session is served meanwhile (its query waits for a slot, so only connect).
+        fresh = psycopg2.connect(host="127.0.0.1", port=service.pg_port, user="analyst",
+                                 dbname="lake", connect_timeout=10)
+        fresh.close()
+        t0 = time.monotonic()
+        for conn in conns:
+            conn.cancel()
+        for t in threads:
+            t.join(60)
+        took = time.monotonic() - t0
+        assert not any(t.is_alive() for t in threads), "a cancelled query still runs"
+        for outcome in outcomes:
+            assert isinstance(outcome.get("error"), psycopg2.errors.QueryCanceled), outcome
+        # Generous: a cancel takes milliseconds; before the fix it took minutes.
+        assert took < 30, took
+        eventually(lambda: queries(service)[0] == 0, timeout=15)
+    finally:
+        for conn in conns:
+            conn.close()

@@ -14,7 +14,8 @@ import psycopg2
 import pulsar
 import pytest
 
-from conftest import Sends, Service, _binary
+from conftest import Sends, Service, _binary, eventually
+from test_metrics import scrape
 from test_sql import psql, psql_rows, sql_http
 
 N = 20_000
@@ -162,6 +163,12 @@ def test_cross_joins_and_huge_sorts_are_stopped(hostile_svc):
     for sql, r in results:
         assert r.returncode != 0 and ("memory limit" in r.stderr or "timeout" in r.stderr), \
             (sql, r.stderr)
+    # Each stopped query stopped working too: none runs on after its client got the error
+    # (a join drained in one loop never yielded, so it ran on, holding a query slot).
+    def none_running():
+        values, _ = scrape(svc)
+        assert sum(v for _, v in values.get("ledgerlake_sql_queries_running", [])) == 0
+    eventually(none_running, timeout=15, interval=0.5)
     # The service stays up and answers.
     assert psql_rows(svc, "SELECT 41 + 1") == [["42"]]
     assert psql_rows(svc, f'SELECT count(*) FROM "{topic.rsplit("/", 1)[1]}"') == [["2000"]]
