@@ -161,9 +161,8 @@ class CpuWindow:
 
 
 class Service:
-    def __init__(self, binary, env=None):
+    def __init__(self, binary):
         self.binary = binary
-        self.env = dict(os.environ, **(env or {}))
         self.dir = tempfile.mkdtemp(prefix="ll-fresh-")
         self.pulsar, self.http, self.pg = free_port(), free_port(), free_port()
         self.log_path = os.path.join(self.dir, "serve.log")
@@ -175,7 +174,7 @@ class Service:
                 [self.binary, "serve", "--data-dir", os.path.join(self.dir, "data"),
                  "--pulsar-addr", f"127.0.0.1:{self.pulsar}",
                  "--http-addr", f"127.0.0.1:{self.http}", "--pg-addr", f"127.0.0.1:{self.pg}"],
-                stdout=subprocess.DEVNULL, stderr=logf, env=self.env)
+                stdout=subprocess.DEVNULL, stderr=logf)
         deadline = time.time() + 60
         while time.time() < deadline:
             if self.proc.poll() is not None:

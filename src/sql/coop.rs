@@ -24,7 +24,7 @@ use datafusion::physical_plan::joins::{
 };
 use datafusion::physical_plan::ExecutionPlan;
 
-/// Puts a `CooperativeExec` above every join not already under one.
+/// Puts a `CooperativeExec` above every join.
 #[derive(Debug, Default)]
 pub(super) struct YieldAboveJoins;
 
@@ -44,33 +44,13 @@ impl PhysicalOptimizerRule for YieldAboveJoins {
         _config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         plan.transform_up(|node| {
-            let mut changed = false;
-            let children: Vec<Arc<dyn ExecutionPlan>> = node
-                .children()
-                .into_iter()
-                .map(|child| {
-                    if is_join(child.as_ref()) {
-                        changed = true;
-                        Arc::new(CooperativeExec::new(child.clone())) as Arc<dyn ExecutionPlan>
-                    } else {
-                        child.clone()
-                    }
-                })
-                .collect();
-            if !changed {
-                return Ok(Transformed::no(node));
-            }
-            node.with_new_children(children).map(Transformed::yes)
+            Ok(if is_join(node.as_ref()) {
+                Transformed::yes(Arc::new(CooperativeExec::new(node)) as Arc<dyn ExecutionPlan>)
+            } else {
+                Transformed::no(node)
+            })
         })
         .map(|t| t.data)
-        .map(|plan| {
-            // A join at the root has no parent to wrap it.
-            if is_join(plan.as_ref()) {
-                Arc::new(CooperativeExec::new(plan)) as Arc<dyn ExecutionPlan>
-            } else {
-                plan
-            }
-        })
     }
 
     fn name(&self) -> &str {
