@@ -17,7 +17,9 @@
 //!   first, then the log's end, see [`table`]).
 //! - Queries run on the query runtime (`sql.threads` workers at `sql.thread_niceness`), at most
 //!   `sql.max_concurrent_queries` at once, each with its own memory pool (`sql.memory_limit`)
-//!   and deadline (`sql.query_timeout`); dropping a result stream cancels its query. Sessions,
+//!   and deadline (`sql.query_timeout`); dropping a result stream cancels its query: its task
+//!   is aborted and its [`interrupt`] raised, which stops a join's filter loop that no abort
+//!   reaches. Sessions,
 //!   cancels and the deadline are served off that runtime (the session runtime, or the
 //!   caller's), so a query storm cannot hold them up.
 //! - Errors reach each surface through [`SqlError`] and are mapped to the wire in one place per
@@ -40,6 +42,7 @@ use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::execute_stream;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use futures::{Stream, StreamExt};
 use tokio::sync::{mpsc, Semaphore};
@@ -57,6 +60,7 @@ mod distinct;
 pub mod format;
 mod functions;
 pub mod guard;
+mod interrupt;
 mod lake_scan;
 mod metadata_tables;
 mod pg_cancel;
@@ -426,17 +430,25 @@ impl SqlEngine {
         let (tx, rx) = mpsc::channel::<Result<RecordBatch, SqlError>>(2);
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Result<(), SqlError>>();
         let started = std::time::Instant::now();
+        let stop = interrupt::Interrupt::default();
+        let armed = stop.clone();
         let task = self.inner.runtime.spawn(async move {
             let _permit = permit;
+            // Raised when the task ends, however it ends (its own deadline check, an error).
+            let _stop = interrupt::RaiseOnDrop(armed.clone());
             let mut outcome = QueryOutcome::start(started);
             let run = async {
                 let df = session
                     .execute_logical_plan(plan)
                     .await
                     .map_err(|e| SqlError::from_datafusion(e, &limit))?;
-                df.execute_stream()
+                let ctx = Arc::new(df.task_ctx());
+                let physical = df
+                    .create_physical_plan()
                     .await
-                    .map_err(|e| SqlError::from_datafusion(e, &limit))
+                    .and_then(|p| interrupt::arm(p, &armed))
+                    .map_err(|e| SqlError::from_datafusion(e, &limit))?;
+                execute_stream(physical, ctx).map_err(|e| SqlError::from_datafusion(e, &limit))
             };
             let mut stream = match tokio::time::timeout_at(deadline, run).await {
                 Ok(Ok(s)) => {
@@ -476,7 +488,10 @@ impl SqlEngine {
                 }
             }
         });
-        let abort = Some(AbortOnDrop(task));
+        let abort = Some(AbortOnDrop {
+            task,
+            _stop: interrupt::RaiseOnDrop(stop),
+        });
         // The deadline is also kept here, on the caller's runtime: the task's own checks run
         // only when its busy runtime polls it, these at once (dropping the task aborts it).
         match tokio::time::timeout_at(deadline, ready_rx).await {
@@ -552,12 +567,16 @@ impl Drop for QueryOutcome {
     }
 }
 
-/// Aborts a task when dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
+/// Ends a query when dropped: aborts its task and raises its interrupt, which stops work the
+/// abort cannot reach (a poll in progress in a task DataFusion spawned, see [`interrupt`]).
+struct AbortOnDrop {
+    task: tokio::task::JoinHandle<()>,
+    _stop: interrupt::RaiseOnDrop,
+}
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
-        self.0.abort();
+        self.task.abort();
     }
 }
 
