@@ -1,5 +1,5 @@
-//! Stopping a query inside an operator's own loop: a per-query flag that every nested-loop
-//! join's filter reads before each evaluation.
+//! Stopping a query inside an operator's own loop: a per-query cancellation token that every
+//! nested-loop join's filter reads before each evaluation.
 //!
 //! Aborting a query's task (cancel, deadline, client gone) lands only when a task yields, and
 //! [`super::coop`] makes every join's *output* spend tokio's budget. But a nested-loop join
@@ -11,18 +11,17 @@
 //! query thread (and, with both threads held, every other aborted query waited to be dropped).
 //!
 //! [`arm`] wraps each nested-loop join's filter in [`InterruptibleExpr`], which fails with
-//! [`STOPPED`] once the query's [`Interrupt`] is raised; the join returns that error from its
-//! poll at the next left row (a few milliseconds) and its task ends.
+//! [`STOPPED`] once the query's token is cancelled (`SqlEngine::execute` cancels it, through
+//! drop guards, when the result stream drops or the query's task ends); the join returns that
+//! error from its poll at the next left row (a few milliseconds) and its task ends.
 //!
 //! Invariants:
 //! - After [`arm`], every `NestedLoopJoinExec` filter in the plan is an [`InterruptibleExpr`]
-//!   reading the query's flag; nothing else in the plan changes.
-//! - An [`Interrupt`] is raised once and never lowered; raising it never blocks.
+//!   reading the query's token; nothing else in the plan changes.
 
 use std::any::Any;
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, FieldRef, Schema};
@@ -34,41 +33,15 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::joins::utils::JoinFilter;
 use datafusion::physical_plan::joins::{NestedLoopJoinExec, NestedLoopJoinExecBuilder};
 use datafusion::physical_plan::ExecutionPlan;
+use tokio_util::sync::CancellationToken;
 
 /// The error an interrupted operator returns (nobody reads it: its query has already ended).
 pub(super) const STOPPED: &str = "query stopped (cancelled, timed out or its client went away)";
 
-/// One query's stop flag, shared by its plan's filters and whoever ends the query.
-#[derive(Debug, Clone, Default)]
-pub(super) struct Interrupt {
-    /// Invariant: false until the query ends, then true for good.
-    raised: Arc<AtomicBool>,
-}
-
-impl Interrupt {
-    /// Tells every armed operator of the query to stop.
-    pub(super) fn raise(&self) {
-        self.raised.store(true, Ordering::Relaxed);
-    }
-
-    fn is_raised(&self) -> bool {
-        self.raised.load(Ordering::Relaxed)
-    }
-}
-
-/// Raises its interrupt when dropped: held by whatever ends with the query.
-pub(super) struct RaiseOnDrop(pub(super) Interrupt);
-
-impl Drop for RaiseOnDrop {
-    fn drop(&mut self) {
-        self.0.raise();
-    }
-}
-
-/// `plan` with every nested-loop join's filter reading `interrupt`.
+/// `plan` with every nested-loop join's filter reading `stop`.
 pub(super) fn arm(
     plan: Arc<dyn ExecutionPlan>,
-    interrupt: &Interrupt,
+    stop: &CancellationToken,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     plan.transform_up(|node| {
         let Some(join) = node.as_any().downcast_ref::<NestedLoopJoinExec>() else {
@@ -79,7 +52,7 @@ pub(super) fn arm(
         };
         let expr: Arc<dyn PhysicalExpr> = Arc::new(InterruptibleExpr {
             inner: filter.expression().clone(),
-            interrupt: interrupt.clone(),
+            stop: stop.clone(),
         });
         let filter = JoinFilter::new(
             expr,
@@ -98,10 +71,10 @@ pub(super) fn arm(
 #[derive(Debug)]
 pub(super) struct InterruptibleExpr {
     inner: Arc<dyn PhysicalExpr>,
-    interrupt: Interrupt,
+    stop: CancellationToken,
 }
 
-// By the wrapped expression alone: the flag is not part of what the expression computes.
+// By the wrapped expression alone: the token is not part of what the expression computes.
 impl PartialEq for InterruptibleExpr {
     fn eq(&self, other: &Self) -> bool {
         self.inner.eq(&other.inner)
@@ -140,7 +113,7 @@ impl PhysicalExpr for InterruptibleExpr {
     }
 
     fn evaluate(&self, batch: &RecordBatch) -> Result<ColumnarValue> {
-        if self.interrupt.is_raised() {
+        if self.stop.is_cancelled() {
             return Err(DataFusionError::Execution(STOPPED.to_string()));
         }
         self.inner.evaluate(batch)
@@ -157,7 +130,7 @@ impl PhysicalExpr for InterruptibleExpr {
         match (children.pop(), children.is_empty()) {
             (Some(inner), true) => Ok(Arc::new(InterruptibleExpr {
                 inner,
-                interrupt: self.interrupt.clone(),
+                stop: self.stop.clone(),
             })),
             _ => Err(DataFusionError::Internal(
                 "an interruptible expression has exactly one child".into(),
@@ -180,7 +153,7 @@ mod tests {
     const JOIN: &str = "SELECT count(*) FROM range(300) a CROSS JOIN range(300) b \
                         WHERE a.value + b.value < 0";
 
-    async fn armed_plan(interrupt: &Interrupt) -> (Arc<dyn ExecutionPlan>, SessionContext) {
+    async fn armed_plan(stop: &CancellationToken) -> (Arc<dyn ExecutionPlan>, SessionContext) {
         let ctx = SessionContext::new();
         let plan = ctx
             .sql(JOIN)
@@ -189,7 +162,7 @@ mod tests {
             .create_physical_plan()
             .await
             .expect("physical plan");
-        (arm(plan, interrupt).expect("arms"), ctx)
+        (arm(plan, stop).expect("arms"), ctx)
     }
 
     fn armed_filters(plan: &Arc<dyn ExecutionPlan>) -> (usize, usize) {
@@ -212,8 +185,8 @@ mod tests {
 
     #[tokio::test]
     async fn every_nested_loop_filter_is_armed_and_the_answer_is_unchanged() {
-        let interrupt = Interrupt::default();
-        let (plan, ctx) = armed_plan(&interrupt).await;
+        let stop = CancellationToken::new();
+        let (plan, ctx) = armed_plan(&stop).await;
         assert_eq!(armed_filters(&plan), (1, 1));
         let batches = collect(plan, ctx.task_ctx()).await.expect("runs");
         let count = batches[0]
@@ -226,10 +199,10 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_raised_interrupt_fails_the_join_at_its_next_filter_test() {
-        let interrupt = Interrupt::default();
-        let (plan, ctx) = armed_plan(&interrupt).await;
-        interrupt.raise();
+    async fn a_cancelled_token_fails_the_join_at_its_next_filter_test() {
+        let stop = CancellationToken::new();
+        let (plan, ctx) = armed_plan(&stop).await;
+        stop.cancel();
         let err = collect(plan, ctx.task_ctx())
             .await
             .expect_err("an interrupted join fails");

@@ -18,10 +18,9 @@
 //! - Queries run on the query runtime (`sql.threads` workers at `sql.thread_niceness`), at most
 //!   `sql.max_concurrent_queries` at once, each with its own memory pool (`sql.memory_limit`)
 //!   and deadline (`sql.query_timeout`); dropping a result stream cancels its query: its task
-//!   is aborted and its [`interrupt`] raised, which stops a join's filter loop that no abort
-//!   reaches. Sessions,
-//!   cancels and the deadline are served off that runtime (the session runtime, or the
-//!   caller's), so a query storm cannot hold them up.
+//!   is aborted and its [`interrupt`] token cancelled, which stops a join's filter loop that
+//!   no abort reaches. Sessions, cancels and the deadline are served off that runtime (the
+//!   session runtime, or the caller's), so a query storm cannot hold them up.
 //! - Errors reach each surface through [`SqlError`] and are mapped to the wire in one place per
 //!   surface (`pg_values::to_pg_error`, `admin::error`).
 
@@ -430,12 +429,12 @@ impl SqlEngine {
         let (tx, rx) = mpsc::channel::<Result<RecordBatch, SqlError>>(2);
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Result<(), SqlError>>();
         let started = std::time::Instant::now();
-        let stop = interrupt::Interrupt::default();
+        let stop = tokio_util::sync::CancellationToken::new();
         let armed = stop.clone();
         let task = self.inner.runtime.spawn(async move {
             let _permit = permit;
-            // Raised when the task ends, however it ends (its own deadline check, an error).
-            let _stop = interrupt::RaiseOnDrop(armed.clone());
+            // Cancelled when the task ends, however it ends (its own deadline check, an error).
+            let _stop = armed.clone().drop_guard();
             let mut outcome = QueryOutcome::start(started);
             let run = async {
                 let df = session
@@ -490,7 +489,7 @@ impl SqlEngine {
         });
         let abort = Some(AbortOnDrop {
             task,
-            _stop: interrupt::RaiseOnDrop(stop),
+            _stop: stop.drop_guard(),
         });
         // The deadline is also kept here, on the caller's runtime: the task's own checks run
         // only when its busy runtime polls it, these at once (dropping the task aborts it).
@@ -567,11 +566,11 @@ impl Drop for QueryOutcome {
     }
 }
 
-/// Ends a query when dropped: aborts its task and raises its interrupt, which stops work the
-/// abort cannot reach (a poll in progress in a task DataFusion spawned, see [`interrupt`]).
+/// Ends a query when dropped: aborts its task and cancels its [`interrupt`] token, which stops
+/// work the abort cannot reach (a poll in progress in a task DataFusion spawned).
 struct AbortOnDrop {
     task: tokio::task::JoinHandle<()>,
-    _stop: interrupt::RaiseOnDrop,
+    _stop: tokio_util::sync::DropGuard,
 }
 
 impl Drop for AbortOnDrop {
