@@ -281,7 +281,11 @@ def test_a_cancelled_join_whose_filter_keeps_nothing_stops_working(service):
         wait_running(service)
         # Past reading the topics (milliseconds), into the filter loop; busy meanwhile.
         time.sleep(3)
-        assert service_cores(service, 1) > 0.5, "the join is not running"
+        # CI hosts are shared and slow: the join may get well under a core. It must use
+        # clearly more than the idle bound below, or this test could not tell.
+        busy = service_cores(service, 2)
+        assert busy > 0.25, f"the join is not running ({busy:.2f} cores)"
+        idle_bound = min(0.2, busy / 2)
         conn.cancel()
         thread.join(30)
         assert not thread.is_alive(), "the cancelled query did not answer"
@@ -290,7 +294,8 @@ def test_a_cancelled_join_whose_filter_keeps_nothing_stops_working(service):
         # Idle within seconds (a filter test is a few milliseconds); before, busy for minutes.
         def idle():
             cores = service_cores(service, 1)
-            assert cores < 0.2, f"the service still uses {cores:.2f} cores"
+            assert cores < idle_bound, \
+                f"the service still uses {cores:.2f} cores (busy: {busy:.2f})"
         eventually(idle, timeout=10)
     finally:
         conn.close()
