@@ -18,7 +18,8 @@
 //!  HTTP ──► admin/ ──► ops/ (use cases) ──► broker, ledger, offload, policies, tenancy, sql,
 //!                                            verify/ (log ⇄ lake, every id) ──► ledger, lake
 //!  every surface ──► auth (Access: Authenticator + Authorizer ◄── tenancy's authorizer)
-//!  leaves used by all: naming, schema, config, failpoint, telemetry, tls, metrics
+//!  leaves used by all: naming, schema, config, failpoint, telemetry, tls, metrics, coord
+//!  (metadata store and coordination: SQLite or in process on one node, etcd in a cluster)
 //! ```
 //!
 //! Imports flow one way: `naming` ← every layer; `protocol` ← `broker`; `broker` → `ledger`,
@@ -31,6 +32,8 @@
 //! Modules:
 //! - [`naming`]: topic and namespace names, the schema-version codec (the leaf).
 //! - [`config`]: the typed configuration tree and its layered loading.
+//! - [`coord`]: the coordination seam a cluster's nodes agree through (compare-and-set,
+//!   sessions with ephemeral keys, watches), on etcd or in process; no consensus of our own.
 //! - [`ledger`]: the durable segmented log (journal with group commit, segments, indexes,
 //!   recovery, cursors, metadata store seam).
 //! - [`protocol`]: the Pulsar binary protocol (generated types, framing, typed commands).
@@ -78,6 +81,7 @@ pub mod auth;
 pub mod broker;
 pub mod cli;
 pub mod config;
+pub mod coord;
 pub mod failpoint;
 pub mod lake;
 pub mod ledger;

@@ -15,7 +15,6 @@ use crate::admin::{self, Health};
 use crate::broker::Broker;
 use crate::config::Config;
 use crate::lake::Lake;
-use crate::ledger::metadata::sqlite::SqliteMetadataStore;
 use crate::ledger::{Log, MetadataStore};
 use crate::offload::log_retention::LogRetention;
 use crate::offload::OffloadEngine;
@@ -96,7 +95,7 @@ pub struct Service {
     health: Arc<Health>,
     stop: CancellationToken,
     http: tokio::task::JoinHandle<()>,
-    meta: SqliteMetadataStore,
+    meta: Arc<dyn MetadataStore>,
     /// The offload engine (`None` when the lake is disabled).
     pub offload: Option<OffloadEngine>,
     /// Retention applied to the log alone. Invariant: `Some` exactly when `offload` is `None`.
@@ -132,12 +131,12 @@ impl Service {
         let http_addr = http_listener.local_addr().map_err(ServiceError::Http)?;
         let http_stop = stop.clone();
         let ops_cell = Arc::new(tokio::sync::OnceCell::new());
-        let meta = if config.metadata.url.is_empty() {
-            SqliteMetadataStore::open(&config.data_dir.join("metadata.db")).await?
-        } else {
-            SqliteMetadataStore::open_url(&config.metadata.url).await?
-        };
-        let store: Arc<dyn MetadataStore> = Arc::new(meta.clone());
+        let meta = crate::ledger::metadata::open(
+            &config.metadata.url,
+            &config.data_dir.join("metadata.db"),
+        )
+        .await?;
+        let store: Arc<dyn MetadataStore> = meta.clone();
         let tenancy = Arc::new(Tenancy::new(store.clone(), &config.broker.cluster_name));
         // One authenticator and authorizer for every surface; permissions apply while
         // authentication is on.

@@ -33,6 +33,9 @@ if [ "${LEDGERLAKE_SKIP_INSTALL:-0}" != 1 ]; then
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
   command -v psql >/dev/null 2>&1 || missing+=(postgresql-client)
   command -v runuser >/dev/null 2>&1 || missing+=(util-linux)
+  # A real etcd server: the cluster's metadata store and coordination (started by the tests on
+  # 127.0.0.1, on ports of their own).
+  command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
   # RSA keys for the encrypted-topic replay test.
   command -v openssl >/dev/null 2>&1 || missing+=(openssl)
   if [ ${#missing[@]} -gt 0 ]; then

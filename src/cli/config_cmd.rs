@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::Subcommand;
 
 use super::serve::{load_config, GlobalLogFlags};
-use crate::config::{Config, ServerOverrides};
+use crate::config::Config;
 
 /// Configuration helpers.
 #[derive(Debug, Subcommand)]
@@ -30,23 +30,11 @@ pub enum ConfigCommand {
 pub fn run(cmd: ConfigCommand, global: GlobalLogFlags) -> anyhow::Result<()> {
     match cmd {
         ConfigCommand::Show { config } => {
-            let c = load_config(
-                config.as_deref(),
-                None,
-                ServerOverrides::default(),
-                Default::default(),
-                &global,
-            )?;
+            let c = load_config(config.as_deref(), Default::default(), &global)?;
             print!("{}", toml::to_string_pretty(&c)?);
         }
         ConfigCommand::Check { config } => {
-            load_config(
-                Some(&config),
-                None,
-                ServerOverrides::default(),
-                Default::default(),
-                &global,
-            )?;
+            load_config(Some(&config), Default::default(), &global)?;
             println!("{}: ok", config.display());
         }
         ConfigCommand::Schema => {

@@ -236,13 +236,7 @@ pub fn run(cmd: PerfCommand, global: GlobalLogFlags) -> anyhow::Result<()> {
 }
 
 fn perf_offload(args: OffloadArgs, global: &GlobalLogFlags) -> anyhow::Result<()> {
-    let config = super::serve::load_config(
-        args.config.as_deref(),
-        None,
-        crate::config::ServerOverrides::default(),
-        Default::default(),
-        global,
-    )?;
+    let config = super::serve::load_config(args.config.as_deref(), Default::default(), global)?;
     let mut reports = Vec::new();
     for size in &args.size {
         let dir = args.dir.join(format!("run-{size}"));

@@ -7,7 +7,8 @@ use anyhow::Context;
 use clap::Args;
 
 use crate::config::{
-    self, AuthOverrides, BrokerOverrides, LogFormat, Overrides, ServerOverrides, TelemetryOverrides,
+    self, AuthOverrides, BrokerOverrides, LogFormat, MetadataOverrides, Overrides, ServerOverrides,
+    TelemetryOverrides,
 };
 use crate::service::{shutdown_signal, Service};
 use crate::telemetry;
@@ -69,33 +70,33 @@ pub struct ServeArgs {
     /// `broker.authentication.superuser_roles`.
     #[arg(long, value_delimiter = ',')]
     pub superuser_roles: Vec<String>,
+    /// Metadata store: `sqlite:PATH`, or `etcd://host:port[,host:port…][/prefix]` for the
+    /// nodes of a cluster. Sets `metadata.url`. Default: SQLite in the data directory.
+    #[arg(long)]
+    pub metadata_url: Option<String>,
 }
 
-/// Builds the effective configuration from a file, the environment and flags.
+/// Builds the effective configuration from a file, the environment and flags (`overrides`,
+/// whose logging part comes from `global`).
 pub(crate) fn load_config(
     file: Option<&std::path::Path>,
-    data_dir: Option<PathBuf>,
-    server: ServerOverrides,
-    broker: BrokerOverrides,
+    overrides: Overrides,
     global: &GlobalLogFlags,
 ) -> anyhow::Result<config::Config> {
     let overrides = Overrides {
-        data_dir,
-        server,
-        broker,
         telemetry: TelemetryOverrides {
             log_format: global.log_format,
             log_level: global.log_level.clone(),
         },
+        ..overrides
     };
     Ok(config::load(file, &overrides)?)
 }
 
 pub fn run(args: ServeArgs, global: GlobalLogFlags) -> anyhow::Result<()> {
-    let config = load_config(
-        args.config.as_deref(),
-        args.data_dir,
-        ServerOverrides {
+    let overrides = Overrides {
+        data_dir: args.data_dir,
+        server: ServerOverrides {
             pulsar_addr: args.pulsar_addr,
             http_addr: args.http_addr,
             pg_addr: args.pg_addr,
@@ -104,7 +105,7 @@ pub fn run(args: ServeArgs, global: GlobalLogFlags) -> anyhow::Result<()> {
             tls_cert_file: args.tls_cert_file,
             tls_key_file: args.tls_key_file,
         },
-        BrokerOverrides {
+        broker: BrokerOverrides {
             authentication: AuthOverrides::new(
                 args.auth_token_secret_key,
                 args.auth_token_public_key,
@@ -112,8 +113,12 @@ pub fn run(args: ServeArgs, global: GlobalLogFlags) -> anyhow::Result<()> {
             )
             .with_superusers(args.superuser_roles),
         },
-        &global,
-    )?;
+        metadata: MetadataOverrides {
+            url: args.metadata_url,
+        },
+        ..Default::default()
+    };
+    let config = load_config(args.config.as_deref(), overrides, &global)?;
 
     telemetry::init(config.telemetry.log_format, &config.telemetry.log_level)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

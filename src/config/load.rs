@@ -47,6 +47,9 @@ pub struct Overrides {
     /// `--auth-token-*`.
     #[serde(skip_serializing_if = "BrokerOverrides::is_empty")]
     pub broker: BrokerOverrides,
+    /// Metadata store flags.
+    #[serde(skip_serializing_if = "MetadataOverrides::is_empty")]
+    pub metadata: MetadataOverrides,
 }
 
 /// Broker flags.
@@ -109,6 +112,20 @@ impl AuthOverrides {
             && self.token_public_key.is_none()
             && self.token_public_alg.is_none()
             && self.superuser_roles.is_none()
+    }
+}
+
+/// Metadata store flags.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct MetadataOverrides {
+    /// `metadata.url`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}
+
+impl MetadataOverrides {
+    fn is_empty(&self) -> bool {
+        self.url.is_none()
     }
 }
 

@@ -30,8 +30,8 @@ pub use replay::ReplayConfig;
 pub use sql::SqlConfig;
 
 pub use load::{
-    load, AuthOverrides, BrokerOverrides, ConfigError, Overrides, ServerOverrides,
-    TelemetryOverrides, ENV_PREFIX,
+    load, AuthOverrides, BrokerOverrides, ConfigError, MetadataOverrides, Overrides,
+    ServerOverrides, TelemetryOverrides, ENV_PREFIX,
 };
 
 /// The whole configuration of a ledgerlake service.
@@ -376,7 +376,8 @@ impl Default for LedgerConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct MetadataConfig {
-    /// `sqlite:PATH` URL of the store. Empty: `sqlite:<data_dir>/metadata.db`.
+    /// `sqlite:PATH` URL of the store, or `etcd://host:port[,host:port…][/prefix]` for nodes
+    /// of a cluster (prefix default `/ledgerlake`). Empty: `sqlite:<data_dir>/metadata.db`.
     pub url: String,
 }
 
@@ -535,13 +536,15 @@ impl Config {
         if !(m.hot_min_rate >= 0.0 && m.hot_min_rate.is_finite()) {
             return invalid("metrics.hot_min_rate", "must be 0 or more".into());
         }
-        if !self.metadata.url.is_empty() && !self.metadata.url.starts_with("sqlite:") {
+        let url = &self.metadata.url;
+        if url.starts_with("etcd://") {
+            if let Err(e) = crate::ledger::metadata::etcd::EtcdUrl::parse(url) {
+                return invalid("metadata.url", e.to_string());
+            }
+        } else if !url.is_empty() && !url.starts_with("sqlite:") {
             return invalid(
                 "metadata.url",
-                format!(
-                    "'{}': only sqlite: URLs are supported by this build",
-                    self.metadata.url
-                ),
+                format!("'{url}': expected sqlite:PATH or etcd://host:port[,host:port…][/prefix]"),
             );
         }
         self.validate_tls()?;

@@ -12,7 +12,7 @@ import urllib.request
 import pulsar
 import pytest
 
-from servers import Postgres, S3Server
+from servers import Etcd, Postgres, S3Server
 
 
 def eventually(check, timeout=60, interval=0.1):
@@ -194,6 +194,16 @@ def s3_server():
 def postgres():
     """One PostgreSQL server for the whole run; tests create their own databases."""
     server = Postgres()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def etcd():
+    """An etcd member of the test's own (fresh data), stopped by PID at the end."""
+    server = Etcd()
     try:
         yield server
     finally:

@@ -223,3 +223,62 @@ class Postgres:
     def stop(self):
         self._halt()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Etcd:
+    """One etcd member (Debian `etcd-server`, installed by tests/run.sh) on free 127.0.0.1
+    ports, in a temporary directory; stopped by PID."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="ll-etcd-")
+        self.log_path = os.path.join(self.dir, "etcd.log")
+        ports = []
+        for _ in range(2):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                ports.append(s.getsockname()[1])
+        self.port, self.peer_port = ports
+        self.endpoint = f"127.0.0.1:{self.port}"
+        self.proc = None
+        self.start()
+
+    def start(self):
+        binary = shutil.which("etcd")
+        if not binary:
+            raise RuntimeError("etcd not found (tests/run.sh installs etcd-server)")
+        client = f"http://127.0.0.1:{self.port}"
+        peer = f"http://127.0.0.1:{self.peer_port}"
+        self.proc = subprocess.Popen(
+            [binary, "--name=default", f"--data-dir={os.path.join(self.dir, 'data')}",
+             f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
+             f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
+             f"--initial-cluster=default={peer}"],
+            stdout=subprocess.DEVNULL, stderr=open(self.log_path, "ab"))
+        _wait_port(self.port, self.proc, "etcd", self.log_path)
+
+    def url(self, prefix=""):
+        return f"etcd://{self.endpoint}{prefix}"
+
+    def keys(self, prefix):
+        """Every key under `prefix`, read through etcd's own JSON gateway (`/v3/kv/range`)."""
+        import base64
+        import json
+        import urllib.request
+        end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        body = json.dumps({"key": base64.b64encode(prefix.encode()).decode(),
+                           "range_end": base64.b64encode(end.encode()).decode(),
+                           "keys_only": True}).encode()
+        req = urllib.request.Request(f"http://{self.endpoint}/v3/kv/range", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            kvs = json.load(r).get("kvs", [])
+        return [base64.b64decode(kv["key"]).decode(errors="replace") for kv in kvs]
+
+    def halt(self, sig=signal.SIGKILL):
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+            self.proc.wait(timeout=30)
+
+    def stop(self):
+        self.halt()
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,8 +1,10 @@
 //! One conformance suite for every [`MetadataStore`] implementation (the contract in `mod.rs`).
 
+use super::etcd::EtcdMetadataStore;
 use super::memory::MemoryMetadataStore;
 use super::sqlite::SqliteMetadataStore;
 use super::*;
+use crate::coord::test_etcd::TestEtcd;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -452,5 +454,68 @@ async fn sqlite_store_survives_reopen() -> TestResult {
     assert_eq!(l.seal, Some(seal(9)));
     let l2 = s.create_ledger(topic.id, 0, 5).await?;
     assert!(l2.id > ledger.id, "ids keep increasing across reopen");
+    Ok(())
+}
+
+#[tokio::test]
+async fn etcd_store_conforms() -> TestResult {
+    let etcd = TestEtcd::start()?;
+    let mut stores: Vec<std::sync::Arc<dyn MetadataStore>> = Vec::new();
+    for i in 0..CHECKS {
+        let store = EtcdMetadataStore::connect(&etcd.url(&format!("/check{i}"))).await?;
+        stores.push(std::sync::Arc::new(store));
+    }
+    run_all(stores).await
+}
+
+#[tokio::test]
+async fn etcd_store_survives_reconnect_and_pages_long_listings() -> TestResult {
+    let etcd = TestEtcd::start()?;
+    let url = etcd.url("/persist");
+    let (topic, ledger) = {
+        let s = EtcdMetadataStore::connect(&url).await?;
+        let t = s.get_or_create_topic("persist", 1).await?;
+        let l = s.create_ledger(t.id, 2, 3).await?;
+        s.transition_ledger(l.id, LedgerTransition::Seal(seal(9)), 4)
+            .await?;
+        (t, l)
+    };
+    let s = EtcdMetadataStore::connect(&url).await?;
+    assert_eq!(s.list_topics().await?, vec![topic.clone()]);
+    let l = s.get_ledger(ledger.id).await?.ok_or("ledger lost")?;
+    assert_eq!(l.state, LedgerState::Sealed);
+    assert_eq!(l.seal, Some(seal(9)));
+    let l2 = s.create_ledger(topic.id, 0, 5).await?;
+    assert!(l2.id > ledger.id, "ids keep increasing across reconnects");
+    // Listings longer than one page (500 keys) come back whole and in order.
+    for i in 0..1_003u64 {
+        s.create_ledger(topic.id, 0, i as i64).await?;
+    }
+    let ids: Vec<u64> = s
+        .topic_ledgers(topic.id)
+        .await?
+        .iter()
+        .map(|l| l.id)
+        .collect();
+    assert_eq!(ids.len(), 1_005);
+    assert!(ids.windows(2).all(|w| w[0] < w[1]));
+    let open = s.ledgers_in_states(&[LedgerState::Open]).await?;
+    assert_eq!(open.len(), 1_004);
+    // A store under another prefix of the same etcd sees none of it.
+    let other = EtcdMetadataStore::connect(&etcd.url("/persist-other")).await?;
+    assert!(other.list_topics().await?.is_empty());
+    assert!(other.get_ledger(ledger.id).await?.is_none());
+    Ok(())
+}
+
+#[tokio::test]
+async fn etcd_store_refuses_an_unreachable_server_at_start() -> TestResult {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let started = std::time::Instant::now();
+    let result = EtcdMetadataStore::connect(&format!("etcd://127.0.0.1:{port}")).await;
+    assert!(result.is_err(), "nothing listens on {port}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
     Ok(())
 }

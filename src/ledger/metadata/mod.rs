@@ -17,14 +17,17 @@
 //! - **Rows are kept.** Deleted ledgers stay listed (state `Deleted`) so the full history of a topic
 //!   (and what the lake holds of it) can always be explained.
 //!
-//! The trait is small on purpose so that PostgreSQL (and later distributed stores) can implement it
-//! with plain transactions; the SQL in [`sqlite`] is portable apart from the placeholder style.
+//! The trait is small on purpose so that PostgreSQL and distributed stores can implement it with
+//! plain transactions; the SQL in [`sqlite`] is portable apart from the placeholder style, and
+//! [`etcd`] implements it with etcd transactions guarded by compares (a cluster's nodes share
+//! it).
 
 use std::fmt;
 use std::str::FromStr;
 
 use async_trait::async_trait;
 
+pub mod etcd;
 pub mod memory;
 pub mod sqlite;
 
@@ -371,4 +374,32 @@ pub trait MetadataStore: Send + Sync + fmt::Debug + 'static {
 
     /// Every `(scope, blob)` whose scope starts with `prefix`, ascending by scope.
     async fn list_policies(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, MetadataError>;
+
+    /// Waits for writes in flight and releases the store's connections; the service calls it
+    /// last, after everything that writes has stopped. Nothing is lost without it (every
+    /// method is durable when it returns).
+    async fn close(&self) {}
+}
+
+/// Opens the store a `metadata.url` names: empty for the embedded default (SQLite at
+/// `default_sqlite`), `sqlite:PATH`, or `etcd://host:port[,host:port…][/prefix]`.
+pub async fn open(
+    url: &str,
+    default_sqlite: &std::path::Path,
+) -> Result<std::sync::Arc<dyn MetadataStore>, MetadataError> {
+    use std::sync::Arc;
+    if url.is_empty() {
+        Ok(Arc::new(
+            sqlite::SqliteMetadataStore::open(default_sqlite).await?,
+        ))
+    } else if url.starts_with("sqlite:") {
+        Ok(Arc::new(sqlite::SqliteMetadataStore::open_url(url).await?))
+    } else if url.starts_with("etcd://") {
+        Ok(Arc::new(etcd::EtcdMetadataStore::connect(url).await?))
+    } else {
+        Err(MetadataError::Backend {
+            op: "open",
+            source: format!("'{url}': expected sqlite:PATH or etcd://host:port").into(),
+        })
+    }
 }

@@ -138,11 +138,6 @@ impl SqliteMetadataStore {
         }
         Ok(Self { pool })
     }
-
-    /// Closes the pool, waiting for in-flight statements.
-    pub async fn close(&self) {
-        self.pool.close().await;
-    }
 }
 
 fn ledger_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<LedgerRecord, MetadataError> {
@@ -197,6 +192,11 @@ fn topic_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<TopicRecord, Metadata
 
 #[async_trait]
 impl MetadataStore for SqliteMetadataStore {
+    async fn close(&self) {
+        // Waits for in-flight statements.
+        self.pool.close().await;
+    }
+
     async fn get_or_create_topic(
         &self,
         name: &str,
