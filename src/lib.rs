@@ -25,13 +25,15 @@
 //! Imports flow one way: `naming` ← every layer; `protocol` ← `broker`; `broker` → `ledger`,
 //! `replay`; `replay` → `ledger`, `lake`; `offload` → `ledger`, `lake`; `sql` → `replay`,
 //! `lake`, `ledger`; `tenancy` → `auth`, `ledger`; `broker` → `tenancy`; `ops` → `broker`,
-//! `ledger`, `offload`, `policies`, `tenancy`, `sql`, `verify`; `verify` → `ledger`, `lake`;
+//! `ledger`, `offload`, `policies`, `tenancy`, `sql`, `verify`, `cluster`; `verify` → `ledger`,
+//! `lake`; `cluster` → `coord`;
 //! `admin` → `ops`.
 //! The lake imports neither the broker nor the offload engine.
 //!
 //! Modules:
 //! - [`naming`]: topic and namespace names, the schema-version codec (the leaf).
 //! - [`config`]: the typed configuration tree and its layered loading.
+//! - [`cluster`]: what a node knows of the others (membership, so far), over [`coord`].
 //! - [`coord`]: the coordination seam a cluster's nodes agree through (compare-and-set,
 //!   sessions with ephemeral keys, watches), on etcd or in process; no consensus of our own.
 //! - [`ledger`]: the durable segmented log (journal with group commit, segments, indexes,
@@ -80,6 +82,7 @@ pub mod admin;
 pub mod auth;
 pub mod broker;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod coord;
 pub mod failpoint;

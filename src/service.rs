@@ -13,8 +13,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admin::{self, Health};
 use crate::broker::Broker;
+use crate::cluster::membership::{Membership, NodeRecord};
 use crate::config::Config;
+use crate::coord::etcd::EtcdCoordination;
+use crate::coord::memory::MemoryCoordination;
+use crate::coord::Coordination;
 use crate::lake::Lake;
+use crate::ledger::metadata::etcd::EtcdMetadataStore;
 use crate::ledger::{Log, MetadataStore};
 use crate::offload::log_retention::LogRetention;
 use crate::offload::OffloadEngine;
@@ -71,6 +76,12 @@ pub enum ServiceError {
     /// The lake (catalog or warehouse) could not be opened.
     #[error("lake: {0}")]
     Lake(#[from] crate::lake::LakeError),
+    /// The coordination store (etcd) could not be used.
+    #[error("coordination: {0}")]
+    Coordination(#[from] crate::coord::CoordError),
+    /// The node could not join its cluster.
+    #[error("cluster membership: {0}")]
+    Membership(#[from] crate::cluster::membership::MembershipError),
     /// A runtime of its own (lake, replay, SQL) could not start.
     #[error("starting a runtime: {0}")]
     Runtime(std::io::Error),
@@ -96,6 +107,8 @@ pub struct Service {
     stop: CancellationToken,
     http: tokio::task::JoinHandle<()>,
     meta: Arc<dyn MetadataStore>,
+    /// This node's registration. Invariant: registered from readiness until `shutdown`.
+    membership: Arc<Membership>,
     /// The offload engine (`None` when the lake is disabled).
     pub offload: Option<OffloadEngine>,
     /// Retention applied to the log alone. Invariant: `Some` exactly when `offload` is `None`.
@@ -131,11 +144,7 @@ impl Service {
         let http_addr = http_listener.local_addr().map_err(ServiceError::Http)?;
         let http_stop = stop.clone();
         let ops_cell = Arc::new(tokio::sync::OnceCell::new());
-        let meta = crate::ledger::metadata::open(
-            &config.metadata.url,
-            &config.data_dir.join("metadata.db"),
-        )
-        .await?;
+        let (meta, coord) = open_metadata(config).await?;
         let store: Arc<dyn MetadataStore> = meta.clone();
         let tenancy = Arc::new(Tenancy::new(store.clone(), &config.broker.cluster_name));
         // One authenticator and authorizer for every surface; permissions apply while
@@ -295,12 +304,25 @@ impl Service {
         } else {
             (None, None, None)
         };
+        let me = NodeRecord {
+            id: node_id(&advertised, http_addr),
+            broker_service_url: format!("pulsar://{advertised}"),
+            broker_service_url_tls: (!local.broker_service_url_tls.is_empty())
+                .then(|| local.broker_service_url_tls.clone()),
+            web_service_url: local.service_url.clone(),
+            pg_addr: pg_addr.map(|a| a.to_string()),
+            started_at_ms: crate::ledger::now_ms(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+        };
+        let membership =
+            Arc::new(Membership::join(coord, me, config.metadata.session_ttl * 2).await?);
         let _ = ops_cell.set(crate::ops::Operations::new(
             log.clone(),
             broker.clone(),
             offload.clone(),
             (policies, tenancy, authorization),
             sql,
+            membership.clone(),
         ));
         broker.serve(pulsar_listener);
         tracing::info!(%pulsar_addr, "pulsar listening");
@@ -322,6 +344,7 @@ impl Service {
             stop,
             http,
             meta,
+            membership,
             offload,
             log_retention,
             lake_runtime,
@@ -355,10 +378,42 @@ impl Service {
         }
         drop(self.lake_runtime);
         self.log.shutdown().await?;
+        if let Err(e) = self.membership.leave().await {
+            tracing::warn!(error = %e, "leaving the cluster failed; the registration expires with its lease");
+        }
         self.meta.close().await;
         tracing::info!("shutdown complete: log flushed and fsynced");
         Ok(())
     }
+}
+
+/// The metadata store `metadata.url` names and the coordination store beside it: etcd for
+/// both (one client, the coordination root `<prefix>/cluster`), or the embedded store with
+/// in-process coordination on a single node.
+async fn open_metadata(
+    config: &Config,
+) -> Result<(Arc<dyn MetadataStore>, Arc<dyn Coordination>), ServiceError> {
+    let url = &config.metadata.url;
+    if url.starts_with("etcd://") {
+        let store = EtcdMetadataStore::connect(url).await?;
+        let root = format!("{}/cluster", store.prefix());
+        let coord =
+            EtcdCoordination::start(store.client().clone(), &root, config.metadata.session_ttl)
+                .await?;
+        Ok((Arc::new(store), Arc::new(coord)))
+    } else {
+        let store =
+            crate::ledger::metadata::open(url, &config.data_dir.join("metadata.db")).await?;
+        Ok((store, Arc::new(MemoryCoordination::new())))
+    }
+}
+
+/// A node's id: the advertised host with the HTTP port, as Pulsar names brokers.
+fn node_id(advertised: &str, http_addr: SocketAddr) -> String {
+    let host = advertised
+        .rsplit_once(':')
+        .map_or(advertised, |(host, _)| host);
+    format!("{host}:{}", http_addr.port())
 }
 
 /// TLS acceptors of the listeners, one configuration each (ALPN differs).

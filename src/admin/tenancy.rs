@@ -1,6 +1,8 @@
 //! Tenants, clusters and namespaces through Pulsar's paths and JSON:
 //! - `GET /admin/v2/clusters`, `GET|PUT|POST|DELETE /admin/v2/clusters/{cluster}`
 //!   (`ClusterData`; superusers only);
+//! - `GET /admin/v2/brokers/{cluster}`: the live nodes of this node's cluster (their HTTP
+//!   `host:port`; superusers only, as Pulsar);
 //! - `GET /admin/v2/tenants`, `GET|PUT|POST|DELETE /admin/v2/tenants/{tenant}` (`TenantInfo`
 //!   `{"adminRoles": […], "allowedClusters": […]}`; superusers only, so the path parameter is
 //!   not named `tenant` for the access guard);
@@ -34,6 +36,7 @@ pub(super) fn routes() -> Router<AdminState> {
                 .post(update_cluster)
                 .delete(delete_cluster),
         )
+        .at("/admin/v2/brokers/{cluster}", get(list_brokers))
         .at("/admin/v2/tenants", get(list_tenants))
         .at(
             "/admin/v2/tenants/{name}",
@@ -99,6 +102,13 @@ async fn delete_cluster(
 ) -> Result<StatusCode, AdminError> {
     s.ops()?.delete_cluster(&c).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+async fn list_brokers(
+    State(s): State<AdminState>,
+    Path(c): Path<String>,
+) -> Result<Json<Vec<String>>, AdminError> {
+    Ok(Json(s.ops()?.brokers(&c).await?))
 }
 
 async fn list_tenants(State(s): State<AdminState>) -> Result<Json<Vec<String>>, AdminError> {

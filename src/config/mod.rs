@@ -373,12 +373,27 @@ impl Default for LedgerConfig {
 }
 
 /// The metadata store (topics, ledgers, cursors).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct MetadataConfig {
     /// `sqlite:PATH` URL of the store, or `etcd://host:port[,host:port…][/prefix]` for nodes
     /// of a cluster (prefix default `/ledgerlake`). Empty: `sqlite:<data_dir>/metadata.db`.
     pub url: String,
+    /// Time-to-live of the node's etcd session (its lease): a node that stops renewing drops
+    /// out of the cluster after this long, and knows it has after two thirds of it. Whole
+    /// seconds, at least 2 s (etcd's minimum).
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub session_ttl: Duration,
+}
+
+impl Default for MetadataConfig {
+    fn default() -> Self {
+        MetadataConfig {
+            url: String::new(),
+            session_ttl: Duration::from_secs(10),
+        }
+    }
 }
 
 impl Config {
@@ -535,6 +550,9 @@ impl Config {
         }
         if !(m.hot_min_rate >= 0.0 && m.hot_min_rate.is_finite()) {
             return invalid("metrics.hot_min_rate", "must be 0 or more".into());
+        }
+        if self.metadata.session_ttl < Duration::from_secs(2) {
+            return invalid("metadata.session_ttl", "must be at least 2s".into());
         }
         let url = &self.metadata.url;
         if url.starts_with("etcd://") {

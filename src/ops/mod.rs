@@ -127,6 +127,8 @@ pub struct Operations {
     authorization: bool,
     /// `None` when `sql.enabled = false`.
     sql: Option<crate::sql::SqlEngine>,
+    /// This node's registration and the view of the cluster's nodes.
+    membership: Arc<crate::cluster::membership::Membership>,
 }
 
 impl Operations {
@@ -137,6 +139,7 @@ impl Operations {
         offload: Option<OffloadEngine>,
         (policies, tenancy, authorization): (Arc<PolicyStore>, Arc<Tenancy>, bool),
         sql: Option<crate::sql::SqlEngine>,
+        membership: Arc<crate::cluster::membership::Membership>,
     ) -> Self {
         Operations {
             log,
@@ -146,6 +149,7 @@ impl Operations {
             tenancy,
             authorization,
             sql,
+            membership,
         }
     }
 

@@ -52,6 +52,23 @@ impl Operations {
             .ok_or_else(|| OpsError::NotFound("Cluster does not exist".into()))
     }
 
+    /// The live nodes of cluster `name` (this node's cluster), by id: their advertised HTTP
+    /// `host:port`, as Pulsar's `/admin/v2/brokers/{cluster}` answers.
+    pub async fn brokers(&self, name: &str) -> Result<Vec<String>, OpsError> {
+        if name != self.tenancy.local_cluster() {
+            return Err(OpsError::NotFound(format!(
+                "Cluster {name} is not this node's cluster ({})",
+                self.tenancy.local_cluster()
+            )));
+        }
+        let nodes = self
+            .membership
+            .nodes()
+            .await
+            .map_err(|e| OpsError::Unavailable(e.to_string()))?;
+        Ok(nodes.into_iter().map(|n| n.id).collect())
+    }
+
     /// Adds cluster `name`.
     pub async fn create_cluster(&self, name: &str, data: &ClusterData) -> Result<(), OpsError> {
         Ok(self.tenancy.create_cluster(name, data).await?)

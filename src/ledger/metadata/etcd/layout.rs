@@ -46,6 +46,11 @@ impl Keys {
         }
     }
 
+    /// The prefix every key starts with.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
     /// The counter of topic ids.
     pub fn topic_ids(&self) -> String {
         format!("{}/ids/topic", self.prefix)

@@ -157,6 +157,11 @@ impl EtcdMetadataStore {
         }
     }
 
+    /// The prefix of every key of this store.
+    pub fn prefix(&self) -> &str {
+        self.keys.prefix()
+    }
+
     /// The client, for other users of the same etcd cluster.
     pub fn client(&self) -> &Client {
         &self.client

@@ -1,0 +1,216 @@
+//! Membership: every running node registers itself as an ephemeral key of its coordination
+//! session (`nodes/<id>`), so the live nodes are the registered ones, and a node that dies or
+//! is cut off drops out when its session's lease runs out.
+//!
+//! A node's id is its advertised HTTP `host:port`, as Pulsar names brokers
+//! (`/admin/v2/brokers/{cluster}` lists them). A node restarted after a crash finds its old
+//! registration still standing until the old lease expires; it waits for that, up to twice the
+//! session's time-to-live, rather than take over a key another live process may hold.
+//!
+//! Record: `[format 1][JSON]` of [`NodeRecord`] (ADR 0006).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::coord::{CoordError, Coordination, Expect};
+
+/// Format byte of a node record.
+pub const FORMAT: u8 = 1;
+/// Where node records live, relative to the coordination root.
+pub const NODES: &str = "nodes/";
+
+/// What a node tells the others about itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeRecord {
+    /// Advertised HTTP `host:port`: the node's id.
+    pub id: String,
+    /// `pulsar://host:port` clients connect to.
+    pub broker_service_url: String,
+    /// `pulsar+ssl://host:port`, when the node serves TLS.
+    #[serde(default)]
+    pub broker_service_url_tls: Option<String>,
+    /// `http://host:port` of the admin API.
+    pub web_service_url: String,
+    /// `host:port` of the PostgreSQL-wire listener, when SQL is on.
+    #[serde(default)]
+    pub pg_addr: Option<String>,
+    /// When the node started (ms since epoch).
+    pub started_at_ms: i64,
+    /// The ledgerlake version it runs.
+    pub version: String,
+}
+
+impl NodeRecord {
+    /// The stored form.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![FORMAT];
+        // A struct of strings and integers always serialises.
+        if let Err(e) = serde_json::to_writer(&mut out, self) {
+            unreachable!("node record encoding failed: {e}");
+        }
+        out
+    }
+
+    /// Reads the stored form, refusing other format bytes.
+    pub fn decode(bytes: &[u8]) -> Result<Self, MembershipError> {
+        match bytes.split_first() {
+            Some((&FORMAT, body)) => serde_json::from_slice(body)
+                .map_err(|e| MembershipError::Corrupt(format!("node record: {e}"))),
+            Some((other, _)) => Err(MembershipError::Corrupt(format!(
+                "node record format {other}; this build reads format {FORMAT}"
+            ))),
+            None => Err(MembershipError::Corrupt("empty node record".into())),
+        }
+    }
+}
+
+/// Errors of membership.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MembershipError {
+    /// Another live process holds this node's id.
+    #[error("node id {id} is registered by another live process (started at {started_at_ms} ms); is a second node configured with the same advertised HTTP address?")]
+    IdInUse {
+        /// The id.
+        id: String,
+        /// When the other registration's node started.
+        started_at_ms: i64,
+    },
+    /// A stored record could not be read.
+    #[error("membership: {0}")]
+    Corrupt(String),
+    /// The coordination store failed.
+    #[error(transparent)]
+    Coordination(#[from] CoordError),
+}
+
+/// This node's registration, and the view of the others.
+#[derive(Debug)]
+pub struct Membership {
+    /// Invariant: `me` is registered as an ephemeral key of this session until `leave`.
+    coord: Arc<dyn Coordination>,
+    me: NodeRecord,
+}
+
+impl Membership {
+    /// Registers `me`, waiting up to `wait` for a stale registration of the same id (a crashed
+    /// predecessor whose lease has not run out yet) to go.
+    pub async fn join(
+        coord: Arc<dyn Coordination>,
+        me: NodeRecord,
+        wait: Duration,
+    ) -> Result<Self, MembershipError> {
+        let key = format!("{NODES}{}", me.id);
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            match coord.put(&key, &me.encode(), Expect::Absent, true).await {
+                Ok(_) => return Ok(Membership { coord, me }),
+                Err(CoordError::Conflict { .. }) => {
+                    let holder = match coord.get(&key).await? {
+                        Some(v) => NodeRecord::decode(&v.value)?,
+                        None => continue,
+                    };
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err(MembershipError::IdInUse {
+                            id: me.id,
+                            started_at_ms: holder.started_at_ms,
+                        });
+                    }
+                    tracing::info!(id = %me.id, "waiting for an earlier registration of this node to expire");
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// This node's record.
+    pub fn me(&self) -> &NodeRecord {
+        &self.me
+    }
+
+    /// Every registered node, by id.
+    pub async fn nodes(&self) -> Result<Vec<NodeRecord>, MembershipError> {
+        let (items, _) = self.coord.list(NODES).await?;
+        items
+            .iter()
+            .map(|(_, v)| NodeRecord::decode(&v.value))
+            .collect()
+    }
+
+    /// Leaves the cluster: the session ends and the registration goes at once.
+    pub async fn leave(&self) -> Result<(), MembershipError> {
+        Ok(self.coord.close().await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coord::memory::MemoryCoordination;
+    use proptest::prelude::*;
+
+    fn record(id: &str) -> NodeRecord {
+        NodeRecord {
+            id: id.into(),
+            broker_service_url: format!("pulsar://{id}"),
+            broker_service_url_tls: None,
+            web_service_url: format!("http://{id}"),
+            pg_addr: Some("127.0.0.1:5433".into()),
+            started_at_ms: 7,
+            version: "0.1.0".into(),
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn node_records_round_trip(id in ".*", tls in proptest::option::of(".*"),
+                                   pg in proptest::option::of(".*"), started in any::<i64>()) {
+            let r = NodeRecord { broker_service_url_tls: tls, pg_addr: pg, started_at_ms: started,
+                                 ..record(&id) };
+            let bytes = r.encode();
+            prop_assert_eq!(bytes[0], FORMAT);
+            prop_assert_eq!(NodeRecord::decode(&bytes).ok(), Some(r));
+        }
+    }
+
+    #[test]
+    fn other_formats_are_refused() {
+        let mut bytes = record("a:1").encode();
+        bytes[0] = 2;
+        assert!(NodeRecord::decode(&bytes).is_err());
+        assert!(NodeRecord::decode(&[]).is_err());
+    }
+
+    #[tokio::test]
+    async fn nodes_see_each_other_and_a_leaver_goes() -> Result<(), MembershipError> {
+        let a_coord = MemoryCoordination::new();
+        let b_coord: Arc<dyn Coordination> = Arc::new(a_coord.new_session());
+        let a = Membership::join(Arc::new(a_coord), record("a:1"), Duration::ZERO).await?;
+        let b = Membership::join(b_coord, record("b:2"), Duration::ZERO).await?;
+        let ids = |nodes: Vec<NodeRecord>| nodes.into_iter().map(|n| n.id).collect::<Vec<_>>();
+        assert_eq!(ids(b.nodes().await?), vec!["a:1", "b:2"]);
+        a.leave().await?;
+        assert_eq!(ids(b.nodes().await?), vec!["b:2"]);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_second_live_node_with_the_same_id_is_refused() -> Result<(), MembershipError> {
+        let first = MemoryCoordination::new();
+        let second: Arc<dyn Coordination> = Arc::new(first.new_session());
+        let _a = Membership::join(Arc::new(first), record("a:1"), Duration::ZERO).await?;
+        let wait = Duration::from_millis(600);
+        let started = tokio::time::Instant::now();
+        let refused = Membership::join(second, record("a:1"), wait).await;
+        assert!(matches!(refused, Err(MembershipError::IdInUse { .. })));
+        assert!(
+            started.elapsed() >= wait,
+            "it waited for a stale registration first"
+        );
+        Ok(())
+    }
+}
