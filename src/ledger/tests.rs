@@ -138,6 +138,19 @@ async fn offloaded_ledgers_are_deleted_and_segments_reclaimed() -> TestResult {
     let before = log.stats().await.segments;
     assert!(before > 2);
     let ledgers = t.ledgers();
+    // Ledgers rolled over by size are sealed in the background: wait until the store has them
+    // all sealed (a slow CI host once saw one still open here).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    for l in &ledgers {
+        while meta.get_ledger(l.id).await?.map(|r| r.state) != Some(LedgerState::Sealed) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "ledger {} still not sealed",
+                l.id
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
     // Deleting a ledger that was never offloaded needs the retention path (sealed → deleted);
     // offloaded → deleted is the normal path.
     for l in &ledgers {
