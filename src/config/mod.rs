@@ -15,6 +15,7 @@ use bytesize::ByteSize;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+mod etcd_url;
 mod lake;
 mod load;
 mod metrics;
@@ -28,6 +29,8 @@ pub use lake::{
 pub use metrics::MetricsConfig;
 pub use replay::ReplayConfig;
 pub use sql::SqlConfig;
+
+pub use etcd_url::{EtcdUrl, DEFAULT_PREFIX};
 
 pub use load::{
     load, AuthOverrides, BrokerOverrides, ConfigError, MetadataOverrides, Overrides,
@@ -556,8 +559,8 @@ impl Config {
         }
         let url = &self.metadata.url;
         if url.starts_with("etcd://") {
-            if let Err(e) = crate::ledger::metadata::etcd::EtcdUrl::parse(url) {
-                return invalid("metadata.url", e.to_string());
+            if let Err(e) = EtcdUrl::parse(url) {
+                return invalid("metadata.url", e);
             }
         } else if !url.is_empty() && !url.starts_with("sqlite:") {
             return invalid(

@@ -24,6 +24,8 @@ use etcd_client::{
     TxnOpResponse, TxnResponse,
 };
 
+use crate::config::EtcdUrl;
+
 use super::{
     check_partition_change, LedgerId, LedgerRecord, LedgerState, LedgerTransition, MetadataError,
     MetadataStore, TopicId, TopicRecord,
@@ -36,54 +38,6 @@ pub mod layout;
 const PAGE: i64 = 500;
 /// Operations per transaction when cleaning up index keys (etcd's default limit is 128).
 const CLEANUP_BATCH: usize = 100;
-/// Prefix used when the URL names none.
-pub const DEFAULT_PREFIX: &str = "/ledgerlake";
-
-/// An etcd URL split into endpoints and key prefix.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EtcdUrl {
-    /// `http://host:port` of each member.
-    pub endpoints: Vec<String>,
-    /// Prefix of every key, without a trailing `/`.
-    pub prefix: String,
-}
-
-impl EtcdUrl {
-    /// Parses `etcd://host:port[,host:port…][/prefix]`.
-    pub fn parse(url: &str) -> Result<Self, MetadataError> {
-        let bad = |why: &str| MetadataError::Backend {
-            op: "parse etcd url",
-            source: format!("'{url}': {why}").into(),
-        };
-        let rest = url
-            .strip_prefix("etcd://")
-            .ok_or_else(|| bad("expected etcd://host:port[,host:port…][/prefix]"))?;
-        let (hosts, prefix) = match rest.find('/') {
-            Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
-            None => (rest, DEFAULT_PREFIX),
-        };
-        let prefix = if prefix.is_empty() {
-            DEFAULT_PREFIX
-        } else {
-            prefix
-        };
-        let mut endpoints = Vec::new();
-        for host in hosts.split(',') {
-            let (name, port) = host
-                .rsplit_once(':')
-                .ok_or_else(|| bad("every member needs host:port"))?;
-            if name.is_empty() || port.parse::<u16>().is_err() {
-                return Err(bad(&format!("'{host}' is not host:port")));
-            }
-            endpoints.push(format!("http://{host}"));
-        }
-        Ok(EtcdUrl {
-            endpoints,
-            prefix: prefix.to_string(),
-        })
-    }
-}
-
 /// etcd-backed metadata store.
 #[derive(Clone)]
 pub struct EtcdMetadataStore {
@@ -130,7 +84,10 @@ fn get_response(op: &TxnOpResponse) -> Option<&etcd_client::GetResponse> {
 impl EtcdMetadataStore {
     /// Connects to the etcd cluster named by `url` (`etcd://host:port[,…][/prefix]`).
     pub async fn connect(url: &str) -> Result<Self, MetadataError> {
-        let parsed = EtcdUrl::parse(url)?;
+        let parsed = EtcdUrl::parse(url).map_err(|e| MetadataError::Backend {
+            op: "parse etcd url",
+            source: e.into(),
+        })?;
         let options = ConnectOptions::new()
             .with_connect_timeout(Duration::from_secs(5))
             .with_timeout(Duration::from_secs(15))
@@ -699,36 +656,6 @@ impl MetadataStore for EtcdMetadataStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn urls_name_members_and_prefix() {
-        let u = EtcdUrl::parse("etcd://127.0.0.1:2379").ok();
-        assert_eq!(
-            u,
-            Some(EtcdUrl {
-                endpoints: vec!["http://127.0.0.1:2379".into()],
-                prefix: DEFAULT_PREFIX.into()
-            })
-        );
-        let u = EtcdUrl::parse("etcd://a:1,b:2/team/ll/").ok();
-        assert_eq!(
-            u,
-            Some(EtcdUrl {
-                endpoints: vec!["http://a:1".into(), "http://b:2".into()],
-                prefix: "/team/ll".into()
-            })
-        );
-        for bad in [
-            "http://a:1",
-            "etcd://",
-            "etcd://a",
-            "etcd://a:x",
-            "etcd://:1",
-            "etcd://a:1,",
-        ] {
-            assert!(EtcdUrl::parse(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn prefix_ends_are_the_next_key() {
