@@ -9,6 +9,7 @@
 //!
 //! ```text
 //!  Pulsar clients ──► protocol/ ──► broker/ ──append──► ledger/ (journal + segments + index)
+//!                                     │ owns topics via cluster/ (membership, ownership) ──► coord
 //!                                     │ positions           ▲ sealed ledgers
 //!                                     ▼                     │
 //!  psql / HTTP ──► sql/ ──────────► replay/ ─── log or lake ┤
@@ -26,14 +27,15 @@
 //! `replay`; `replay` → `ledger`, `lake`; `offload` → `ledger`, `lake`; `sql` → `replay`,
 //! `lake`, `ledger`; `tenancy` → `auth`, `ledger`; `broker` → `tenancy`; `ops` → `broker`,
 //! `ledger`, `offload`, `policies`, `tenancy`, `sql`, `verify`, `cluster`; `verify` → `ledger`,
-//! `lake`; `cluster` → `coord`;
+//! `lake`; `broker` → `cluster`; `cluster` → `coord`;
 //! `admin` → `ops`.
 //! The lake imports neither the broker nor the offload engine.
 //!
 //! Modules:
 //! - [`naming`]: topic and namespace names, the schema-version codec (the leaf).
 //! - [`config`]: the typed configuration tree and its layered loading.
-//! - [`cluster`]: what a node knows of the others (membership, so far), over [`coord`].
+//! - [`cluster`]: what a node knows of the others, over [`coord`]: membership, and topic
+//!   ownership (one owner per partition with an epoch; LOOKUP places and redirects by it).
 //! - [`coord`]: the coordination seam a cluster's nodes agree through (compare-and-set,
 //!   sessions with ephemeral keys, watches), on etcd or in process; no consensus of our own.
 //! - [`ledger`]: the durable segmented log (journal with group commit, segments, indexes,

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::admin::{self, Health};
 use crate::broker::Broker;
 use crate::cluster::membership::{Membership, NodeRecord};
+use crate::cluster::ownership::Ownership;
 use crate::config::Config;
 use crate::coord::etcd::EtcdCoordination;
 use crate::coord::memory::MemoryCoordination;
@@ -279,25 +280,13 @@ impl Service {
                 .map_or(String::new(), |a| format!("pulsar+ssl://{a}")),
         };
         tenancy.bootstrap(&local, in_use).await?;
-        let broker = Broker::new(
-            config.broker.clone(),
-            log.clone(),
-            (policies.clone(), tenancy.clone()),
-            replay.clone(),
-            access.clone(),
-            crate::broker::ServiceUrls {
-                plain: format!("pulsar://{advertised}"),
-                tls: advertised_tls.map(|a| format!("pulsar+ssl://{a}")),
-            },
-            &config.metrics,
-        );
         let authorization = access.required();
         let (sql, sql_runtime, pg_addr) = if config.sql.enabled {
             let (engine, rt, addr) = start_sql(
                 config,
                 log.clone(),
                 (offload.clone(), replay.clone()),
-                access,
+                access.clone(),
                 (stop.clone(), tls.map(|t| t.pg)),
             )?;
             (Some(engine), Some(rt), Some(addr))
@@ -313,9 +302,20 @@ impl Service {
             pg_addr: pg_addr.map(|a| a.to_string()),
             started_at_ms: crate::ledger::now_ms(),
             version: env!("CARGO_PKG_VERSION").to_string(),
+            bookie: log.bookie_id().to_string(),
         };
         let membership =
-            Arc::new(Membership::join(coord, me, config.metadata.session_ttl * 2).await?);
+            Arc::new(Membership::join(coord.clone(), me, config.metadata.session_ttl * 2).await?);
+        let ownership = Ownership::new(coord, membership.clone());
+        let broker = Broker::new(
+            config.broker.clone(),
+            log.clone(),
+            (policies.clone(), tenancy.clone()),
+            replay.clone(),
+            access,
+            ownership.clone(),
+            &config.metrics,
+        );
         let _ = ops_cell.set(crate::ops::Operations::new(
             log.clone(),
             broker.clone(),
@@ -352,6 +352,17 @@ impl Service {
             pg_addr,
             sql_runtime,
         })
+    }
+
+    /// Resolves once this node's coordination session is no longer live (lost: the node
+    /// already stopped serving its topics and should stop).
+    pub async fn session_ended(&self) -> crate::coord::SessionState {
+        let mut session = self.membership.session();
+        let ended = session
+            .wait_for(|s| *s != crate::coord::SessionState::Live)
+            .await
+            .map(|state| *state);
+        ended.unwrap_or(crate::coord::SessionState::Closed)
     }
 
     /// Graceful stop: not ready → stop HTTP and the broker (connections close) → flush and

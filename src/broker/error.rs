@@ -65,6 +65,9 @@ pub enum BrokerError {
     /// A `producer_exception` backlog quota is exceeded: the client fails pending sends.
     #[error("{0}")]
     QuotaException(String),
+    /// Another node serves the topic, or nobody can now (the client looks it up again).
+    #[error(transparent)]
+    Ownership(#[from] crate::cluster::ownership::OwnershipError),
 }
 
 /// The verb of Pulsar's "Client is not authorized to …" refusals.
@@ -105,6 +108,7 @@ pub fn server_error(e: &BrokerError) -> ServerError {
         BrokerError::SubscriptionExists(_) => ServerError::ConsumerBusy,
         BrokerError::QuotaHold(_) => ServerError::ProducerBlockedQuotaExceededError,
         BrokerError::QuotaException(_) => ServerError::ProducerBlockedQuotaExceededException,
+        BrokerError::Ownership(_) => ServerError::ServiceNotReady,
     }
 }
 

@@ -231,13 +231,46 @@ impl Broker {
         let slot = self.slot(&name.to_string());
         let mut loaded = slot.0.lock().await;
         let Some(topic) = loaded.take() else {
+            // Claimed by a lookup but never loaded: give the claim up all the same.
+            self.ownership.release(&name.to_string()).await?;
             return Ok(false);
         };
         self.forget_loaded(&topic);
         topic.save_dedup_snapshot().await;
         topic.unload().await;
+        self.ownership.release(&name.to_string()).await?;
         tracing::info!(topic = %name, "unloaded");
         Ok(true)
+    }
+}
+
+impl Broker {
+    /// Once this node's coordination session is no longer live, unloads every loaded topic
+    /// (its clients look the topic up again and find its new owner); loading is refused from
+    /// then on, since ownership is.
+    pub(crate) async fn stop_serving_when_session_ends(&self) {
+        let mut session = self.ownership.session();
+        if session
+            .wait_for(|s| *s != crate::coord::SessionState::Live)
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let topics = self.loaded_topics();
+        tracing::error!(
+            topics = topics.len(),
+            "coordination session ended: unloading every topic"
+        );
+        // No metadata call before a topic stops: the store may be what is unreachable.
+        for t in topics {
+            let slot = self.slot(&t.name.to_string());
+            let mut loaded = slot.0.lock().await;
+            if let Some(topic) = loaded.take() {
+                self.forget_loaded(&topic);
+                topic.unload().await;
+            }
+        }
     }
 }
 

@@ -49,6 +49,7 @@ pub mod subscription;
 pub mod throttle;
 pub mod topic;
 
+use crate::cluster::ownership::{Ownership, Placement};
 use crate::naming::TopicName;
 pub use error::BrokerError;
 use throttle::RateLimiter;
@@ -68,8 +69,9 @@ pub const PROTOCOL_VERSION: i32 = 21;
 pub struct Broker {
     config: BrokerConfig,
     log: Arc<Log>,
-    /// URLs put in LOOKUP answers.
-    urls: ServiceUrls,
+    /// Which topics this node serves; its record gives the URLs LOOKUP answers name.
+    /// Invariant: a topic is loaded only while this node owns it.
+    ownership: Arc<Ownership>,
     /// Topic partitions by full name, each behind a slot of its own: loading, unloading or
     /// deleting one topic holds only its slot, never the map, so a slow topic cannot delay
     /// another. Invariant: the map's lock is never held across an `.await`.
@@ -99,15 +101,6 @@ pub struct Broker {
     measures: measure::Settings,
 }
 
-/// The broker's addresses as LOOKUP answers give them.
-#[derive(Debug, Clone)]
-pub struct ServiceUrls {
-    /// `pulsar://host:port`.
-    pub plain: String,
-    /// `pulsar+ssl://host:port` when the TLS listener is on.
-    pub tls: Option<String>,
-}
-
 /// One topic partition's place in the broker: empty until loaded. Its lock is held while the
 /// topic loads or is deleted (so nobody sees it half-loaded or half-deleted) and briefly by
 /// every PRODUCER and SUBSCRIBE that looks it up.
@@ -115,21 +108,21 @@ pub struct ServiceUrls {
 struct TopicSlot(tokio::sync::Mutex<Option<Arc<BrokerTopic>>>);
 
 impl Broker {
-    /// Creates the broker state. `urls` are what LOOKUP answers point clients to.
+    /// Creates the broker state; `ownership` decides which topics it serves.
     pub fn new(
         config: BrokerConfig,
         log: Arc<Log>,
         (policies, tenancy): (Arc<PolicyStore>, Arc<crate::tenancy::Tenancy>),
         replay: Option<crate::replay::Replay>,
         access: crate::auth::Access,
-        urls: ServiceUrls,
+        ownership: Arc<Ownership>,
         metrics: &crate::config::MetricsConfig,
     ) -> Arc<Broker> {
         Arc::new(Broker {
             access,
             config,
             log,
-            urls,
+            ownership,
             topics: Mutex::new(HashMap::new()),
             loaded_index: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
@@ -211,6 +204,13 @@ impl Broker {
                     t.save_dedup_snapshot().await;
                 }
                 broker.sample_measures();
+            }
+        });
+        let broker = self.clone();
+        self.tasks.spawn(async move {
+            tokio::select! {
+                _ = broker.stop.cancelled() => {}
+                _ = broker.stop_serving_when_session_ends() => {}
             }
         });
         let broker = self.clone();
@@ -446,11 +446,28 @@ impl Broker {
             .delete_topic(&key)
             .await
             .map_err(|e| BrokerError::Storage(format!("deleting {key}: {e}")))?;
+        self.ownership.release(&key).await?;
         drop(loaded);
         Ok(existed)
     }
 
-    /// The topic partition named `name`, loading or (if allowed) creating it.
+    /// Where topic partition `name` is served (claimed here when it is to be served here);
+    /// `authoritative`: another node placed it here.
+    pub async fn placement(
+        &self,
+        name: &TopicName,
+        authoritative: bool,
+    ) -> Result<Placement, BrokerError> {
+        let key = name.to_string();
+        let holder = self.log.holder(&key).await?;
+        Ok(self
+            .ownership
+            .place(&key, holder.as_deref(), authoritative)
+            .await?)
+    }
+
+    /// The topic partition named `name`, loading or (if allowed) creating it. Loading claims
+    /// it for this node first; a topic another node owns is refused.
     pub async fn topic(&self, name: &TopicName) -> Result<Arc<BrokerTopic>, BrokerError> {
         let key = name.to_string();
         let slot = self.slot(&key);
@@ -458,7 +475,18 @@ impl Broker {
         if let Some(t) = &*loaded {
             return Ok(t.clone());
         }
-        let t = self.load_topic(name, &key).await?;
+        let holder = self.log.holder(&key).await?;
+        self.ownership.acquire(&key, holder.as_deref()).await?;
+        let t = match self.load_topic(name, &key).await {
+            Ok(t) => t,
+            Err(e) => {
+                // Not served here after all: another node may take it.
+                if let Err(r) = self.ownership.release(&key).await {
+                    tracing::warn!(topic = %key, error = %r, "releasing a topic that failed to load");
+                }
+                return Err(e);
+            }
+        };
         *loaded = Some(t.clone());
         lock(&self.loaded_index).insert(key, t.clone());
         Ok(t)
@@ -494,7 +522,7 @@ impl Broker {
                 self.check_topic_quota(&name.namespace, 1).await?;
             }
         }
-        let log = self.log.topic(&key).await?;
+        let log = self.log.topic_to_own(&key).await?;
         let lake = self.replay.as_ref().map(|r| r.topic(name));
         let policies = self
             .policies_of(name)

@@ -128,11 +128,26 @@ pub fn run(args: ServeArgs, global: GlobalLogFlags) -> anyhow::Result<()> {
         .context("starting the async runtime")?;
     runtime.block_on(async move {
         let service = Service::start(&config).await?;
-        let signal = shutdown_signal()
-            .await
-            .context("installing signal handlers")?;
-        tracing::info!(signal, "shutting down");
+        // Like Pulsar's default `zookeeperSessionExpiredPolicy=shutdown`: a node that lost its
+        // session stopped serving its topics already; it stops, and its supervisor restarts it
+        // with a new session.
+        let lost = tokio::select! {
+            signal = shutdown_signal() => {
+                let signal = signal.context("installing signal handlers")?;
+                tracing::info!(signal, "shutting down");
+                None
+            }
+            state = service.session_ended() => {
+                tracing::error!(?state, "coordination session ended; shutting down");
+                Some(state)
+            }
+        };
         service.shutdown().await?;
+        if let Some(state) = lost {
+            anyhow::bail!(
+                "the node's coordination session ended ({state:?}); it stopped serving and exits (run it under a supervisor that restarts it)"
+            );
+        }
         Ok(())
     })
 }

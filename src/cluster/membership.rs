@@ -41,6 +41,9 @@ pub struct NodeRecord {
     pub started_at_ms: i64,
     /// The ledgerlake version it runs.
     pub version: String,
+    /// Bookie id of its log (ADR 0007); empty in records of builds before bookie ids.
+    #[serde(default)]
+    pub bookie: String,
 }
 
 impl NodeRecord {
@@ -141,6 +144,11 @@ impl Membership {
             .collect()
     }
 
+    /// The state of the session this node is registered under.
+    pub fn session(&self) -> tokio::sync::watch::Receiver<crate::coord::SessionState> {
+        self.coord.session()
+    }
+
     /// Leaves the cluster: the session ends and the registration goes at once.
     pub async fn leave(&self) -> Result<(), MembershipError> {
         Ok(self.coord.close().await?)
@@ -148,12 +156,13 @@ impl Membership {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::coord::memory::MemoryCoordination;
     use proptest::prelude::*;
 
-    fn record(id: &str) -> NodeRecord {
+    /// A record of node `id` for tests (bookie `bookie-<id>`).
+    pub(crate) fn record(id: &str) -> NodeRecord {
         NodeRecord {
             id: id.into(),
             broker_service_url: format!("pulsar://{id}"),
@@ -162,6 +171,7 @@ mod tests {
             pg_addr: Some("127.0.0.1:5433".into()),
             started_at_ms: 7,
             version: "0.1.0".into(),
+            bookie: format!("bookie-{id}"),
         }
     }
 

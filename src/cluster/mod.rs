@@ -3,7 +3,8 @@
 //! code path serves both.
 //!
 //! Built so far: [`membership`] (each node registered under its session; the live nodes
-//! listed). Topic ownership with epochs, LOOKUP redirects, replicated ledgers, fencing and
-//! handoff are issue 19's later slices.
+//! listed) and [`ownership`] (one owner per topic partition, with an epoch; placement of
+//! unowned topics). Replicated ledgers, fencing and handoff are issue 19's later slices.
 
 pub mod membership;
+pub mod ownership;

@@ -63,6 +63,15 @@ pub enum ReadError {
     /// The local copy was deleted after offload; read it from the lake.
     #[error("ledger {0} was deleted locally (offloaded)")]
     Deleted(LedgerId),
+    /// The ledger is held by another node's bookie and not in the lake yet; reading it from
+    /// that node is not built yet (issue 19, replicated ledgers).
+    #[error("ledger {ledger} is held by bookie {bookie} on another node and is not offloaded yet")]
+    Remote {
+        /// Ledger id.
+        ledger: LedgerId,
+        /// The bookie id holding it.
+        bookie: String,
+    },
     /// Stored bytes failed verification. Never returned as data.
     #[error("corrupt entry {ledger}:{entry} in {} at offset {offset}: {reason}", path.display())]
     Corrupt {

@@ -40,6 +40,7 @@ use bytes::Bytes;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+pub mod bookie_id;
 pub mod cache;
 pub mod cursor;
 mod disk;
@@ -123,9 +124,18 @@ pub(crate) struct LogShared {
     pub tasks: tokio_util::task::TaskTracker,
     /// Refuses appends while the log's volume is full or the log passed its budget.
     pub disk: disk::DiskGuard,
+    /// This log's bookie id ([`bookie_id`]), recorded on every ledger it creates.
+    /// Invariant: the log reads, recovers, reclaims and seals only ledgers it [`holds`](Self::holds).
+    pub bookie: String,
 }
 
 impl LogShared {
+    /// Whether this log holds the entries of `ledger` (it created it; an empty bookie is a
+    /// ledger of an embedded store from before bookie ids, always local).
+    pub(crate) fn holds(&self, ledger: &LedgerRecord) -> bool {
+        ledger.bookie.is_empty() || ledger.bookie == self.bookie
+    }
+
     /// The index of a sealed ledger, from the cache or its file.
     pub(crate) async fn sealed_index(
         self: &Arc<Self>,
@@ -232,12 +242,19 @@ impl Log {
                 source,
             })?;
         }
+        let id_dir = dir.to_path_buf();
+        let bookie = tokio::task::spawn_blocking(move || bookie_id::load_or_create(&id_dir))
+            .await
+            .map_err(|e| OpenError::Journal(e.to_string()))??;
+        let mine = |l: &LedgerRecord| l.bookie.is_empty() || l.bookie == bookie;
         let max_record_body =
             record::RECORD_BODY_FIXED_LEN + config.max_entry_size.as_u64() as usize;
+        // Only this bookie's ledgers: another node's open ledger is that node's to recover.
         let open: BTreeMap<LedgerId, u32> = meta
             .ledgers_in_states(&[LedgerState::Open])
             .await?
             .into_iter()
+            .filter(|l| mine(l))
             .map(|l| (l.id, l.first_segment))
             .collect();
         // Offsets below which the newest segment is known durable: the end of sealed ledgers'
@@ -246,6 +263,7 @@ impl Log {
             .ledgers_in_states(&[LedgerState::Sealed, LedgerState::Offloaded])
             .await?
             .into_iter()
+            .filter(|l| mine(l))
             .filter_map(|l| l.seal.map(|s| (l.id, s.last_segment)))
             .collect();
         let marker = segment::read_clean_marker(&segments_dir);
@@ -300,6 +318,7 @@ impl Log {
             max_record_body,
             config,
             tasks: tokio_util::task::TaskTracker::new(),
+            bookie,
         });
 
         crate::failpoint::hit("ledger.recovery.after_scan");
@@ -343,6 +362,16 @@ impl Log {
         log.spawn_disk_ticker();
         tracing::info!(report = ?log.report, "log recovered");
         Ok(log)
+    }
+
+    /// This log's bookie id (recorded on the ledgers it creates).
+    pub fn bookie_id(&self) -> &str {
+        &self.shared.bookie
+    }
+
+    /// Whether this log holds the entries of `ledger` (another node's bookie holds the rest).
+    pub fn holds(&self, ledger: &LedgerRecord) -> bool {
+        self.shared.holds(ledger)
     }
 
     /// The directory the log lives in (its volume is the one that must not fill up).
@@ -430,6 +459,54 @@ impl Log {
         Ok(t)
     }
 
+    /// The log of topic `name` for the node about to own it: like [`Log::topic`], but a
+    /// view that only ever read and no longer matches the metadata store (another node wrote,
+    /// sealed or offloaded ledgers of the topic meanwhile) is replaced by a fresh one. Readers
+    /// still holding the old view keep reading what it knew.
+    pub async fn topic_to_own(&self, name: &str) -> Result<TopicLog, metadata::MetadataError> {
+        let cached = self.topics.lock().await.get(name).cloned();
+        if let Some(t) = cached {
+            let records = self.shared.meta.topic_ledgers(t.id()).await?;
+            let renamed = self.shared.meta.get_topic(name).await?.map(|r| r.id) != Some(t.id());
+            if !renamed && !t.is_stale_reader(&records) {
+                return Ok(t);
+            }
+            let mut topics = self.topics.lock().await;
+            if topics
+                .get(name)
+                .is_some_and(|c| Arc::ptr_eq(&c.inner, &t.inner))
+            {
+                topics.remove(name);
+                self.loaded
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .retain(|l| !Arc::ptr_eq(&l.inner, &t.inner));
+                tracing::debug!(topic = name, "replaced a stale view of the topic");
+            }
+        }
+        self.topic(name).await
+    }
+
+    /// The bookie holding the ledgers of topic `name` that are not in the lake yet (open or
+    /// sealed): `None` when there are none. Ledgers from before bookie ids are this log's.
+    pub async fn holder(&self, name: &str) -> Result<Option<String>, metadata::MetadataError> {
+        let Some(topic) = self.shared.meta.get_topic(name).await? else {
+            return Ok(None);
+        };
+        let ledgers = self.shared.meta.topic_ledgers(topic.id).await?;
+        Ok(ledgers
+            .iter()
+            .rev()
+            .find(|l| matches!(l.state, LedgerState::Open | LedgerState::Sealed))
+            .map(|l| {
+                if self.shared.holds(l) {
+                    self.shared.bookie.clone()
+                } else {
+                    l.bookie.clone()
+                }
+            }))
+    }
+
     /// Deletes topic `name` from the log: refuses further appends, seals its open ledger,
     /// deletes every ledger's local copy (segments are reclaimed once no live ledger uses them)
     /// and then its metadata (ledgers, cursors, schemas, partition count). The caller makes
@@ -477,13 +554,7 @@ impl Log {
         if self.topics.lock().await.contains_key(name) {
             return Ok(true);
         }
-        Ok(self
-            .shared
-            .meta
-            .list_topics()
-            .await?
-            .iter()
-            .any(|t| t.name == name))
+        Ok(self.shared.meta.get_topic(name).await?.is_some())
     }
 
     fn loaded_topic(&self, topic_id: metadata::TopicId) -> Option<TopicLog> {
@@ -561,6 +632,7 @@ impl Log {
             .ledgers_in_states(&HELD_LOCALLY)
             .await?
             .into_iter()
+            .filter(|l| self.shared.holds(l))
             .map(|l| l.id)
             .collect();
         let dir = self.shared.index_dir.clone();
@@ -585,6 +657,7 @@ impl Log {
         let live = self.shared.meta.ledgers_in_states(&HELD_LOCALLY).await?;
         let ranges: Vec<(u32, u32)> = live
             .iter()
+            .filter(|l| self.shared.holds(l))
             .map(|l| match (l.state, l.seal) {
                 (LedgerState::Open, _) | (_, None) => (l.first_segment, u32::MAX),
                 (_, Some(s)) => (l.first_segment, s.last_segment),

@@ -579,3 +579,65 @@ async fn read_from_the_middle_of_an_open_ledger() -> TestResult {
     log.shutdown().await?;
     Ok(())
 }
+
+/// Two nodes' logs on one shared metadata store (as on one etcd): each recovers, reclaims and
+/// reads only the ledgers its bookie holds; another bookie's ledger is read from the lake once
+/// offloaded and refused before.
+#[tokio::test]
+async fn logs_sharing_a_store_touch_only_their_own_ledgers() -> TestResult {
+    let meta: Arc<dyn MetadataStore> = Arc::new(MemoryMetadataStore::new());
+    let (dir_a, dir_b) = (tempfile::tempdir()?, tempfile::tempdir()?);
+    let a = Log::open(dir_a.path(), small_config(), meta.clone()).await?;
+    let b = Log::open(dir_b.path(), small_config(), meta.clone()).await?;
+    assert_ne!(a.bookie_id(), b.bookie_id());
+    let name = "persistent://t/n/shared";
+    let ta = a.topic(name).await?;
+    // 7 entries per ledger: the first is sealed (in the background), the second stays open.
+    for i in 0..10u64 {
+        ta.append(0, payload(0, i, 50)).await?.durable().await?;
+    }
+    let first = ta.ledgers()[0].id;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while meta.get_ledger(first).await?.map(|r| r.state) != Some(LedgerState::Sealed) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "ledger {first} not sealed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // B restarts while A's ledger is open: its recovery leaves A's ledgers alone.
+    b.shutdown().await?;
+    drop(b);
+    let b = Log::open(dir_b.path(), small_config(), meta.clone()).await?;
+    assert_eq!(b.recovery_report().sealed_ledgers, 0);
+    let records = meta.topic_ledgers(ta.id()).await?;
+    assert_eq!(
+        records.iter().map(|r| r.state).collect::<Vec<_>>(),
+        vec![LedgerState::Sealed, LedgerState::Open]
+    );
+    assert!(records.iter().all(|r| r.bookie == a.bookie_id()));
+    assert_eq!(b.holder(name).await?.as_deref(), Some(a.bookie_id()));
+    assert_eq!(a.holder(name).await?.as_deref(), Some(a.bookie_id()));
+    ta.append(0, payload(0, 10, 50)).await?.durable().await?;
+
+    // B cannot read A's sealed ledger; once it is in the lake, B reads it there.
+    let tb = b.topic(name).await?;
+    assert!(matches!(
+        tb.read_entry(Position::new(first, 0)).await,
+        Err(ReadError::Remote { .. })
+    ));
+    a.mark_offloaded(first, "snap".into()).await?;
+    let tb = b.topic_to_own(name).await?;
+    assert!(matches!(
+        tb.read_entry(Position::new(first, 0)).await,
+        Err(ReadError::Deleted(_))
+    ));
+    assert_eq!(
+        read_all(&ta).await?.len(),
+        11,
+        "A still reads all of its own"
+    );
+    a.shutdown().await?;
+    b.shutdown().await?;
+    Ok(())
+}

@@ -161,6 +161,28 @@ impl TopicLog {
         self.inner.id
     }
 
+    /// Whether this view never wrote and no longer matches `records` (the store's ledgers of
+    /// the topic, which another node changed): such a view is replaced by a fresh one. A view
+    /// that is writing is the store's source of truth and is never stale.
+    pub(crate) fn is_stale_reader(&self, records: &[LedgerRecord]) -> bool {
+        if lock(&self.inner.writer).current.is_some() {
+            return false;
+        }
+        let views = lock(&self.inner.ledgers);
+        if views.values().any(|v| matches!(v, LedgerView::Open(_))) {
+            return false;
+        }
+        let stored = records
+            .iter()
+            .filter(|r| r.state != LedgerState::Expired)
+            .map(|r| (r.id, r.state));
+        let known = views.values().map(|v| match v {
+            LedgerView::Open(o) => (o.id, LedgerState::Open),
+            LedgerView::Closed(r) => (r.id, r.state),
+        });
+        !stored.eq(known)
+    }
+
     /// Appends one entry. Returns once the entry is queued (waiting only for backpressure or a
     /// ledger rollover); the receipt resolves when it is durable. Entries of one topic are
     /// assigned dense ids in call order and become durable in that order.
@@ -237,7 +259,12 @@ impl TopicLog {
         let shared = &self.inner.shared;
         let record = shared
             .meta
-            .create_ledger(self.inner.id, shared.journal.current_segment(), now_ms())
+            .create_ledger(
+                self.inner.id,
+                shared.journal.current_segment(),
+                &shared.bookie,
+                now_ms(),
+            )
             .await
             .map_err(|e| AppendError::Metadata(Arc::new(e)))?;
         let ledger = Arc::new(OpenLedger::new(
@@ -424,8 +451,17 @@ impl TopicLog {
                 Ok(located)
             }
             LedgerView::Closed(r) => {
-                if r.state == LedgerState::Deleted {
+                // Another bookie's ledger: the lake copy is read like a deleted ledger's.
+                let foreign = !self.inner.shared.holds(&r);
+                if r.state == LedgerState::Deleted || (foreign && r.state == LedgerState::Offloaded)
+                {
                     return Err(ReadError::Deleted(ledger));
+                }
+                if foreign {
+                    return Err(ReadError::Remote {
+                        ledger,
+                        bookie: r.bookie.clone(),
+                    });
                 }
                 let count = r.seal.map_or(0, |s| s.entry_count);
                 if first >= count {

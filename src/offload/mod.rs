@@ -516,6 +516,14 @@ impl Inner {
         let mut more = false;
         for (partition, log) in &logs {
             let records = meta.topic_ledgers(log.id()).await?;
+            // Another node's bookie holds sealed ledgers of this partition: that node offloads
+            // them (a partition's unoffloaded ledgers are all on one bookie).
+            if records
+                .iter()
+                .any(|r| r.state == LedgerState::Sealed && !self.log.holds(r))
+            {
+                continue;
+            }
             let open_bytes = log
                 .ledgers()
                 .iter()

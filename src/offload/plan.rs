@@ -109,6 +109,7 @@ mod tests {
             created_at_ms: created,
             state_changed_at_ms: created + 10,
             offload_ref: None,
+            bookie: String::new(),
         }
     }
 

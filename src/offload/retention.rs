@@ -209,6 +209,7 @@ mod tests {
             created_at_ms: newest_ms - 1,
             state_changed_at_ms: newest_ms,
             offload_ref: None,
+            bookie: String::new(),
         }
     }
 

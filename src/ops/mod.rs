@@ -95,6 +95,7 @@ impl From<BrokerError> for OpsError {
                 OpsError::Conflict(m)
             }
             BrokerError::Stopped(m) => OpsError::Unavailable(m),
+            BrokerError::Ownership(o) => OpsError::Unavailable(o.to_string()),
             other => OpsError::Broker(other),
         }
     }

@@ -288,6 +288,27 @@ pub fn lookup_connect(request_id: u64, broker_url: &str, broker_url_tls: Option<
     Outbound::Command(Box::new(c))
 }
 
+/// LOOKUP_RESPONSE answering "ask that broker" (`authoritative`: it is to serve the topic,
+/// so its answer is final).
+pub fn lookup_redirect(
+    request_id: u64,
+    broker_url: &str,
+    broker_url_tls: Option<&str>,
+    authoritative: bool,
+) -> Outbound {
+    let mut c = base(Type::LookupResponse);
+    c.lookup_topic_response = Some(proto::CommandLookupTopicResponse {
+        broker_service_url: Some(broker_url.to_string()),
+        broker_service_url_tls: broker_url_tls.map(str::to_string),
+        response: Some(proto::command_lookup_topic_response::LookupType::Redirect as i32),
+        request_id,
+        authoritative: Some(authoritative),
+        proxy_through_service_url: Some(false),
+        ..Default::default()
+    });
+    Outbound::Command(Box::new(c))
+}
+
 /// LOOKUP_RESPONSE (failure).
 pub fn lookup_failed(
     request_id: u64,

@@ -259,25 +259,41 @@ class Etcd:
     def url(self, prefix=""):
         return f"etcd://{self.endpoint}{prefix}"
 
-    def keys(self, prefix):
-        """Every key under `prefix`, read through etcd's own JSON gateway (`/v3/kv/range`)."""
+    def _range(self, prefix, keys_only):
         import base64
         import json
         import urllib.request
         end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
         body = json.dumps({"key": base64.b64encode(prefix.encode()).decode(),
                            "range_end": base64.b64encode(end.encode()).decode(),
-                           "keys_only": True}).encode()
+                           "keys_only": keys_only}).encode()
         req = urllib.request.Request(f"http://{self.endpoint}/v3/kv/range", data=body,
                                      headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=10) as r:
             kvs = json.load(r).get("kvs", [])
-        return [base64.b64decode(kv["key"]).decode(errors="replace") for kv in kvs]
+        return [(base64.b64decode(kv["key"]).decode(errors="replace"),
+                 base64.b64decode(kv.get("value", ""))) for kv in kvs]
+
+    def keys(self, prefix):
+        """Every key under `prefix`, read through etcd's own JSON gateway (`/v3/kv/range`)."""
+        return [k for k, _ in self._range(prefix, True)]
+
+    def items(self, prefix):
+        """Every key under `prefix` with its value (bytes)."""
+        return dict(self._range(prefix, False))
 
     def halt(self, sig=signal.SIGKILL):
         if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)
             os.kill(self.proc.pid, sig)
             self.proc.wait(timeout=30)
+
+    def pause(self):
+        """Freezes the member (SIGSTOP): connections stay open, nothing is answered."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self):
+        os.kill(self.proc.pid, signal.SIGCONT)
 
     def stop(self):
         self.halt()

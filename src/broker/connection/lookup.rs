@@ -5,6 +5,7 @@ use super::{authorized, Completion, Connection};
 use crate::auth::Action;
 use crate::broker::error::server_error;
 use crate::broker::{PROTOCOL_VERSION, SERVER_VERSION};
+use crate::cluster::ownership::Placement;
 use crate::naming::{schema_version_bytes, schema_version_from_bytes};
 use crate::protocol::command;
 use crate::protocol::proto::{self, ServerError};
@@ -122,11 +123,32 @@ impl Connection {
         self.defer(async move {
             Completion::reply(
                 match authorized(&broker, &principal, &l.topic, Action::Lookup, None).await {
-                    Ok(_) => command::lookup_connect(
-                        l.request_id,
-                        &broker.urls.plain,
-                        broker.urls.tls.as_deref(),
-                    ),
+                    Ok(name) => {
+                        let authoritative = l.authoritative.unwrap_or(false);
+                        match broker.placement(&name, authoritative).await {
+                            Ok(Placement::Local { .. }) => {
+                                let me = broker.ownership.me();
+                                command::lookup_connect(
+                                    l.request_id,
+                                    &me.broker_service_url,
+                                    me.broker_service_url_tls.as_deref(),
+                                )
+                            }
+                            // The node named serves the topic, or is to: either way its
+                            // answer is final.
+                            Ok(Placement::Remote { node, .. }) => command::lookup_redirect(
+                                l.request_id,
+                                &node.broker_service_url,
+                                node.broker_service_url_tls.as_deref(),
+                                true,
+                            ),
+                            Err(e) => command::lookup_failed(
+                                l.request_id,
+                                server_error(&e),
+                                e.to_string(),
+                            ),
+                        }
+                    }
                     Err(e) => command::lookup_failed(l.request_id, server_error(&e), e.to_string()),
                 },
             )

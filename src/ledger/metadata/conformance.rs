@@ -24,6 +24,11 @@ async fn topics_are_idempotent_and_increasing(store: &dyn MetadataStore) -> Test
     let b = store.get_or_create_topic("persistent://t/n/b", 6).await?;
     let a2 = store.get_or_create_topic("persistent://t/n/a", 7).await?;
     assert_eq!(a, a2, "get_or_create must return the existing topic");
+    assert_eq!(
+        store.get_topic("persistent://t/n/a").await?,
+        Some(a.clone())
+    );
+    assert_eq!(store.get_topic("persistent://t/n/none").await?, None);
     assert!(b.id > a.id);
     let names: Vec<_> = store
         .list_topics()
@@ -37,11 +42,17 @@ async fn topics_are_idempotent_and_increasing(store: &dyn MetadataStore) -> Test
 
 async fn ledger_ids_increase_and_lifecycle_is_enforced(store: &dyn MetadataStore) -> TestResult {
     let t = store.get_or_create_topic("x", 0).await?;
-    let l1 = store.create_ledger(t.id, 4, 10).await?;
-    let l2 = store.create_ledger(t.id, 4, 11).await?;
+    let l1 = store.create_ledger(t.id, 4, "b1", 10).await?;
+    let l2 = store.create_ledger(t.id, 4, "b2", 11).await?;
     assert!(l2.id > l1.id);
+    // Each ledger keeps the bookie that holds it.
+    assert_eq!((l1.bookie.as_str(), l2.bookie.as_str()), ("b1", "b2"));
+    assert_eq!(
+        store.get_ledger(l2.id).await?.map(|l| l.bookie),
+        Some("b2".to_string())
+    );
     assert_eq!(l1.state, LedgerState::Open);
-    assert!(store.create_ledger(t.id + 1000, 0, 0).await.is_err());
+    assert!(store.create_ledger(t.id + 1000, 0, "b1", 0).await.is_err());
 
     // Open → Offloaded is not allowed and changes nothing.
     let err = store
@@ -97,16 +108,23 @@ async fn ledger_ids_increase_and_lifecycle_is_enforced(store: &dyn MetadataStore
     ));
 
     // A new ledger after deletion never reuses an id.
-    let l3 = store.create_ledger(t.id, 5, 18).await?;
+    let l3 = store.create_ledger(t.id, 5, "b1", 18).await?;
     assert!(l3.id > l2.id);
 
     let listed: Vec<_> = store
         .topic_ledgers(t.id)
         .await?
         .iter()
-        .map(|l| l.id)
+        .map(|l| (l.id, l.bookie.clone()))
         .collect();
-    assert_eq!(listed, vec![l1.id, l2.id, l3.id]);
+    assert_eq!(
+        listed,
+        vec![
+            (l1.id, "b1".into()),
+            (l2.id, "b2".into()),
+            (l3.id, "b1".into())
+        ]
+    );
     let open: Vec<_> = store
         .ledgers_in_states(&[LedgerState::Open])
         .await?
@@ -121,7 +139,7 @@ async fn ledger_ids_increase_and_lifecycle_is_enforced(store: &dyn MetadataStore
 async fn ledgers_expire_from_every_closed_state(store: &dyn MetadataStore) -> TestResult {
     let t = store.get_or_create_topic("y", 0).await?;
     // Sealed → Deleted (local deletion without a lake copy).
-    let l = store.create_ledger(t.id, 0, 0).await?;
+    let l = store.create_ledger(t.id, 0, "b1", 0).await?;
     store
         .transition_ledger(l.id, LedgerTransition::Seal(seal(0)), 1)
         .await?;
@@ -130,7 +148,7 @@ async fn ledgers_expire_from_every_closed_state(store: &dyn MetadataStore) -> Te
         .await?;
     assert_eq!(d.state, LedgerState::Deleted);
     // Sealed, Offloaded and Deleted ledgers can expire; an open one cannot.
-    let open = store.create_ledger(t.id, 0, 3).await?;
+    let open = store.create_ledger(t.id, 0, "b1", 3).await?;
     assert!(matches!(
         store
             .transition_ledger(open.id, LedgerTransition::Expire, 4)
@@ -149,7 +167,7 @@ async fn ledgers_expire_from_every_closed_state(store: &dyn MetadataStore) -> Te
         .transition_ledger(l.id, LedgerTransition::Expire, 7)
         .await?;
     assert_eq!(e.state, LedgerState::Expired);
-    let o = store.create_ledger(t.id, 0, 8).await?;
+    let o = store.create_ledger(t.id, 0, "b1", 8).await?;
     store
         .transition_ledger(o.id, LedgerTransition::Seal(seal(3)), 9)
         .await?;
@@ -191,9 +209,9 @@ async fn concurrent_creates_get_distinct_ids(
     let mut tasks = Vec::new();
     for i in 0..32 {
         let s = store.clone();
-        tasks.push(tokio::spawn(
-            async move { s.create_ledger(t.id, 0, i).await },
-        ));
+        tasks.push(tokio::spawn(async move {
+            s.create_ledger(t.id, 0, "b1", i).await
+        }));
     }
     let mut ids = Vec::new();
     for task in tasks {
@@ -347,8 +365,8 @@ async fn policies_are_created_once_and_listed_by_prefix(store: &dyn MetadataStor
 async fn topics_are_deleted_only_without_live_ledgers(store: &dyn MetadataStore) -> TestResult {
     let t = store.get_or_create_topic("gone", 0).await?;
     let keep = store.get_or_create_topic("kept", 0).await?;
-    let l = store.create_ledger(t.id, 0, 0).await?;
-    let k = store.create_ledger(keep.id, 0, 0).await?;
+    let l = store.create_ledger(t.id, 0, "b1", 0).await?;
+    let k = store.create_ledger(keep.id, 0, "b1", 0).await?;
     store.save_cursor(t.id, "s", b"x", 1).await?;
     store.save_cursor(keep.id, "s", b"y", 1).await?;
     store.add_schema("gone", 0, b"schema").await?;
@@ -441,7 +459,7 @@ async fn sqlite_store_survives_reopen() -> TestResult {
     let (topic, ledger) = {
         let s = SqliteMetadataStore::open(&path).await?;
         let t = s.get_or_create_topic("persist", 1).await?;
-        let l = s.create_ledger(t.id, 2, 3).await?;
+        let l = s.create_ledger(t.id, 2, "b1", 3).await?;
         s.transition_ledger(l.id, LedgerTransition::Seal(seal(9)), 4)
             .await?;
         s.close().await;
@@ -452,8 +470,41 @@ async fn sqlite_store_survives_reopen() -> TestResult {
     let l = s.get_ledger(ledger.id).await?.ok_or("ledger lost")?;
     assert_eq!(l.state, LedgerState::Sealed);
     assert_eq!(l.seal, Some(seal(9)));
-    let l2 = s.create_ledger(topic.id, 0, 5).await?;
+    let l2 = s.create_ledger(topic.id, 0, "b1", 5).await?;
     assert!(l2.id > ledger.id, "ids keep increasing across reopen");
+    Ok(())
+}
+
+#[tokio::test]
+async fn sqlite_store_made_before_bookie_ids_is_upgraded_in_place() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("old.db");
+    let ledger = {
+        let s = SqliteMetadataStore::open(&path).await?;
+        let t = s.get_or_create_topic("old", 1).await?;
+        let l = s.create_ledger(t.id, 0, "gone", 2).await?;
+        s.close().await;
+        l
+    };
+    // Make the file look like one written before ADR 0007: no `bookie` column.
+    {
+        use sqlx::ConnectOptions;
+        let mut c = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(&path)
+            .connect()
+            .await?;
+        sqlx::query("ALTER TABLE ll_ledgers DROP COLUMN bookie")
+            .execute(&mut c)
+            .await?;
+    }
+    let s = SqliteMetadataStore::open(&path).await?;
+    let l = s.get_ledger(ledger.id).await?.ok_or("ledger lost")?;
+    assert_eq!(
+        l.bookie, "",
+        "a ledger from before bookie ids is the local node's"
+    );
+    let t = s.get_or_create_topic("old", 3).await?;
+    assert_eq!(s.create_ledger(t.id, 0, "b9", 4).await?.bookie, "b9");
     Ok(())
 }
 
@@ -475,7 +526,7 @@ async fn etcd_store_survives_reconnect_and_pages_long_listings() -> TestResult {
     let (topic, ledger) = {
         let s = EtcdMetadataStore::connect(&url).await?;
         let t = s.get_or_create_topic("persist", 1).await?;
-        let l = s.create_ledger(t.id, 2, 3).await?;
+        let l = s.create_ledger(t.id, 2, "b1", 3).await?;
         s.transition_ledger(l.id, LedgerTransition::Seal(seal(9)), 4)
             .await?;
         (t, l)
@@ -485,11 +536,11 @@ async fn etcd_store_survives_reconnect_and_pages_long_listings() -> TestResult {
     let l = s.get_ledger(ledger.id).await?.ok_or("ledger lost")?;
     assert_eq!(l.state, LedgerState::Sealed);
     assert_eq!(l.seal, Some(seal(9)));
-    let l2 = s.create_ledger(topic.id, 0, 5).await?;
+    let l2 = s.create_ledger(topic.id, 0, "b1", 5).await?;
     assert!(l2.id > ledger.id, "ids keep increasing across reconnects");
     // Listings longer than one page (500 keys) come back whole and in order.
     for i in 0..1_003u64 {
-        s.create_ledger(topic.id, 0, i as i64).await?;
+        s.create_ledger(topic.id, 0, "b1", i as i64).await?;
     }
     let ids: Vec<u64> = s
         .topic_ledgers(topic.id)

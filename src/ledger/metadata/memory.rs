@@ -65,6 +65,15 @@ impl MetadataStore for MemoryMetadataStore {
         Ok(t)
     }
 
+    async fn get_topic(&self, name: &str) -> Result<Option<TopicRecord>, MetadataError> {
+        Ok(self
+            .lock()
+            .topics
+            .values()
+            .find(|t| t.name == name)
+            .cloned())
+    }
+
     async fn list_topics(&self) -> Result<Vec<TopicRecord>, MetadataError> {
         Ok(self.lock().topics.values().cloned().collect())
     }
@@ -99,6 +108,7 @@ impl MetadataStore for MemoryMetadataStore {
         &self,
         topic_id: TopicId,
         first_segment: u32,
+        bookie: &str,
         now_ms: i64,
     ) -> Result<LedgerRecord, MetadataError> {
         let mut s = self.lock();
@@ -115,6 +125,7 @@ impl MetadataStore for MemoryMetadataStore {
             created_at_ms: now_ms,
             state_changed_at_ms: now_ms,
             offload_ref: None,
+            bookie: bookie.to_string(),
         };
         s.ledgers.insert(l.id, l.clone());
         Ok(l)

@@ -162,6 +162,9 @@ pub struct LedgerRecord {
     pub state_changed_at_ms: i64,
     /// Where the lake holds it (set on offload), e.g. a table and snapshot.
     pub offload_ref: Option<String>,
+    /// Bookie id of the node whose log holds its entries (ADR 0007). Empty in ledgers written
+    /// before bookies had ids: those are held by the one node of an embedded store.
+    pub bookie: String,
 }
 
 /// A state change requested by [`MetadataStore::transition_ledger`].
@@ -265,6 +268,9 @@ pub trait MetadataStore: Send + Sync + fmt::Debug + 'static {
         now_ms: i64,
     ) -> Result<TopicRecord, MetadataError>;
 
+    /// The topic named `name`, if it exists (never creates it).
+    async fn get_topic(&self, name: &str) -> Result<Option<TopicRecord>, MetadataError>;
+
     /// All topics, by id.
     async fn list_topics(&self) -> Result<Vec<TopicRecord>, MetadataError>;
 
@@ -276,11 +282,13 @@ pub trait MetadataStore: Send + Sync + fmt::Debug + 'static {
     /// anything of that name existed.
     async fn delete_topic(&self, name: &str) -> Result<bool, MetadataError>;
 
-    /// Creates an `Open` ledger for `topic_id` with a fresh id greater than every earlier one.
+    /// Creates an `Open` ledger for `topic_id`, held by `bookie`, with a fresh id greater than
+    /// every earlier one.
     async fn create_ledger(
         &self,
         topic_id: TopicId,
         first_segment: u32,
+        bookie: &str,
         now_ms: i64,
     ) -> Result<LedgerRecord, MetadataError>;
 

@@ -8,7 +8,8 @@
 //! offload), never per message.
 //!
 //! Schema version 1 (`ll_meta.schema_version`); a change needs an ADR and a migration step in
-//! [`SqliteMetadataStore::open`].
+//! [`SqliteMetadataStore::open`]. Additive changes since (older builds ignore them): the
+//! `ll_policies` table (ADR 0002), the `ll_ledgers.bookie` column (ADR 0007).
 
 use std::path::Path;
 use std::str::FromStr;
@@ -67,12 +68,35 @@ const SCHEMA: &[&str] = &[
         scope TEXT PRIMARY KEY,
         policies BLOB NOT NULL)",
     "INSERT OR IGNORE INTO ll_meta(key, value) VALUES ('schema_version', 1)",
+    // `ll_ledgers.bookie` is added by `add_bookie_column` (SQLite has no ADD COLUMN IF NOT
+    // EXISTS).
     "INSERT OR IGNORE INTO ll_meta(key, value) VALUES ('next_topic_id', 1)",
     "INSERT OR IGNORE INTO ll_meta(key, value) VALUES ('next_ledger_id', 1)",
 ];
 
 const LEDGER_COLUMNS: &str = "ledger_id, topic_id, state, first_segment, last_segment, entry_count, \
-     size_bytes, min_publish_ms, max_publish_ms, checksum, created_at_ms, state_changed_at_ms, offload_ref";
+     size_bytes, min_publish_ms, max_publish_ms, checksum, created_at_ms, state_changed_at_ms, offload_ref, \
+     bookie";
+
+/// Adds `ll_ledgers.bookie` (ADR 0007) to a database made before it existed; rows written
+/// before it read as held by the local node (empty bookie).
+async fn add_bookie_column(pool: &SqlitePool) -> Result<(), MetadataError> {
+    let has: Option<i64> =
+        sqlx::query("SELECT 1 FROM pragma_table_info('ll_ledgers') WHERE name = 'bookie'")
+            .fetch_optional(pool)
+            .await
+            .map_err(backend("inspect ll_ledgers"))?
+            .map(|r| r.try_get(0))
+            .transpose()
+            .map_err(backend("inspect ll_ledgers"))?;
+    if has.is_none() {
+        sqlx::query("ALTER TABLE ll_ledgers ADD COLUMN bookie TEXT NOT NULL DEFAULT ''")
+            .execute(pool)
+            .await
+            .map_err(backend("add ll_ledgers.bookie"))?;
+    }
+    Ok(())
+}
 
 /// SQLite-backed metadata store.
 #[derive(Debug, Clone)]
@@ -125,6 +149,7 @@ impl SqliteMetadataStore {
                 .await
                 .map_err(backend("create schema"))?;
         }
+        add_bookie_column(&pool).await?;
         let version: i64 = sqlx::query("SELECT value FROM ll_meta WHERE key = 'schema_version'")
             .fetch_one(&pool)
             .await
@@ -174,6 +199,9 @@ fn ledger_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<LedgerRecord, Metada
         state_changed_at_ms: get_i64("state_changed_at_ms")?,
         offload_ref: row
             .try_get::<Option<String>, _>("offload_ref")
+            .map_err(backend("decode ledger"))?,
+        bookie: row
+            .try_get::<String, _>("bookie")
             .map_err(backend("decode ledger"))?,
     })
 }
@@ -233,6 +261,17 @@ impl MetadataStore for SqliteMetadataStore {
             name: name.to_string(),
             created_at_ms: now_ms,
         })
+    }
+
+    async fn get_topic(&self, name: &str) -> Result<Option<TopicRecord>, MetadataError> {
+        sqlx::query("SELECT topic_id, name, created_at_ms FROM ll_topics WHERE name = ?")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(backend("find topic"))?
+            .as_ref()
+            .map(topic_from_row)
+            .transpose()
     }
 
     async fn list_topics(&self) -> Result<Vec<TopicRecord>, MetadataError> {
@@ -308,6 +347,7 @@ impl MetadataStore for SqliteMetadataStore {
         &self,
         topic_id: TopicId,
         first_segment: u32,
+        bookie: &str,
         now_ms: i64,
     ) -> Result<LedgerRecord, MetadataError> {
         let mut tx = self.pool.begin().await.map_err(backend("begin"))?;
@@ -328,8 +368,8 @@ impl MetadataStore for SqliteMetadataStore {
         .try_get(0)
         .map_err(backend("allocate ledger id"))?;
         sqlx::query(
-            "INSERT INTO ll_ledgers(ledger_id, topic_id, state, first_segment, created_at_ms, state_changed_at_ms)
-             VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO ll_ledgers(ledger_id, topic_id, state, first_segment, created_at_ms, state_changed_at_ms, bookie)
+             VALUES (?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(id)
         .bind(topic_id as i64)
@@ -337,6 +377,7 @@ impl MetadataStore for SqliteMetadataStore {
         .bind(i64::from(first_segment))
         .bind(now_ms)
         .bind(now_ms)
+        .bind(bookie)
         .execute(&mut *tx)
         .await
         .map_err(backend("insert ledger"))?;
@@ -350,6 +391,7 @@ impl MetadataStore for SqliteMetadataStore {
             created_at_ms: now_ms,
             state_changed_at_ms: now_ms,
             offload_ref: None,
+            bookie: bookie.to_string(),
         })
     }
 

@@ -230,6 +230,9 @@ pub(crate) struct StoredLedger {
     pub(crate) created_at_ms: i64,
     pub(crate) state_changed_at_ms: i64,
     pub(crate) offload_ref: Option<String>,
+    /// Added by ADR 0007; absent in records written before it (read as empty).
+    #[serde(default)]
+    pub(crate) bookie: String,
 }
 
 impl From<&LedgerRecord> for StoredLedger {
@@ -250,6 +253,7 @@ impl From<&LedgerRecord> for StoredLedger {
             created_at_ms: l.created_at_ms,
             state_changed_at_ms: l.state_changed_at_ms,
             offload_ref: l.offload_ref.clone(),
+            bookie: l.bookie.clone(),
         }
     }
 }
@@ -275,6 +279,7 @@ impl TryFrom<StoredLedger> for LedgerRecord {
             created_at_ms: l.created_at_ms,
             state_changed_at_ms: l.state_changed_at_ms,
             offload_ref: l.offload_ref,
+            bookie: l.bookie,
         })
     }
 }
@@ -324,11 +329,12 @@ mod tests {
         fn ledger_records_round_trip(
             id in any::<u64>(), topic in any::<u64>(), state in state(), first in any::<u32>(),
             seal in seal(), created in any::<i64>(), changed in any::<i64>(),
-            offload in proptest::option::of(".*"),
+            offload in proptest::option::of(".*"), bookie in ".*",
         ) {
             let record = LedgerRecord {
                 id, topic_id: topic, state, first_segment: first, seal,
                 created_at_ms: created, state_changed_at_ms: changed, offload_ref: offload,
+                bookie,
             };
             let bytes = encode_ledger(&record);
             prop_assert_eq!(bytes[0], FORMAT);
@@ -375,6 +381,7 @@ mod tests {
             created_at_ms: 0,
             state_changed_at_ms: 0,
             offload_ref: None,
+            bookie: String::new(),
         });
         // A state this build does not know is corrupt, not a default.
         let text = String::from_utf8_lossy(&ledger[1..]).replace("\"state\":1", "\"state\":9");

@@ -274,6 +274,18 @@ impl MetadataStore for EtcdMetadataStore {
         }
     }
 
+    async fn get_topic(&self, name: &str) -> Result<Option<TopicRecord>, MetadataError> {
+        match self
+            .get("find topic", self.keys.topic_by_name(name))
+            .await?
+        {
+            Some(kv) => Ok(Some(
+                decode::<StoredTopic>("topic record", kv.value())?.into(),
+            )),
+            None => Ok(None),
+        }
+    }
+
     async fn list_topics(&self) -> Result<Vec<TopicRecord>, MetadataError> {
         let (kvs, _) = self
             .range_prefix("list topics", self.keys.topics_by_id())
@@ -348,6 +360,7 @@ impl MetadataStore for EtcdMetadataStore {
         &self,
         topic_id: TopicId,
         first_segment: u32,
+        bookie: &str,
         now_ms: i64,
     ) -> Result<LedgerRecord, MetadataError> {
         let topic_key = self.keys.topic_by_id(topic_id);
@@ -363,6 +376,7 @@ impl MetadataStore for EtcdMetadataStore {
                 created_at_ms: now_ms,
                 state_changed_at_ms: now_ms,
                 offload_ref: None,
+                bookie: bookie.to_string(),
             };
             let txn = Txn::new()
                 .when([

@@ -1,0 +1,286 @@
+//! Topic ownership: which node serves each topic partition, one at a time.
+//!
+//! A node owns a topic while the ephemeral key `owners/<topic>` of its coordination session
+//! holds its [`NodeRecord`]. It is claimed with a compare-and-set on absence, so of nodes
+//! claiming at once exactly one wins; the version of that write is the ownership's **epoch**,
+//! strictly greater than every earlier owner's (versions come from one counter of the whole
+//! store), which later fences a previous owner's writes. The key goes when the owner releases
+//! the topic (unload, delete), stops, or loses its session.
+//!
+//! Placement of a topic nobody owns: if a bookie still holds ledgers of it that are not in
+//! the lake, only that bookie's node can serve it (replication is a later slice of issue 19);
+//! otherwise the node chosen by rendezvous hashing of the topic over the live nodes, so the
+//! partitions of a topic spread and every node picks the same one.
+//!
+//! Invariants:
+//! - `owned` holds a topic only while this session's key for it stands, as far as this node
+//!   can know: it is emptied the moment the session is reported lost (before the server can
+//!   expire the lease and let another node claim the topic).
+//! - A node never claims a topic whose unoffloaded ledgers another bookie holds.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use crate::cluster::membership::{Membership, MembershipError, NodeRecord};
+use crate::coord::{CoordError, Coordination, Expect, SessionState};
+
+/// Where owner records live, relative to the coordination root.
+pub const OWNERS: &str = "owners/";
+
+/// Where a topic is served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// This node owns it, with this epoch.
+    Local {
+        /// The ownership's epoch.
+        epoch: u64,
+    },
+    /// Another node owns it (`owned: true`) or should claim it (`owned: false`).
+    Remote {
+        /// That node.
+        node: NodeRecord,
+        /// Whether it owns the topic already.
+        owned: bool,
+    },
+}
+
+/// Errors of ownership.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OwnershipError {
+    /// Another node owns the topic.
+    #[error("topic {topic} is served by {} ({})", owner.id, owner.broker_service_url)]
+    OwnedElsewhere {
+        /// Topic.
+        topic: String,
+        /// Its owner.
+        owner: Box<NodeRecord>,
+    },
+    /// The bookie holding the topic's unoffloaded ledgers is on no live node.
+    #[error("topic {topic} is unavailable: its ledgers not yet in the lake are held by bookie {bookie}, whose node is not live (ledger replication is not built yet)")]
+    HolderDown {
+        /// Topic.
+        topic: String,
+        /// The bookie id.
+        bookie: String,
+    },
+    /// Another bookie holds the topic's unoffloaded ledgers: only its node may serve it.
+    #[error("topic {topic} must be served by the node of bookie {bookie}, which holds its ledgers not yet in the lake")]
+    HeldElsewhere {
+        /// Topic.
+        topic: String,
+        /// The bookie id.
+        bookie: String,
+    },
+    /// This node's coordination session ended: it serves no topic.
+    #[error("this node lost its coordination session ({0:?}) and serves no topic")]
+    SessionEnded(SessionState),
+    /// Reading the live nodes failed.
+    #[error(transparent)]
+    Membership(#[from] MembershipError),
+    /// The coordination store failed.
+    #[error(transparent)]
+    Coordination(#[from] CoordError),
+}
+
+/// This node's view of topic ownership.
+#[derive(Debug)]
+pub struct Ownership {
+    coord: Arc<dyn Coordination>,
+    membership: Arc<Membership>,
+    /// Invariant: see the module docs; topic → epoch.
+    owned: Mutex<HashMap<String, u64>>,
+}
+
+fn owner_key(topic: &str) -> String {
+    format!("{OWNERS}{topic}")
+}
+
+/// Rendezvous score of `node` for `topic` (stable across nodes and builds).
+fn score(topic: &str, node: &str) -> u64 {
+    let a = crc32c::crc32c(topic.as_bytes());
+    let b = crc32c::crc32c_append(a, b"\0");
+    let b = crc32c::crc32c_append(b, node.as_bytes());
+    // Mix both halves so nodes with similar names still spread (splitmix64 finaliser).
+    let mut x = (u64::from(a) << 32) | u64::from(b);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+impl Ownership {
+    /// Ownership for this node (the one `membership` registered), starting with no topic.
+    pub fn new(coord: Arc<dyn Coordination>, membership: Arc<Membership>) -> Arc<Self> {
+        let ownership = Arc::new(Ownership {
+            coord,
+            membership,
+            owned: Mutex::new(HashMap::new()),
+        });
+        // The moment the session is no longer live, nothing is owned any more.
+        let mut session = ownership.coord.session();
+        let weak = Arc::downgrade(&ownership);
+        tokio::spawn(async move {
+            while *session.borrow_and_update() == SessionState::Live {
+                if session.changed().await.is_err() {
+                    break;
+                }
+            }
+            if let Some(o) = weak.upgrade() {
+                let n = o.lock().drain().count();
+                tracing::warn!(topics = n, "coordination session ended: serving no topic");
+            }
+        });
+        ownership
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, u64>> {
+        self.owned.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// This node's record.
+    pub fn me(&self) -> &NodeRecord {
+        self.membership.me()
+    }
+
+    /// The epoch of `topic` if this node owns it.
+    pub fn epoch(&self, topic: &str) -> Option<u64> {
+        self.lock().get(topic).copied()
+    }
+
+    /// Topics owned now.
+    pub fn owned(&self) -> Vec<String> {
+        self.lock().keys().cloned().collect()
+    }
+
+    /// A receiver that sees the session end (the broker stops serving then).
+    pub fn session(&self) -> tokio::sync::watch::Receiver<SessionState> {
+        self.coord.session()
+    }
+
+    fn live(&self) -> Result<(), OwnershipError> {
+        match *self.coord.session().borrow() {
+            SessionState::Live => Ok(()),
+            other => Err(OwnershipError::SessionEnded(other)),
+        }
+    }
+
+    /// Where `topic` is served. `holder` is the bookie holding its unoffloaded ledgers, if
+    /// any. An unowned topic placed here is claimed; placed elsewhere, the caller redirects
+    /// there and that node claims it. `claim` (an authoritative lookup: another node placed
+    /// it here) claims an unowned topic whatever this node would have chosen.
+    pub async fn place(
+        &self,
+        topic: &str,
+        holder: Option<&str>,
+        claim: bool,
+    ) -> Result<Placement, OwnershipError> {
+        self.live()?;
+        if let Some(epoch) = self.epoch(topic) {
+            return Ok(Placement::Local { epoch });
+        }
+        if let Some(owner) = self.owner(topic).await? {
+            return Ok(Placement::Remote {
+                node: owner,
+                owned: true,
+            });
+        }
+        let me = self.me();
+        let chosen = match holder {
+            Some(b) if b == me.bookie => None,
+            Some(b) => {
+                let nodes = self.membership.nodes().await?;
+                match nodes.into_iter().find(|n| n.bookie == b) {
+                    Some(node) => Some(node),
+                    None => {
+                        return Err(OwnershipError::HolderDown {
+                            topic: topic.to_string(),
+                            bookie: b.to_string(),
+                        })
+                    }
+                }
+            }
+            None if claim => None,
+            None => {
+                let nodes = self.membership.nodes().await?;
+                nodes
+                    .into_iter()
+                    .max_by_key(|n| score(topic, &n.id))
+                    .filter(|n| n.id != me.id)
+            }
+        };
+        match chosen {
+            Some(node) => Ok(Placement::Remote { node, owned: false }),
+            None => Ok(Placement::Local {
+                epoch: self.acquire(topic, holder).await?,
+            }),
+        }
+    }
+
+    /// The node owning `topic`, if any node does.
+    pub async fn owner(&self, topic: &str) -> Result<Option<NodeRecord>, OwnershipError> {
+        match self.coord.get(&owner_key(topic)).await? {
+            Some(v) => Ok(Some(NodeRecord::decode(&v.value)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Claims `topic` for this node (before it is loaded); its epoch. Refused while another
+    /// node owns it or another bookie holds its unoffloaded ledgers (`holder`).
+    pub async fn acquire(&self, topic: &str, holder: Option<&str>) -> Result<u64, OwnershipError> {
+        self.live()?;
+        if let Some(epoch) = self.epoch(topic) {
+            return Ok(epoch);
+        }
+        let me = self.me().clone();
+        if let Some(b) = holder.filter(|b| *b != me.bookie) {
+            return Err(OwnershipError::HeldElsewhere {
+                topic: topic.to_string(),
+                bookie: b.to_string(),
+            });
+        }
+        let key = owner_key(topic);
+        match self
+            .coord
+            .put(&key, &me.encode(), Expect::Absent, true)
+            .await
+        {
+            Ok(epoch) => {
+                self.lock().insert(topic.to_string(), epoch);
+                // The session may have ended while the claim was in flight.
+                if let Err(e) = self.live() {
+                    self.lock().remove(topic);
+                    return Err(e);
+                }
+                tracing::debug!(topic, epoch, "topic owned");
+                Ok(epoch)
+            }
+            Err(CoordError::Conflict { .. }) => match self.owner(topic).await? {
+                Some(owner) => Err(OwnershipError::OwnedElsewhere {
+                    topic: topic.to_string(),
+                    owner: Box::new(owner),
+                }),
+                // Released meanwhile: try again.
+                None => Box::pin(self.acquire(topic, holder)).await,
+            },
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Gives `topic` up (after it was unloaded or deleted here).
+    pub async fn release(&self, topic: &str) -> Result<(), OwnershipError> {
+        let Some(epoch) = self.lock().remove(topic) else {
+            return Ok(());
+        };
+        match self
+            .coord
+            .delete(&owner_key(topic), Expect::Version(epoch))
+            .await
+        {
+            Ok(_) | Err(CoordError::Conflict { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

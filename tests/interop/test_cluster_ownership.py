@@ -1,0 +1,211 @@
+"""Topic ownership (issue 19, slice 2): nodes on one etcd serve each topic partition from one
+owner, recorded under the owner's session; LOOKUP on any node redirects to it; partitions
+spread; a node that loses its session stops serving and exits. The official Python client is
+given every node in a multi-host service URL."""
+import json
+import signal
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+import pulsar
+
+import rawpulsar
+from conftest import eventually
+
+TTL = "3s"
+
+
+def _cluster(etcd, make_service, prefix, n=2):
+    env = {"LEDGERLAKE_METADATA__SESSION_TTL": TTL, "LEDGERLAKE_LAKE__ENABLED": "false"}
+    nodes = [make_service(env=env, args=["--metadata-url", etcd.url(prefix)]) for _ in range(n)]
+    for node in nodes:
+        node.start()
+    return nodes
+
+
+def _id(node):
+    return f"127.0.0.1:{node.http_port}"
+
+
+def _owners(etcd, prefix):
+    """topic → owning node id, read from etcd itself."""
+    out = {}
+    for key, value in etcd.items(f"{prefix}/cluster/owners/").items():
+        assert value[0] == 1, "owner records are format 1"
+        out[key.split("/cluster/owners/", 1)[1]] = json.loads(value[1:])["id"]
+    return out
+
+
+def _multi_url(nodes):
+    return "pulsar://" + ",".join(f"127.0.0.1:{n.pulsar_port}" for n in nodes)
+
+
+def _lookup(node, topic, authoritative=False):
+    """One raw LOOKUP: (kind, fields); fields 1 = URL, 3 = Redirect 0 | Connect 1 | Failed 2,
+    5 = authoritative, 7 = message."""
+    conn = rawpulsar.RawPulsar(node.pulsar_port)
+    try:
+        body = rawpulsar.fb(1, topic) + rawpulsar.fv(2, 1) + rawpulsar.fv(3, int(authoritative))
+        return conn.request(rawpulsar.LOOKUP, body, 1)
+    finally:
+        conn.close()
+
+
+def _put(node, path, body):
+    req = urllib.request.Request(node.http + path, method="PUT", data=str(body).encode())
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_partitions_spread_and_every_node_leads_clients_to_the_owner(etcd, make_service):
+    prefix = "/own-spread"
+    nodes = _cluster(etcd, make_service, prefix)
+    topic = f"persistent://public/default/spread-{uuid.uuid4().hex[:6]}"
+    assert _put(nodes[0], f"/admin/v2/persistent/{topic[len('persistent://'):]}/partitions", 16) == 204
+    client = pulsar.Client(_multi_url(nodes), operation_timeout_seconds=30)
+    try:
+        consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+        producer = client.create_producer(topic, batching_enabled=False)
+        sent = set()
+        for i in range(200):
+            payload = f"m{i}".encode()
+            producer.send(payload, partition_key=f"k{i % 37}")
+            sent.add(payload)
+        got = set()
+        while len(got) < len(sent):
+            msg = consumer.receive(timeout_millis=20000)
+            got.add(msg.data())
+            consumer.acknowledge(msg)
+        assert got == sent
+    finally:
+        client.close()
+
+    owners = _owners(etcd, prefix)
+    parts = {f"{topic}-partition-{i}" for i in range(16)}
+    assert parts <= set(owners), sorted(parts - set(owners))
+    per_node = {}
+    for p in parts:
+        per_node.setdefault(owners[p], []).append(p)
+    assert sorted(per_node) == sorted(_id(n) for n in nodes), per_node
+
+    # A client that knows only one node reaches partitions the other owns (LOOKUP redirects).
+    by_id = {_id(n): n for n in nodes}
+    for node in nodes:
+        other = [p for p in parts if owners[p] != _id(node)][0]
+        kind, fields = _lookup(node, other)
+        assert kind == rawpulsar.LOOKUP_RESPONSE and fields[3] == [0], (kind, fields)
+        assert fields[1] == [by_id[owners[other]].url.encode()] and fields[5] == [1], fields
+        mine = [p for p in parts if owners[p] == _id(node)][0]
+        kind, fields = _lookup(node, mine)
+        assert fields[3] == [1] and fields[1] == [node.url.encode()], fields
+        single = pulsar.Client(node.url, operation_timeout_seconds=30)
+        try:
+            producer = single.create_producer(other, batching_enabled=False)
+            producer.send(b"via-redirect")
+            reader = single.create_reader(other, pulsar.MessageId.latest)
+            producer.send(b"after")
+            assert reader.read_next(timeout_millis=20000).data() == b"after"
+        finally:
+            single.close()
+    # Still one owner per partition, the same as before.
+    assert {p: o for p, o in _owners(etcd, prefix).items() if p in parts} == \
+        {p: owners[p] for p in parts}
+
+
+def test_unload_gives_the_topic_up_and_clients_come_back(etcd, make_service):
+    prefix = "/own-unload"
+    nodes = _cluster(etcd, make_service, prefix)
+    topic = f"persistent://public/default/unload-{uuid.uuid4().hex[:6]}"
+    client = pulsar.Client(_multi_url(nodes), operation_timeout_seconds=30)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        producer.send(b"before")
+        owner = _owners(etcd, prefix)[topic]
+        by_id = {_id(n): n for n in nodes}
+        path = f"/admin/v2/persistent/{topic[len('persistent://'):]}/unload"
+        assert _put(by_id[owner], path, "") == 204
+        # The claim goes with the unload; the producer reconnects and the topic is claimed again.
+        producer.send(b"after")
+        assert topic in _owners(etcd, prefix)
+        consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+        got = [consumer.receive(timeout_millis=20000).data() for _ in range(2)]
+        assert got == [b"before", b"after"]
+    finally:
+        client.close()
+
+
+def test_a_killed_owner_keeps_its_unreplicated_topic_until_it_returns(etcd, make_service):
+    """Without replicated ledgers (a later slice), a topic whose ledgers one node holds is
+    served by that node only: while it is down, lookups elsewhere fail with a clear reason;
+    restarted, it serves every acknowledged message again."""
+    prefix = "/own-kill"
+    nodes = _cluster(etcd, make_service, prefix)
+    topic = f"persistent://public/default/kill-{uuid.uuid4().hex[:6]}"
+    client = pulsar.Client(_multi_url(nodes), operation_timeout_seconds=30)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(50):
+            producer.send(f"m{i}".encode())
+    finally:
+        client.close()
+    by_id = {_id(n): n for n in nodes}
+    owner = by_id[_owners(etcd, prefix)[topic]]
+    other = [n for n in nodes if n is not owner][0]
+    owner.stop(signal.SIGKILL)
+
+    def released():
+        assert topic not in _owners(etcd, prefix)
+    eventually(released, timeout=15)
+    kind, fields = _lookup(other, topic)
+    assert kind == rawpulsar.LOOKUP_RESPONSE and fields[3] == [2], (kind, fields)
+    message = fields[7][0].decode()
+    assert "not live" in message and "replication" in message, message
+
+    owner.start()
+    client = pulsar.Client(other.url, operation_timeout_seconds=30)
+    try:
+        consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+        got = [consumer.receive(timeout_millis=20000).data() for _ in range(50)]
+        assert got == [f"m{i}".encode() for i in range(50)]
+    finally:
+        client.close()
+    assert _owners(etcd, prefix)[topic] == _id(owner)
+
+
+def test_a_node_that_loses_etcd_stops_serving_and_exits(etcd, make_service):
+    prefix = "/own-lost"
+    (node,) = _cluster(etcd, make_service, prefix, n=1)
+    topic = f"persistent://public/default/lost-{uuid.uuid4().hex[:6]}"
+    client = pulsar.Client(node.url, operation_timeout_seconds=5)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=4000)
+        producer.send(b"x")
+        etcd.pause()
+        paused = time.monotonic()
+        try:
+            # Lost after 2/3 of the 3 s TTL without a confirmed renewal: the node unloads its
+            # topics before etcd could have expired the lease.
+            def unloaded():
+                assert "unloading every topic" in open(node.log_path).read()
+            eventually(unloaded, timeout=10, interval=0.05)
+            assert time.monotonic() - paused < 3.0
+            # Nothing is acknowledged any more.
+            try:
+                producer.send(b"after")
+                raise AssertionError("a send was acknowledged after the session was lost")
+            except pulsar.PulsarException:
+                pass
+        finally:
+            etcd.resume()
+        # It shuts down (its stores may answer slowly meanwhile) with a non-zero status.
+        node.proc.wait(timeout=60)
+        assert node.proc.returncode != 0
+        log = open(node.log_path).read()
+        assert "coordination session ended" in log, log[-3000:]
+    finally:
+        client.close()
