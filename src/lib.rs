@@ -19,7 +19,8 @@
 //!  HTTP ──► admin/ ──► ops/ (use cases) ──► broker, ledger, offload, policies, tenancy, sql,
 //!                                            verify/ (log ⇄ lake, every id) ──► ledger, lake
 //!  every surface ──► auth (Access: Authenticator + Authorizer ◄── tenancy's authorizer)
-//!  leaves used by all: naming, schema, config, failpoint, telemetry, tls, metrics, coord
+//!  leaves used by all: naming, schema, config, failpoint, telemetry, tls, metrics, coord,
+//!  versioned ([format byte][JSON] records)
 //!  (metadata store and coordination: SQLite or in process on one node, etcd in a cluster)
 //! ```
 //!
@@ -34,6 +35,7 @@
 //! Modules:
 //! - [`naming`]: topic and namespace names, the schema-version codec (the leaf).
 //! - [`config`]: the typed configuration tree and its layered loading.
+//! - [`versioned`]: the `[format byte][JSON]` encoding of small persisted records.
 //! - [`cluster`]: what a node knows of the others, over [`coord`]: membership, and topic
 //!   ownership (one owner per partition with an epoch; LOOKUP places and redirects by it).
 //! - [`coord`]: the coordination seam a cluster's nodes agree through (compare-and-set,
@@ -105,3 +107,4 @@ pub mod telemetry;
 pub mod tenancy;
 pub mod tls;
 pub mod verify;
+pub mod versioned;

@@ -205,21 +205,12 @@ pub enum PoliciesError {
 impl NamespacePolicies {
     /// The persisted form: version byte, then JSON.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = vec![POLICIES_FORMAT_VERSION];
-        // Serialising a struct of options and integers cannot fail.
-        out.extend(serde_json::to_vec(self).unwrap_or_default());
-        out
+        crate::versioned::encode(POLICIES_FORMAT_VERSION, self)
     }
 
     /// Parses the persisted form.
     pub fn decode(bytes: &[u8]) -> Result<Self, String> {
-        match bytes.split_first() {
-            Some((&POLICIES_FORMAT_VERSION, json)) => {
-                serde_json::from_slice(json).map_err(|e| e.to_string())
-            }
-            Some((v, _)) => Err(format!("unknown policies format version {v}")),
-            None => Err("empty policies blob".into()),
-        }
+        crate::versioned::decode(POLICIES_FORMAT_VERSION, "namespace policies", bytes)
     }
 }
 

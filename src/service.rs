@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
 use crate::tls::TlsIncoming;
@@ -135,28 +136,13 @@ impl Service {
         })?;
         let health = Health::new();
         let stop = CancellationToken::new();
-        let http_listener = TcpListener::bind(config.server.http_addr)
-            .await
-            .map_err(|source| ServiceError::Bind {
-                addr: config.server.http_addr,
-                what: "http",
-                source,
-            })?;
+        let http_listener = bind(config.server.http_addr, "http").await?;
         let http_addr = http_listener.local_addr().map_err(ServiceError::Http)?;
-        let http_stop = stop.clone();
         let ops_cell = Arc::new(tokio::sync::OnceCell::new());
         let (meta, coord) = open_metadata(config).await?;
         let store: Arc<dyn MetadataStore> = meta.clone();
         let tenancy = Arc::new(Tenancy::new(store.clone(), &config.broker.cluster_name));
-        // One authenticator and authorizer for every surface; permissions apply while
-        // authentication is on.
-        let mut access = crate::auth::Access::from_config(&config.broker.authentication)?;
-        if access.required() {
-            access = access.with_authorizer(Arc::new(TenancyAuthorizer::new(
-                tenancy.clone(),
-                config.broker.authentication.superuser_roles.clone(),
-            )));
-        }
+        let access = access_for(config, &tenancy)?;
         let app = admin::router(
             admin::AdminState {
                 health: health.clone(),
@@ -166,32 +152,7 @@ impl Service {
             config.server.max_request_body.as_u64() as usize,
         );
         let tls = acceptors(config)?;
-        let header_read_timeout = config.server.http_header_read_timeout;
-        let (https, https_addr) = match (&tls, config.server.https_addr) {
-            (Some(tls), Some(addr)) => {
-                let incoming =
-                    TlsIncoming::start(bind(addr, "https").await?, tls.https.clone(), stop.clone())
-                        .map_err(ServiceError::Http)?;
-                let bound =
-                    axum::serve::Listener::local_addr(&incoming).map_err(ServiceError::Http)?;
-                let (app, https_stop) = (app.clone(), stop.clone());
-                let server = tokio::spawn(admin::listen::serve(
-                    incoming,
-                    app,
-                    https_stop,
-                    header_read_timeout,
-                ));
-                tracing::info!(https_addr = %bound, "https listening (health, admin)");
-                (Some(server), Some(bound))
-            }
-            _ => (None, None),
-        };
-        let http = tokio::spawn(admin::listen::serve(
-            http_listener,
-            app,
-            http_stop,
-            header_read_timeout,
-        ));
+        let (http, https, https_addr) = serve_http(config, app, http_listener, &tls, &stop).await?;
         tracing::info!(%http_addr, "http listening (health, admin)");
 
         let log =
@@ -200,86 +161,14 @@ impl Service {
             store.clone(),
             config.lake.policy_defaults.clone(),
         ));
-        let (offload, lake_runtime) = if config.lake.enabled {
-            let (engine, rt) = start_offload(config, log.clone(), policies.clone()).await?;
-            (Some(engine), Some(rt))
-        } else {
-            (None, None)
-        };
-        // Without a lake, retention still applies: to the log alone.
-        let log_retention = (!config.lake.enabled).then(|| {
-            LogRetention::start(
-                log.clone(),
-                policies.clone(),
-                config.broker.retention_check_interval,
-            )
-        });
+        let (offload, lake_runtime, log_retention) =
+            start_lake_side(config, &log, &policies).await?;
 
-        let pulsar_listener =
-            TcpListener::bind(config.server.pulsar_addr)
-                .await
-                .map_err(|source| ServiceError::Bind {
-                    addr: config.server.pulsar_addr,
-                    what: "pulsar",
-                    source,
-                })?;
-        let pulsar_addr = pulsar_listener.local_addr().map_err(ServiceError::Http)?;
-        let advertised = if config.broker.advertised_address.is_empty() {
-            pulsar_addr.to_string()
-        } else {
-            config.broker.advertised_address.clone()
-        };
-        let pulsar_tls = match (&tls, config.server.pulsar_tls_addr) {
-            (Some(tls), Some(addr)) => {
-                let incoming = TlsIncoming::start(
-                    bind(addr, "pulsar+ssl").await?,
-                    tls.pulsar.clone(),
-                    stop.clone(),
-                )
-                .map_err(ServiceError::Http)?;
-                let bound =
-                    axum::serve::Listener::local_addr(&incoming).map_err(ServiceError::Http)?;
-                Some((incoming, bound))
-            }
-            _ => None,
-        };
-        let pulsar_tls_addr = pulsar_tls.as_ref().map(|(_, a)| *a);
-        // The TLS URL names the advertised host with the TLS listener's port.
-        let advertised_tls = pulsar_tls_addr.map(|a| {
-            let host = advertised
-                .rsplit_once(':')
-                .map_or(advertised.as_str(), |(h, _)| h);
-            format!("{host}:{}", a.port())
-        });
-        let (replay, replay_runtime) = match &offload {
-            Some(engine) => {
-                let rt = own_runtime("ll-replay", config.replay.threads, 0)?;
-                let replay = Replay::new(
-                    engine.lake_handle(),
-                    rt.handle().clone(),
-                    config.replay.clone(),
-                );
-                (Some(replay), Some(rt))
-            }
-            None => (None, None),
-        };
-        // The local cluster at today's addresses, the default namespace, and a namespace for
-        // every stored topic.
-        let in_use = store
-            .list_topics()
-            .await?
-            .into_iter()
-            .filter_map(|t| t.name.parse::<crate::naming::TopicName>().ok())
-            .map(|t| t.namespace);
-        let local = ClusterData {
-            service_url: format!("http://{http_addr}"),
-            service_url_tls: https_addr.map_or(String::new(), |a| format!("https://{a}")),
-            broker_service_url: format!("pulsar://{advertised}"),
-            broker_service_url_tls: advertised_tls
-                .as_ref()
-                .map_or(String::new(), |a| format!("pulsar+ssl://{a}")),
-        };
-        tenancy.bootstrap(&local, in_use).await?;
+        let pulsar = bind_pulsar(config, &tls, &stop).await?;
+        let (pulsar_addr, pulsar_tls_addr) = (pulsar.addr, pulsar.tls_addr);
+        let (replay, replay_runtime) = start_replay(config, offload.as_ref())?;
+        let local = local_cluster(http_addr, https_addr, &pulsar);
+        bootstrap_tenancy(&tenancy, &store, &local).await?;
         let authorization = access.required();
         let (sql, sql_runtime, pg_addr) = if config.sql.enabled {
             let (engine, rt, addr) = start_sql(
@@ -294,8 +183,8 @@ impl Service {
             (None, None, None)
         };
         let me = NodeRecord {
-            id: node_id(&advertised, http_addr),
-            broker_service_url: format!("pulsar://{advertised}"),
+            id: node_id(&pulsar.advertised, http_addr),
+            broker_service_url: local.broker_service_url.clone(),
             broker_service_url_tls: (!local.broker_service_url_tls.is_empty())
                 .then(|| local.broker_service_url_tls.clone()),
             web_service_url: local.service_url.clone(),
@@ -324,9 +213,9 @@ impl Service {
             sql,
             membership.clone(),
         ));
-        broker.serve(pulsar_listener);
+        broker.serve(pulsar.listener);
         tracing::info!(%pulsar_addr, "pulsar listening");
-        if let Some((incoming, addr)) = pulsar_tls {
+        if let Some((incoming, addr)) = pulsar.tls {
             broker.serve_tls(incoming);
             tracing::info!(pulsar_tls_addr = %addr, "pulsar+ssl listening");
         }
@@ -396,6 +285,191 @@ impl Service {
         tracing::info!("shutdown complete: log flushed and fsynced");
         Ok(())
     }
+}
+
+/// One authenticator and authorizer for every surface; permissions apply while
+/// authentication is on.
+fn access_for(
+    config: &Config,
+    tenancy: &Arc<Tenancy>,
+) -> Result<crate::auth::Access, ServiceError> {
+    let access = crate::auth::Access::from_config(&config.broker.authentication)?;
+    if !access.required() {
+        return Ok(access);
+    }
+    Ok(access.with_authorizer(Arc::new(TenancyAuthorizer::new(
+        tenancy.clone(),
+        config.broker.authentication.superuser_roles.clone(),
+    ))))
+}
+
+/// This node's cluster record at its addresses.
+fn local_cluster(
+    http_addr: SocketAddr,
+    https_addr: Option<SocketAddr>,
+    pulsar: &PulsarListeners,
+) -> ClusterData {
+    ClusterData {
+        service_url: format!("http://{http_addr}"),
+        service_url_tls: https_addr.map_or(String::new(), |a| format!("https://{a}")),
+        broker_service_url: format!("pulsar://{}", pulsar.advertised),
+        broker_service_url_tls: pulsar
+            .advertised_tls
+            .as_ref()
+            .map_or(String::new(), |a| format!("pulsar+ssl://{a}")),
+    }
+}
+
+/// The local cluster at today's addresses, the default namespace, and a namespace for every
+/// stored topic.
+async fn bootstrap_tenancy(
+    tenancy: &Tenancy,
+    store: &Arc<dyn MetadataStore>,
+    local: &ClusterData,
+) -> Result<(), ServiceError> {
+    let in_use = store
+        .list_topics()
+        .await?
+        .into_iter()
+        .filter_map(|t| t.name.parse::<crate::naming::TopicName>().ok())
+        .map(|t| t.namespace);
+    tenancy.bootstrap(local, in_use).await?;
+    Ok(())
+}
+
+/// Serves the admin router on the HTTP listener and, when configured, on HTTPS.
+async fn serve_http(
+    config: &Config,
+    app: axum::Router,
+    http_listener: TcpListener,
+    tls: &Option<Acceptors>,
+    stop: &CancellationToken,
+) -> Result<(JoinHandle<()>, Option<JoinHandle<()>>, Option<SocketAddr>), ServiceError> {
+    let header_read_timeout = config.server.http_header_read_timeout;
+    let (https, https_addr) = match (tls, config.server.https_addr) {
+        (Some(tls), Some(addr)) => {
+            let incoming =
+                TlsIncoming::start(bind(addr, "https").await?, tls.https.clone(), stop.clone())
+                    .map_err(ServiceError::Http)?;
+            let bound = axum::serve::Listener::local_addr(&incoming).map_err(ServiceError::Http)?;
+            let server = tokio::spawn(admin::listen::serve(
+                incoming,
+                app.clone(),
+                stop.clone(),
+                header_read_timeout,
+            ));
+            tracing::info!(https_addr = %bound, "https listening (health, admin)");
+            (Some(server), Some(bound))
+        }
+        _ => (None, None),
+    };
+    let http = tokio::spawn(admin::listen::serve(
+        http_listener,
+        app,
+        stop.clone(),
+        header_read_timeout,
+    ));
+    Ok((http, https, https_addr))
+}
+
+/// The offload engine and its runtime with the lake on, or retention of the log alone with it
+/// off (retention applies either way).
+async fn start_lake_side(
+    config: &Config,
+    log: &Arc<Log>,
+    policies: &Arc<PolicyStore>,
+) -> Result<
+    (
+        Option<OffloadEngine>,
+        Option<OwnRuntime>,
+        Option<LogRetention>,
+    ),
+    ServiceError,
+> {
+    if config.lake.enabled {
+        let (engine, rt) = start_offload(config, log.clone(), policies.clone()).await?;
+        Ok((Some(engine), Some(rt), None))
+    } else {
+        let retention = LogRetention::start(
+            log.clone(),
+            policies.clone(),
+            config.broker.retention_check_interval,
+        );
+        Ok((None, None, Some(retention)))
+    }
+}
+
+/// Lake reads of replay on a runtime of their own (`None` without a lake).
+fn start_replay(
+    config: &Config,
+    offload: Option<&OffloadEngine>,
+) -> Result<(Option<Replay>, Option<OwnRuntime>), ServiceError> {
+    let Some(engine) = offload else {
+        return Ok((None, None));
+    };
+    let rt = own_runtime("ll-replay", config.replay.threads, 0)?;
+    let replay = Replay::new(
+        engine.lake_handle(),
+        rt.handle().clone(),
+        config.replay.clone(),
+    );
+    Ok((Some(replay), Some(rt)))
+}
+
+/// The Pulsar listeners, bound (served once the broker exists), and the addresses clients
+/// are given.
+struct PulsarListeners {
+    listener: TcpListener,
+    addr: SocketAddr,
+    /// `host:port` put in `pulsar://` URLs.
+    advertised: String,
+    /// Invariant: `Some` exactly when `tls_addr` is.
+    tls: Option<(TlsIncoming, SocketAddr)>,
+    tls_addr: Option<SocketAddr>,
+    /// The advertised host with the TLS listener's port.
+    advertised_tls: Option<String>,
+}
+
+async fn bind_pulsar(
+    config: &Config,
+    tls: &Option<Acceptors>,
+    stop: &CancellationToken,
+) -> Result<PulsarListeners, ServiceError> {
+    let listener = bind(config.server.pulsar_addr, "pulsar").await?;
+    let addr = listener.local_addr().map_err(ServiceError::Http)?;
+    let advertised = if config.broker.advertised_address.is_empty() {
+        addr.to_string()
+    } else {
+        config.broker.advertised_address.clone()
+    };
+    let tls = match (tls, config.server.pulsar_tls_addr) {
+        (Some(tls), Some(at)) => {
+            let incoming = TlsIncoming::start(
+                bind(at, "pulsar+ssl").await?,
+                tls.pulsar.clone(),
+                stop.clone(),
+            )
+            .map_err(ServiceError::Http)?;
+            let bound = axum::serve::Listener::local_addr(&incoming).map_err(ServiceError::Http)?;
+            Some((incoming, bound))
+        }
+        _ => None,
+    };
+    let tls_addr = tls.as_ref().map(|(_, a)| *a);
+    let advertised_tls = tls_addr.map(|a| {
+        let host = advertised
+            .rsplit_once(':')
+            .map_or(advertised.as_str(), |(h, _)| h);
+        format!("{host}:{}", a.port())
+    });
+    Ok(PulsarListeners {
+        listener,
+        addr,
+        advertised,
+        tls,
+        tls_addr,
+        advertised_tls,
+    })
 }
 
 /// The metadata store `metadata.url` names and the coordination store beside it: etcd for

@@ -59,6 +59,27 @@ pub enum AdminError {
     /// The request body is over `server.max_request_body`.
     #[error("{0}")]
     TooLarge(String),
+    /// Another node serves the topic: 307 to the same path on its web service URL (the
+    /// router's [`super::redirect_to_owner`] completes the `Location`).
+    #[error("{why}")]
+    Redirect {
+        /// The owner's `http://host:port`.
+        base: String,
+        /// The topic (partition) it serves.
+        topic: String,
+        /// Why (the owner named).
+        why: String,
+    },
+}
+
+/// What a 307 response carries until [`super::redirect_to_owner`] turns it into a `Location`
+/// header: the owner's base URL and the topic (partition) it serves.
+#[derive(Debug, Clone)]
+pub struct RedirectBase {
+    /// The owner's `http://host:port`.
+    pub base: String,
+    /// The topic (partition) it serves.
+    pub topic: String,
 }
 
 impl From<crate::sql::SqlError> for AdminError {
@@ -125,6 +146,7 @@ impl From<crate::ops::OpsError> for AdminError {
             OpsError::NotAllowed(m) => AdminError::NotAllowed(m),
             OpsError::Unavailable(m) => AdminError::Unavailable(m),
             OpsError::NotImplemented(m) => AdminError::NotImplemented(m),
+            OpsError::Redirect { base, topic, why } => AdminError::Redirect { base, topic, why },
             other => AdminError::Internal(other.to_string()),
         }
     }
@@ -178,6 +200,18 @@ impl IntoResponse for AdminError {
             AdminError::NotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             AdminError::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
             AdminError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            AdminError::Redirect { base, topic, .. } => {
+                let mut response = (
+                    StatusCode::TEMPORARY_REDIRECT,
+                    Json(json!({ "reason": self.to_string() })),
+                )
+                    .into_response();
+                response.extensions_mut().insert(RedirectBase {
+                    base: base.clone(),
+                    topic: topic.clone(),
+                });
+                return response;
+            }
         };
         (status, Json(json!({ "reason": self.to_string() }))).into_response()
     }

@@ -160,7 +160,43 @@ pub fn router(state: AdminState, max_body: usize) -> Router {
         .layer(axum::middleware::from_fn(move |request, next| {
             refuse_oversized(max_body, request, next)
         }))
+        .layer(axum::middleware::from_fn(redirect_to_owner))
         .with_state(state)
+}
+
+/// Completes a 307 to a topic's owner ([`error::AdminError::Redirect`]): `Location` is the
+/// owner's web service URL with this request's path and query, as Pulsar's brokers redirect
+/// admin calls to the owner of the bundle. Only a request naming that very topic (partition)
+/// is redirected: a partitioned-topic call whose partitions live on several nodes would bounce
+/// between them, so it gets 503 instead (fanning such calls out is not built yet).
+async fn redirect_to_owner(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let path = request
+        .uri()
+        .path_and_query()
+        .map_or_else(|| request.uri().path().to_string(), |p| p.to_string());
+    let segments: Vec<String> = request
+        .uri()
+        .path()
+        .split('/')
+        .map(str::to_string)
+        .collect();
+    let mut response = next.run(request).await;
+    if let Some(error::RedirectBase { base, topic }) = response.extensions_mut().remove() {
+        let local = topic.rsplit('/').next().unwrap_or_default();
+        let target = format!("{}{path}", base.trim_end_matches('/'));
+        match axum::http::HeaderValue::from_str(&target) {
+            Ok(v) if segments.iter().any(|s| s == local) => {
+                response
+                    .headers_mut()
+                    .insert(axum::http::header::LOCATION, v);
+            }
+            _ => *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+    response
 }
 
 /// Answers 413 to a request whose `Content-Length` passes `max_body`, before any of its body

@@ -11,6 +11,7 @@ use super::backlog::{end_position, nth_entry_from, nth_entry_from_end};
 use super::subscription::{CursorRequest, SeekTarget, SubscriptionCommand, SubscriptionHandle};
 use super::topic::SubscribeRequest;
 use super::{Broker, BrokerError, BrokerTopic};
+use crate::cluster::ownership::OwnershipError;
 use crate::ledger::{now_ms, Entry, Position};
 use crate::naming::TopicName;
 use crate::protocol::inbound::StartAt;
@@ -231,8 +232,18 @@ impl Broker {
         let slot = self.slot(&name.to_string());
         let mut loaded = slot.0.lock().await;
         let Some(topic) = loaded.take() else {
+            let key = name.to_string();
+            if let Some(owner) = self.ownership.owner(&key).await? {
+                if owner.id != self.ownership.me().id {
+                    return Err(OwnershipError::OwnedElsewhere {
+                        topic: key,
+                        owner: Box::new(owner),
+                    }
+                    .into());
+                }
+            }
             // Claimed by a lookup but never loaded: give the claim up all the same.
-            self.ownership.release(&name.to_string()).await?;
+            self.ownership.release(&key).await?;
             return Ok(false);
         };
         self.forget_loaded(&topic);
@@ -245,6 +256,23 @@ impl Broker {
 }
 
 impl Broker {
+    /// Refuses (naming the owner) when another node owns topic partition `name`: what this
+    /// node knows of it may be stale, the owner's answer is not. A topic nobody owns may be
+    /// described by any node.
+    pub async fn check_served_here(&self, name: &TopicName) -> Result<(), BrokerError> {
+        let key = name.to_string();
+        match self.ownership.owner(&key).await? {
+            Some(owner) if owner.id != self.ownership.me().id => {
+                Err(OwnershipError::OwnedElsewhere {
+                    topic: key,
+                    owner: Box::new(owner),
+                }
+                .into())
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Once this node's coordination session is no longer live, unloads every loaded topic
     /// (its clients look the topic up again and find its new owner); loading is refused from
     /// then on, since ownership is.

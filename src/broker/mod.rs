@@ -433,6 +433,11 @@ impl Broker {
         let key = name.to_string();
         let slot = self.slot(&key);
         let mut loaded = slot.0.lock().await;
+        if loaded.is_none() {
+            // Only the owner deletes a topic: claim it first (refused if another node owns it).
+            let holder = self.log.holder(&key).await?;
+            self.ownership.acquire(&key, holder.as_deref()).await?;
+        }
         if let Some(t) = loaded.clone() {
             // The owner refuses while clients are attached (unless forced), else closes them,
             // deletes the subscriptions and stops; later commands on the old handle fail and

@@ -49,24 +49,12 @@ pub struct NodeRecord {
 impl NodeRecord {
     /// The stored form.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = vec![FORMAT];
-        // A struct of strings and integers always serialises.
-        if let Err(e) = serde_json::to_writer(&mut out, self) {
-            unreachable!("node record encoding failed: {e}");
-        }
-        out
+        crate::versioned::encode(FORMAT, self)
     }
 
     /// Reads the stored form, refusing other format bytes.
     pub fn decode(bytes: &[u8]) -> Result<Self, MembershipError> {
-        match bytes.split_first() {
-            Some((&FORMAT, body)) => serde_json::from_slice(body)
-                .map_err(|e| MembershipError::Corrupt(format!("node record: {e}"))),
-            Some((other, _)) => Err(MembershipError::Corrupt(format!(
-                "node record format {other}; this build reads format {FORMAT}"
-            ))),
-            None => Err(MembershipError::Corrupt("empty node record".into())),
-        }
+        crate::versioned::decode(FORMAT, "node record", bytes).map_err(MembershipError::Corrupt)
     }
 }
 

@@ -10,7 +10,8 @@
 //! Placement of a topic nobody owns: if a bookie still holds ledgers of it that are not in
 //! the lake, only that bookie's node can serve it (replication is a later slice of issue 19);
 //! otherwise the node chosen by rendezvous hashing of the topic over the live nodes, so the
-//! partitions of a topic spread and every node picks the same one.
+//! partitions of a topic spread and every node picks the same one. Placement claims nothing;
+//! the node claims the topic when it loads it ([`Ownership::acquire`]).
 //!
 //! Invariants:
 //! - `owned` holds a topic only while this session's key for it stands, as far as this node
@@ -30,10 +31,10 @@ pub const OWNERS: &str = "owners/";
 /// Where a topic is served.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Placement {
-    /// This node owns it, with this epoch.
+    /// This node serves it: owns it (with this epoch), or is to claim it when it loads it.
     Local {
-        /// The ownership's epoch.
-        epoch: u64,
+        /// The ownership's epoch; `None` until the topic is loaded here.
+        epoch: Option<u64>,
     },
     /// Another node owns it (`owned: true`) or should claim it (`owned: false`).
     Remote {
@@ -165,18 +166,20 @@ impl Ownership {
     }
 
     /// Where `topic` is served. `holder` is the bookie holding its unoffloaded ledgers, if
-    /// any. An unowned topic placed here is claimed; placed elsewhere, the caller redirects
-    /// there and that node claims it. `claim` (an authoritative lookup: another node placed
-    /// it here) claims an unowned topic whatever this node would have chosen.
+    /// any. An unowned topic is placed here or on another node, which claims it when it loads
+    /// it (so a lookup alone claims nothing: lookups of names never used leave no key).
+    /// `authoritative` (another node placed it here) places an unowned topic here whatever
+    /// this node would have chosen; two nodes disagreeing (their views of the live nodes
+    /// differ) resolve at the claim: one loses and its client looks the topic up again.
     pub async fn place(
         &self,
         topic: &str,
         holder: Option<&str>,
-        claim: bool,
+        authoritative: bool,
     ) -> Result<Placement, OwnershipError> {
         self.live()?;
         if let Some(epoch) = self.epoch(topic) {
-            return Ok(Placement::Local { epoch });
+            return Ok(Placement::Local { epoch: Some(epoch) });
         }
         if let Some(owner) = self.owner(topic).await? {
             return Ok(Placement::Remote {
@@ -199,7 +202,7 @@ impl Ownership {
                     }
                 }
             }
-            None if claim => None,
+            None if authoritative => None,
             None => {
                 let nodes = self.membership.nodes().await?;
                 nodes
@@ -210,9 +213,7 @@ impl Ownership {
         };
         match chosen {
             Some(node) => Ok(Placement::Remote { node, owned: false }),
-            None => Ok(Placement::Local {
-                epoch: self.acquire(topic, holder).await?,
-            }),
+            None => Ok(Placement::Local { epoch: None }),
         }
     }
 

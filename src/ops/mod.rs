@@ -15,6 +15,7 @@ use std::sync::Arc;
 use serde_json::json;
 
 use crate::broker::{Broker, BrokerError};
+use crate::cluster::ownership::OwnershipError;
 use crate::lake::LakeError;
 use crate::ledger::{LedgerState, Log, MetadataError};
 use crate::naming::{NamespaceName, TopicName};
@@ -71,6 +72,16 @@ pub enum OpsError {
     /// The topic was unloaded or is stopping meanwhile: retry.
     #[error("{0}")]
     Unavailable(String),
+    /// Another node serves the topic: ask it (`base` is its web service URL).
+    #[error("{why}")]
+    Redirect {
+        /// The owner's `http://host:port`.
+        base: String,
+        /// The topic (partition) it serves.
+        topic: String,
+        /// Why (the owner named).
+        why: String,
+    },
     /// A namespace limit would be exceeded (`maxTopicsPerNamespace`).
     #[error("{0}")]
     LimitReached(String),
@@ -95,6 +106,13 @@ impl From<BrokerError> for OpsError {
                 OpsError::Conflict(m)
             }
             BrokerError::Stopped(m) => OpsError::Unavailable(m),
+            BrokerError::Ownership(OwnershipError::OwnedElsewhere { topic, owner }) => {
+                OpsError::Redirect {
+                    why: format!("topic {topic} is served by {}", owner.id),
+                    base: owner.web_service_url,
+                    topic,
+                }
+            }
             BrokerError::Ownership(o) => OpsError::Unavailable(o.to_string()),
             other => OpsError::Broker(other),
         }
@@ -322,6 +340,9 @@ impl Operations {
     /// Stats of `name` (a topic, a partitioned topic or one partition): storage, ledgers with
     /// their tier, the lake table, loaded subscriptions and the broker's replay counters.
     pub async fn topic_stats(&self, name: &TopicName) -> Result<serde_json::Value, OpsError> {
+        if self.partitions(name).await? == 0 {
+            self.broker.check_served_here(name).await?;
+        }
         let mut ledgers = Vec::new();
         let mut storage = 0u64;
         let mut entries = 0u64;

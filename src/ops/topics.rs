@@ -102,6 +102,7 @@ impl Operations {
                 "{name} is a partitioned topic: ask one of its partitions"
             )));
         }
+        self.broker.check_served_here(name).await?;
         let key = name.to_string();
         if !self.log.topic_exists(&key).await? {
             return Err(OpsError::NotFound(format!("Topic {name} not found")));

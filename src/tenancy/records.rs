@@ -149,21 +149,12 @@ pub struct NamespaceRecord {
 
 /// The persisted form of a record: version byte, then JSON.
 pub fn encode<T: Serialize>(record: &T) -> Vec<u8> {
-    let mut out = vec![TENANCY_FORMAT_VERSION];
-    // Records are maps, sets and strings: serialising cannot fail.
-    out.extend(serde_json::to_vec(record).unwrap_or_default());
-    out
+    crate::versioned::encode(TENANCY_FORMAT_VERSION, record)
 }
 
 /// Parses the persisted form of a record.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
-    match bytes.split_first() {
-        Some((&TENANCY_FORMAT_VERSION, json)) => {
-            serde_json::from_slice(json).map_err(|e| e.to_string())
-        }
-        Some((v, _)) => Err(format!("unknown tenancy record version {v}")),
-        None => Err("empty tenancy record".into()),
-    }
+    crate::versioned::decode(TENANCY_FORMAT_VERSION, "tenancy record", bytes)
 }
 
 #[cfg(test)]

@@ -44,14 +44,20 @@ async fn every_node_places_an_unowned_topic_on_the_same_node_which_claims_it() -
     }
     chosen.dedup();
     assert_eq!(chosen.len(), 1, "all nodes agree: {chosen:?}");
+    // A lookup claims nothing; the chosen node claims the topic when it loads it.
+    assert_eq!(nodes[0].owner(topic).await?, None);
     let owner = nodes
         .iter()
         .find(|n| n.me().id == chosen[0])
         .ok_or("no such node")?;
-    assert!(owner.epoch(topic).is_some(), "the chosen node claimed it");
+    let epoch = owner.acquire(topic, None).await?;
     for n in &nodes {
         assert_eq!(n.owner(topic).await?.map(|r| r.id), Some(chosen[0].clone()));
     }
+    assert_eq!(
+        owner.place(topic, None, false).await?,
+        Placement::Local { epoch: Some(epoch) }
+    );
     Ok(())
 }
 
@@ -121,11 +127,10 @@ async fn a_topic_goes_to_the_node_holding_its_unoffloaded_ledgers() -> TestResul
             Err(OwnershipError::HeldElsewhere { .. })
         ));
     }
-    assert!(matches!(
+    assert_eq!(
         nodes[2].place(topic, Some(&holder), false).await?,
-        Placement::Local { .. }
-    ));
-    nodes[2].release(topic).await?;
+        Placement::Local { epoch: None }
+    );
     // The holder's node leaves: nobody may serve the topic.
     coords[2].close().await?;
     assert!(matches!(

@@ -158,26 +158,12 @@ pub fn schema_version_of(key: &[u8]) -> Result<u64, MetadataError> {
 
 /// Encodes a record: the format byte, then JSON.
 pub fn encode<T: Serialize>(record: &T) -> Vec<u8> {
-    let mut out = vec![FORMAT];
-    // Serialising these plain structs into a Vec cannot fail (no maps with non-string keys,
-    // no I/O); an error would be a bug in the types below.
-    if let Err(e) = serde_json::to_writer(&mut out, record) {
-        unreachable!("etcd record encoding failed: {e}");
-    }
-    out
+    crate::versioned::encode(FORMAT, record)
 }
 
 /// Decodes a record written by [`encode`], refusing other format bytes.
 pub fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, MetadataError> {
-    match bytes.split_first() {
-        Some((&FORMAT, body)) => {
-            serde_json::from_slice(body).map_err(|e| MetadataError::Corrupt(format!("{what}: {e}")))
-        }
-        Some((other, _)) => Err(MetadataError::Corrupt(format!(
-            "{what}: record format {other}; this build reads format {FORMAT}"
-        ))),
-        None => Err(MetadataError::Corrupt(format!("{what}: empty record"))),
-    }
+    crate::versioned::decode(FORMAT, what, bytes).map_err(MetadataError::Corrupt)
 }
 
 /// A topic as stored.
