@@ -232,18 +232,9 @@ impl Broker {
         let slot = self.slot(&name.to_string());
         let mut loaded = slot.0.lock().await;
         let Some(topic) = loaded.take() else {
-            let key = name.to_string();
-            if let Some(owner) = self.ownership.owner(&key).await? {
-                if owner.id != self.ownership.me().id {
-                    return Err(OwnershipError::OwnedElsewhere {
-                        topic: key,
-                        owner: Box::new(owner),
-                    }
-                    .into());
-                }
-            }
-            // Claimed by a lookup but never loaded: give the claim up all the same.
-            self.ownership.release(&key).await?;
+            self.check_served_here(name).await?;
+            // Claimed but never loaded: give the claim up all the same.
+            self.ownership.release(&name.to_string()).await?;
             return Ok(false);
         };
         self.forget_loaded(&topic);

@@ -133,7 +133,7 @@ impl LogShared {
     /// Whether this log holds the entries of `ledger` (it created it; an empty bookie is a
     /// ledger of an embedded store from before bookie ids, always local).
     pub(crate) fn holds(&self, ledger: &LedgerRecord) -> bool {
-        ledger.bookie.is_empty() || ledger.bookie == self.bookie
+        held_by(ledger, &self.bookie)
     }
 
     /// The index of a sealed ledger, from the cache or its file.
@@ -212,6 +212,12 @@ const HELD_LOCALLY: [LedgerState; 3] = [
     LedgerState::Offloaded,
 ];
 
+/// Whether bookie `bookie` holds the entries of `ledger` (an empty bookie: a ledger of an
+/// embedded store from before bookie ids, always local).
+fn held_by(ledger: &LedgerRecord, bookie: &str) -> bool {
+    ledger.bookie.is_empty() || ledger.bookie == bookie
+}
+
 /// The log service: owns the journal, the metadata store handle and every topic's log.
 #[derive(Debug)]
 pub struct Log {
@@ -246,7 +252,6 @@ impl Log {
         let bookie = tokio::task::spawn_blocking(move || bookie_id::load_or_create(&id_dir))
             .await
             .map_err(|e| OpenError::Journal(e.to_string()))??;
-        let mine = |l: &LedgerRecord| l.bookie.is_empty() || l.bookie == bookie;
         let max_record_body =
             record::RECORD_BODY_FIXED_LEN + config.max_entry_size.as_u64() as usize;
         // Only this bookie's ledgers: another node's open ledger is that node's to recover.
@@ -254,7 +259,7 @@ impl Log {
             .ledgers_in_states(&[LedgerState::Open])
             .await?
             .into_iter()
-            .filter(|l| mine(l))
+            .filter(|l| held_by(l, &bookie))
             .map(|l| (l.id, l.first_segment))
             .collect();
         // Offsets below which the newest segment is known durable: the end of sealed ledgers'
@@ -263,7 +268,7 @@ impl Log {
             .ledgers_in_states(&[LedgerState::Sealed, LedgerState::Offloaded])
             .await?
             .into_iter()
-            .filter(|l| mine(l))
+            .filter(|l| held_by(l, &bookie))
             .filter_map(|l| l.seal.map(|s| (l.id, s.last_segment)))
             .collect();
         let marker = segment::read_clean_marker(&segments_dir);

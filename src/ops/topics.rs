@@ -375,6 +375,10 @@ impl Operations {
     /// anew.
     pub async fn unload(&self, name: &TopicName) -> Result<(), OpsError> {
         let n = self.partitions(name).await?;
+        // All or nothing: no partition is unloaded while another node serves one of them.
+        for p in self.partition_names(name, n) {
+            self.broker.check_served_here(&p).await?;
+        }
         for p in self.partition_names(name, n) {
             match self.broker.unload(&p).await {
                 Ok(_) => {}

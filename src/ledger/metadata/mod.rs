@@ -126,8 +126,9 @@ pub struct TopicRecord {
     pub created_at_ms: i64,
 }
 
-/// What sealing records about a ledger.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What sealing records about a ledger. Its serde form is part of the etcd ledger record
+/// (ADR 0006): renaming a field changes that format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SealInfo {
     /// Number of entries (entry ids are `0..entry_count`).
     pub entry_count: u64,

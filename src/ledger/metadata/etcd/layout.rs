@@ -194,17 +194,6 @@ impl From<StoredTopic> for TopicRecord {
     }
 }
 
-/// Seal information as stored.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct StoredSeal {
-    pub(crate) entry_count: u64,
-    pub(crate) size_bytes: u64,
-    pub(crate) min_publish_ms: Option<i64>,
-    pub(crate) max_publish_ms: Option<i64>,
-    pub(crate) last_segment: u32,
-    pub(crate) checksum: u32,
-}
-
 /// A ledger as stored; `state` is [`LedgerState`]'s persisted discriminant.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct StoredLedger {
@@ -212,7 +201,7 @@ pub(crate) struct StoredLedger {
     pub(crate) topic_id: TopicId,
     pub(crate) state: u8,
     pub(crate) first_segment: u32,
-    pub(crate) seal: Option<StoredSeal>,
+    pub(crate) seal: Option<SealInfo>,
     pub(crate) created_at_ms: i64,
     pub(crate) state_changed_at_ms: i64,
     pub(crate) offload_ref: Option<String>,
@@ -228,14 +217,7 @@ impl From<&LedgerRecord> for StoredLedger {
             topic_id: l.topic_id,
             state: l.state.as_u8(),
             first_segment: l.first_segment,
-            seal: l.seal.map(|s| StoredSeal {
-                entry_count: s.entry_count,
-                size_bytes: s.size_bytes,
-                min_publish_ms: s.min_publish_ms,
-                max_publish_ms: s.max_publish_ms,
-                last_segment: s.last_segment,
-                checksum: s.checksum,
-            }),
+            seal: l.seal,
             created_at_ms: l.created_at_ms,
             state_changed_at_ms: l.state_changed_at_ms,
             offload_ref: l.offload_ref.clone(),
@@ -254,14 +236,7 @@ impl TryFrom<StoredLedger> for LedgerRecord {
             topic_id: l.topic_id,
             state,
             first_segment: l.first_segment,
-            seal: l.seal.map(|s| SealInfo {
-                entry_count: s.entry_count,
-                size_bytes: s.size_bytes,
-                min_publish_ms: s.min_publish_ms,
-                max_publish_ms: s.max_publish_ms,
-                last_segment: s.last_segment,
-                checksum: s.checksum,
-            }),
+            seal: l.seal,
             created_at_ms: l.created_at_ms,
             state_changed_at_ms: l.state_changed_at_ms,
             offload_ref: l.offload_ref,
