@@ -84,6 +84,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod bookie;
 pub mod broker;
 pub mod cli;
 pub mod cluster;

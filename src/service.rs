@@ -165,6 +165,16 @@ impl Service {
             start_lake_side(config, &log, &policies).await?;
 
         let pulsar = bind_pulsar(config, &tls, &stop).await?;
+        let bookie_addr = match config.server.bookie_addr {
+            Some(addr) => {
+                let listener = bind(addr, "bookie").await?;
+                let bound = listener.local_addr().map_err(ServiceError::Http)?;
+                crate::bookie::serve(listener, log.clone(), stop.clone());
+                tracing::info!(bookie_addr = %bound, "bookie listening (node-to-node reads)");
+                Some(bound)
+            }
+            None => None,
+        };
         let (pulsar_addr, pulsar_tls_addr) = (pulsar.addr, pulsar.tls_addr);
         let (replay, replay_runtime) = start_replay(config, offload.as_ref())?;
         let local = local_cluster(http_addr, https_addr, &pulsar);
@@ -192,9 +202,13 @@ impl Service {
             started_at_ms: crate::ledger::now_ms(),
             version: env!("CARGO_PKG_VERSION").to_string(),
             bookie: log.bookie_id().to_string(),
+            bookie_addr: bookie_addr.map(|a| a.to_string()),
         };
         let membership =
             Arc::new(Membership::join(coord.clone(), me, config.metadata.session_ttl * 2).await?);
+        log.set_replica_source(Arc::new(crate::bookie::client::BookieClient::new(
+            membership.clone(),
+        )));
         let ownership = Ownership::new(coord, membership.clone());
         let broker = Broker::new(
             config.broker.clone(),

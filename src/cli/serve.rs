@@ -44,6 +44,10 @@ pub struct ServeArgs {
     /// below. Pulsar's port is 6651. Default: off.
     #[arg(long)]
     pub pulsar_tls_addr: Option<SocketAddr>,
+    /// Node-to-node bookie listen address of a cluster node (other nodes read this node's
+    /// ledgers there). Default: off.
+    #[arg(long)]
+    pub bookie_addr: Option<SocketAddr>,
     /// HTTPS listen address (admin, SQL, health); needs the certificate. Pulsar's port is
     /// 8443. Default: off.
     #[arg(long)]
@@ -101,6 +105,7 @@ pub fn run(args: ServeArgs, global: GlobalLogFlags) -> anyhow::Result<()> {
             http_addr: args.http_addr,
             pg_addr: args.pg_addr,
             pulsar_tls_addr: args.pulsar_tls_addr,
+            bookie_addr: args.bookie_addr,
             https_addr: args.https_addr,
             tls_cert_file: args.tls_cert_file,
             tls_key_file: args.tls_key_file,

@@ -44,6 +44,9 @@ pub struct NodeRecord {
     /// Bookie id of its log (ADR 0007); empty in records of builds before bookie ids.
     #[serde(default)]
     pub bookie: String,
+    /// `host:port` of its bookie listener (node-to-node reads), when it serves one.
+    #[serde(default)]
+    pub bookie_addr: Option<String>,
 }
 
 impl NodeRecord {
@@ -160,15 +163,17 @@ pub(crate) mod tests {
             started_at_ms: 7,
             version: "0.1.0".into(),
             bookie: format!("bookie-{id}"),
+            bookie_addr: Some(format!("bookie-addr-of-{id}")),
         }
     }
 
     proptest! {
         #[test]
         fn node_records_round_trip(id in ".*", tls in proptest::option::of(".*"),
-                                   pg in proptest::option::of(".*"), started in any::<i64>()) {
+                                   pg in proptest::option::of(".*"), started in any::<i64>(),
+                                   bookie_addr in proptest::option::of(".*")) {
             let r = NodeRecord { broker_service_url_tls: tls, pg_addr: pg, started_at_ms: started,
-                                 ..record(&id) };
+                                 bookie_addr, ..record(&id) };
             let bytes = r.encode();
             prop_assert_eq!(bytes[0], FORMAT);
             prop_assert_eq!(NodeRecord::decode(&bytes).ok(), Some(r));

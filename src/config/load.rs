@@ -144,6 +144,9 @@ pub struct ServerOverrides {
     /// Pulsar-over-TLS listener.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pulsar_tls_addr: Option<SocketAddr>,
+    /// Node-to-node bookie listener.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bookie_addr: Option<SocketAddr>,
     /// HTTPS listener.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub https_addr: Option<SocketAddr>,
@@ -161,6 +164,7 @@ impl ServerOverrides {
             && self.http_addr.is_none()
             && self.pg_addr.is_none()
             && self.pulsar_tls_addr.is_none()
+            && self.bookie_addr.is_none()
             && self.https_addr.is_none()
             && self.tls_cert_file.is_none()
             && self.tls_key_file.is_none()

@@ -93,6 +93,10 @@ pub struct ServerConfig {
     pub pg_addr: SocketAddr,
     /// Pulsar binary protocol over TLS (`pulsar+ssl://`), with `tls_cert_file`. Unset: off.
     pub pulsar_tls_addr: Option<SocketAddr>,
+    /// Node-to-node bookie listener: the other nodes of a cluster read this node's ledgers
+    /// there (SQL on any node). No authentication of its own: bind it to an address only the
+    /// cluster's nodes reach. Unset: off (a single node needs none).
+    pub bookie_addr: Option<SocketAddr>,
     /// HTTPS listener (the same routes as `http_addr`), with `tls_cert_file`. Unset: off.
     pub https_addr: Option<SocketAddr>,
     /// PEM file of the server's certificate chain (leaf first) for every TLS listener; with it
@@ -119,6 +123,7 @@ impl Default for ServerConfig {
             http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
             pg_addr: SocketAddr::from(([127, 0, 0, 1], 5433)),
             pulsar_tls_addr: None,
+            bookie_addr: None,
             https_addr: None,
             tls_cert_file: None,
             tls_key_file: None,

@@ -63,9 +63,9 @@ pub enum ReadError {
     /// The local copy was deleted after offload; read it from the lake.
     #[error("ledger {0} was deleted locally (offloaded)")]
     Deleted(LedgerId),
-    /// The ledger is held by another node's bookie and not in the lake yet; reading it from
-    /// that node is not built yet (issue 19, replicated ledgers).
-    #[error("ledger {ledger} is held by bookie {bookie} on another node and is not offloaded yet")]
+    /// The ledger is held by another node's bookie, not in the lake yet, and that bookie could
+    /// not serve it (no longer a live member, unreachable, or it holds no copy).
+    #[error("ledger {ledger} is held by bookie {bookie} on another node, is not offloaded yet, and that bookie could not serve it")]
     Remote {
         /// Ledger id.
         ledger: LedgerId,
@@ -103,6 +103,9 @@ pub enum ReadError {
     /// The blocking read task was cancelled (shutdown).
     #[error("read cancelled")]
     Cancelled,
+    /// Listing the topic's ledgers failed.
+    #[error(transparent)]
+    Metadata(#[from] MetadataError),
 }
 
 /// Why the log could not be opened (recovery failed). The log refuses to start rather than

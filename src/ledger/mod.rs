@@ -52,11 +52,13 @@ mod open_ledger;
 mod read;
 pub mod record;
 mod recovery;
+pub mod replica;
 pub mod segment;
 mod topic;
 
 pub use error::{AppendError, LifecycleError, OpenError, ReadError};
 pub use metadata::{LedgerId, LedgerRecord, LedgerState, MetadataError, MetadataStore};
+pub use replica::{Confirmed, ReplicaSource};
 pub use topic::{AppendReceipt, LedgerInfo, TopicLog};
 
 use crate::config::LedgerConfig;
@@ -127,6 +129,8 @@ pub(crate) struct LogShared {
     /// This log's bookie id ([`bookie_id`]), recorded on every ledger it creates.
     /// Invariant: the log reads, recovers, reclaims and seals only ledgers it [`holds`](Self::holds).
     pub bookie: String,
+    /// Reads other bookies' ledgers, once the node joined its cluster ([`replica`]).
+    pub remote: std::sync::OnceLock<Arc<dyn replica::ReplicaSource>>,
 }
 
 impl LogShared {
@@ -324,6 +328,7 @@ impl Log {
             config,
             tasks: tokio_util::task::TaskTracker::new(),
             bookie,
+            remote: std::sync::OnceLock::new(),
         });
 
         crate::failpoint::hit("ledger.recovery.after_scan");
@@ -719,6 +724,19 @@ impl Log {
         &self,
         base: &TopicName,
     ) -> Result<Vec<(i32, TopicLog)>, MetadataError> {
+        let mut out = Vec::new();
+        for (index, name) in self.partition_names(base).await? {
+            out.push((index, self.topic(&name).await?));
+        }
+        Ok(out)
+    }
+
+    /// The names of the existing partitions of `base` (or of `base` itself, -1), ordered by
+    /// index.
+    pub(crate) async fn partition_names(
+        &self,
+        base: &TopicName,
+    ) -> Result<Vec<(i32, String)>, MetadataError> {
         let base_name = base.base().to_string();
         let mut out = Vec::new();
         for t in self.metadata().list_topics().await? {
@@ -726,8 +744,7 @@ impl Log {
                 continue;
             };
             if name.base().to_string() == base_name {
-                let index = name.partition().map_or(-1, |p| p as i32);
-                out.push((index, self.topic(&t.name).await?));
+                out.push((name.partition().map_or(-1, |p| p as i32), t.name));
             }
         }
         out.sort_by_key(|(p, _)| *p);

@@ -5,7 +5,7 @@
 //! is still internally synchronised (an uncontended `std::sync::Mutex` never held across
 //! `.await`) so that readers and the age-based rollover can share it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -64,7 +64,7 @@ struct WriterState {
 pub(crate) struct TopicInner {
     pub name: String,
     pub id: TopicId,
-    shared: Arc<LogShared>,
+    pub(super) shared: Arc<LogShared>,
     writer: Mutex<WriterState>,
     /// Serialises ledger creation and sealing of this topic.
     roll_lock: tokio::sync::Mutex<()>,
@@ -75,6 +75,9 @@ pub(crate) struct TopicInner {
     /// Invariant: once true, never false again, and no ledger is created after it was set
     /// (checked under `roll_lock`).
     deleted: std::sync::atomic::AtomicBool,
+    /// Entries this view reads of each open ledger another bookie writes, fixed when the view
+    /// was made ([`super::Log::topic_to_read`]). Invariant: empty for a view that writes.
+    pub(super) foreign_open: HashMap<LedgerId, u64>,
 }
 
 /// Handle to one topic partition's log. Cheap to clone.
@@ -113,12 +116,29 @@ impl TopicLog {
         name: String,
         records: Vec<LedgerRecord>,
     ) -> TopicLog {
+        Self::reader(shared, id, name, records, HashMap::new())
+    }
+
+    /// A view of the topic's `records` in which the open ledgers of other bookies hold the
+    /// entry counts of `foreign_open`.
+    pub(crate) fn reader(
+        shared: Arc<LogShared>,
+        id: TopicId,
+        name: String,
+        records: Vec<LedgerRecord>,
+        foreign_open: HashMap<LedgerId, u64>,
+    ) -> TopicLog {
         let last = records
             .iter()
             .rev()
-            .filter_map(|r| match r.seal {
-                Some(s) if s.entry_count > 0 => Some(Position::new(r.id, s.entry_count - 1)),
-                _ => None,
+            .filter_map(|r| {
+                let count = r
+                    .seal
+                    .map_or_else(|| foreign_open.get(&r.id).copied(), |s| Some(s.entry_count));
+                match count {
+                    Some(n) if n > 0 => Some(Position::new(r.id, n - 1)),
+                    _ => None,
+                }
             })
             .next();
         // Expired ledgers are gone for readers: the view never lists them.
@@ -146,6 +166,7 @@ impl TopicLog {
                 cache: Mutex::new(cache),
                 lac: Arc::new(watch::channel(last).0),
                 deleted: std::sync::atomic::AtomicBool::new(false),
+                foreign_open,
                 shared,
             }),
         }
@@ -159,6 +180,38 @@ impl TopicLog {
     /// Id of the topic in the metadata store.
     pub fn id(&self) -> TopicId {
         self.inner.id
+    }
+
+    /// Whether this view writes the topic (it has an open ledger of its own).
+    pub(crate) fn is_writing(&self) -> bool {
+        lock(&self.inner.writer).current.is_some()
+            || lock(&self.inner.ledgers)
+                .values()
+                .any(|v| matches!(v, LedgerView::Open(_)))
+    }
+
+    /// The open ledger `ledger` this view writes (or is sealing).
+    pub(crate) fn open_view(&self, ledger: LedgerId) -> Option<Arc<OpenLedger>> {
+        match lock(&self.inner.ledgers).get(&ledger) {
+            Some(LedgerView::Open(o)) => Some(o.clone()),
+            _ => None,
+        }
+    }
+
+    /// For a ledger another bookie holds and has not offloaded: that bookie and the entries
+    /// this view reads of it.
+    pub(super) fn foreign(&self, ledger: LedgerId) -> Option<(String, u64)> {
+        match lock(&self.inner.ledgers).get(&ledger) {
+            Some(LedgerView::Closed(r)) if !self.inner.shared.holds(r) => match r.state {
+                LedgerState::Sealed => Some((r.bookie.clone(), r.seal.map_or(0, |s| s.entry_count))),
+                LedgerState::Open => Some((
+                    r.bookie.clone(),
+                    self.inner.foreign_open.get(&ledger).copied().unwrap_or(0),
+                )),
+                _ => None,
+            },
+            _ => None,
+        }
     }
 
     /// Whether this view never wrote and no longer matches `records` (the store's ledgers of
@@ -392,7 +445,10 @@ impl TopicLog {
                 LedgerView::Closed(r) => LedgerInfo {
                     id: r.id,
                     state: r.state,
-                    entry_count: r.seal.map_or(0, |s| s.entry_count),
+                    entry_count: r.seal.map_or_else(
+                        || self.inner.foreign_open.get(&r.id).copied().unwrap_or(0),
+                        |s| s.entry_count,
+                    ),
                     size_bytes: r.seal.map_or(0, |s| s.size_bytes),
                     min_publish_ms: r.seal.and_then(|s| s.min_publish_ms),
                     max_publish_ms: r.seal.and_then(|s| s.max_publish_ms),
@@ -489,6 +545,14 @@ impl TopicLog {
                 });
             }
         }
+        if self.foreign(pos.ledger).is_some() {
+            let mut one = self.read_foreign(pos.ledger, pos.entry, pos.entry).await?;
+            return one.pop().ok_or(ReadError::NoSuchEntry {
+                ledger: pos.ledger,
+                entry: pos.entry,
+                available: 0,
+            });
+        }
         let located = self.locate(pos.ledger, pos.entry, pos.entry).await?;
         let at = located[0];
         read_one(&self.inner.shared, pos, at).await
@@ -527,6 +591,9 @@ impl TopicLog {
     ) -> Result<Vec<Entry>, ReadError> {
         if last < first {
             return Ok(Vec::new());
+        }
+        if self.foreign(ledger).is_some() {
+            return self.read_foreign(ledger, first, last).await;
         }
         let located = self.locate(ledger, first, last).await?;
         if cached {

@@ -1,4 +1,5 @@
-//! The Pulsar binary protocol: the only place that touches protocol bytes.
+//! The wire protocols: Pulsar's binary protocol and the node-to-node bookie protocol; the only
+//! place that touches protocol bytes.
 //!
 //! - [`proto`]: types generated from `schemas/pulsar/PulsarApi.proto` (our description of the
 //!   wire protocol, compatible with Apache Pulsar).
@@ -6,6 +7,8 @@
 //!   checksum-verified payload; encoders for outgoing frames.
 //! - [`command`] / [`inbound`]: frames typed into commands (enum codes and sentinel ids decoded
 //!   once), and the outbound commands' constructors.
+//! - [`bookie`]: the node-to-node bookie protocol (versioned, checksummed frames), typed the
+//!   same way.
 //! - [`entry`] / [`rebuild`]: stored entries opened and unrolled into messages (batches read in
 //!   place through [`single_view`]), and rebuilt from them.
 //!
@@ -18,6 +21,7 @@ pub mod proto {
     include!(concat!(env!("OUT_DIR"), "/pulsar.proto.rs"));
 }
 
+pub mod bookie;
 pub mod client;
 pub mod codec;
 pub mod command;

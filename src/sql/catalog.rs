@@ -414,7 +414,7 @@ async fn open_live(shared: &Shared, base: &TopicName) -> Result<Arc<dyn TablePro
     // 2. Then the log's end, per partition.
     let logs = shared
         .log
-        .partitions_of(base)
+        .partitions_to_read(base)
         .await
         .map_err(|e| SqlError::Execution(format!("listing partitions: {e}")))?;
     let mut parts = Vec::with_capacity(logs.len());

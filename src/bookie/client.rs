@@ -1,0 +1,277 @@
+//! The client side of the bookie protocol: reads ledgers other nodes' bookies hold, for this
+//! node's log ([`ReplicaSource`]).
+//!
+//! A bookie id is resolved to the bookie address its node advertises in its membership record
+//! (refreshed from the live members at most every [`ADDRESS_TTL`], or at once on a miss).
+//! Connections are pooled per address; a request takes one (or dials), and puts it back only
+//! after a complete, well-formed answer with the request's id.
+//!
+//! Invariant: an answer that fails to decode, carries another request id or does not arrive
+//! within [`REQUEST_TIMEOUT`] is never used, and its connection is dropped.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::{SinkExt, StreamExt};
+use tokio::net::TcpStream;
+use tokio_util::codec::{Framed, LengthDelimitedCodec};
+
+use crate::cluster::membership::Membership;
+use crate::ledger::{Confirmed, Entry, LedgerId, Position, ReadError, ReplicaSource};
+use crate::protocol::bookie::{
+    codec, decode_response, encode_request, BookieErrorCode, BookieRequest, BookieResponse,
+    READ_BUDGET,
+};
+
+/// How long a resolved bookie address is used before the members are listed again.
+pub const ADDRESS_TTL: Duration = Duration::from_secs(2);
+/// Longest wait for one answer (connecting included).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Idle connections kept per bookie.
+const IDLE_PER_BOOKIE: usize = 4;
+
+type Conn = Framed<TcpStream, LengthDelimitedCodec>;
+
+/// Why a call to a bookie failed (mapped to [`ReadError`] in [`BookieClient::failed`]).
+#[derive(Debug, thiserror::Error)]
+enum CallError {
+    #[error("bookie {0} is not a live member or advertises no bookie address")]
+    Unknown(String),
+    #[error("bookie at {addr}: {why}")]
+    Transport { addr: String, why: String },
+}
+
+/// Reads other bookies' ledgers.
+#[derive(Debug)]
+pub struct BookieClient {
+    membership: Arc<Membership>,
+    /// Bookie id → advertised address, and when they were listed.
+    /// Invariant: only live members' addresses, at most [`ADDRESS_TTL`] old when used.
+    addresses: Mutex<(Option<Instant>, HashMap<String, String>)>,
+    /// Invariant: every connection here answered its last request completely.
+    idle: Mutex<HashMap<String, Vec<Conn>>>,
+    next_id: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl BookieClient {
+    /// A client resolving bookies through `membership`.
+    pub fn new(membership: Arc<Membership>) -> BookieClient {
+        BookieClient {
+            membership,
+            addresses: Mutex::new((None, HashMap::new())),
+            idle: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    async fn resolve(&self, bookie: &str) -> Result<String, CallError> {
+        {
+            let a = lock(&self.addresses);
+            if a.0.is_some_and(|at| at.elapsed() < ADDRESS_TTL) {
+                if let Some(addr) = a.1.get(bookie) {
+                    return Ok(addr.clone());
+                }
+            }
+        }
+        let nodes = self
+            .membership
+            .nodes()
+            .await
+            .map_err(|e| CallError::Transport {
+                addr: "membership".into(),
+                why: e.to_string(),
+            })?;
+        let fresh: HashMap<String, String> = nodes
+            .into_iter()
+            .filter_map(|n| Some((n.bookie, n.bookie_addr?)))
+            .collect();
+        let found = fresh.get(bookie).cloned();
+        *lock(&self.addresses) = (Some(Instant::now()), fresh);
+        found.ok_or_else(|| CallError::Unknown(bookie.to_string()))
+    }
+
+    /// Sends `req` to `bookie` and waits for its answer; a pooled connection that fails is
+    /// replaced by a fresh one once.
+    async fn call(&self, bookie: &str, req: &BookieRequest) -> Result<BookieResponse, CallError> {
+        let addr = self.resolve(bookie).await?;
+        let pooled = lock(&self.idle).get_mut(&addr).and_then(Vec::pop);
+        if let Some(conn) = pooled {
+            if let Ok(resp) = self.exchange(conn, &addr, req).await {
+                return Ok(resp);
+            }
+        }
+        let conn = tokio::time::timeout(REQUEST_TIMEOUT, TcpStream::connect(&addr))
+            .await
+            .map_err(|_| transport(&addr, "connect timed out"))?
+            .map_err(|e| transport(&addr, &e.to_string()))?;
+        let _ = conn.set_nodelay(true);
+        self.exchange(Framed::new(conn, codec()), &addr, req).await
+    }
+
+    async fn exchange(
+        &self,
+        mut conn: Conn,
+        addr: &str,
+        req: &BookieRequest,
+    ) -> Result<BookieResponse, CallError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let round = async {
+            conn.send(encode_request(id, req))
+                .await
+                .map_err(|e| transport(addr, &e.to_string()))?;
+            let frame = conn
+                .next()
+                .await
+                .ok_or_else(|| transport(addr, "connection closed"))?
+                .map_err(|e| transport(addr, &e.to_string()))?;
+            let (got, resp) =
+                decode_response(frame.freeze()).map_err(|e| transport(addr, &e.to_string()))?;
+            if got != id {
+                return Err(transport(addr, &format!("answer to request {got}, not {id}")));
+            }
+            Ok(resp)
+        };
+        let resp = tokio::time::timeout(REQUEST_TIMEOUT, round)
+            .await
+            .map_err(|_| transport(addr, "no answer in time"))??;
+        let mut idle = lock(&self.idle);
+        let pool = idle.entry(addr.to_string()).or_default();
+        if pool.len() < IDLE_PER_BOOKIE {
+            pool.push(conn);
+        }
+        Ok(resp)
+    }
+
+    /// The one mapping of bookie answers and call failures to the log's read errors.
+    fn failed(bookie: &str, ledger: LedgerId, first: u64, why: Failure) -> ReadError {
+        let remote = || ReadError::Remote {
+            ledger,
+            bookie: bookie.to_string(),
+        };
+        match why {
+            Failure::Call(e) => {
+                tracing::warn!(bookie, ledger, error = %e, "reading from another bookie failed");
+                remote()
+            }
+            Failure::Refused {
+                code: BookieErrorCode::NoSuchEntry,
+                available,
+                ..
+            } => ReadError::NoSuchEntry {
+                ledger,
+                entry: first,
+                available,
+            },
+            Failure::Refused {
+                code: BookieErrorCode::Corrupt,
+                message,
+                ..
+            } => ReadError::Corrupt {
+                ledger,
+                entry: first,
+                path: PathBuf::from(format!("bookie {bookie}")),
+                offset: 0,
+                reason: message,
+            },
+            Failure::Refused { code, message, .. } => {
+                tracing::warn!(bookie, ledger, ?code, message, "another bookie refused a read");
+                remote()
+            }
+            Failure::Unexpected => {
+                tracing::warn!(bookie, ledger, "another bookie answered the wrong kind");
+                remote()
+            }
+        }
+    }
+}
+
+/// Why a read from another bookie gave no data.
+enum Failure {
+    Call(CallError),
+    Refused {
+        code: BookieErrorCode,
+        available: u64,
+        message: String,
+    },
+    Unexpected,
+}
+
+impl From<BookieResponse> for Failure {
+    fn from(resp: BookieResponse) -> Failure {
+        match resp {
+            BookieResponse::Error {
+                code,
+                available,
+                message,
+            } => Failure::Refused {
+                code,
+                available,
+                message,
+            },
+            _ => Failure::Unexpected,
+        }
+    }
+}
+
+fn transport(addr: &str, why: &str) -> CallError {
+    CallError::Transport {
+        addr: addr.to_string(),
+        why: why.to_string(),
+    }
+}
+
+#[async_trait::async_trait]
+impl ReplicaSource for BookieClient {
+    async fn read(
+        &self,
+        bookie: &str,
+        topic: &str,
+        ledger: LedgerId,
+        first: u64,
+        last: u64,
+    ) -> Result<Vec<Entry>, ReadError> {
+        let req = BookieRequest::ReadEntries {
+            topic: topic.to_string(),
+            ledger,
+            first,
+            last,
+            max_bytes: READ_BUDGET,
+        };
+        match self.call(bookie, &req).await {
+            Ok(BookieResponse::Entries(entries)) => Ok(entries
+                .into_iter()
+                .map(|e| Entry {
+                    position: Position::new(ledger, e.entry),
+                    publish_time_ms: e.publish_time_ms,
+                    payload: e.payload,
+                })
+                .collect()),
+            Ok(other) => Err(Self::failed(bookie, ledger, first, other.into())),
+            Err(e) => Err(Self::failed(bookie, ledger, first, Failure::Call(e))),
+        }
+    }
+
+    async fn confirmed(
+        &self,
+        bookie: &str,
+        topic: &str,
+        ledger: LedgerId,
+    ) -> Result<Confirmed, ReadError> {
+        let req = BookieRequest::LastConfirmed {
+            topic: topic.to_string(),
+            ledger,
+        };
+        match self.call(bookie, &req).await {
+            Ok(BookieResponse::LastConfirmed { count, open }) => Ok(Confirmed { count, open }),
+            Ok(other) => Err(Self::failed(bookie, ledger, 0, other.into())),
+            Err(e) => Err(Self::failed(bookie, ledger, 0, Failure::Call(e))),
+        }
+    }
+}

@@ -1,0 +1,295 @@
+//! Ledgers across bookies: what this log serves to other nodes, and the seam through which it
+//! reads the ledgers other nodes' bookies hold ([`ReplicaSource`]).
+//!
+//! A ledger's entries live on the bookie that wrote them until the offload engine has put them
+//! in the lake. A node that reads a topic it does not own (SQL on any node) therefore reads the
+//! owner's unoffloaded ledgers from the owner's bookie, over the bookie protocol
+//! ([`crate::protocol::bookie`], served by [`crate::bookie`]).
+//!
+//! Invariants:
+//! - A bookie serves only ledgers it holds and only entries it has confirmed (durable): an open
+//!   ledger up to its last confirmed entry, a sealed one up to its sealed count.
+//! - A read view of a topic another node writes fixes, when it is made, how many entries of
+//!   each foreign open ledger it reads ([`Log::topic_to_read`]); it never reads past that.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use super::error::ReadError;
+use super::metadata::{LedgerId, LedgerState};
+use super::read::read_located;
+use super::{Entry, Log, TopicLog};
+
+/// How far a bookie has confirmed a ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Confirmed {
+    /// Entries `0..count` are durable on the bookie.
+    pub count: u64,
+    /// Whether the ledger is still being written.
+    pub open: bool,
+}
+
+/// Reads ledgers held by other bookies. Contract:
+/// - `read` returns entries `first..=last` in order, dense from `first`, possibly fewer than
+///   asked when the bookie has confirmed fewer (never an entry the bookie has not confirmed);
+///   [`ReadError::NoSuchEntry`] when it has not confirmed `first`.
+/// - A bookie that is not a live member, holds no copy or cannot be reached gives
+///   [`ReadError::Remote`]; bytes that fail the wire checksum are never returned.
+#[async_trait::async_trait]
+pub trait ReplicaSource: Send + Sync + fmt::Debug {
+    /// Entries `first..=last` of `ledger` (of `topic`) from bookie `bookie`.
+    async fn read(
+        &self,
+        bookie: &str,
+        topic: &str,
+        ledger: LedgerId,
+        first: u64,
+        last: u64,
+    ) -> Result<Vec<Entry>, ReadError>;
+
+    /// How far bookie `bookie` has confirmed `ledger` (of `topic`).
+    async fn confirmed(
+        &self,
+        bookie: &str,
+        topic: &str,
+        ledger: LedgerId,
+    ) -> Result<Confirmed, ReadError>;
+}
+
+impl Log {
+    /// Lets this log read other bookies' ledgers (set once, when the node has joined its
+    /// cluster; later calls are ignored).
+    pub fn set_replica_source(&self, source: Arc<dyn ReplicaSource>) {
+        let _ = self.shared.remote.set(source);
+    }
+
+    /// Serves entries `first..=last` of `ledger` of `topic` to another node: those this log
+    /// holds and has confirmed, up to about `max_bytes` of payload (at least one entry).
+    pub async fn serve_read(
+        &self,
+        topic: &str,
+        ledger: LedgerId,
+        first: u64,
+        last: u64,
+        max_bytes: u64,
+    ) -> Result<Vec<Entry>, ReadError> {
+        let located = match self.open_ledger(topic, ledger).await {
+            Some(open) => {
+                let located = open.locate_range(first, last);
+                if located.is_empty() {
+                    return Err(ReadError::NoSuchEntry {
+                        ledger,
+                        entry: first,
+                        available: open.confirmed(),
+                    });
+                }
+                located
+            }
+            None => {
+                let index = self.held_index(ledger).await?;
+                if first >= index.len() as u64 {
+                    return Err(ReadError::NoSuchEntry {
+                        ledger,
+                        entry: first,
+                        available: index.len() as u64,
+                    });
+                }
+                let end = last.saturating_add(1).min(index.len() as u64);
+                index[first as usize..end as usize].to_vec()
+            }
+        };
+        let mut bytes = 0u64;
+        let budget = located
+            .iter()
+            .take_while(|at| {
+                let fits = bytes == 0 || bytes + u64::from(at.len) <= max_bytes;
+                bytes += u64::from(at.len);
+                fits
+            })
+            .count();
+        read_located(&self.shared, ledger, first, located[..budget].to_vec()).await
+    }
+
+    /// How far this log has confirmed `ledger` of `topic`, for another node.
+    pub async fn serve_confirmed(
+        &self,
+        topic: &str,
+        ledger: LedgerId,
+    ) -> Result<Confirmed, ReadError> {
+        if let Some(open) = self.open_ledger(topic, ledger).await {
+            return Ok(Confirmed {
+                count: open.confirmed(),
+                open: true,
+            });
+        }
+        let index = self.held_index(ledger).await?;
+        Ok(Confirmed {
+            count: index.len() as u64,
+            open: false,
+        })
+    }
+
+    /// The open ledger `ledger` of the loaded topic `topic`, if this log is writing it.
+    async fn open_ledger(
+        &self,
+        topic: &str,
+        ledger: LedgerId,
+    ) -> Option<Arc<super::open_ledger::OpenLedger>> {
+        let t = self.topics.lock().await.get(topic).cloned()?;
+        t.open_view(ledger)
+    }
+
+    /// The index of a sealed ledger this log holds; [`ReadError::Remote`] naming this bookie
+    /// when it holds no copy (never had one, or deleted it after offload).
+    async fn held_index(
+        &self,
+        ledger: LedgerId,
+    ) -> Result<Arc<[super::index::IndexEntry]>, ReadError> {
+        let record = self
+            .shared
+            .meta
+            .get_ledger(ledger)
+            .await
+            .map_err(|e| self.not_held(ledger, &e.to_string()))?;
+        match record {
+            Some(r)
+                if self.shared.holds(&r)
+                    && matches!(r.state, LedgerState::Sealed | LedgerState::Offloaded) =>
+            {
+                self.shared.sealed_index(ledger).await
+            }
+            _ => Err(self.not_held(ledger, "not held")),
+        }
+    }
+
+    fn not_held(&self, ledger: LedgerId, why: &str) -> ReadError {
+        tracing::debug!(ledger, why, "refused a read of a ledger this bookie does not hold");
+        ReadError::Remote {
+            ledger,
+            bookie: self.shared.bookie.clone(),
+        }
+    }
+
+    /// [`Log::partitions_of`] for reading every partition as it is now, wherever it is written
+    /// ([`Log::topic_to_read`]).
+    pub async fn partitions_to_read(
+        &self,
+        base: &crate::naming::TopicName,
+    ) -> Result<Vec<(i32, TopicLog)>, ReadError> {
+        let mut out = Vec::new();
+        for (index, name) in self.partition_names(base).await? {
+            out.push((index, self.topic_to_read(&name).await?));
+        }
+        Ok(out)
+    }
+
+    /// A view of topic `name` for reading it as it is now (SQL, verification): the loaded log
+    /// when this node writes the topic; otherwise one made from the metadata store, in which
+    /// the open ledgers other bookies write count the entries those bookies confirmed just now.
+    /// Such a view is not cached: the next call sees newer entries. A foreign open ledger
+    /// whose bookie cannot be asked fails the call ([`ReadError::Remote`]): a read view never
+    /// leaves out entries that were acknowledged.
+    pub async fn topic_to_read(&self, name: &str) -> Result<TopicLog, ReadError> {
+        let cached = self.topics.lock().await.get(name).cloned();
+        if let Some(t) = &cached {
+            if t.is_writing() {
+                return Ok(t.clone());
+            }
+        }
+        let Some(topic) = self.shared.meta.get_topic(name).await? else {
+            return Ok(self.topic(name).await?);
+        };
+        let records = self.shared.meta.topic_ledgers(topic.id).await?;
+        let foreign_open: Vec<(LedgerId, String)> = records
+            .iter()
+            .filter(|r| r.state == LedgerState::Open && !self.shared.holds(r))
+            .map(|r| (r.id, r.bookie.clone()))
+            .collect();
+        if let Some(t) = cached {
+            if foreign_open.is_empty() && t.id() == topic.id && !t.is_stale_reader(&records) {
+                return Ok(t);
+            }
+        }
+        let mut counts = HashMap::new();
+        for (ledger, bookie) in foreign_open {
+            let Some(remote) = self.shared.remote.get() else {
+                return Err(ReadError::Remote { ledger, bookie });
+            };
+            counts.insert(ledger, remote.confirmed(&bookie, name, ledger).await?.count);
+        }
+        Ok(TopicLog::reader(
+            self.shared.clone(),
+            topic.id,
+            topic.name,
+            records,
+            counts,
+        ))
+    }
+}
+
+impl TopicLog {
+    /// Whether `ledger` reached the lake after this view was made.
+    async fn offloaded_since(&self, ledger: LedgerId) -> bool {
+        matches!(
+            self.inner.shared.meta.get_ledger(ledger).await,
+            Ok(Some(r)) if matches!(r.state, LedgerState::Offloaded | LedgerState::Deleted)
+        )
+    }
+
+    /// Entries `first..=last` of a ledger another bookie holds, read from that bookie and
+    /// clipped to what this view reads of it.
+    pub(super) async fn read_foreign(
+        &self,
+        ledger: LedgerId,
+        first: u64,
+        last: u64,
+    ) -> Result<Vec<Entry>, ReadError> {
+        let Some((bookie, count)) = self.foreign(ledger) else {
+            return Err(ReadError::UnknownLedger {
+                topic: self.name().to_string(),
+                ledger,
+            });
+        };
+        if first >= count {
+            return Err(ReadError::NoSuchEntry {
+                ledger,
+                entry: first,
+                available: count,
+            });
+        }
+        let last = last.min(count - 1);
+        let Some(remote) = self.inner.shared.remote.get() else {
+            return Err(ReadError::Remote { ledger, bookie });
+        };
+        let mut out = Vec::with_capacity((last - first + 1).min(4096) as usize);
+        let mut next = first;
+        while next <= last {
+            let got = match remote.read(&bookie, self.name(), ledger, next, last).await {
+                Ok(got) => got,
+                Err(ReadError::Remote { .. }) if self.offloaded_since(ledger).await => {
+                    // The bookie dropped its copy after the offload: the lake has it.
+                    return Err(ReadError::Deleted(ledger));
+                }
+                Err(e) => return Err(e),
+            };
+            if got.is_empty() {
+                return Err(ReadError::NoSuchEntry {
+                    ledger,
+                    entry: next,
+                    available: next,
+                });
+            }
+            for e in got {
+                if e.position != super::Position::new(ledger, next) || next > last {
+                    tracing::warn!(ledger, bookie, got = %e.position, expected = next,
+                        "a bookie answered with entries out of order");
+                    return Err(ReadError::Remote { ledger, bookie });
+                }
+                next += 1;
+                out.push(e);
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,375 @@
+//! The node-to-node bookie protocol: how one node reads the ledgers another node's bookie holds.
+//!
+//! A connection carries length-prefixed frames (a 4-byte big-endian length, then that many
+//! bytes, at most [`MAX_FRAME`]). Each frame is
+//! `[version 1][kind][request id: u64][body][crc32c of everything before it: u32]`, all
+//! integers big-endian, strings as `u16` length + UTF-8. A request names a topic and a ledger;
+//! the response carries the same request id. Kinds: requests `0x01` read entries, `0x02` last
+//! confirmed; responses `0x81` entries, `0x82` last confirmed, `0xFF` error.
+//!
+//! Invariants:
+//! - A frame whose version, checksum, kind or body does not parse is refused as a whole
+//!   ([`BookieWireError`]); the peer closes that connection, nothing else.
+//! - Decoding never allocates more than the frame holds: counts are checked against the bytes
+//!   left before anything is reserved.
+//! - Entries in a response are in ascending entry order, dense from the first one asked for.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use tokio_util::codec::LengthDelimitedCodec;
+
+/// Version byte of every frame of this protocol.
+pub const VERSION: u8 = 1;
+/// Largest frame accepted: one response of entries stops growing at the reader's byte budget
+/// ([`READ_BUDGET`]) but always carries at least one entry, which may be as large as the
+/// largest message a broker accepts.
+pub const MAX_FRAME: usize = 160 << 20;
+/// Payload bytes a serving bookie puts in one entries response (at least one entry).
+pub const READ_BUDGET: u32 = 4 << 20;
+
+const KIND_READ: u8 = 0x01;
+const KIND_LAST_CONFIRMED: u8 = 0x02;
+const KIND_ENTRIES: u8 = 0x81;
+const KIND_CONFIRMED: u8 = 0x82;
+const KIND_ERROR: u8 = 0xFF;
+/// Version + kind + request id before the body; checksum after it.
+const HEAD: usize = 1 + 1 + 8;
+const TAIL: usize = 4;
+
+/// The framing codec of a bookie connection.
+pub fn codec() -> LengthDelimitedCodec {
+    LengthDelimitedCodec::builder()
+        .length_field_length(4)
+        .max_frame_length(MAX_FRAME)
+        .new_codec()
+}
+
+/// What a node asks a bookie.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BookieRequest {
+    /// Entries `first..=last` of `ledger` of `topic`, as many as fit `max_bytes` (at least one).
+    ReadEntries {
+        /// Full topic (partition) name.
+        topic: String,
+        /// Ledger id.
+        ledger: u64,
+        /// First entry id.
+        first: u64,
+        /// Last entry id (inclusive).
+        last: u64,
+        /// Payload bytes wanted at most (the first entry is sent whatever its size).
+        max_bytes: u32,
+    },
+    /// How many entries of `ledger` are durable on the bookie, and whether it is still open.
+    LastConfirmed {
+        /// Full topic (partition) name.
+        topic: String,
+        /// Ledger id.
+        ledger: u64,
+    },
+}
+
+/// One entry as a bookie sends it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WireEntry {
+    /// Entry id.
+    pub entry: u64,
+    /// Publish time (ms since epoch).
+    pub publish_time_ms: i64,
+    /// The stored bytes.
+    pub payload: Bytes,
+}
+
+/// Why a bookie refused a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BookieErrorCode {
+    /// The bookie does not hold the ledger (never did, or deleted its copy).
+    NotHeld,
+    /// The first entry asked for is past what the bookie has confirmed.
+    NoSuchEntry,
+    /// The bookie's copy failed verification.
+    Corrupt,
+    /// Anything else (I/O, shutting down).
+    Unavailable,
+    /// The request itself made no sense (e.g. `last < first`).
+    BadRequest,
+}
+
+impl BookieErrorCode {
+    fn to_byte(self) -> u8 {
+        match self {
+            Self::NotHeld => 1,
+            Self::NoSuchEntry => 2,
+            Self::Corrupt => 3,
+            Self::Unavailable => 4,
+            Self::BadRequest => 5,
+        }
+    }
+
+    fn from_byte(b: u8) -> Result<Self, BookieWireError> {
+        Ok(match b {
+            1 => Self::NotHeld,
+            2 => Self::NoSuchEntry,
+            3 => Self::Corrupt,
+            4 => Self::Unavailable,
+            5 => Self::BadRequest,
+            other => return Err(BookieWireError::Malformed(format!("error code {other}"))),
+        })
+    }
+}
+
+/// What a bookie answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BookieResponse {
+    /// Entries, dense and ascending from the first asked for.
+    Entries(Vec<WireEntry>),
+    /// Entries `0..count` of the ledger are durable on the bookie.
+    LastConfirmed {
+        /// Durable entries.
+        count: u64,
+        /// Whether the ledger is still being written.
+        open: bool,
+    },
+    /// The request failed.
+    Error {
+        /// Why.
+        code: BookieErrorCode,
+        /// For [`BookieErrorCode::NoSuchEntry`]: entries the ledger has; else 0.
+        available: u64,
+        /// For people.
+        message: String,
+    },
+}
+
+/// A frame that is not a valid message of this protocol.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BookieWireError {
+    /// Another protocol version.
+    #[error("bookie frame of protocol version {0}, this node speaks {VERSION}")]
+    Version(u8),
+    /// The checksum did not match.
+    #[error("bookie frame checksum mismatch")]
+    Checksum,
+    /// The frame ended early, carried trailing bytes or held an invalid field.
+    #[error("malformed bookie frame: {0}")]
+    Malformed(String),
+}
+
+/// A request with its id, as framed.
+pub fn encode_request(request_id: u64, req: &BookieRequest) -> Bytes {
+    let mut b = head(match req {
+        BookieRequest::ReadEntries { .. } => KIND_READ,
+        BookieRequest::LastConfirmed { .. } => KIND_LAST_CONFIRMED,
+    });
+    b.put_u64(request_id);
+    match req {
+        BookieRequest::ReadEntries {
+            topic,
+            ledger,
+            first,
+            last,
+            max_bytes,
+        } => {
+            put_str(&mut b, topic);
+            b.put_u64(*ledger);
+            b.put_u64(*first);
+            b.put_u64(*last);
+            b.put_u32(*max_bytes);
+        }
+        BookieRequest::LastConfirmed { topic, ledger } => {
+            put_str(&mut b, topic);
+            b.put_u64(*ledger);
+        }
+    }
+    seal(b)
+}
+
+/// A response with its id, as framed.
+pub fn encode_response(request_id: u64, resp: &BookieResponse) -> Bytes {
+    let mut b = head(match resp {
+        BookieResponse::Entries(_) => KIND_ENTRIES,
+        BookieResponse::LastConfirmed { .. } => KIND_CONFIRMED,
+        BookieResponse::Error { .. } => KIND_ERROR,
+    });
+    b.put_u64(request_id);
+    match resp {
+        BookieResponse::Entries(entries) => {
+            b.put_u32(entries.len() as u32);
+            for e in entries {
+                b.put_u64(e.entry);
+                b.put_i64(e.publish_time_ms);
+                b.put_u32(e.payload.len() as u32);
+                b.put_slice(&e.payload);
+            }
+        }
+        BookieResponse::LastConfirmed { count, open } => {
+            b.put_u64(*count);
+            b.put_u8(u8::from(*open));
+        }
+        BookieResponse::Error {
+            code,
+            available,
+            message,
+        } => {
+            b.put_u8(code.to_byte());
+            b.put_u64(*available);
+            put_str(&mut b, message);
+        }
+    }
+    seal(b)
+}
+
+/// Reads a request frame.
+pub fn decode_request(frame: Bytes) -> Result<(u64, BookieRequest), BookieWireError> {
+    let (kind, id, mut body) = open(frame)?;
+    let req = match kind {
+        KIND_READ => BookieRequest::ReadEntries {
+            topic: get_str(&mut body)?,
+            ledger: get_u64(&mut body)?,
+            first: get_u64(&mut body)?,
+            last: get_u64(&mut body)?,
+            max_bytes: get_u32(&mut body)?,
+        },
+        KIND_LAST_CONFIRMED => BookieRequest::LastConfirmed {
+            topic: get_str(&mut body)?,
+            ledger: get_u64(&mut body)?,
+        },
+        other => return Err(BookieWireError::Malformed(format!("request kind {other:#x}"))),
+    };
+    finish(&body)?;
+    Ok((id, req))
+}
+
+/// Reads a response frame (entry payloads are slices of the frame, not copies).
+pub fn decode_response(frame: Bytes) -> Result<(u64, BookieResponse), BookieWireError> {
+    let (kind, id, mut body) = open(frame)?;
+    let resp = match kind {
+        KIND_ENTRIES => {
+            let n = get_u32(&mut body)? as usize;
+            // Each entry takes at least 20 bytes: refuse counts the frame cannot hold.
+            if n > body.remaining() / 20 {
+                return Err(BookieWireError::Malformed(format!("{n} entries")));
+            }
+            let mut entries = Vec::with_capacity(n);
+            for _ in 0..n {
+                let entry = get_u64(&mut body)?;
+                let publish_time_ms = get_u64(&mut body)? as i64;
+                let len = get_u32(&mut body)? as usize;
+                if body.remaining() < len {
+                    return Err(truncated());
+                }
+                entries.push(WireEntry {
+                    entry,
+                    publish_time_ms,
+                    payload: body.split_to(len),
+                });
+            }
+            BookieResponse::Entries(entries)
+        }
+        KIND_CONFIRMED => BookieResponse::LastConfirmed {
+            count: get_u64(&mut body)?,
+            open: match get_u8(&mut body)? {
+                0 => false,
+                1 => true,
+                other => return Err(BookieWireError::Malformed(format!("open flag {other}"))),
+            },
+        },
+        KIND_ERROR => BookieResponse::Error {
+            code: BookieErrorCode::from_byte(get_u8(&mut body)?)?,
+            available: get_u64(&mut body)?,
+            message: get_str(&mut body)?,
+        },
+        other => {
+            return Err(BookieWireError::Malformed(format!(
+                "response kind {other:#x}"
+            )))
+        }
+    };
+    finish(&body)?;
+    Ok((id, resp))
+}
+
+fn head(kind: u8) -> BytesMut {
+    let mut b = BytesMut::with_capacity(64);
+    b.put_u8(VERSION);
+    b.put_u8(kind);
+    b
+}
+
+fn seal(mut b: BytesMut) -> Bytes {
+    let crc = crc32c::crc32c(&b);
+    b.put_u32(crc);
+    b.freeze()
+}
+
+/// Checks version and checksum; returns kind, request id and the body.
+fn open(mut frame: Bytes) -> Result<(u8, u64, Bytes), BookieWireError> {
+    if frame.len() < HEAD + TAIL {
+        return Err(truncated());
+    }
+    if frame[0] != VERSION {
+        return Err(BookieWireError::Version(frame[0]));
+    }
+    let split = frame.len() - TAIL;
+    let stored = u32::from_be_bytes([
+        frame[split],
+        frame[split + 1],
+        frame[split + 2],
+        frame[split + 3],
+    ]);
+    if crc32c::crc32c(&frame[..split]) != stored {
+        return Err(BookieWireError::Checksum);
+    }
+    frame.truncate(split);
+    let kind = frame[1];
+    frame.advance(2);
+    let id = frame.get_u64();
+    Ok((kind, id, frame))
+}
+
+fn finish(body: &Bytes) -> Result<(), BookieWireError> {
+    if body.has_remaining() {
+        return Err(BookieWireError::Malformed(format!(
+            "{} trailing bytes",
+            body.remaining()
+        )));
+    }
+    Ok(())
+}
+
+fn truncated() -> BookieWireError {
+    BookieWireError::Malformed("frame ends early".into())
+}
+
+fn put_str(b: &mut BytesMut, s: &str) {
+    // Topic names and messages are far below 64 KiB; a longer one is cut at a char boundary.
+    let mut end = s.len().min(u16::MAX as usize);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    b.put_u16(end as u16);
+    b.put_slice(&s.as_bytes()[..end]);
+}
+
+fn get_u8(b: &mut Bytes) -> Result<u8, BookieWireError> {
+    b.try_get_u8().map_err(|_| truncated())
+}
+
+fn get_u32(b: &mut Bytes) -> Result<u32, BookieWireError> {
+    b.try_get_u32().map_err(|_| truncated())
+}
+
+fn get_u64(b: &mut Bytes) -> Result<u64, BookieWireError> {
+    b.try_get_u64().map_err(|_| truncated())
+}
+
+fn get_str(b: &mut Bytes) -> Result<String, BookieWireError> {
+    let len = b.try_get_u16().map_err(|_| truncated())? as usize;
+    if b.remaining() < len {
+        return Err(truncated());
+    }
+    String::from_utf8(b.split_to(len).to_vec())
+        .map_err(|_| BookieWireError::Malformed("string is not UTF-8".into()))
+}
+
+#[cfg(test)]
+mod tests;
