@@ -5,7 +5,8 @@
 //! - `GET …/partitioned-stats?perPartition=`: the partitions' stats summed, with
 //!   `metadata.partitions` and each partition's stats;
 //! - `GET …/internalStats`: ledgers with their tier (`local`, `offloaded`, `lake`) and cursors;
-//! - `PUT …/unload`: clients are disconnected, reconnect and load the topic anew.
+//! - `PUT …/unload[?destinationBroker=host:port]`: clients are disconnected, reconnect and
+//!   load the topic anew, on the named node when one is given (a planned move).
 //!
 //! A body naming a partition count may be a bare integer (Java admin) or
 //! `{"partitions": N}` (pulsarctl).
@@ -80,12 +81,23 @@ async fn internal_stats(
     Ok(Json(state.ops()?.internal_stats(&name).await?))
 }
 
+/// Query of `PUT …/unload`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct UnloadParams {
+    /// A planned move: the id (advertised HTTP `host:port`) of the node to serve the topic
+    /// next, as Pulsar's `destinationBroker`.
+    destination_broker: Option<String>,
+}
+
 async fn unload(
     State(state): State<AdminState>,
     Path((tenant, namespace, topic)): Path<(String, String, String)>,
+    Query(q): Query<UnloadParams>,
 ) -> Result<StatusCode, AdminError> {
     let name = topic_path(&tenant, &namespace, &topic)?;
-    state.ops()?.unload(&name).await?;
+    let to = q.destination_broker.as_deref().filter(|d| !d.is_empty());
+    state.ops()?.unload(&name, to).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

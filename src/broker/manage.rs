@@ -224,24 +224,56 @@ impl Broker {
     /// reconnect and load it anew), cursors saved, owner stopped. Returns whether it was
     /// loaded.
     pub async fn unload(&self, name: &TopicName) -> Result<bool, BrokerError> {
-        if !self.log.topic_exists(&name.to_string()).await? {
+        self.unload_to(name, None).await
+    }
+
+    /// [`Broker::unload`], then the topic's open ledger is sealed (its entries stay on this
+    /// node's bookie and are read from there), so that any node may serve it next: the node
+    /// with id `destination` when one is named (a planned move), else the one placement picks.
+    /// Nothing is copied.
+    pub async fn unload_to(
+        &self,
+        name: &TopicName,
+        destination: Option<&str>,
+    ) -> Result<bool, BrokerError> {
+        let key = name.to_string();
+        if !self.log.topic_exists(&key).await? {
             return Err(BrokerError::TopicNotFound(format!(
                 "Topic {name} not found"
             )));
         }
-        let slot = self.slot(&name.to_string());
+        let target = match destination {
+            Some(id) => Some(
+                self.ownership
+                    .live_node(id)
+                    .await?
+                    .ok_or_else(|| OwnershipError::UnknownNode(id.to_string()))?,
+            ),
+            None => None,
+        };
+        let slot = self.slot(&key);
         let mut loaded = slot.0.lock().await;
         let Some(topic) = loaded.take() else {
             self.check_served_here(name).await?;
             // Claimed but never loaded: give the claim up all the same.
-            self.ownership.release(&name.to_string()).await?;
+            if let Some(to) = &target {
+                self.ownership.hand_over(&key, to).await?;
+            }
+            self.ownership.release(&key).await?;
             return Ok(false);
         };
         self.forget_loaded(&topic);
         topic.save_dedup_snapshot().await;
         topic.unload().await;
-        self.ownership.release(&name.to_string()).await?;
-        tracing::info!(topic = %name, "unloaded");
+        if let Err(e) = topic.log.seal_current().await {
+            // Still released: the open ledger then keeps the topic on this node's bookie.
+            tracing::warn!(topic = %name, error = %e, "sealing at unload failed");
+        }
+        if let Some(to) = &target {
+            self.ownership.hand_over(&key, to).await?;
+        }
+        self.ownership.release(&key).await?;
+        tracing::info!(topic = %name, to = ?destination, "unloaded");
         Ok(true)
     }
 }

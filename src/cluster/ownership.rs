@@ -7,17 +7,22 @@
 //! store), which later fences a previous owner's writes. The key goes when the owner releases
 //! the topic (unload, delete), stops, or loses its session.
 //!
-//! Placement of a topic nobody owns: if a bookie still holds ledgers of it that are not in
-//! the lake, only that bookie's node can serve it (replication is a later slice of issue 19);
-//! otherwise the node chosen by rendezvous hashing of the topic over the live nodes, so the
-//! partitions of a topic spread and every node picks the same one. Placement claims nothing;
-//! the node claims the topic when it loads it ([`Ownership::acquire`]).
+//! Placement of a topic nobody owns: if a bookie still writes an open ledger of it (its owner
+//! stopped without sealing it), only that bookie's node can serve it (replication and fencing
+//! are later slices of issue 19); otherwise the node a planned move named
+//! ([`Ownership::hand_over`], `transfers/<topic>`), if it is live; otherwise the node chosen by
+//! rendezvous hashing of the topic over the live nodes, so the partitions of a topic spread and
+//! every node picks the same one. Sealed ledgers stay on their bookies and are read from there
+//! by whichever node serves the topic. Placement claims nothing; the node claims the topic when
+//! it loads it ([`Ownership::acquire`]).
 //!
 //! Invariants:
 //! - `owned` holds a topic only while this session's key for it stands, as far as this node
 //!   can know: it is emptied the moment the session is reported lost (before the server can
 //!   expire the lease and let another node claim the topic).
-//! - A node never claims a topic whose unoffloaded ledgers another bookie holds.
+//! - A node never claims a topic whose open ledger another bookie writes.
+//! - A transfer record is ephemeral on the session of the node that handed the topic over and
+//!   is removed by the claim that follows it: it only ever steers the next placement.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -27,6 +32,8 @@ use crate::coord::{CoordError, Coordination, Expect, SessionState};
 
 /// Where owner records live, relative to the coordination root.
 pub const OWNERS: &str = "owners/";
+/// Where planned moves name the next owner, relative to the coordination root.
+pub const TRANSFERS: &str = "transfers/";
 
 /// Where a topic is served.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +80,9 @@ pub enum OwnershipError {
         /// The bookie id.
         bookie: String,
     },
+    /// A planned move named a node that is not live.
+    #[error("no live node has id {0} (ids are the nodes' advertised HTTP host:port, as /admin/v2/brokers lists them)")]
+    UnknownNode(String),
     /// This node's coordination session ended: it serves no topic.
     #[error("this node lost its coordination session ({0:?}) and serves no topic")]
     SessionEnded(SessionState),
@@ -95,6 +105,10 @@ pub struct Ownership {
 
 fn owner_key(topic: &str) -> String {
     format!("{OWNERS}{topic}")
+}
+
+fn transfer_key(topic: &str) -> String {
+    format!("{TRANSFERS}{topic}")
 }
 
 /// Rendezvous score of `node` for `topic` (stable across nodes and builds).
@@ -188,6 +202,17 @@ impl Ownership {
             });
         }
         let me = self.me();
+        let target = match holder {
+            None => self.transfer_target(topic).await?,
+            Some(_) => None,
+        };
+        if let Some(node) = target {
+            return Ok(if node.id == me.id {
+                Placement::Local { epoch: None }
+            } else {
+                Placement::Remote { node, owned: false }
+            });
+        }
         let chosen = match holder {
             Some(b) if b == me.bookie => None,
             Some(b) => {
@@ -247,6 +272,9 @@ impl Ownership {
         {
             Ok(epoch) => {
                 self.lock().insert(topic.to_string(), epoch);
+                if let Err(e) = self.coord.delete(&transfer_key(topic), Expect::Any).await {
+                    tracing::warn!(topic, error = %e, "removing a used transfer record failed");
+                }
                 // The session may have ended while the claim was in flight.
                 if let Err(e) = self.live() {
                     self.lock().remove(topic);
@@ -265,6 +293,33 @@ impl Ownership {
             },
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Names `to` as the next owner of `topic`, which this node is about to release (a
+    /// planned move): placement sends it there while `to` is live and this node's session
+    /// lasts, until a node claims the topic.
+    pub async fn hand_over(&self, topic: &str, to: &NodeRecord) -> Result<(), OwnershipError> {
+        self.live()?;
+        self.coord
+            .put(&transfer_key(topic), &to.encode(), Expect::Any, true)
+            .await?;
+        Ok(())
+    }
+
+    /// The live node a planned move named for `topic`, if any.
+    async fn transfer_target(&self, topic: &str) -> Result<Option<NodeRecord>, OwnershipError> {
+        let Some(v) = self.coord.get(&transfer_key(topic)).await? else {
+            return Ok(None);
+        };
+        let named = NodeRecord::decode(&v.value)?;
+        let live = self.membership.nodes().await?;
+        Ok(live.into_iter().find(|n| n.id == named.id))
+    }
+
+    /// The live node with id `id`.
+    pub async fn live_node(&self, id: &str) -> Result<Option<NodeRecord>, OwnershipError> {
+        let live = self.membership.nodes().await?;
+        Ok(live.into_iter().find(|n| n.id == id))
     }
 
     /// Gives `topic` up (after it was unloaded or deleted here).

@@ -497,8 +497,9 @@ impl Log {
         self.topic(name).await
     }
 
-    /// The bookie holding the ledgers of topic `name` that are not in the lake yet (open or
-    /// sealed): `None` when there are none. Ledgers from before bookie ids are this log's.
+    /// The bookie writing topic `name`'s open ledger: `None` when it has none. Only that
+    /// bookie's node may own the topic (its open ledger is recovered there); sealed ledgers
+    /// are read from any node ([`replica`]). Ledgers from before bookie ids are this log's.
     pub async fn holder(&self, name: &str) -> Result<Option<String>, metadata::MetadataError> {
         let Some(topic) = self.shared.meta.get_topic(name).await? else {
             return Ok(None);
@@ -507,7 +508,7 @@ impl Log {
         Ok(ledgers
             .iter()
             .rev()
-            .find(|l| matches!(l.state, LedgerState::Open | LedgerState::Sealed))
+            .find(|l| l.state == LedgerState::Open)
             .map(|l| {
                 if self.shared.holds(l) {
                     self.shared.bookie.clone()

@@ -516,21 +516,19 @@ impl Inner {
         let mut more = false;
         for (partition, log) in &logs {
             let records = meta.topic_ledgers(log.id()).await?;
-            // Another node's bookie holds sealed ledgers of this partition: that node offloads
-            // them (a partition's unoffloaded ledgers are all on one bookie).
-            if records
-                .iter()
-                .any(|r| r.state == LedgerState::Sealed && !self.log.holds(r))
-            {
-                continue;
-            }
             let open_bytes = log
                 .ledgers()
                 .iter()
                 .filter(|i| i.state == LedgerState::Open)
                 .map(|i| i.size_bytes)
                 .sum();
-            let candidates = plan::candidates(&records);
+            // Each bookie's node offloads the ledgers it holds (a topic moved between nodes has
+            // sealed ledgers on several bookies), in ledger order: the first ledger another
+            // bookie holds stops this node until that node has offloaded it.
+            let mut candidates = plan::candidates(&records);
+            if let Some(at) = candidates.iter().position(|r| !self.log.holds(r)) {
+                candidates.truncate(at);
+            }
             // An older ledger still sealing holds back the newer sealed ones: come back soon.
             let newest = records.iter().map(|r| r.id).max();
             if records

@@ -113,6 +113,9 @@ impl From<BrokerError> for OpsError {
                     topic,
                 }
             }
+            BrokerError::Ownership(o @ OwnershipError::UnknownNode(_)) => {
+                OpsError::Invalid(o.to_string())
+            }
             BrokerError::Ownership(o) => OpsError::Unavailable(o.to_string()),
             other => OpsError::Broker(other),
         }

@@ -372,15 +372,15 @@ impl Operations {
     }
 
     /// Unloads `name` (every partition of a partitioned topic): clients reconnect and load it
-    /// anew.
-    pub async fn unload(&self, name: &TopicName) -> Result<(), OpsError> {
+    /// anew, on node `to` when one is named (a planned move; nothing is copied).
+    pub async fn unload(&self, name: &TopicName, to: Option<&str>) -> Result<(), OpsError> {
         let n = self.partitions(name).await?;
         // All or nothing: no partition is unloaded while another node serves one of them.
         for p in self.partition_names(name, n) {
             self.broker.check_served_here(&p).await?;
         }
         for p in self.partition_names(name, n) {
-            match self.broker.unload(&p).await {
+            match self.broker.unload_to(&p, to).await {
                 Ok(_) => {}
                 Err(crate::broker::BrokerError::TopicNotFound(_)) if n > 0 => {}
                 Err(e) => return Err(e.into()),

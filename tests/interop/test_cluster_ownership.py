@@ -12,14 +12,16 @@ import uuid
 import pulsar
 
 import rawpulsar
-from conftest import eventually
+from conftest import _free_port, eventually
 
 TTL = "3s"
 
 
 def _cluster(etcd, make_service, prefix, n=2):
     env = {"LEDGERLAKE_METADATA__SESSION_TTL": TTL, "LEDGERLAKE_LAKE__ENABLED": "false"}
-    nodes = [make_service(env=env, args=["--metadata-url", etcd.url(prefix)]) for _ in range(n)]
+    nodes = [make_service(env=env, args=["--metadata-url", etcd.url(prefix),
+                                         "--bookie-addr", f"127.0.0.1:{_free_port()}"])
+             for _ in range(n)]
     for node in nodes:
         node.start()
     return nodes
@@ -74,6 +76,57 @@ def _call(node, method, path, body=None):
 
 def _put(node, path, body):
     return _call(node, "PUT", path, body)[0]
+
+
+def _sql(node, query):
+    req = urllib.request.Request(f"{node.http}/sql", data=query.encode(), method="POST",
+                                 headers={"Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_sql_on_every_node_reads_every_topic_from_the_bookies_that_hold_it(etcd, make_service):
+    """Nothing is offloaded (the lake is off): each partition's messages live only on the bookie
+    of the node that owns it, yet SQL on either node returns the same rows, read from the
+    other node's bookie over the node-to-node protocol, up to the newest acknowledged one."""
+    prefix = "/own-sql"
+    nodes = _cluster(etcd, make_service, prefix)
+    name = f"sqlspread-{uuid.uuid4().hex[:6]}"
+    topic = f"persistent://public/default/{name}"
+    assert _put(nodes[0], f"/admin/v2/persistent/public/default/{name}/partitions", 6) == 204
+    client = pulsar.Client(_multi_url(nodes), operation_timeout_seconds=30)
+    query = (f'SELECT partition AS p, ledger_id, entry_id, batch_index, key, '
+             f'CAST(payload AS VARCHAR) AS v FROM "{name}" ORDER BY v')
+    try:
+        producer = client.create_producer(topic, batching_enabled=True,
+                                          batching_max_publish_delay_ms=2)
+        for i in range(400):
+            producer.send_async(f"v{i:04}".encode(), None, partition_key=f"k{i % 23}")
+        producer.flush()
+        owners = _owners(etcd, prefix)
+        assert len({owners[f"{topic}-partition-{i}"] for i in range(6)}) == 2, owners
+        results = [_sql(n, query) for n in nodes]
+        for status, rows in results:
+            assert status == 200, rows
+            assert [r["v"] for r in rows] == [f"v{i:04}" for i in range(400)]
+        assert results[0][1] == results[1][1]
+        # Newer messages (in the owners' open ledgers) show up on every node at once.
+        for i in range(400, 450):
+            producer.send(f"v{i:04}".encode(), partition_key=f"k{i % 23}")
+        for n in nodes:
+            status, rows = _sql(n, f'SELECT count(*) AS n FROM "{name}"')
+            assert status == 200 and rows == [{"n": 450}], rows
+    finally:
+        client.close()
+
+    # A node whose bookie is gone cannot be read; the query says so instead of leaving its
+    # messages out.
+    nodes[1].stop(signal.SIGKILL)
+    status, body = _sql(nodes[0], f'SELECT count(*) AS n FROM "{name}"')
+    assert status != 200 and "bookie" in body, (status, body)
 
 
 def test_partitions_spread_and_every_node_leads_clients_to_the_owner(etcd, make_service):
@@ -201,7 +254,54 @@ def test_a_killed_owner_keeps_its_unreplicated_topic_until_it_returns(etcd, make
         assert got == [f"m{i}".encode() for i in range(50)]
     finally:
         client.close()
-    assert _owners(etcd, prefix)[topic] == _id(owner)
+    # Recovery sealed the ledger: either node may serve the topic now, reading the ledger
+    # from the restarted node's bookie.
+    assert _owners(etcd, prefix)[topic] in by_id
+
+
+def test_a_planned_move_hands_the_topic_over_without_copying(etcd, make_service):
+    """`unload?destinationBroker=` seals the open ledger, names the next owner and releases
+    the topic; the client's producer and consumer continue on the new owner, which writes new
+    ledgers on its own bookie and reads the old ones from the old node's bookie."""
+    prefix = "/own-move"
+    nodes = _cluster(etcd, make_service, prefix)
+    name = f"move-{uuid.uuid4().hex[:6]}"
+    topic = f"persistent://public/default/{name}"
+    client = pulsar.Client(_multi_url(nodes), operation_timeout_seconds=30)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        consumer = client.subscribe(topic, "live", initial_position=pulsar.InitialPosition.Earliest)
+        for i in range(100):
+            producer.send(f"m{i}".encode())
+        by_id = {_id(n): n for n in nodes}
+        owner = by_id[_owners(etcd, prefix)[topic]]
+        other = [n for n in nodes if n is not owner][0]
+        path = f"/admin/v2/persistent/public/default/{name}/unload"
+        assert _put(owner, path + "?destinationBroker=127.0.0.1:1", "") == 400
+        assert _put(owner, f"{path}?destinationBroker={_id(other)}", "") == 204
+        for i in range(100, 200):
+            producer.send(f"m{i}".encode())
+        assert _owners(etcd, prefix)[topic] == _id(other)
+        got = []
+        while len(got) < 200:
+            msg = consumer.receive(timeout_millis=20000)
+            got.append(msg.data())
+            consumer.acknowledge(msg)
+        assert got == [f"m{i}".encode() for i in range(200)]
+        fresh = client.subscribe(topic, "fresh", initial_position=pulsar.InitialPosition.Earliest)
+        again = [fresh.receive(timeout_millis=20000).data() for _ in range(200)]
+        assert again == got
+
+        # And back, without naming a node: placement picks one; nothing is lost either way.
+        assert _put(other, path, "") == 204
+        producer.send(b"last")
+        after = client.subscribe(topic, "after", initial_position=pulsar.InitialPosition.Earliest)
+        final = [after.receive(timeout_millis=20000).data() for _ in range(201)]
+        assert final == got + [b"last"]
+    finally:
+        client.close()
+    status, rows = _sql(nodes[0], f'SELECT count(*) AS n FROM "{name}"')
+    assert status == 200 and rows == [{"n": 201}], rows
 
 
 def test_a_node_that_loses_etcd_stops_serving_and_exits(etcd, make_service):
