@@ -16,6 +16,8 @@
 //!                                     │                     │
 //!                                     └──► lake/ ◄── offload/ (policy, scheduler, watermark)
 //!                                      (Iceberg; LakeHandle owns the runtime hop)
+//!  other nodes ◄──► bookie/ (node-to-node reads; protocol/bookie frames) ──► ledger (serves its
+//!                   ledgers; reads others' through ledger::ReplicaSource), cluster (addresses)
 //!  HTTP ──► admin/ ──► ops/ (use cases) ──► broker, ledger, offload, policies, tenancy, sql,
 //!                                            verify/ (log ⇄ lake, every id) ──► ledger, lake
 //!  every surface ──► auth (Access: Authenticator + Authorizer ◄── tenancy's authorizer)
@@ -28,7 +30,8 @@
 //! `replay`; `replay` → `ledger`, `lake`; `offload` → `ledger`, `lake`; `sql` → `replay`,
 //! `lake`, `ledger`; `tenancy` → `auth`, `ledger`; `broker` → `tenancy`; `ops` → `broker`,
 //! `ledger`, `offload`, `policies`, `tenancy`, `sql`, `verify`, `cluster`; `verify` → `ledger`,
-//! `lake`; `broker` → `cluster`; `cluster` → `coord`;
+//! `lake`; `broker` → `cluster`; `cluster` → `coord`; `bookie` → `ledger`, `protocol`,
+//! `cluster` (the service hands the log a `bookie` client as its `ReplicaSource`);
 //! `admin` → `ops`.
 //! The lake imports neither the broker nor the offload engine.
 //!
@@ -42,7 +45,10 @@
 //!   sessions with ephemeral keys, watches), on etcd or in process; no consensus of our own.
 //! - [`ledger`]: the durable segmented log (journal with group commit, segments, indexes,
 //!   recovery, cursors, metadata store seam).
-//! - [`protocol`]: the Pulsar binary protocol (generated types, framing, typed commands).
+//! - [`protocol`]: the Pulsar binary protocol (generated types, framing, typed commands) and
+//!   the node-to-node bookie protocol's frames.
+//! - [`bookie`]: the `--bookie-addr` listener serving this node's ledgers to the other nodes,
+//!   and the client reading theirs.
 //! - [`broker`]: the Pulsar-protocol broker (topic slots, one owner task per loaded topic
 //!   partition, connections with one handler per command and a bounded outbound queue whose
 //!   writability dispatchers respect ([`broker::outbox`]), subscriptions, deduplication, the

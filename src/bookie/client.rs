@@ -134,7 +134,10 @@ impl BookieClient {
             let (got, resp) =
                 decode_response(frame.freeze()).map_err(|e| transport(addr, &e.to_string()))?;
             if got != id {
-                return Err(transport(addr, &format!("answer to request {got}, not {id}")));
+                return Err(transport(
+                    addr,
+                    &format!("answer to request {got}, not {id}"),
+                ));
             }
             Ok(resp)
         };
@@ -181,7 +184,13 @@ impl BookieClient {
                 reason: message,
             },
             Failure::Refused { code, message, .. } => {
-                tracing::warn!(bookie, ledger, ?code, message, "another bookie refused a read");
+                tracing::warn!(
+                    bookie,
+                    ledger,
+                    ?code,
+                    message,
+                    "another bookie refused a read"
+                );
                 remote()
             }
             Failure::Unexpected => {

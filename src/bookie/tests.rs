@@ -89,9 +89,17 @@ async fn another_node_reads_open_and_sealed_ledgers_up_to_what_was_confirmed() -
     assert_eq!(tb.last_confirmed(), ta.last_confirmed());
     assert_eq!(read_all(&tb).await?, read_all(&ta).await?);
     let open = ta.ledgers()[1].id;
-    assert_eq!(tb.read_entry(Position::new(open, 19)).await?.publish_time_ms, 69);
+    assert_eq!(
+        tb.read_entry(Position::new(open, 19))
+            .await?
+            .publish_time_ms,
+        69
+    );
     // The view read at 70 entries stays at 70; a new view sees the next ones.
-    ta.append(70, Bytes::from_static(b"late")).await?.durable().await?;
+    ta.append(70, Bytes::from_static(b"late"))
+        .await?
+        .durable()
+        .await?;
     assert!(matches!(
         tb.read_entry(Position::new(open, 20)).await,
         Err(ReadError::NoSuchEntry { available: 20, .. })
@@ -109,7 +117,10 @@ async fn another_node_reads_open_and_sealed_ledgers_up_to_what_was_confirmed() -
     // Large reads come back in several answers of the bookie's budget, in order.
     let big = p.a.topic("persistent://t/n/big").await?;
     for i in 0..12u8 {
-        big.append(0, Bytes::from(vec![i; 700 << 10])).await?.durable().await?;
+        big.append(0, Bytes::from(vec![i; 700 << 10]))
+            .await?
+            .durable()
+            .await?;
     }
     let remote = p.b.topic_to_read("persistent://t/n/big").await?;
     let got = read_all(&remote).await?;
@@ -126,7 +137,10 @@ async fn a_bad_frame_closes_its_connection_only_and_unheld_ledgers_are_refused()
     let p = pair().await?;
     let name = "persistent://t/n/hostile";
     let ta = p.a.topic(name).await?;
-    ta.append(1, Bytes::from_static(b"one")).await?.durable().await?;
+    ta.append(1, Bytes::from_static(b"one"))
+        .await?
+        .durable()
+        .await?;
 
     // A frame with a wrong checksum: the bookie closes this connection.
     let mut bad = crate::protocol::bookie::encode_request(

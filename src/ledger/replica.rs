@@ -164,7 +164,11 @@ impl Log {
     }
 
     fn not_held(&self, ledger: LedgerId, why: &str) -> ReadError {
-        tracing::debug!(ledger, why, "refused a read of a ledger this bookie does not hold");
+        tracing::debug!(
+            ledger,
+            why,
+            "refused a read of a ledger this bookie does not hold"
+        );
         ReadError::Remote {
             ledger,
             bookie: self.shared.bookie.clone(),

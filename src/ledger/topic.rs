@@ -203,7 +203,9 @@ impl TopicLog {
     pub(super) fn foreign(&self, ledger: LedgerId) -> Option<(String, u64)> {
         match lock(&self.inner.ledgers).get(&ledger) {
             Some(LedgerView::Closed(r)) if !self.inner.shared.holds(r) => match r.state {
-                LedgerState::Sealed => Some((r.bookie.clone(), r.seal.map_or(0, |s| s.entry_count))),
+                LedgerState::Sealed => {
+                    Some((r.bookie.clone(), r.seal.map_or(0, |s| s.entry_count)))
+                }
                 LedgerState::Open => Some((
                     r.bookie.clone(),
                     self.inner.foreign_open.get(&ledger).copied().unwrap_or(0),

@@ -233,7 +233,11 @@ pub fn decode_request(frame: Bytes) -> Result<(u64, BookieRequest), BookieWireEr
             topic: get_str(&mut body)?,
             ledger: get_u64(&mut body)?,
         },
-        other => return Err(BookieWireError::Malformed(format!("request kind {other:#x}"))),
+        other => {
+            return Err(BookieWireError::Malformed(format!(
+                "request kind {other:#x}"
+            )))
+        }
     };
     finish(&body)?;
     Ok((id, req))

@@ -204,3 +204,50 @@ async fn an_unrenewed_etcd_session_drops_ownership_before_another_node_can_claim
     ));
     Ok(())
 }
+
+#[tokio::test]
+async fn a_planned_move_steers_the_next_placement_once() -> TestResult {
+    let (nodes, coords) = three().await?;
+    let topic = "persistent://t/n/moved";
+    let owner = nodes[0].clone();
+    owner.acquire(topic, None).await?;
+    let target = nodes[2].me().clone();
+    assert!(owner.live_node("nobody:1").await?.is_none());
+    owner.hand_over(topic, &target).await?;
+    owner.release(topic).await?;
+    // Every node sends the topic to the named node, whatever the hash says.
+    for n in &nodes {
+        match n.place(topic, None, false).await? {
+            Placement::Local { epoch: None } => assert_eq!(n.me().id, target.id),
+            Placement::Remote { node, owned: false } => assert_eq!(node.id, target.id),
+            other => panic!("unexpected placement {other:?}"),
+        }
+    }
+    // An open ledger on another bookie still wins over the transfer record.
+    let holder = nodes[1].me().bookie.clone();
+    match nodes[0].place(topic, Some(&holder), false).await? {
+        Placement::Remote { node, .. } => assert_eq!(node.id, nodes[1].me().id),
+        other => panic!("unexpected placement {other:?}"),
+    }
+    // The claim consumes the record.
+    nodes[2].acquire(topic, None).await?;
+    assert_eq!(coords[0].get(&transfer_key(topic)).await?, None);
+    nodes[2].release(topic).await?;
+    // A record naming a node that left steers nothing.
+    owner.acquire(topic, None).await?;
+    owner.hand_over(topic, &target).await?;
+    owner.release(topic).await?;
+    coords[2].close().await?;
+    let live: Vec<String> = nodes[0]
+        .membership
+        .nodes()
+        .await?
+        .into_iter()
+        .map(|n| n.id)
+        .collect();
+    assert!(!live.contains(&target.id));
+    if let Placement::Remote { node, .. } = nodes[0].place(topic, None, false).await? {
+        assert_ne!(node.id, target.id);
+    }
+    Ok(())
+}

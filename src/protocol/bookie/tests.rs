@@ -3,15 +3,22 @@ use proptest::prelude::*;
 
 fn request() -> impl Strategy<Value = BookieRequest> {
     prop_oneof![
-        (".{0,40}", any::<u64>(), any::<u64>(), any::<u64>(), any::<u32>()).prop_map(
-            |(topic, ledger, first, last, max_bytes)| BookieRequest::ReadEntries {
-                topic,
-                ledger,
-                first,
-                last,
-                max_bytes,
-            }
-        ),
+        (
+            ".{0,40}",
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<u32>()
+        )
+            .prop_map(|(topic, ledger, first, last, max_bytes)| {
+                BookieRequest::ReadEntries {
+                    topic,
+                    ledger,
+                    first,
+                    last,
+                    max_bytes,
+                }
+            }),
         (".{0,40}", any::<u64>())
             .prop_map(|(topic, ledger)| BookieRequest::LastConfirmed { topic, ledger }),
     ]
@@ -87,10 +94,13 @@ fn sealed(body: &[u8]) -> Bytes {
 
 #[test]
 fn other_versions_kinds_and_lying_counts_are_refused() {
-    let mut frame = encode_request(7, &BookieRequest::LastConfirmed {
-        topic: "t".into(),
-        ledger: 1,
-    })
+    let mut frame = encode_request(
+        7,
+        &BookieRequest::LastConfirmed {
+            topic: "t".into(),
+            ledger: 1,
+        },
+    )
     .to_vec();
     frame[0] = 2;
     assert_eq!(
@@ -112,10 +122,13 @@ fn other_versions_kinds_and_lying_counts_are_refused() {
         Err(BookieWireError::Malformed(_))
     ));
     // A request followed by junk.
-    let mut trailing = encode_request(1, &BookieRequest::LastConfirmed {
-        topic: "t".into(),
-        ledger: 1,
-    })
+    let mut trailing = encode_request(
+        1,
+        &BookieRequest::LastConfirmed {
+            topic: "t".into(),
+            ledger: 1,
+        },
+    )
     .to_vec();
     trailing.truncate(trailing.len() - TAIL);
     trailing.push(0);
