@@ -481,8 +481,8 @@ impl Broker {
             return Ok(t.clone());
         }
         let holder = self.log.holder(&key).await?;
-        self.ownership.acquire(&key, holder.as_deref()).await?;
-        let t = match self.load_topic(name, &key).await {
+        let epoch = self.ownership.acquire(&key, holder.as_deref()).await?;
+        let t = match self.load_topic(name, &key, epoch).await {
             Ok(t) => t,
             Err(e) => {
                 // Not served here after all: another node may take it.
@@ -497,12 +497,14 @@ impl Broker {
         Ok(t)
     }
 
-    /// Loads topic partition `name` (`key` is its full name): its log, deduplication state and
-    /// durable subscriptions. Runs under the topic's slot lock only.
+    /// Loads topic partition `name` (`key` is its full name), owned here at `epoch`: its log
+    /// (fencing earlier owners' writers where epochs can), deduplication state and durable
+    /// subscriptions. Runs under the topic's slot lock only.
     async fn load_topic(
         &self,
         name: &TopicName,
         key: &str,
+        epoch: u64,
     ) -> Result<Arc<BrokerTopic>, BrokerError> {
         crate::failpoint::pause("broker.load_topic", key).await;
         let key = key.to_string();
@@ -528,6 +530,9 @@ impl Broker {
             }
         }
         let log = self.log.topic_to_own(&key).await?;
+        if self.ownership.fences() {
+            log.fence(epoch).await?;
+        }
         let lake = self.replay.as_ref().map(|r| r.topic(name));
         let policies = self
             .policies_of(name)

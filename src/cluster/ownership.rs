@@ -162,6 +162,13 @@ impl Ownership {
         self.lock().get(topic).copied()
     }
 
+    /// Whether ownership epochs fence writers ([`crate::ledger::MetadataStore::fence_writers`]):
+    /// only when they come from a store whose versions outlive this process (etcd). A single
+    /// node's in-process epochs restart at 1 and fence nothing (it is the only writer).
+    pub fn fences(&self) -> bool {
+        self.coord.versions_outlive_processes()
+    }
+
     /// Topics owned now.
     pub fn owned(&self) -> Vec<String> {
         self.lock().keys().cloned().collect()

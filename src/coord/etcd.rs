@@ -330,6 +330,10 @@ impl Coordination for EtcdCoordination {
             .map_err(backend("revoke lease"))?;
         Ok(())
     }
+
+    fn versions_outlive_processes(&self) -> bool {
+        true
+    }
 }
 
 impl Drop for EtcdCoordination {

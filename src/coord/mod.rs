@@ -170,4 +170,11 @@ pub trait Coordination: Send + Sync + fmt::Debug + 'static {
 
     /// Ends the session: its ephemeral keys disappear at once.
     async fn close(&self) -> Result<(), CoordError>;
+
+    /// Whether versions keep increasing across restarts of every process using the store (a
+    /// shared server's revisions do; an in-process store starts again at 1). Only then can a
+    /// version fence writers in a persistent store.
+    fn versions_outlive_processes(&self) -> bool {
+        false
+    }
 }

@@ -641,3 +641,51 @@ async fn logs_sharing_a_store_touch_only_their_own_ledgers() -> TestResult {
     b.shutdown().await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn an_earlier_owner_fenced_by_a_later_one_creates_no_ledger() -> TestResult {
+    let meta: Arc<dyn MetadataStore> = Arc::new(MemoryMetadataStore::new());
+    let (dir_a, dir_b) = (tempfile::tempdir()?, tempfile::tempdir()?);
+    let a = Log::open(dir_a.path(), small_config(), meta.clone()).await?;
+    let b = Log::open(dir_b.path(), small_config(), meta.clone()).await?;
+    let name = "persistent://t/n/fenced";
+    let ta = a.topic(name).await?;
+    ta.fence(10).await?;
+    ta.append(0, payload(0, 0, 50)).await?.durable().await?;
+    ta.seal_current().await?;
+    // B takes the topic over at a later epoch; A, not knowing yet, tries to write on.
+    let tb = b.topic_to_own(name).await?;
+    tb.fence(11).await?;
+    tb.append(0, payload(1, 0, 50)).await?.durable().await?;
+    match ta.append(0, payload(0, 1, 50)).await {
+        Err(AppendError::Metadata(e)) => assert!(
+            matches!(
+                *e,
+                MetadataError::Fenced {
+                    epoch: 10,
+                    fenced_at: 11,
+                    ..
+                }
+            ),
+            "{e}"
+        ),
+        other => panic!("the fenced writer appended: {other:?}"),
+    }
+    assert!(matches!(
+        ta.fence(10).await,
+        Err(MetadataError::Fenced { .. })
+    ));
+    let bookies: Vec<String> = meta
+        .topic_ledgers(tb.id())
+        .await?
+        .into_iter()
+        .map(|l| l.bookie)
+        .collect();
+    assert_eq!(
+        bookies,
+        vec![a.bookie_id().to_string(), b.bookie_id().to_string()]
+    );
+    a.shutdown().await?;
+    b.shutdown().await?;
+    Ok(())
+}

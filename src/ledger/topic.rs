@@ -78,6 +78,10 @@ pub(crate) struct TopicInner {
     /// Entries this view reads of each open ledger another bookie writes, fixed when the view
     /// was made ([`super::Log::topic_to_read`]). Invariant: empty for a view that writes.
     pub(super) foreign_open: HashMap<LedgerId, u64>,
+    /// The ownership epoch this writer fenced the topic at (0: unfenced, a single node).
+    /// Invariant: every ledger created while it is non-zero is created with it, so a newer
+    /// owner's fence refuses this writer's next ledger.
+    writer_epoch: std::sync::atomic::AtomicU64,
 }
 
 /// Handle to one topic partition's log. Cheap to clone.
@@ -167,6 +171,7 @@ impl TopicLog {
                 lac: Arc::new(watch::channel(last).0),
                 deleted: std::sync::atomic::AtomicBool::new(false),
                 foreign_open,
+                writer_epoch: std::sync::atomic::AtomicU64::new(0),
                 shared,
             }),
         }
@@ -180,6 +185,22 @@ impl TopicLog {
     /// Id of the topic in the metadata store.
     pub fn id(&self) -> TopicId {
         self.inner.id
+    }
+
+    /// Makes this log the topic's writer at ownership `epoch`: writers of lower epochs (earlier
+    /// owners on other nodes) can create no ledger from now on, and neither can this one once a
+    /// later owner fences it in turn ([`super::MetadataStore::fence_writers`]).
+    pub async fn fence(&self, epoch: u64) -> Result<(), MetadataError> {
+        let _guard = self.inner.roll_lock.lock().await;
+        self.inner
+            .shared
+            .meta
+            .fence_writers(self.inner.id, epoch)
+            .await?;
+        self.inner
+            .writer_epoch
+            .store(epoch, std::sync::atomic::Ordering::Release);
+        Ok(())
     }
 
     /// Whether this view writes the topic (it has an open ledger of its own).
@@ -319,6 +340,14 @@ impl TopicLog {
                 shared.journal.current_segment(),
                 &shared.bookie,
                 now_ms(),
+                match self
+                    .inner
+                    .writer_epoch
+                    .load(std::sync::atomic::Ordering::Acquire)
+                {
+                    0 => None,
+                    epoch => Some(epoch),
+                },
             )
             .await
             .map_err(|e| AppendError::Metadata(Arc::new(e)))?;

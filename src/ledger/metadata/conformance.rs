@@ -42,8 +42,8 @@ async fn topics_are_idempotent_and_increasing(store: &dyn MetadataStore) -> Test
 
 async fn ledger_ids_increase_and_lifecycle_is_enforced(store: &dyn MetadataStore) -> TestResult {
     let t = store.get_or_create_topic("x", 0).await?;
-    let l1 = store.create_ledger(t.id, 4, "b1", 10).await?;
-    let l2 = store.create_ledger(t.id, 4, "b2", 11).await?;
+    let l1 = store.create_ledger(t.id, 4, "b1", 10, None).await?;
+    let l2 = store.create_ledger(t.id, 4, "b2", 11, None).await?;
     assert!(l2.id > l1.id);
     // Each ledger keeps the bookie that holds it.
     assert_eq!((l1.bookie.as_str(), l2.bookie.as_str()), ("b1", "b2"));
@@ -52,7 +52,10 @@ async fn ledger_ids_increase_and_lifecycle_is_enforced(store: &dyn MetadataStore
         Some("b2".to_string())
     );
     assert_eq!(l1.state, LedgerState::Open);
-    assert!(store.create_ledger(t.id + 1000, 0, "b1", 0).await.is_err());
+    assert!(store
+        .create_ledger(t.id + 1000, 0, "b1", 0, None)
+        .await
+        .is_err());
 
     // Open → Offloaded is not allowed and changes nothing.
     let err = store
@@ -108,7 +111,7 @@ async fn ledger_ids_increase_and_lifecycle_is_enforced(store: &dyn MetadataStore
     ));
 
     // A new ledger after deletion never reuses an id.
-    let l3 = store.create_ledger(t.id, 5, "b1", 18).await?;
+    let l3 = store.create_ledger(t.id, 5, "b1", 18, None).await?;
     assert!(l3.id > l2.id);
 
     let listed: Vec<_> = store
@@ -139,7 +142,7 @@ async fn ledger_ids_increase_and_lifecycle_is_enforced(store: &dyn MetadataStore
 async fn ledgers_expire_from_every_closed_state(store: &dyn MetadataStore) -> TestResult {
     let t = store.get_or_create_topic("y", 0).await?;
     // Sealed → Deleted (local deletion without a lake copy).
-    let l = store.create_ledger(t.id, 0, "b1", 0).await?;
+    let l = store.create_ledger(t.id, 0, "b1", 0, None).await?;
     store
         .transition_ledger(l.id, LedgerTransition::Seal(seal(0)), 1)
         .await?;
@@ -148,7 +151,7 @@ async fn ledgers_expire_from_every_closed_state(store: &dyn MetadataStore) -> Te
         .await?;
     assert_eq!(d.state, LedgerState::Deleted);
     // Sealed, Offloaded and Deleted ledgers can expire; an open one cannot.
-    let open = store.create_ledger(t.id, 0, "b1", 3).await?;
+    let open = store.create_ledger(t.id, 0, "b1", 3, None).await?;
     assert!(matches!(
         store
             .transition_ledger(open.id, LedgerTransition::Expire, 4)
@@ -167,7 +170,7 @@ async fn ledgers_expire_from_every_closed_state(store: &dyn MetadataStore) -> Te
         .transition_ledger(l.id, LedgerTransition::Expire, 7)
         .await?;
     assert_eq!(e.state, LedgerState::Expired);
-    let o = store.create_ledger(t.id, 0, "b1", 8).await?;
+    let o = store.create_ledger(t.id, 0, "b1", 8, None).await?;
     store
         .transition_ledger(o.id, LedgerTransition::Seal(seal(3)), 9)
         .await?;
@@ -210,7 +213,7 @@ async fn concurrent_creates_get_distinct_ids(
     for i in 0..32 {
         let s = store.clone();
         tasks.push(tokio::spawn(async move {
-            s.create_ledger(t.id, 0, "b1", i).await
+            s.create_ledger(t.id, 0, "b1", i, None).await
         }));
     }
     let mut ids = Vec::new();
@@ -365,8 +368,8 @@ async fn policies_are_created_once_and_listed_by_prefix(store: &dyn MetadataStor
 async fn topics_are_deleted_only_without_live_ledgers(store: &dyn MetadataStore) -> TestResult {
     let t = store.get_or_create_topic("gone", 0).await?;
     let keep = store.get_or_create_topic("kept", 0).await?;
-    let l = store.create_ledger(t.id, 0, "b1", 0).await?;
-    let k = store.create_ledger(keep.id, 0, "b1", 0).await?;
+    let l = store.create_ledger(t.id, 0, "b1", 0, None).await?;
+    let k = store.create_ledger(keep.id, 0, "b1", 0, None).await?;
     store.save_cursor(t.id, "s", b"x", 1).await?;
     store.save_cursor(keep.id, "s", b"y", 1).await?;
     store.add_schema("gone", 0, b"schema").await?;
@@ -405,10 +408,53 @@ async fn topics_are_deleted_only_without_live_ledgers(store: &dyn MetadataStore)
 }
 
 /// How many checks [`run_all`] makes; each gets a store of its own.
-const CHECKS: usize = 11;
+const CHECKS: usize = 12;
 
 /// Runs every check, each against its own fresh store from `stores` (exactly [`CHECKS`] of
 /// them, so no check can silently run against another implementation).
+async fn writers_are_fenced_by_epoch(store: &dyn MetadataStore) -> TestResult {
+    let t = store
+        .get_or_create_topic("persistent://t/n/fenced", 0)
+        .await?;
+    let other = store
+        .get_or_create_topic("persistent://t/n/free", 0)
+        .await?;
+    store.create_ledger(t.id, 0, "b1", 1, Some(1)).await?;
+    store.fence_writers(t.id, 5).await?;
+    store.fence_writers(t.id, 5).await?;
+    let fenced = |r: Result<LedgerRecord, MetadataError>, at: u64| match r {
+        Err(MetadataError::Fenced { fenced_at, .. }) => assert_eq!(fenced_at, at),
+        other => panic!("expected a fenced writer, got {other:?}"),
+    };
+    let before = store.topic_ledgers(t.id).await?.len();
+    fenced(store.create_ledger(t.id, 0, "b1", 2, Some(4)).await, 5);
+    assert_eq!(
+        store.topic_ledgers(t.id).await?.len(),
+        before,
+        "nothing created"
+    );
+    store.create_ledger(t.id, 0, "b2", 3, Some(5)).await?;
+    store.create_ledger(t.id, 0, "b2", 3, Some(6)).await?;
+    store.create_ledger(t.id, 0, "b2", 3, None).await?;
+    assert!(matches!(
+        store.fence_writers(t.id, 3).await,
+        Err(MetadataError::Fenced {
+            epoch: 3,
+            fenced_at: 5,
+            ..
+        })
+    ));
+    store.fence_writers(t.id, 9).await?;
+    fenced(store.create_ledger(t.id, 0, "b2", 4, Some(5)).await, 9);
+    // Fences are per topic; a missing topic is named.
+    store.create_ledger(other.id, 0, "b1", 5, Some(1)).await?;
+    assert!(matches!(
+        store.fence_writers(t.id + 1000, 1).await,
+        Err(MetadataError::TopicNotFound(_))
+    ));
+    Ok(())
+}
+
 async fn run_all(stores: Vec<std::sync::Arc<dyn MetadataStore>>) -> TestResult {
     assert_eq!(stores.len(), CHECKS, "one fresh store per check");
     let mut next = stores.into_iter();
@@ -424,6 +470,7 @@ async fn run_all(stores: Vec<std::sync::Arc<dyn MetadataStore>>) -> TestResult {
     policies_are_created_once_and_listed_by_prefix(&*store()?).await?;
     partitioned_topics_are_listed_by_prefix(&*store()?).await?;
     topics_are_deleted_only_without_live_ledgers(&*store()?).await?;
+    writers_are_fenced_by_epoch(&*store()?).await?;
     assert!(
         store().is_err(),
         "every store was used: CHECKS is out of date"
@@ -459,7 +506,7 @@ async fn sqlite_store_survives_reopen() -> TestResult {
     let (topic, ledger) = {
         let s = SqliteMetadataStore::open(&path).await?;
         let t = s.get_or_create_topic("persist", 1).await?;
-        let l = s.create_ledger(t.id, 2, "b1", 3).await?;
+        let l = s.create_ledger(t.id, 2, "b1", 3, None).await?;
         s.transition_ledger(l.id, LedgerTransition::Seal(seal(9)), 4)
             .await?;
         s.close().await;
@@ -470,7 +517,7 @@ async fn sqlite_store_survives_reopen() -> TestResult {
     let l = s.get_ledger(ledger.id).await?.ok_or("ledger lost")?;
     assert_eq!(l.state, LedgerState::Sealed);
     assert_eq!(l.seal, Some(seal(9)));
-    let l2 = s.create_ledger(topic.id, 0, "b1", 5).await?;
+    let l2 = s.create_ledger(topic.id, 0, "b1", 5, None).await?;
     assert!(l2.id > ledger.id, "ids keep increasing across reopen");
     Ok(())
 }
@@ -482,7 +529,7 @@ async fn sqlite_store_made_before_bookie_ids_is_upgraded_in_place() -> TestResul
     let ledger = {
         let s = SqliteMetadataStore::open(&path).await?;
         let t = s.get_or_create_topic("old", 1).await?;
-        let l = s.create_ledger(t.id, 0, "gone", 2).await?;
+        let l = s.create_ledger(t.id, 0, "gone", 2, None).await?;
         s.close().await;
         l
     };
@@ -504,7 +551,7 @@ async fn sqlite_store_made_before_bookie_ids_is_upgraded_in_place() -> TestResul
         "a ledger from before bookie ids is the local node's"
     );
     let t = s.get_or_create_topic("old", 3).await?;
-    assert_eq!(s.create_ledger(t.id, 0, "b9", 4).await?.bookie, "b9");
+    assert_eq!(s.create_ledger(t.id, 0, "b9", 4, None).await?.bookie, "b9");
     Ok(())
 }
 
@@ -526,7 +573,7 @@ async fn etcd_store_survives_reconnect_and_pages_long_listings() -> TestResult {
     let (topic, ledger) = {
         let s = EtcdMetadataStore::connect(&url).await?;
         let t = s.get_or_create_topic("persist", 1).await?;
-        let l = s.create_ledger(t.id, 2, "b1", 3).await?;
+        let l = s.create_ledger(t.id, 2, "b1", 3, None).await?;
         s.transition_ledger(l.id, LedgerTransition::Seal(seal(9)), 4)
             .await?;
         (t, l)
@@ -536,11 +583,11 @@ async fn etcd_store_survives_reconnect_and_pages_long_listings() -> TestResult {
     let l = s.get_ledger(ledger.id).await?.ok_or("ledger lost")?;
     assert_eq!(l.state, LedgerState::Sealed);
     assert_eq!(l.seal, Some(seal(9)));
-    let l2 = s.create_ledger(topic.id, 0, "b1", 5).await?;
+    let l2 = s.create_ledger(topic.id, 0, "b1", 5, None).await?;
     assert!(l2.id > ledger.id, "ids keep increasing across reconnects");
     // Listings longer than one page (500 keys) come back whole and in order.
     for i in 0..1_003u64 {
-        s.create_ledger(topic.id, 0, "b1", i as i64).await?;
+        s.create_ledger(topic.id, 0, "b1", i as i64, None).await?;
     }
     let ids: Vec<u64> = s
         .topic_ledgers(topic.id)

@@ -29,6 +29,8 @@ struct State {
     partitioned: BTreeMap<String, u32>,
     policies: BTreeMap<String, Vec<u8>>,
     schemas: BTreeMap<String, Vec<Vec<u8>>>,
+    /// Epoch each topic's writers are fenced at (absent: 0).
+    fenced: BTreeMap<TopicId, u64>,
 }
 
 impl MemoryMetadataStore {
@@ -98,6 +100,7 @@ impl MetadataStore for MemoryMetadataStore {
             s.ledgers.retain(|_, l| l.topic_id != id);
             s.cursors.retain(|(t, _), _| *t != id);
             s.topics.remove(&id);
+            s.fenced.remove(&id);
         }
         let schemas = s.schemas.remove(name).is_some();
         let partitioned = s.partitioned.remove(name).is_some();
@@ -110,10 +113,19 @@ impl MetadataStore for MemoryMetadataStore {
         first_segment: u32,
         bookie: &str,
         now_ms: i64,
+        writer_epoch: Option<u64>,
     ) -> Result<LedgerRecord, MetadataError> {
         let mut s = self.lock();
         if !s.topics.contains_key(&topic_id) {
             return Err(MetadataError::TopicNotFound(topic_id));
+        }
+        let fenced_at = s.fenced.get(&topic_id).copied().unwrap_or(0);
+        if let Some(epoch) = writer_epoch.filter(|e| *e < fenced_at) {
+            return Err(MetadataError::Fenced {
+                topic_id,
+                epoch,
+                fenced_at,
+            });
         }
         s.next_ledger_id += 1;
         let l = LedgerRecord {
@@ -129,6 +141,23 @@ impl MetadataStore for MemoryMetadataStore {
         };
         s.ledgers.insert(l.id, l.clone());
         Ok(l)
+    }
+
+    async fn fence_writers(&self, topic_id: TopicId, epoch: u64) -> Result<(), MetadataError> {
+        let mut s = self.lock();
+        if !s.topics.contains_key(&topic_id) {
+            return Err(MetadataError::TopicNotFound(topic_id));
+        }
+        let fenced_at = s.fenced.entry(topic_id).or_insert(0);
+        if *fenced_at > epoch {
+            return Err(MetadataError::Fenced {
+                topic_id,
+                epoch,
+                fenced_at: *fenced_at,
+            });
+        }
+        *fenced_at = epoch;
+        Ok(())
     }
 
     async fn get_ledger(&self, id: LedgerId) -> Result<Option<LedgerRecord>, MetadataError> {

@@ -16,6 +16,9 @@
 //!   atomically; a read returns the last saved state.
 //! - **Rows are kept.** Deleted ledgers stay listed (state `Deleted`) so the full history of a topic
 //!   (and what the lake holds of it) can always be explained.
+//! - **Fencing.** A topic's fence epoch only grows ([`MetadataStore::fence_writers`]); a ledger
+//!   created with a writer epoch below it is refused in the same atomic step that would have
+//!   created it.
 //!
 //! The trait is small on purpose so that PostgreSQL and distributed stores can implement it with
 //! plain transactions; the SQL in [`sqlite`] is portable apart from the placeholder style, and
@@ -216,6 +219,17 @@ pub enum MetadataError {
         /// Requested state.
         to: LedgerState,
     },
+    /// A writer of an older ownership epoch tried to create a ledger (or fence) after a newer
+    /// owner fenced the topic.
+    #[error("topic id {topic_id}: writer of epoch {epoch} is fenced (the topic's writers were fenced at epoch {fenced_at})")]
+    Fenced {
+        /// Topic.
+        topic_id: TopicId,
+        /// The refused writer's epoch.
+        epoch: u64,
+        /// The epoch the topic is fenced at.
+        fenced_at: u64,
+    },
     /// The object exists already, or the change would shrink it.
     #[error("{0}")]
     Conflict(String),
@@ -284,14 +298,22 @@ pub trait MetadataStore: Send + Sync + fmt::Debug + 'static {
     async fn delete_topic(&self, name: &str) -> Result<bool, MetadataError>;
 
     /// Creates an `Open` ledger for `topic_id`, held by `bookie`, with a fresh id greater than
-    /// every earlier one.
+    /// every earlier one. With `writer_epoch`, refused with [`MetadataError::Fenced`] (and
+    /// nothing created) when the topic's writers were fenced at a higher epoch, atomically
+    /// with the creation; `None` (a single node, which has no shared epochs) is not checked.
     async fn create_ledger(
         &self,
         topic_id: TopicId,
         first_segment: u32,
         bookie: &str,
         now_ms: i64,
+        writer_epoch: Option<u64>,
     ) -> Result<LedgerRecord, MetadataError>;
+
+    /// Fences the writers of `topic_id` below `epoch` (a new owner, before it writes): from
+    /// then on `create_ledger` with a lower epoch is refused. Idempotent for the same epoch;
+    /// refused with [`MetadataError::Fenced`] when a higher epoch fenced the topic already.
+    async fn fence_writers(&self, topic_id: TopicId, epoch: u64) -> Result<(), MetadataError>;
 
     /// One ledger.
     async fn get_ledger(&self, id: LedgerId) -> Result<Option<LedgerRecord>, MetadataError>;

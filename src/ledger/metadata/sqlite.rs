@@ -32,7 +32,8 @@ const SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS ll_topics (
         topic_id BIGINT PRIMARY KEY,
         name TEXT NOT NULL UNIQUE,
-        created_at_ms BIGINT NOT NULL)",
+        created_at_ms BIGINT NOT NULL,
+        writer_epoch BIGINT NOT NULL DEFAULT 0)",
     "CREATE TABLE IF NOT EXISTS ll_ledgers (
         ledger_id BIGINT PRIMARY KEY,
         topic_id BIGINT NOT NULL REFERENCES ll_topics(topic_id),
@@ -78,24 +79,56 @@ const LEDGER_COLUMNS: &str = "ledger_id, topic_id, state, first_segment, last_se
      size_bytes, min_publish_ms, max_publish_ms, checksum, created_at_ms, state_changed_at_ms, offload_ref, \
      bookie";
 
-/// Adds `ll_ledgers.bookie` (ADR 0007) to a database made before it existed; rows written
-/// before it read as held by the local node (empty bookie).
+/// Adds the columns later formats added (`ll_ledgers.bookie`, ADR 0007; `ll_topics.
+/// writer_epoch`, ADR 0008) to a database made before them: old ledger rows read as held by
+/// the local node (empty bookie), old topics as never fenced.
 async fn add_bookie_column(pool: &SqlitePool) -> Result<(), MetadataError> {
-    let has: Option<i64> =
-        sqlx::query("SELECT 1 FROM pragma_table_info('ll_ledgers') WHERE name = 'bookie'")
+    for (table, column, ddl) in [
+        (
+            "ll_ledgers",
+            "bookie",
+            "ALTER TABLE ll_ledgers ADD COLUMN bookie TEXT NOT NULL DEFAULT ''",
+        ),
+        (
+            "ll_topics",
+            "writer_epoch",
+            "ALTER TABLE ll_topics ADD COLUMN writer_epoch BIGINT NOT NULL DEFAULT 0",
+        ),
+    ] {
+        let has: Option<i64> = sqlx::query("SELECT 1 FROM pragma_table_info(?) WHERE name = ?")
+            .bind(table)
+            .bind(column)
             .fetch_optional(pool)
             .await
-            .map_err(backend("inspect ll_ledgers"))?
+            .map_err(backend("inspect a table"))?
             .map(|r| r.try_get(0))
             .transpose()
-            .map_err(backend("inspect ll_ledgers"))?;
-    if has.is_none() {
-        sqlx::query("ALTER TABLE ll_ledgers ADD COLUMN bookie TEXT NOT NULL DEFAULT ''")
-            .execute(pool)
-            .await
-            .map_err(backend("add ll_ledgers.bookie"))?;
+            .map_err(backend("inspect a table"))?;
+        if has.is_none() {
+            sqlx::query(ddl)
+                .execute(pool)
+                .await
+                .map_err(backend("add a column"))?;
+        }
     }
     Ok(())
+}
+
+/// The epoch topic `topic_id`'s writers are fenced at, read inside `tx`.
+async fn fence_of(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    topic_id: TopicId,
+) -> Result<i64, MetadataError> {
+    let fenced_at: Option<i64> =
+        sqlx::query("SELECT writer_epoch FROM ll_topics WHERE topic_id = ?")
+            .bind(topic_id as i64)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(backend("find topic"))?
+            .map(|r| r.try_get(0))
+            .transpose()
+            .map_err(backend("find topic"))?;
+    fenced_at.ok_or(MetadataError::TopicNotFound(topic_id))
 }
 
 /// SQLite-backed metadata store.
@@ -349,15 +382,16 @@ impl MetadataStore for SqliteMetadataStore {
         first_segment: u32,
         bookie: &str,
         now_ms: i64,
+        writer_epoch: Option<u64>,
     ) -> Result<LedgerRecord, MetadataError> {
         let mut tx = self.pool.begin().await.map_err(backend("begin"))?;
-        let exists = sqlx::query("SELECT 1 FROM ll_topics WHERE topic_id = ?")
-            .bind(topic_id as i64)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(backend("find topic"))?;
-        if exists.is_none() {
-            return Err(MetadataError::TopicNotFound(topic_id));
+        let fenced_at = fence_of(&mut tx, topic_id).await?;
+        if let Some(epoch) = writer_epoch.filter(|e| (*e as i64) < fenced_at) {
+            return Err(MetadataError::Fenced {
+                topic_id,
+                epoch,
+                fenced_at: fenced_at as u64,
+            });
         }
         let id: i64 = sqlx::query(
             "UPDATE ll_meta SET value = value + 1 WHERE key = 'next_ledger_id' RETURNING value - 1",
@@ -393,6 +427,26 @@ impl MetadataStore for SqliteMetadataStore {
             offload_ref: None,
             bookie: bookie.to_string(),
         })
+    }
+
+    async fn fence_writers(&self, topic_id: TopicId, epoch: u64) -> Result<(), MetadataError> {
+        let mut tx = self.pool.begin().await.map_err(backend("begin"))?;
+        let fenced_at = fence_of(&mut tx, topic_id).await?;
+        if fenced_at as u64 > epoch {
+            return Err(MetadataError::Fenced {
+                topic_id,
+                epoch,
+                fenced_at: fenced_at as u64,
+            });
+        }
+        sqlx::query("UPDATE ll_topics SET writer_epoch = ? WHERE topic_id = ?")
+            .bind(epoch as i64)
+            .bind(topic_id as i64)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend("fence writers"))?;
+        tx.commit().await.map_err(backend("commit fence"))?;
+        Ok(())
     }
 
     async fn get_ledger(&self, id: LedgerId) -> Result<Option<LedgerRecord>, MetadataError> {

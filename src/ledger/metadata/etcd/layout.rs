@@ -8,6 +8,7 @@
 //! P/topics/id/<topic:020>                the same record, listed in id order
 //! P/ledgers/<topic:020>/<ledger:020>     ledger record (compare-and-set on its mod revision)
 //! P/ledger-topic/<ledger:020>            the ledger's topic id (to find its record by id)
+//! P/writers/<topic:020>                  epoch the topic's writers are fenced at (absent: 0)
 //! P/cursors/<topic:020>/<subscription>   cursor blob (owned by the broker, stored as given)
 //! P/partitioned/<name>                   partition count
 //! P/schemas/<topic>\0<version:020>       schema blob (owned by the broker, stored as given)
@@ -92,6 +93,11 @@ impl Keys {
     /// Every ledger of every topic.
     pub fn all_ledgers(&self) -> String {
         format!("{}/ledgers/", self.prefix)
+    }
+
+    /// The epoch a topic's writers are fenced at (ADR 0008).
+    pub fn writers(&self, topic: TopicId) -> String {
+        format!("{}/writers/{topic:020}", self.prefix)
     }
 
     /// The topic a ledger belongs to.

@@ -188,6 +188,19 @@ impl EtcdMetadataStore {
     }
 
     /// A counter's next value and its mod revision (0: absent).
+    /// The epoch `topic`'s writers are fenced at (0: never) and its key's mod revision.
+    async fn fenced_at(&self, topic: TopicId) -> Result<(u64, i64), MetadataError> {
+        Ok(
+            match self
+                .get("read writer fence", self.keys.writers(topic))
+                .await?
+            {
+                Some(kv) => (decode("writer fence", kv.value())?, kv.mod_revision()),
+                None => (0, 0),
+            },
+        )
+    }
+
     async fn counter(&self, key: &str) -> Result<(u64, i64), MetadataError> {
         Ok(match self.get("read id counter", key).await? {
             Some(kv) => (decode("id counter", kv.value())?, kv.mod_revision()),
@@ -226,6 +239,14 @@ impl EtcdMetadataStore {
 
 /// The compare that holds while `key` has not changed since it was read at `mod_revision`
 /// (0: it was absent).
+/// Whether the first operation of a failed transaction's `or_else` (a get) found its key.
+fn first_get_found(resp: &TxnResponse) -> bool {
+    resp.op_responses()
+        .first()
+        .and_then(get_response)
+        .is_some_and(|r| !r.kvs().is_empty())
+}
+
 fn unchanged(key: impl Into<Vec<u8>>, mod_revision: i64) -> Compare {
     Compare::mod_revision(key, CompareOp::Equal, mod_revision)
 }
@@ -335,6 +356,7 @@ impl MetadataStore for EtcdMetadataStore {
                     TxnOp::delete(name_key.clone(), None),
                     TxnOp::delete(self.keys.topic_by_id(record.id), None),
                     TxnOp::delete(prefix, Some(DeleteOptions::new().with_prefix())),
+                    TxnOp::delete(self.keys.writers(record.id), None),
                     TxnOp::delete(
                         self.keys.topic_cursors(record.id),
                         Some(DeleteOptions::new().with_prefix()),
@@ -362,11 +384,27 @@ impl MetadataStore for EtcdMetadataStore {
         first_segment: u32,
         bookie: &str,
         now_ms: i64,
+        writer_epoch: Option<u64>,
     ) -> Result<LedgerRecord, MetadataError> {
         let topic_key = self.keys.topic_by_id(topic_id);
         let counter_key = self.keys.ledger_ids();
+        let writers_key = self.keys.writers(topic_id);
         loop {
+            let mut compares = vec![exists(topic_key.clone())];
+            if let Some(epoch) = writer_epoch {
+                let (fenced_at, rev) = self.fenced_at(topic_id).await?;
+                if epoch < fenced_at {
+                    return Err(MetadataError::Fenced {
+                        topic_id,
+                        epoch,
+                        fenced_at,
+                    });
+                }
+                // Not fenced higher between this read and the creation.
+                compares.push(unchanged(writers_key.clone(), rev));
+            }
             let (id, seen) = self.counter(&counter_key).await?;
+            compares.push(unchanged(counter_key.clone(), seen));
             let record = LedgerRecord {
                 id,
                 topic_id,
@@ -379,10 +417,7 @@ impl MetadataStore for EtcdMetadataStore {
                 bookie: bookie.to_string(),
             };
             let txn = Txn::new()
-                .when([
-                    exists(topic_key.clone()),
-                    unchanged(counter_key.clone(), seen),
-                ])
+                .when(compares)
                 .and_then([
                     TxnOp::put(counter_key.clone(), encode(&(id + 1)), None),
                     TxnOp::put(self.keys.ledger(topic_id, id), encode_ledger(&record), None),
@@ -393,12 +428,39 @@ impl MetadataStore for EtcdMetadataStore {
             if resp.succeeded() {
                 return Ok(record);
             }
-            let topic_found = resp
-                .op_responses()
-                .first()
-                .and_then(get_response)
-                .is_some_and(|r| !r.kvs().is_empty());
-            if !topic_found {
+            if !first_get_found(&resp) {
+                return Err(MetadataError::TopicNotFound(topic_id));
+            }
+        }
+    }
+
+    async fn fence_writers(&self, topic_id: TopicId, epoch: u64) -> Result<(), MetadataError> {
+        let topic_key = self.keys.topic_by_id(topic_id);
+        let writers_key = self.keys.writers(topic_id);
+        loop {
+            let (fenced_at, rev) = self.fenced_at(topic_id).await?;
+            if fenced_at > epoch {
+                return Err(MetadataError::Fenced {
+                    topic_id,
+                    epoch,
+                    fenced_at,
+                });
+            }
+            if fenced_at == epoch && rev != 0 {
+                return Ok(());
+            }
+            let txn = Txn::new()
+                .when([
+                    exists(topic_key.clone()),
+                    unchanged(writers_key.clone(), rev),
+                ])
+                .and_then([TxnOp::put(writers_key.clone(), encode(&epoch), None)])
+                .or_else([TxnOp::get(topic_key.clone(), None)]);
+            let resp = self.txn("fence writers", txn).await?;
+            if resp.succeeded() {
+                return Ok(());
+            }
+            if !first_get_found(&resp) {
                 return Err(MetadataError::TopicNotFound(topic_id));
             }
         }
