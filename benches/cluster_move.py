@@ -17,6 +17,11 @@ that a consumer from earliest reads every message once, in order.
 The same measure on a single node (SQLite metadata, `unload` without a destination: the same
 node loads the topic again) is the comparison, in the same run.
 
+Third measure, graceful stop: `t0` just before SIGTERM to the owner (which hands its topics
+over: marks itself stopping, closes its clients, seals, releases, exits); `t1` when the next
+synchronous `send()` is acknowledged by the other node; then the stopped node is started again
+(not timed) for the next round.
+
 Prints a JSON document, then a markdown snippet, on stdout; stops every process by PID.
 """
 import argparse
@@ -79,6 +84,28 @@ def rounds(nodes, topic, n, move_to):
     return total, admin
 
 
+def stop_rounds(nodes, etcd, prefix, topic, n):
+    """SIGTERM → first ack on the other node, seconds per round."""
+    by_id = {f"127.0.0.1:{x.http_port}": x for x in nodes}
+    client = pulsar.Client("pulsar://" + ",".join(f"127.0.0.1:{x.pulsar_port}" for x in nodes),
+                           operation_timeout_seconds=30)
+    times = []
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        producer.send(b"first")
+        for _ in range(n):
+            owner = by_id[owner_of(etcd, prefix, topic)]
+            t0 = time.perf_counter()
+            owner.stop()
+            producer.send(b"after")
+            times.append(time.perf_counter() - t0)
+            assert by_id[owner_of(etcd, prefix, topic)] is not owner
+            owner.start()
+    finally:
+        client.close()
+    return times
+
+
 def summary(xs):
     return {"median_ms": round(statistics.median(xs) * 1000, 1),
             "max_ms": round(max(xs) * 1000, 1), "rounds": len(xs)}
@@ -111,6 +138,8 @@ def main():
             return owner, [n for n in nodes if n is not owner][0]
         moved, moved_admin = rounds(nodes, topic, args.rounds, flip)
         assert owner_of(etcd, prefix, topic) is not None
+        stopped = stop_rounds(nodes, etcd, prefix, "persistent://public/default/bench-stop",
+                              max(3, args.rounds // 2))
 
         single = Service(args.bin, tempfile.mkdtemp(prefix="ll-move1-"), env=env)
         single.start()
@@ -127,6 +156,7 @@ def main():
         "planned_move_admin_call": summary(moved_admin),
         "unload_reload_one_node": summary(same),
         "unload_reload_admin_call": summary(same_admin),
+        "graceful_stop_two_nodes": summary(stopped),
     }
     print(json.dumps(out, indent=2))
     print(f"| planned move (unload → first ack on the other node) | "
@@ -135,6 +165,9 @@ def main():
     print(f"| unload → first ack, one node (comparison) | "
           f"{out['unload_reload_one_node']['median_ms']} ms median, "
           f"{out['unload_reload_one_node']['max_ms']} ms max |")
+    print(f"| graceful stop of the owner → first ack on the other node | "
+          f"{out['graceful_stop_two_nodes']['median_ms']} ms median, "
+          f"{out['graceful_stop_two_nodes']['max_ms']} ms max |")
 
 
 if __name__ == "__main__":

@@ -203,6 +203,7 @@ impl Service {
             version: env!("CARGO_PKG_VERSION").to_string(),
             bookie: log.bookie_id().to_string(),
             bookie_addr: bookie_addr.map(|a| a.to_string()),
+            draining: false,
         };
         let membership =
             Arc::new(Membership::join(coord.clone(), me, config.metadata.session_ttl * 2).await?);

@@ -25,6 +25,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use futures::StreamExt;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -63,6 +64,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub const SERVER_VERSION: &str = concat!("ledgerlake-", env!("CARGO_PKG_VERSION"));
 /// Highest protocol version this broker speaks.
 pub const PROTOCOL_VERSION: i32 = 21;
+
+/// Topics handed over at once at shutdown (each seal writes an index file and a record).
+const HANDOVER_CONCURRENCY: usize = 16;
 
 /// Shared broker state.
 #[derive(Debug)]
@@ -260,18 +264,39 @@ impl Broker {
     /// Stops accepting, closes connections, waits for their tasks, then saves every loaded
     /// topic's deduplication snapshot and durable cursors and stops its owner.
     pub async fn shutdown(&self) {
+        // Others place no topic here from now on; clients that reconnect go elsewhere.
+        if let Err(e) = self.ownership.drain().await {
+            tracing::warn!(error = %e, "marking this node as stopping failed");
+        }
         self.stop.cancel();
         self.tasks.close();
         self.tasks.wait().await;
-        // Every loaded topic, waiting for a slot held by a load or a deletion to be released.
+        // Every loaded topic, waiting for a slot held by a load or a deletion to be released;
+        // each is handed over: stopped, its open ledger sealed (so any node may serve it next,
+        // reading the ledger from this node's bookie while it runs), then released.
         let slots: Vec<Arc<TopicSlot>> = lock(&self.topics).values().cloned().collect();
-        for slot in slots {
-            let mut loaded = slot.0.lock().await;
-            if let Some(t) = loaded.take() {
-                self.forget_loaded(&t);
-                t.save_dedup_snapshot().await;
-                t.stop().await;
-            }
+        futures::stream::iter(slots)
+            .for_each_concurrent(HANDOVER_CONCURRENCY, |slot| async move {
+                let mut loaded = slot.0.lock().await;
+                if let Some(t) = loaded.take() {
+                    self.forget_loaded(&t);
+                    t.save_dedup_snapshot().await;
+                    t.stop().await;
+                    self.hand_over(&t).await;
+                }
+            })
+            .await;
+    }
+
+    /// Seals a stopped topic's open ledger and releases the topic (at shutdown).
+    async fn hand_over(&self, t: &BrokerTopic) {
+        let key = t.name.to_string();
+        if let Err(e) = t.log.seal_current().await {
+            tracing::warn!(topic = %key, error = %e,
+                "sealing at shutdown failed: the topic waits for this node to return");
+        }
+        if let Err(e) = self.ownership.release(&key).await {
+            tracing::warn!(topic = %key, error = %e, "releasing at shutdown failed");
         }
     }
 

@@ -47,6 +47,10 @@ pub struct NodeRecord {
     /// `host:port` of its bookie listener (node-to-node reads), when it serves one.
     #[serde(default)]
     pub bookie_addr: Option<String>,
+    /// The node is stopping: it hands its topics over and takes no new ones, while its bookie
+    /// still serves reads.
+    #[serde(default)]
+    pub draining: bool,
 }
 
 impl NodeRecord {
@@ -140,6 +144,20 @@ impl Membership {
         self.coord.session()
     }
 
+    /// Marks this node as stopping in its registration (it stays registered: its bookie still
+    /// serves reads); placement on every node then sends no topic here.
+    pub async fn drain(&self) -> Result<(), MembershipError> {
+        let record = NodeRecord {
+            draining: true,
+            ..self.me.clone()
+        };
+        let key = format!("{NODES}{}", self.me.id);
+        self.coord
+            .put(&key, &record.encode(), Expect::Any, true)
+            .await?;
+        Ok(())
+    }
+
     /// Leaves the cluster: the session ends and the registration goes at once.
     pub async fn leave(&self) -> Result<(), MembershipError> {
         Ok(self.coord.close().await?)
@@ -164,6 +182,7 @@ pub(crate) mod tests {
             version: "0.1.0".into(),
             bookie: format!("bookie-{id}"),
             bookie_addr: Some(format!("bookie-addr-of-{id}")),
+            draining: false,
         }
     }
 

@@ -83,6 +83,9 @@ pub enum OwnershipError {
     /// A planned move named a node that is not live.
     #[error("no live node has id {0} (ids are the nodes' advertised HTTP host:port, as /admin/v2/brokers lists them)")]
     UnknownNode(String),
+    /// This node is stopping and hands its topics over.
+    #[error("this node is stopping and takes no topic; look the topic up again")]
+    Draining,
     /// This node's coordination session ended: it serves no topic.
     #[error("this node lost its coordination session ({0:?}) and serves no topic")]
     SessionEnded(SessionState),
@@ -101,6 +104,8 @@ pub struct Ownership {
     membership: Arc<Membership>,
     /// Invariant: see the module docs; topic → epoch.
     owned: Mutex<HashMap<String, u64>>,
+    /// Invariant: once set (the node is stopping), no topic is claimed or placed here again.
+    draining: std::sync::atomic::AtomicBool,
 }
 
 fn owner_key(topic: &str) -> String {
@@ -130,6 +135,7 @@ impl Ownership {
             coord,
             membership,
             owned: Mutex::new(HashMap::new()),
+            draining: std::sync::atomic::AtomicBool::new(false),
         });
         // The moment the session is no longer live, nothing is owned any more.
         let mut session = ownership.coord.session();
@@ -234,11 +240,16 @@ impl Ownership {
                     }
                 }
             }
-            None if authoritative => None,
+            None if authoritative && !self.is_draining() => None,
             None => {
+                let draining = self.is_draining();
                 let nodes = self.membership.nodes().await?;
                 nodes
                     .into_iter()
+                    .filter(|n| {
+                        let stopping = n.draining || (draining && n.id == me.id);
+                        !stopping
+                    })
                     .max_by_key(|n| score(topic, &n.id))
                     .filter(|n| n.id != me.id)
             }
@@ -263,6 +274,9 @@ impl Ownership {
         self.live()?;
         if let Some(epoch) = self.epoch(topic) {
             return Ok(epoch);
+        }
+        if self.is_draining() {
+            return Err(OwnershipError::Draining);
         }
         let me = self.me().clone();
         if let Some(b) = holder.filter(|b| *b != me.bookie) {
@@ -320,13 +334,27 @@ impl Ownership {
         };
         let named = NodeRecord::decode(&v.value)?;
         let live = self.membership.nodes().await?;
-        Ok(live.into_iter().find(|n| n.id == named.id))
+        Ok(live.into_iter().find(|n| n.id == named.id && !n.draining))
     }
 
-    /// The live node with id `id`.
+    /// The live node with id `id`, unless it is stopping.
     pub async fn live_node(&self, id: &str) -> Result<Option<NodeRecord>, OwnershipError> {
         let live = self.membership.nodes().await?;
-        Ok(live.into_iter().find(|n| n.id == id))
+        Ok(live.into_iter().find(|n| n.id == id && !n.draining))
+    }
+
+    /// Stops taking topics (the node is stopping): no claim succeeds and placement sends
+    /// every unowned topic to another node, here and, once the registration says so, on every
+    /// node. Topics owned now stay owned until released.
+    pub async fn drain(&self) -> Result<(), OwnershipError> {
+        self.draining
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.membership.drain().await?;
+        Ok(())
+    }
+
+    fn is_draining(&self) -> bool {
+        self.draining.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Gives `topic` up (after it was unloaded or deleted here).

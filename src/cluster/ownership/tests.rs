@@ -251,3 +251,25 @@ async fn a_planned_move_steers_the_next_placement_once() -> TestResult {
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn a_stopping_node_is_placed_nothing_and_claims_nothing() -> TestResult {
+    let (nodes, _coords) = three().await?;
+    nodes[1].drain().await?;
+    let stopping = nodes[1].me().id.clone();
+    for i in 0..40 {
+        let topic = format!("persistent://t/n/drain-{i}");
+        for n in &nodes {
+            match n.place(&topic, None, i % 2 == 0).await? {
+                Placement::Local { .. } => assert_ne!(n.me().id, stopping, "{topic}"),
+                Placement::Remote { node, .. } => assert_ne!(node.id, stopping, "{topic}"),
+            }
+        }
+        assert!(matches!(
+            nodes[1].acquire(&topic, None).await,
+            Err(OwnershipError::Draining)
+        ));
+    }
+    assert!(nodes[0].live_node(&stopping).await?.is_none());
+    Ok(())
+}
