@@ -516,6 +516,11 @@ impl Inner {
         let mut more = false;
         for (partition, log) in &logs {
             let records = meta.topic_ledgers(log.id()).await?;
+            // Other nodes offload or delete the ledgers their bookies hold: keep this view's
+            // record of them current (stats, and reads that go to the lake once offloaded).
+            for r in records.iter().filter(|r| !self.log.holds(r)) {
+                log.set_record(r.clone());
+            }
             let open_bytes = log
                 .ledgers()
                 .iter()
@@ -721,7 +726,11 @@ impl Inner {
         let now = now_ms();
         for (_, log) in logs {
             let records = meta.topic_ledgers(log.id()).await?;
-            for l in plan::deletable(&records, policies, now) {
+            // Only the bookie holding a ledger deletes its copy.
+            for l in plan::deletable(&records, policies, now)
+                .into_iter()
+                .filter(|l| self.log.holds(l))
+            {
                 crate::failpoint::hit("offload.before_delete_local");
                 self.log.delete_local(l.id).await?;
                 tracing::info!(topic = %log.name(), ledger = l.id, "deleted local copy of an offloaded ledger");

@@ -1,0 +1,87 @@
+"""A cluster sharing one lake (issue 19): two nodes on one etcd, one S3 warehouse and one
+PostgreSQL catalog. A topic moved between the nodes has sealed ledgers on both bookies; each
+node offloads the ledgers its bookie holds, in ledger order, into the one table, which then
+holds every message exactly once (PyIceberg reads it), and consumers replay it from the lake."""
+import json
+import uuid
+
+import pulsar
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import NoSuchTableError
+
+from conftest import _free_port, eventually
+from lake import http, lake_rows, read_all, stats
+
+
+def test_a_moved_topic_is_offloaded_by_each_bookie_in_order(etcd, make_service, s3_server,
+                                                            postgres):
+    db = f"cat_{uuid.uuid4().hex[:8]}"
+    uri = postgres.create_database(db)
+    prefix = f"cl-{uuid.uuid4().hex[:8]}"
+    env = dict(s3_server.service_env(prefix), LEDGERLAKE_LAKE__CATALOG__URI=uri,
+               LEDGERLAKE_METADATA__SESSION_TTL="3s")
+    nodes = [make_service(env=env, args=["--metadata-url", etcd.url("/cl-lake"),
+                                         "--bookie-addr", f"127.0.0.1:{_free_port()}"])
+             for _ in range(2)]
+    for n in nodes:
+        n.start()
+    name = f"moved-{uuid.uuid4().hex[:6]}"
+    topic = f"persistent://public/default/{name}"
+    path = f"/admin/v2/persistent/public/default/{name}"
+    client = pulsar.Client("pulsar://" + ",".join(f"127.0.0.1:{n.pulsar_port}" for n in nodes),
+                           operation_timeout_seconds=30)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(60):
+            producer.send(f"a{i}".encode(), partition_key=f"k{i % 5}")
+        owners = {}
+        for key, value in etcd.items("/cl-lake/cluster/owners/").items():
+            owners[key.rsplit("/cluster/owners/", 1)[1]] = json.loads(value[1:])["id"]
+        first = [n for n in nodes if f"127.0.0.1:{n.http_port}" == owners[topic]][0]
+        second = [n for n in nodes if n is not first][0]
+        status, _ = http("PUT", f"{first.http}{path}/unload"
+                                f"?destinationBroker=127.0.0.1:{second.http_port}")
+        assert status == 204
+        for i in range(60):
+            producer.send(f"b{i}".encode(), partition_key=f"k{i % 5}")
+        produced = read_all(client, topic, 120)
+
+        # Offload everything: the new owner seals its ledger; its engine waits for the old
+        # owner's engine to commit the first ledger, then commits its own.
+        status, body = http("PUT", f"{second.http}{path}/offload")
+        assert status == 200, body
+
+        def load():
+            st = stats(second, topic)
+            assert st["lake"].get("tableName"), st["lake"]
+            catalog = SqlCatalog(st["lake"]["catalog"],
+                                 uri=uri.replace("postgres://", "postgresql+psycopg2://"),
+                                 warehouse=f"s3://warehouse/{prefix}",
+                                 **s3_server.pyiceberg_props())
+            ident = tuple(st["lake"]["namespace"]) + (st["lake"]["tableName"],)
+            try:
+                return catalog.load_table(ident)
+            except NoSuchTableError as e:
+                raise AssertionError(f"no table yet: {e}") from e
+
+        def all_in_the_lake():
+            assert len(lake_rows(load())[0]) == 120
+        eventually(all_in_the_lake, timeout=90, interval=1)
+        rows, _ = lake_rows(load())
+        assert {k: v["payload"] for k, v in rows.items()} == \
+            {k: v["payload"] for k, v in produced.items()}
+        assert len({k[0] for k in rows}) >= 2, "ledgers of both bookies are in the table"
+
+        # The owner's view follows what the other node offloaded.
+        def recorded():
+            _, internal = http("GET", f"{second.http}{path}/internalStats")
+            held = [l for l in internal["ledgers"] if l["entries"] > 0]
+            assert held and all(l["offloaded"] for l in held), internal["ledgers"]
+        eventually(recorded, timeout=30)
+
+        # SQL on both nodes agrees with the lake.
+        for n in nodes:
+            status, body = http("POST", f"{n.http}/sql", f'SELECT count(*) AS n FROM "{name}"')
+            assert status == 200 and body == [{"n": 120}], body
+    finally:
+        client.close()
