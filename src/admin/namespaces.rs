@@ -14,11 +14,15 @@
 //!   (`{"retentionTimeInMinutes": m, "retentionSizeInMB": s}`, -1 = no limit), enforced on the
 //!   log and the lake by the offload engine's passes.
 //!
+//! Also `PUT /admin/v2/namespaces/{tenant}/{namespace}/unload`: every topic of the namespace is
+//! unloaded on every node ([`crate::ops`]'s `unload_namespace`), clients reconnect and the
+//! topics are placed again.
+//!
 //! GET answers the value in force (the namespace's own, else the configured default).
 
-use axum::extract::{Path, State};
-use axum::http::StatusCode;
-use axum::routing::get;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::routing::{get, put};
 use axum::{Json, Router};
 use serde_json::json;
 
@@ -32,6 +36,7 @@ use crate::policies::{NamespacePolicies, RetentionPolicy};
 pub(super) fn routes() -> Router<AdminState> {
     let base = "/admin/v2/namespaces/{tenant}/{namespace}";
     Router::new()
+        .at(&format!("{base}/unload"), put(unload))
         .at(
             &format!("{base}/offloadThreshold"),
             get(get_threshold).put(put_threshold),
@@ -179,6 +184,31 @@ async fn effective(
 ) -> Result<crate::policies::EffectivePolicies, AdminError> {
     let ns = namespace_path(tenant, ns)?;
     Ok(state.ops()?.effective_policies(&ns).await?)
+}
+
+/// Query of `PUT …/unload`.
+#[derive(Debug, Default, serde::Deserialize)]
+struct UnloadParams {
+    /// Only this node's topics (how the node asked first reaches the others; ledgerlake's own).
+    #[serde(default)]
+    local: bool,
+}
+
+/// Unloads every topic of the namespace, on every node (`crate::ops` fans the call out).
+async fn unload(
+    State(s): State<AdminState>,
+    Path((t, n)): Path<(String, String)>,
+    Query(q): Query<UnloadParams>,
+    headers: HeaderMap,
+) -> Result<StatusCode, AdminError> {
+    let ns = namespace_path(&t, &n)?;
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    s.ops()?
+        .unload_namespace(&ns, q.local, authorization)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 async fn get_threshold(

@@ -308,6 +308,15 @@ impl Broker {
             .clone()
     }
 
+    /// Names of the topic partitions of `namespace` loaded here now.
+    pub fn loaded_in(&self, namespace: &crate::naming::NamespaceName) -> Vec<TopicName> {
+        self.loaded_topics()
+            .into_iter()
+            .filter(|t| &t.name.namespace == namespace)
+            .map(|t| t.name.clone())
+            .collect()
+    }
+
     /// The topics loaded now (never waits on a slot).
     fn loaded_topics(&self) -> Vec<Arc<BrokerTopic>> {
         lock(&self.loaded_index).values().cloned().collect()

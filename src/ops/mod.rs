@@ -26,6 +26,7 @@ use crate::verify::VerifyError;
 
 mod tenancy;
 mod topics;
+mod unload;
 pub use topics::Target;
 
 /// Why an operation failed.

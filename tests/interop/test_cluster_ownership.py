@@ -380,3 +380,40 @@ def test_a_node_stopping_gracefully_hands_its_topics_over(etcd, make_service):
         assert got == [f"m{i}".encode() for i in range(100)]
     finally:
         client.close()
+
+
+def test_a_namespace_unload_reaches_the_topics_of_every_node(etcd, make_service):
+    """`PUT /admin/v2/namespaces/{t}/{ns}/unload` on one node unloads the namespace's topics
+    on every node (the node asked forwards the call); clients carry on."""
+    prefix = "/own-nsunload"
+    nodes = _cluster(etcd, make_service, prefix)
+    ns = f"public/nsu-{uuid.uuid4().hex[:6]}"
+    nodes[0].create_namespace(ns)
+    topic = f"persistent://{ns}/spread"
+    assert _put(nodes[0], f"/admin/v2/persistent/{ns}/spread/partitions", 8) == 204
+    client = pulsar.Client(_multi_url(nodes), operation_timeout_seconds=30)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+        for i in range(80):
+            producer.send(f"m{i}".encode(), partition_key=f"k{i}")
+        owners = _owners(etcd, prefix)
+        per_node = {_id(n): [p for p, o in owners.items() if o == _id(n) and p.startswith(topic)]
+                    for n in nodes}
+        assert all(per_node.values()), per_node
+        assert _put(nodes[0], f"/admin/v2/namespaces/{ns}/unload", "") == 204
+        for n in nodes:
+            log = open(n.log_path).read()
+            for p in per_node[_id(n)]:
+                assert f"unloaded topic={p}" in log, (n.log_path, p)
+        for i in range(80, 100):
+            producer.send(f"m{i}".encode(), partition_key=f"k{i}")
+        got = set()
+        while len(got) < 100:
+            msg = consumer.receive(timeout_millis=20000)
+            got.add(msg.data())
+            consumer.acknowledge(msg)
+        assert got == {f"m{i}".encode() for i in range(100)}
+    finally:
+        client.close()
+    assert _put(nodes[1], "/admin/v2/namespaces/public/no-such-ns/unload", "") == 404
