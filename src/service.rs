@@ -107,6 +107,8 @@ pub struct Service {
     broker: Arc<Broker>,
     health: Arc<Health>,
     stop: CancellationToken,
+    /// Stops the bookie listener, after the broker handed its topics over.
+    bookie_stop: CancellationToken,
     http: tokio::task::JoinHandle<()>,
     meta: Arc<dyn MetadataStore>,
     /// This node's registration. Invariant: registered from readiness until `shutdown`.
@@ -165,13 +167,20 @@ impl Service {
             start_lake_side(config, &log, &policies).await?;
 
         let pulsar = bind_pulsar(config, &tls, &stop).await?;
+        // The bookie outlives the broker at shutdown: new owners read the ledgers handed over.
+        let bookie_stop = CancellationToken::new();
         let bookie_addr = match config.server.bookie_addr {
             Some(addr) => {
                 let listener = bind(addr, "bookie").await?;
                 let bound = listener.local_addr().map_err(ServiceError::Http)?;
-                crate::bookie::serve(listener, log.clone(), stop.clone());
+                crate::bookie::serve(listener, log.clone(), bookie_stop.clone());
                 tracing::info!(bookie_addr = %bound, "bookie listening (node-to-node reads)");
-                Some(bound)
+                // Bound to every interface: advertise the broker's advertised host.
+                Some(if bound.ip().is_unspecified() {
+                    node_id(&pulsar.advertised, bound)
+                } else {
+                    bound.to_string()
+                })
             }
             None => None,
         };
@@ -202,7 +211,7 @@ impl Service {
             started_at_ms: crate::ledger::now_ms(),
             version: env!("CARGO_PKG_VERSION").to_string(),
             bookie: log.bookie_id().to_string(),
-            bookie_addr: bookie_addr.map(|a| a.to_string()),
+            bookie_addr,
             draining: false,
         };
         let membership =
@@ -246,6 +255,7 @@ impl Service {
             broker,
             health,
             stop,
+            bookie_stop,
             http,
             meta,
             membership,
@@ -292,6 +302,7 @@ impl Service {
             task.shutdown().await;
         }
         drop(self.lake_runtime);
+        self.bookie_stop.cancel();
         self.log.shutdown().await?;
         if let Err(e) = self.membership.leave().await {
             tracing::warn!(error = %e, "leaving the cluster failed; the registration expires with its lease");

@@ -8,7 +8,11 @@
 //!
 //! Invariants:
 //! - A frame that fails to decode closes its connection and nothing else; the listener and the
-//!   other connections go on.
+//!   other connections go on. Request frames are capped at
+//!   [`crate::protocol::bookie::MAX_REQUEST_FRAME`] before anything is reserved for them, and
+//!   at most [`MAX_CONNECTIONS`] connections are served at once.
+//! - The listener stops after the broker has handed its topics over at shutdown (new owners
+//!   read the sealed ledgers here until this node exits).
 //! - The listener serves only what the log has confirmed (see [`crate::ledger::replica`]).
 //!
 //! Not built yet (issue 19): writes from other nodes (replicated ledgers), fencing; the
@@ -20,14 +24,17 @@ use std::sync::Arc;
 
 use futures::{SinkExt, StreamExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio_util::codec::Framed;
+use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
 
 use crate::ledger::{Confirmed, Entry, Log, ReadError};
 use crate::protocol::bookie::{
-    codec, decode_request, encode_response, BookieErrorCode, BookieRequest, BookieResponse,
-    WireEntry, READ_BUDGET,
+    codec, decode_request, encode_response, request_codec, BookieErrorCode, BookieRequest,
+    BookieResponse, WireEntry, READ_BUDGET,
 };
+
+/// Connections served at once; more wait in the listen backlog.
+pub const MAX_CONNECTIONS: usize = 256;
 
 pub mod client;
 
@@ -37,8 +44,16 @@ pub fn serve(
     log: Arc<Log>,
     stop: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     tokio::spawn(async move {
         loop {
+            let permit = tokio::select! {
+                _ = stop.cancelled() => return,
+                p = slots.clone().acquire_owned() => match p {
+                    Ok(p) => p,
+                    Err(_) => return,
+                },
+            };
             let accepted = tokio::select! {
                 _ = stop.cancelled() => return,
                 a = listener.accept() => a,
@@ -46,7 +61,11 @@ pub fn serve(
             match accepted {
                 Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
-                    tokio::spawn(connection(stream, peer, log.clone(), stop.clone()));
+                    let (log, stop) = (log.clone(), stop.clone());
+                    tokio::spawn(async move {
+                        connection(stream, peer, log, stop).await;
+                        drop(permit);
+                    });
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "accepting a bookie connection failed");
@@ -58,11 +77,14 @@ pub fn serve(
 }
 
 async fn connection(stream: TcpStream, peer: SocketAddr, log: Arc<Log>, stop: CancellationToken) {
-    let mut framed = Framed::new(stream, codec());
+    // Requests are read with the small request limit, answers written with the answers' one.
+    let (read, write) = stream.into_split();
+    let mut requests = FramedRead::new(read, request_codec());
+    let mut answers = FramedWrite::new(write, codec());
     loop {
         let frame = tokio::select! {
             _ = stop.cancelled() => return,
-            f = framed.next() => f,
+            f = requests.next() => f,
         };
         let frame = match frame {
             None => return,
@@ -80,7 +102,7 @@ async fn connection(stream: TcpStream, peer: SocketAddr, log: Arc<Log>, stop: Ca
             }
         };
         let response = answer(&log, request).await;
-        if let Err(e) = framed.send(encode_response(id, &response)).await {
+        if let Err(e) = answers.send(encode_response(id, &response)).await {
             tracing::debug!(%peer, error = %e, "bookie connection closed while answering");
             return;
         }
@@ -129,6 +151,12 @@ fn refusal(e: &ReadError) -> BookieResponse {
             error(BookieErrorCode::NoSuchEntry, *available, &e.to_string())
         }
         ReadError::Remote { .. } | ReadError::Deleted(_) | ReadError::UnknownLedger { .. } => {
+            error(BookieErrorCode::NotHeld, 0, &e.to_string())
+        }
+        // The copy was deleted (after its offload) between the check and the read.
+        ReadError::Index(crate::ledger::index::IndexFileError::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
             error(BookieErrorCode::NotHeld, 0, &e.to_string())
         }
         ReadError::Corrupt { .. } | ReadError::Index(_) => {

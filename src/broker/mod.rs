@@ -50,7 +50,7 @@ pub mod subscription;
 pub mod throttle;
 pub mod topic;
 
-use crate::cluster::ownership::{Ownership, Placement};
+use crate::cluster::ownership::{Ownership, OwnershipError, Placement};
 use crate::naming::TopicName;
 pub use error::BrokerError;
 use throttle::RateLimiter;
@@ -531,6 +531,33 @@ impl Broker {
         Ok(t)
     }
 
+    /// The log of topic `key` for this node, its owner at `epoch`. Where epochs fence, the
+    /// fence comes first and the store is read after it: an earlier owner may have created a
+    /// ledger between the holder check and the claim, but none after the fence; if it did, its
+    /// open ledger pins the topic to its bookie and the load is refused.
+    async fn own_log(&self, key: &str, epoch: u64) -> Result<crate::ledger::TopicLog, BrokerError> {
+        let log = self.log.topic_to_own(key).await?;
+        if !self.ownership.fences() {
+            return Ok(log);
+        }
+        log.fence(epoch).await?;
+        if let Some(bookie) = self.log.holder(key).await? {
+            if bookie != self.log.bookie_id() {
+                return Err(OwnershipError::HeldElsewhere {
+                    topic: key.to_string(),
+                    bookie,
+                }
+                .into());
+            }
+        }
+        // A view made before the fence may miss a ledger created just before it.
+        let fresh = self.log.topic_to_own(key).await?;
+        if !Arc::ptr_eq(&fresh.inner, &log.inner) {
+            fresh.fence(epoch).await?;
+        }
+        Ok(fresh)
+    }
+
     /// Loads topic partition `name` (`key` is its full name), owned here at `epoch`: its log
     /// (fencing earlier owners' writers where epochs can), deduplication state and durable
     /// subscriptions. Runs under the topic's slot lock only.
@@ -563,10 +590,7 @@ impl Broker {
                 self.check_topic_quota(&name.namespace, 1).await?;
             }
         }
-        let log = self.log.topic_to_own(&key).await?;
-        if self.ownership.fences() {
-            log.fence(epoch).await?;
-        }
+        let log = self.own_log(&key, epoch).await?;
         let lake = self.replay.as_ref().map(|r| r.topic(name));
         let policies = self
             .policies_of(name)

@@ -80,6 +80,14 @@ pub enum OwnershipError {
         /// The bookie id.
         bookie: String,
     },
+    /// A planned move hands the topic to another node, which is to claim it.
+    #[error("topic {topic} is being moved to {}", to.id)]
+    HandedOver {
+        /// Topic.
+        topic: String,
+        /// The node it moves to.
+        to: Box<NodeRecord>,
+    },
     /// A planned move named a node that is not live.
     #[error("no live node has id {0} (ids are the nodes' advertised HTTP host:port, as /admin/v2/brokers lists them)")]
     UnknownNode(String),
@@ -284,6 +292,16 @@ impl Ownership {
                 topic: topic.to_string(),
                 bookie: b.to_string(),
             });
+        }
+        // A planned move names another live node: only it claims the topic (a client of the
+        // old owner that reconnected during the move must not win it back).
+        if let Some(target) = self.transfer_target(topic).await? {
+            if target.id != me.id {
+                return Err(OwnershipError::HandedOver {
+                    topic: topic.to_string(),
+                    to: Box::new(target),
+                });
+            }
         }
         let key = owner_key(topic);
         match self

@@ -21,6 +21,9 @@ use super::metadata::{LedgerId, LedgerState};
 use super::read::read_located;
 use super::{Entry, Log, TopicLog};
 
+/// Entries a bookie puts in one answer at most (besides the byte budget).
+pub const MAX_ENTRIES_PER_ANSWER: u64 = 4096;
+
 /// How far a bookie has confirmed a ledger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Confirmed {
@@ -74,6 +77,8 @@ impl Log {
         last: u64,
         max_bytes: u64,
     ) -> Result<Vec<Entry>, ReadError> {
+        // Bounds the index copied per answer (the client asks again for the rest).
+        let last = last.min(first.saturating_add(MAX_ENTRIES_PER_ANSWER - 1));
         let located = match self.open_ledger(topic, ledger).await {
             Some(open) => {
                 let located = open.locate_range(first, last);

@@ -542,7 +542,16 @@ impl Inner {
             {
                 more = true;
             }
-            let n = plan::eligible(&candidates, open_bytes, &policies, now, manual);
+            // Ledgers of this bookie that hold back another bookie's (the topic moved away) go
+            // whatever the thresholds: nothing else would ever offload them.
+            let blocking = candidates
+                .last()
+                .is_some_and(|last| records.iter().any(|r| r.id > last.id && !self.log.holds(r)));
+            let n = if blocking {
+                candidates.len()
+            } else {
+                plan::eligible(&candidates, open_bytes, &policies, now, manual)
+            };
             for l in candidates.into_iter().take(n) {
                 let Some(seal) = l.seal else {
                     // Contract violation of the metadata store: stop this partition here rather

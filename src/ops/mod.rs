@@ -114,6 +114,13 @@ impl From<BrokerError> for OpsError {
                     topic,
                 }
             }
+            BrokerError::Ownership(OwnershipError::HandedOver { topic, to }) => {
+                OpsError::Redirect {
+                    why: format!("topic {topic} is being moved to {}", to.id),
+                    base: to.web_service_url,
+                    topic,
+                }
+            }
             BrokerError::Ownership(o @ OwnershipError::UnknownNode(_)) => {
                 OpsError::Invalid(o.to_string())
             }

@@ -11,7 +11,8 @@
 //! - A frame whose version, checksum, kind or body does not parse is refused as a whole
 //!   ([`BookieWireError`]); the peer closes that connection, nothing else.
 //! - Decoding never allocates more than the frame holds: counts are checked against the bytes
-//!   left before anything is reserved.
+//!   left before anything is reserved; a listener's framing refuses a declared length above
+//!   [`MAX_REQUEST_FRAME`] before reserving it.
 //! - Entries in a response are in ascending entry order, dense from the first one asked for.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -35,11 +36,25 @@ const KIND_ERROR: u8 = 0xFF;
 const HEAD: usize = 1 + 1 + 8;
 const TAIL: usize = 4;
 
-/// The framing codec of a bookie connection.
+/// Largest request frame a bookie accepts: requests are a topic name (at most 64 KiB) and a
+/// few integers. The framing layer reserves a frame's declared length as soon as it reads it,
+/// so a listener must never accept the answers' limit.
+pub const MAX_REQUEST_FRAME: usize = (64 << 10) + 64;
+
+/// The framing codec of the client side of a bookie connection (answers up to [`MAX_FRAME`]).
 pub fn codec() -> LengthDelimitedCodec {
+    framing(MAX_FRAME)
+}
+
+/// The framing codec of a bookie's listener (requests up to [`MAX_REQUEST_FRAME`]).
+pub fn request_codec() -> LengthDelimitedCodec {
+    framing(MAX_REQUEST_FRAME)
+}
+
+fn framing(max: usize) -> LengthDelimitedCodec {
     LengthDelimitedCodec::builder()
         .length_field_length(4)
-        .max_frame_length(MAX_FRAME)
+        .max_frame_length(max)
         .new_codec()
 }
 

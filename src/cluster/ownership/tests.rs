@@ -223,6 +223,12 @@ async fn a_planned_move_steers_the_next_placement_once() -> TestResult {
             other => panic!("unexpected placement {other:?}"),
         }
     }
+    // Only the named node claims it: the old owner (a client reconnected to it during the
+    // move) is refused.
+    assert!(matches!(
+        owner.acquire(topic, None).await,
+        Err(OwnershipError::HandedOver { .. })
+    ));
     // An open ledger on another bookie still wins over the transfer record.
     let holder = nodes[1].me().bookie.clone();
     match nodes[0].place(topic, Some(&holder), false).await? {
