@@ -35,6 +35,7 @@ use crate::ledger::Log;
 use crate::policies::PolicyStore;
 
 pub mod backlog;
+mod balance;
 pub mod connection;
 
 pub mod dedup;
@@ -217,6 +218,7 @@ impl Broker {
                 _ = broker.stop_serving_when_session_ends() => {}
             }
         });
+        self.spawn_load_manager(self.ownership.load_board());
         let broker = self.clone();
         self.tasks.spawn(async move {
             loop {

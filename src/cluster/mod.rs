@@ -2,9 +2,12 @@
 //! ([`crate::coord`]). A single node runs it too, on the in-process coordination store, so one
 //! code path serves both.
 //!
-//! Built so far: [`membership`] (each node registered under its session; the live nodes
-//! listed) and [`ownership`] (one owner per topic partition, with an epoch; placement of
-//! unowned topics). Replicated ledgers, fencing and handoff are issue 19's later slices.
+//! Built so far: [`membership`] (each node registered under its session, with its bookie
+//! address and whether it is stopping; the live nodes listed), [`ownership`] (one owner per
+//! topic partition, with an epoch that fences earlier owners' ledger creation; placement of
+//! unowned topics; planned moves) and [`load`] (load reports for the load managers).
+//! Replicated ledgers and bookie-side fencing and recovery are issue 19's later slices.
 
+pub mod load;
 pub mod membership;
 pub mod ownership;

@@ -166,6 +166,11 @@ impl Ownership {
         self.owned.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The load reports of this node's cluster ([`crate::cluster::load`]).
+    pub fn load_board(&self) -> crate::cluster::load::LoadBoard {
+        crate::cluster::load::LoadBoard::new(self.coord.clone(), self.membership.clone())
+    }
+
     /// This node's record.
     pub fn me(&self) -> &NodeRecord {
         self.membership.me()

@@ -175,6 +175,34 @@ pub struct BrokerConfig {
     /// The same for a whole Shared or Key_Shared subscription
     /// (`maxUnackedMessagesPerSubscription`; 0 = no limit).
     pub max_unacked_messages_per_subscription: u32,
+    /// The load manager of a cluster node: moves topics off a node well above the cluster's
+    /// mean load.
+    pub load_balancer: LoadBalancerConfig,
+}
+
+/// The load manager (Pulsar's load shedding, decentralised: each node sheds its own topics).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct LoadBalancerConfig {
+    /// How often each node reports its load and, if overloaded, moves one topic away. `0s`:
+    /// off.
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub interval: Duration,
+    /// A node is overloaded above the cluster's mean message rate × (1 + this).
+    pub overload_threshold: f64,
+    /// Below this many messages per second (in + out) a node never sheds.
+    pub min_rate: f64,
+}
+
+impl Default for LoadBalancerConfig {
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_secs(60),
+            overload_threshold: 0.25,
+            min_rate: 100.0,
+        }
+    }
 }
 
 impl Default for BrokerConfig {
@@ -191,6 +219,7 @@ impl Default for BrokerConfig {
             authentication: AuthenticationConfig::default(),
             max_unacked_messages_per_consumer: 50_000,
             max_unacked_messages_per_subscription: 200_000,
+            load_balancer: LoadBalancerConfig::default(),
         }
     }
 }

@@ -417,3 +417,62 @@ def test_a_namespace_unload_reaches_the_topics_of_every_node(etcd, make_service)
     finally:
         client.close()
     assert _put(nodes[1], "/admin/v2/namespaces/public/no-such-ns/unload", "") == 404
+
+
+def test_the_load_manager_moves_topics_off_an_overloaded_node(etcd, make_service):
+    """Four busy topics all on one node, the other idle: within a few load-manager rounds
+    (1 s here) the busy node moves topics to the idle one by planned moves; every message sent
+    meanwhile is acknowledged and read back in order."""
+    prefix = "/own-balance"
+    env = {"LEDGERLAKE_METADATA__SESSION_TTL": TTL, "LEDGERLAKE_LAKE__ENABLED": "false",
+           "LEDGERLAKE_BROKER__LOAD_BALANCER__INTERVAL": "1s",
+           "LEDGERLAKE_BROKER__LOAD_BALANCER__MIN_RATE": "5",
+           "LEDGERLAKE_METRICS__RATE_WINDOW": "3s"}
+    nodes = [make_service(env=env, args=["--metadata-url", etcd.url(prefix),
+                                         "--bookie-addr", f"127.0.0.1:{_free_port()}"])
+             for _ in range(2)]
+    for n in nodes:
+        n.start()
+    busy, idle = nodes
+    stem = f"balance-{uuid.uuid4().hex[:6]}"
+    topics = [f"persistent://public/default/{stem}-{i}" for i in range(4)]
+    client = pulsar.Client(_multi_url(nodes), operation_timeout_seconds=30)
+    try:
+        producers = [client.create_producer(t, batching_enabled=False) for t in topics]
+        for t in topics:
+            if _owners(etcd, prefix)[t] != _id(busy):
+                local = t.rsplit("/", 1)[1]
+                assert _put(_node_of(nodes, _owners(etcd, prefix)[t]),
+                            f"/admin/v2/persistent/public/default/{local}/unload"
+                            f"?destinationBroker={_id(busy)}", "") == 204
+        sent = [0] * len(topics)
+        for i, p in enumerate(producers):
+            p.send(f"{i}-{sent[i]}".encode())
+            sent[i] += 1
+        assert all(_owners(etcd, prefix)[t] == _id(busy) for t in topics)
+        moved_at = None
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            for i, p in enumerate(producers):
+                p.send_async(f"{i}-{sent[i]}".encode(), None)
+                sent[i] += 1
+            time.sleep(0.02)
+            if moved_at is None and any(o == _id(idle) for t, o in _owners(etcd, prefix).items()
+                                        if t in topics):
+                moved_at = time.time()
+            if moved_at is not None and time.time() - moved_at > 2:
+                break
+        assert moved_at is not None, "no topic moved to the idle node"
+        for p in producers:
+            p.flush()
+        for i, t in enumerate(topics):
+            reader = client.create_reader(t, pulsar.MessageId.earliest)
+            got = [reader.read_next(timeout_millis=20000).data() for _ in range(sent[i])]
+            assert got == [f"{i}-{n}".encode() for n in range(sent[i])], t
+    finally:
+        client.close()
+    assert "load manager: moving a topic" in open(busy.log_path).read()
+
+
+def _node_of(nodes, node_id):
+    return [n for n in nodes if _id(n) == node_id][0]
