@@ -61,10 +61,19 @@ class Sends:
         return [r[1] for r in self.results]
 
 
+# Ports handed out in this process: the kernel may offer a just-closed port again, so two
+# listeners of one service (or of two) could otherwise be given the same one.
+_GIVEN = set()
+
+
 def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
 
 
 class Service:
