@@ -119,7 +119,11 @@ async fn answer(log: &Log, request: BookieRequest) -> BookieResponse {
             max_bytes,
         } => {
             if last < first {
-                return error(BookieErrorCode::BadRequest, 0, "last entry before first");
+                return BookieResponse::error(
+                    BookieErrorCode::BadRequest,
+                    0,
+                    "last entry before first",
+                );
             }
             let budget = u64::from(max_bytes.min(READ_BUDGET));
             match log.serve_read(&topic, ledger, first, last, budget).await {
@@ -148,30 +152,22 @@ fn wire(e: Entry) -> WireEntry {
 fn refusal(e: &ReadError) -> BookieResponse {
     match e {
         ReadError::NoSuchEntry { available, .. } => {
-            error(BookieErrorCode::NoSuchEntry, *available, &e.to_string())
+            BookieResponse::error(BookieErrorCode::NoSuchEntry, *available, e.to_string())
         }
         ReadError::Remote { .. } | ReadError::Deleted(_) | ReadError::UnknownLedger { .. } => {
-            error(BookieErrorCode::NotHeld, 0, &e.to_string())
+            BookieResponse::error(BookieErrorCode::NotHeld, 0, e.to_string())
         }
         // The copy was deleted (after its offload) between the check and the read.
         ReadError::Index(crate::ledger::index::IndexFileError::Io { source, .. })
             if source.kind() == std::io::ErrorKind::NotFound =>
         {
-            error(BookieErrorCode::NotHeld, 0, &e.to_string())
+            BookieResponse::error(BookieErrorCode::NotHeld, 0, e.to_string())
         }
         ReadError::Corrupt { .. } | ReadError::Index(_) => {
             tracing::error!(error = %e, "a peer's read found a corrupt entry");
-            error(BookieErrorCode::Corrupt, 0, &e.to_string())
+            BookieResponse::error(BookieErrorCode::Corrupt, 0, e.to_string())
         }
-        _ => error(BookieErrorCode::Unavailable, 0, &e.to_string()),
-    }
-}
-
-fn error(code: BookieErrorCode, available: u64, message: &str) -> BookieResponse {
-    BookieResponse::Error {
-        code,
-        available,
-        message: message.to_string(),
+        _ => BookieResponse::error(BookieErrorCode::Unavailable, 0, e.to_string()),
     }
 }
 

@@ -33,12 +33,13 @@ use tokio_util::task::TaskTracker;
 use crate::config::LakeConfig;
 use crate::lake::commit::{self, LedgerSlice, Progress, WriteOptions};
 use crate::lake::typed::{self, PayloadCodec};
-use crate::lake::{naming, orphans, Lake, LakeError};
+use crate::lake::{naming, Lake, LakeError};
 use crate::ledger::{now_ms, LedgerState, Log, MetadataError, TopicLog};
 use crate::naming::TopicName;
 use crate::policies::{PoliciesError, PolicyStore};
 use crate::schema as topic_schema;
 
+mod housekeeping;
 pub mod log_retention;
 pub mod plan;
 pub mod retention;
@@ -724,72 +725,6 @@ impl Inner {
             t
         };
         Ok((table, Some(codec)))
-    }
-
-    async fn delete_expired(
-        &self,
-        logs: &[(i32, TopicLog)],
-        policies: &crate::policies::EffectivePolicies,
-    ) -> Result<(), OffloadError> {
-        let meta = self.log.metadata();
-        let now = now_ms();
-        for (_, log) in logs {
-            let records = meta.topic_ledgers(log.id()).await?;
-            // Only the bookie holding a ledger deletes its copy.
-            for l in plan::deletable(&records, policies, now)
-                .into_iter()
-                .filter(|l| self.log.holds(l))
-            {
-                crate::failpoint::hit("offload.before_delete_local");
-                self.log.delete_local(l.id).await?;
-                tracing::info!(topic = %log.name(), ledger = l.id, "deleted local copy of an offloaded ledger");
-            }
-        }
-        Ok(())
-    }
-
-    /// Routine snapshot expiry ([`crate::lake::history`]); a failure is logged and retried
-    /// after the next commit, it never fails the pass.
-    async fn expire_history(&self, base: &TopicName, table: Table) -> Option<Table> {
-        match crate::lake::history::expire_old_snapshots(&self.lake, table, now_ms()).await {
-            Ok((table, 0)) => Some(table),
-            Ok((table, n)) => {
-                tracing::info!(topic = %base, table = %table.identifier(), expired = n,
-                    "old snapshots expired");
-                Some(table)
-            }
-            Err(e) => {
-                tracing::warn!(topic = %base, error = %e, "expiring old snapshots failed");
-                None
-            }
-        }
-    }
-
-    async fn sweep_orphans(&self, base: &TopicName, slot: &TableSlot, table: Option<Table>) {
-        {
-            let mut last = lock(&slot.last_orphan_check);
-            if last.is_some_and(|t| t.elapsed() < self.config.orphan_check_interval) {
-                return;
-            }
-            *last = Some(Instant::now());
-        }
-        let table = match table {
-            Some(t) => Some(t),
-            None => self
-                .lake
-                .load_table(&naming::table_ident(base))
-                .await
-                .ok()
-                .flatten(),
-        };
-        let Some(table) = table else { return };
-        match orphans::delete_orphans(&self.lake, &table, self.config.orphan_file_age).await {
-            Ok(r) if !r.deleted.is_empty() => {
-                tracing::info!(topic = %base, deleted = r.deleted.len(), "orphan files removed")
-            }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(topic = %base, error = %e, "orphan sweep failed"),
-        }
     }
 }
 

@@ -155,6 +155,17 @@ pub enum BookieResponse {
     },
 }
 
+impl BookieResponse {
+    /// A refusal.
+    pub fn error(code: BookieErrorCode, available: u64, message: impl Into<String>) -> Self {
+        BookieResponse::Error {
+            code,
+            available,
+            message: message.into(),
+        }
+    }
+}
+
 /// A frame that is not a valid message of this protocol.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BookieWireError {

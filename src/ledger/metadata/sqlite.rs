@@ -27,109 +27,11 @@ use super::{
 /// Schema version this build writes and reads.
 pub const SCHEMA_VERSION: i64 = 1;
 
-const SCHEMA: &[&str] = &[
-    "CREATE TABLE IF NOT EXISTS ll_meta (key TEXT PRIMARY KEY, value BIGINT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS ll_topics (
-        topic_id BIGINT PRIMARY KEY,
-        name TEXT NOT NULL UNIQUE,
-        created_at_ms BIGINT NOT NULL,
-        writer_epoch BIGINT NOT NULL DEFAULT 0)",
-    "CREATE TABLE IF NOT EXISTS ll_ledgers (
-        ledger_id BIGINT PRIMARY KEY,
-        topic_id BIGINT NOT NULL REFERENCES ll_topics(topic_id),
-        state SMALLINT NOT NULL,
-        first_segment BIGINT NOT NULL,
-        last_segment BIGINT,
-        entry_count BIGINT,
-        size_bytes BIGINT,
-        min_publish_ms BIGINT,
-        max_publish_ms BIGINT,
-        checksum BIGINT,
-        created_at_ms BIGINT NOT NULL,
-        state_changed_at_ms BIGINT NOT NULL,
-        offload_ref TEXT)",
-    "CREATE INDEX IF NOT EXISTS ll_ledgers_topic ON ll_ledgers(topic_id, ledger_id)",
-    "CREATE TABLE IF NOT EXISTS ll_cursors (
-        topic_id BIGINT NOT NULL REFERENCES ll_topics(topic_id),
-        subscription TEXT NOT NULL,
-        state BLOB NOT NULL,
-        updated_at_ms BIGINT NOT NULL,
-        PRIMARY KEY (topic_id, subscription))",
-    "CREATE INDEX IF NOT EXISTS ll_ledgers_state ON ll_ledgers(state)",
-    "CREATE TABLE IF NOT EXISTS ll_schemas (
-        topic TEXT NOT NULL,
-        version BIGINT NOT NULL,
-        schema BLOB NOT NULL,
-        PRIMARY KEY (topic, version))",
-    "CREATE TABLE IF NOT EXISTS ll_partitioned_topics (
-        name TEXT PRIMARY KEY,
-        partitions BIGINT NOT NULL)",
-    // Added after schema version 1 shipped; additive (older builds ignore it): ADR 0002.
-    "CREATE TABLE IF NOT EXISTS ll_policies (
-        scope TEXT PRIMARY KEY,
-        policies BLOB NOT NULL)",
-    "INSERT OR IGNORE INTO ll_meta(key, value) VALUES ('schema_version', 1)",
-    // `ll_ledgers.bookie` is added by `add_bookie_column` (SQLite has no ADD COLUMN IF NOT
-    // EXISTS).
-    "INSERT OR IGNORE INTO ll_meta(key, value) VALUES ('next_topic_id', 1)",
-    "INSERT OR IGNORE INTO ll_meta(key, value) VALUES ('next_ledger_id', 1)",
-];
+mod schema;
 
 const LEDGER_COLUMNS: &str = "ledger_id, topic_id, state, first_segment, last_segment, entry_count, \
      size_bytes, min_publish_ms, max_publish_ms, checksum, created_at_ms, state_changed_at_ms, offload_ref, \
      bookie";
-
-/// Adds the columns later formats added (`ll_ledgers.bookie`, ADR 0007; `ll_topics.
-/// writer_epoch`, ADR 0008) to a database made before them: old ledger rows read as held by
-/// the local node (empty bookie), old topics as never fenced.
-async fn add_bookie_column(pool: &SqlitePool) -> Result<(), MetadataError> {
-    for (table, column, ddl) in [
-        (
-            "ll_ledgers",
-            "bookie",
-            "ALTER TABLE ll_ledgers ADD COLUMN bookie TEXT NOT NULL DEFAULT ''",
-        ),
-        (
-            "ll_topics",
-            "writer_epoch",
-            "ALTER TABLE ll_topics ADD COLUMN writer_epoch BIGINT NOT NULL DEFAULT 0",
-        ),
-    ] {
-        let has: Option<i64> = sqlx::query("SELECT 1 FROM pragma_table_info(?) WHERE name = ?")
-            .bind(table)
-            .bind(column)
-            .fetch_optional(pool)
-            .await
-            .map_err(backend("inspect a table"))?
-            .map(|r| r.try_get(0))
-            .transpose()
-            .map_err(backend("inspect a table"))?;
-        if has.is_none() {
-            sqlx::query(ddl)
-                .execute(pool)
-                .await
-                .map_err(backend("add a column"))?;
-        }
-    }
-    Ok(())
-}
-
-/// The epoch topic `topic_id`'s writers are fenced at, read inside `tx`.
-async fn fence_of(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-    topic_id: TopicId,
-) -> Result<i64, MetadataError> {
-    let fenced_at: Option<i64> =
-        sqlx::query("SELECT writer_epoch FROM ll_topics WHERE topic_id = ?")
-            .bind(topic_id as i64)
-            .fetch_optional(&mut **tx)
-            .await
-            .map_err(backend("find topic"))?
-            .map(|r| r.try_get(0))
-            .transpose()
-            .map_err(backend("find topic"))?;
-    fenced_at.ok_or(MetadataError::TopicNotFound(topic_id))
-}
 
 /// SQLite-backed metadata store.
 #[derive(Debug, Clone)]
@@ -176,13 +78,13 @@ impl SqliteMetadataStore {
             .connect_with(opts)
             .await
             .map_err(backend("open"))?;
-        for stmt in SCHEMA {
+        for stmt in schema::SCHEMA {
             sqlx::query(stmt)
                 .execute(&pool)
                 .await
                 .map_err(backend("create schema"))?;
         }
-        add_bookie_column(&pool).await?;
+        schema::add_later_columns(&pool).await?;
         let version: i64 = sqlx::query("SELECT value FROM ll_meta WHERE key = 'schema_version'")
             .fetch_one(&pool)
             .await
@@ -385,7 +287,7 @@ impl MetadataStore for SqliteMetadataStore {
         writer_epoch: Option<u64>,
     ) -> Result<LedgerRecord, MetadataError> {
         let mut tx = self.pool.begin().await.map_err(backend("begin"))?;
-        let fenced_at = fence_of(&mut tx, topic_id).await?;
+        let fenced_at = schema::fence_of(&mut tx, topic_id).await?;
         if let Some(epoch) = writer_epoch.filter(|e| (*e as i64) < fenced_at) {
             return Err(MetadataError::Fenced {
                 topic_id,
@@ -431,7 +333,7 @@ impl MetadataStore for SqliteMetadataStore {
 
     async fn fence_writers(&self, topic_id: TopicId, epoch: u64) -> Result<(), MetadataError> {
         let mut tx = self.pool.begin().await.map_err(backend("begin"))?;
-        let fenced_at = fence_of(&mut tx, topic_id).await?;
+        let fenced_at = schema::fence_of(&mut tx, topic_id).await?;
         if fenced_at as u64 > epoch {
             return Err(MetadataError::Fenced {
                 topic_id,

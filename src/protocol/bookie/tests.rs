@@ -46,13 +46,8 @@ fn response() -> impl Strategy<Value = BookieResponse> {
         proptest::collection::vec(entry, 0..8).prop_map(BookieResponse::Entries),
         (any::<u64>(), any::<bool>())
             .prop_map(|(count, open)| BookieResponse::LastConfirmed { count, open }),
-        (code, any::<u64>(), ".{0,60}").prop_map(|(code, available, message)| {
-            BookieResponse::Error {
-                code,
-                available,
-                message,
-            }
-        }),
+        (code, any::<u64>(), ".{0,60}")
+            .prop_map(|(code, available, message)| BookieResponse::error(code, available, message)),
     ]
 }
 
