@@ -364,6 +364,30 @@ impl PolicyStore {
         Ok(out)
     }
 
+    /// Whether retention can remove anything anywhere: the broker default or some namespace's
+    /// own retention policy is finite (one listing of the namespaces' policies).
+    pub async fn any_finite_retention(&self) -> Result<bool, PoliciesError> {
+        let d = &self.defaults;
+        let default = RetentionPolicy {
+            retention_time_in_minutes: d.retention_time_minutes,
+            retention_size_in_mb: d.retention_size_mb,
+        };
+        if !default.is_infinite() {
+            return Ok(true);
+        }
+        let prefix = "namespace:";
+        for (scope, blob) in self.meta.list_policies(prefix).await? {
+            let p = NamespacePolicies::decode(&blob).map_err(|reason| PoliciesError::Corrupt {
+                owner: scope.trim_start_matches(prefix).to_string(),
+                reason,
+            })?;
+            if p.retention.is_some_and(|r| !r.is_infinite()) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     async fn scoped(&self, key: &str, owner: &str) -> Result<NamespacePolicies, PoliciesError> {
         if let Some(p) = self
             .cache

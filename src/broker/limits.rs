@@ -95,7 +95,6 @@ impl ConsumerLimits {
     }
 
     /// Consumers attached now.
-    #[cfg(test)]
     pub fn attached(&self) -> usize {
         self.attached.load(Ordering::Acquire)
     }

@@ -273,6 +273,8 @@ impl Broker {
             self.ownership.hand_over(&key, to).await?;
         }
         self.ownership.release(&key).await?;
+        // Nothing of it stays in memory (unless its ledger could not be sealed).
+        self.log.forget(&topic.log).await;
         tracing::info!(topic = %name, to = ?destination, "unloaded");
         Ok(true)
     }

@@ -40,6 +40,7 @@ pub mod connection;
 
 pub mod dedup;
 pub mod error;
+mod idle;
 pub mod limits;
 pub mod manage;
 pub(crate) mod measure;
@@ -104,6 +105,8 @@ pub struct Broker {
     publish_budget: Arc<tokio::sync::Semaphore>,
     /// What topics measure (`[metrics]`).
     measures: measure::Settings,
+    /// Idle topics asking to be unloaded ([`idle`]).
+    idle: idle::IdleQueue,
 }
 
 /// One topic partition's place in the broker: empty until loaded. Its lock is held while the
@@ -140,6 +143,7 @@ impl Broker {
             group_limiters: Default::default(),
             publish_budget: Arc::new(tokio::sync::Semaphore::new(topic::PUBLISH_BUDGET)),
             measures: metrics.into(),
+            idle: idle::IdleQueue::new(),
         })
     }
 
@@ -219,6 +223,7 @@ impl Broker {
             }
         });
         self.spawn_load_manager(self.ownership.load_board());
+        self.spawn_idle_unloader();
         let broker = self.clone();
         self.tasks.spawn(async move {
             loop {
@@ -245,6 +250,7 @@ impl Broker {
     /// Serves `pulsar+ssl://` connections from `incoming` (handshaken already) until
     /// [`Broker::shutdown`].
     pub fn serve_tls(self: &Arc<Self>, mut incoming: crate::tls::TlsIncoming) {
+        self.spawn_idle_unloader();
         let broker = self.clone();
         self.tasks.spawn(async move {
             loop {
@@ -331,6 +337,7 @@ impl Broker {
         if index.get(&key).is_some_and(|t| Arc::ptr_eq(t, topic)) {
             index.remove(&key);
         }
+        crate::metrics::node().topics_loaded.set(index.len() as i64);
     }
 
     fn next_id(&self) -> u64 {
@@ -516,6 +523,7 @@ impl Broker {
         if let Some(t) = &*loaded {
             return Ok(t.clone());
         }
+        let started = std::time::Instant::now();
         let holder = self.log.holder(&key).await?;
         let epoch = self.ownership.acquire(&key, holder.as_deref()).await?;
         let t = match self.load_topic(name, &key, epoch).await {
@@ -529,7 +537,16 @@ impl Broker {
             }
         };
         *loaded = Some(t.clone());
-        lock(&self.loaded_index).insert(key, t.clone());
+        let n = {
+            let mut index = lock(&self.loaded_index);
+            index.insert(key, t.clone());
+            index.len()
+        };
+        let metrics = crate::metrics::node();
+        metrics.topics_loaded.set(n as i64);
+        metrics
+            .topic_load_seconds
+            .observe(started.elapsed().as_secs_f64());
         Ok(t)
     }
 
@@ -625,6 +642,7 @@ impl Broker {
             persist_every: self.config.cursor_persist_interval,
             publish_budget: self.publish_budget.clone(),
             measures: self.measures,
+            idle: self.idle_unload(),
         });
         self.apply_throttle(&topic).await;
         if name.partition().is_some() {

@@ -96,6 +96,17 @@ pub(crate) struct OwnerSetup {
     pub publish_budget: Arc<tokio::sync::Semaphore>,
     /// What to measure (`[metrics]`).
     pub measures: super::measure::Settings,
+    /// Unloading once idle (`None`: never).
+    pub idle: Option<IdleUnload>,
+}
+
+/// How a loaded topic asks the broker to unload it once idle (`broker.unload_idle_after`).
+#[derive(Debug, Clone)]
+pub(crate) struct IdleUnload {
+    /// Idle this long: no producer, no consumer, nothing in flight, no client command.
+    pub after: Duration,
+    /// The broker's queue of topics asking to be unloaded.
+    pub ask: mpsc::UnboundedSender<std::sync::Weak<BrokerTopic>>,
 }
 
 /// An append whose SEND waits for durability.
@@ -137,6 +148,11 @@ struct Owner {
     /// without the earlier one (a gap; with deduplication the retried earlier one would be
     /// taken for a duplicate and lost).
     fenced: std::collections::HashSet<Arc<str>>,
+    /// Unloading once idle (`None`: never).
+    idle: Option<IdleUnload>,
+    /// When a client last asked something of the topic (a SEND, a producer or consumer
+    /// coming or going) or was last seen attached.
+    last_busy: std::time::Instant,
 }
 
 /// Starts the owner of a loaded topic partition and returns its handle.
@@ -182,6 +198,8 @@ pub(crate) fn spawn(setup: OwnerSetup) -> Arc<BrokerTopic> {
         fenced: Default::default(),
         age_probe: None,
         check: None,
+        idle: setup.idle,
+        last_busy: std::time::Instant::now(),
     };
     tokio::spawn(run(owner, rx));
     topic
@@ -199,12 +217,18 @@ enum Exit {
     Deleted(oneshot::Sender<Result<(), BrokerError>>),
     /// Stopped.
     Stopped(oneshot::Sender<()>),
+    /// Unloaded because idle.
+    Idle(oneshot::Sender<bool>),
 }
 
 async fn run(mut owner: Owner, mut rx: mpsc::Receiver<TopicCommand>) {
     // A quota exceeded before a restart holds from the start, not from the first tick.
     owner.start_backlog_check();
     let mut appends = FuturesOrdered::new();
+    // One timer while loaded, reset only when it fires: commands just note the time.
+    let idle_after = owner.idle.as_ref().map(|i| i.after);
+    let idle_timer = tokio::time::sleep(idle_after.unwrap_or(Duration::MAX / 4));
+    tokio::pin!(idle_timer);
     let exit = loop {
         tokio::select! {
             biased;
@@ -212,9 +236,17 @@ async fn run(mut owner: Owner, mut rx: mpsc::Receiver<TopicCommand>) {
             cmd = rx.recv() => match cmd {
                 None => break None,
                 Some(TopicCommand::Publish(request)) => {
+                    owner.last_busy = std::time::Instant::now();
                     if let Some((f, receipt)) = owner.publish(request).await {
                         appends.push_back(settle(f, receipt));
                     }
+                }
+                Some(TopicCommand::UnloadIfIdle(reply)) => {
+                    if appends.is_empty() && owner.idle_enough() {
+                        owner.unload().await;
+                        break Some(Exit::Idle(reply));
+                    }
+                    let _ = reply.send(false);
                 }
                 Some(TopicCommand::Delete { force, reply }) => match owner.delete(force).await {
                     Ok(()) => break Some(Exit::Deleted(reply)),
@@ -232,6 +264,22 @@ async fn run(mut owner: Owner, mut rx: mpsc::Receiver<TopicCommand>) {
                 }
                 Some(cmd) => owner.handle(cmd).await,
             },
+            () = &mut idle_timer, if idle_after.is_some() => {
+                let after = idle_after.unwrap_or_default();
+                let now = std::time::Instant::now();
+                if !appends.is_empty() || !owner.is_idle() {
+                    owner.last_busy = now;
+                }
+                let next = if appends.is_empty() && owner.idle_enough() {
+                    // Asked: the broker answers through `UnloadIfIdle`. Should the topic
+                    // still be here after another period (it became busy), ask again.
+                    owner.ask_unload();
+                    now + after
+                } else {
+                    owner.last_busy + after
+                };
+                idle_timer.as_mut().reset(next.into());
+            }
         }
     };
     if let Some(check) = owner.check.take() {
@@ -246,6 +294,9 @@ async fn run(mut owner: Owner, mut rx: mpsc::Receiver<TopicCommand>) {
         }
         Some(Exit::Stopped(reply)) => {
             let _ = reply.send(());
+        }
+        Some(Exit::Idle(reply)) => {
+            let _ = reply.send(true);
         }
         None => {}
     }
@@ -333,6 +384,7 @@ impl Owner {
     async fn handle(&mut self, cmd: TopicCommand) {
         match cmd {
             TopicCommand::AddProducer { name, slot, reply } => {
+                self.last_busy = std::time::Instant::now();
                 // A producer registering anew resends what was not acknowledged, in order.
                 self.fenced.remove(name.as_str());
                 let result = self.add_producer(name.clone(), slot);
@@ -348,6 +400,7 @@ impl Owner {
                 conn,
                 producer_id,
             } => {
+                self.last_busy = std::time::Instant::now();
                 let same = |p: &ProducerSlot| p.conn == conn && p.producer_id == producer_id;
                 if self.producers.get(&name).is_some_and(same) {
                     self.producers.remove(&name);
@@ -355,6 +408,7 @@ impl Owner {
                 self.producers_changed();
             }
             TopicCommand::Subscribe { request, reply } => {
+                self.last_busy = std::time::Instant::now();
                 let _ = reply.send(self.subscribe(request));
             }
             TopicCommand::ForgetSubscription { handle, reply } => {
@@ -386,7 +440,29 @@ impl Owner {
             TopicCommand::Publish(_)
             | TopicCommand::Delete { .. }
             | TopicCommand::Stop(_)
-            | TopicCommand::Unload(_) => {}
+            | TopicCommand::Unload(_)
+            | TopicCommand::UnloadIfIdle(_) => {}
+        }
+    }
+
+    /// Whether no client is attached and no backlog check runs.
+    fn is_idle(&self) -> bool {
+        self.producers.is_empty() && self.topic.limits.attached() == 0 && self.check.is_none()
+    }
+
+    /// Idle, and for the whole idle period (appends in flight are the caller's to check).
+    fn idle_enough(&self) -> bool {
+        self.is_idle()
+            && self
+                .idle
+                .as_ref()
+                .is_some_and(|i| self.last_busy.elapsed() >= i.after)
+    }
+
+    /// Asks the broker to unload this topic (it checks again through `UnloadIfIdle`).
+    fn ask_unload(&self) {
+        if let Some(i) = &self.idle {
+            let _ = i.ask.send(Arc::downgrade(&self.topic));
         }
     }
 

@@ -189,6 +189,8 @@ pub(crate) enum TopicCommand {
     /// Unload: close producers and consumers (they reconnect and load the topic anew), save
     /// cursors, settle appends in flight, and stop the owner.
     Unload(oneshot::Sender<()>),
+    /// Unload (as `Unload`) only if still idle for the idle period; replies whether it did.
+    UnloadIfIdle(oneshot::Sender<bool>),
 }
 
 impl BrokerTopic {
@@ -326,5 +328,20 @@ impl BrokerTopic {
     /// Closes the partition's clients, saves its cursors and stops its owner.
     pub(crate) async fn unload(&self) {
         let _ = self.ask(TopicCommand::Unload).await;
+    }
+
+    /// Unloads the topic if it is still idle; whether it did (`false` also when it stopped
+    /// already).
+    pub(crate) async fn unload_if_idle(&self) -> bool {
+        let (tx, rx) = oneshot::channel();
+        if self
+            .owner
+            .send(TopicCommand::UnloadIfIdle(tx))
+            .await
+            .is_err()
+        {
+            return false;
+        }
+        rx.await.unwrap_or(false)
     }
 }

@@ -168,6 +168,12 @@ pub struct BrokerConfig {
     #[serde(with = "humantime_serde")]
     #[schemars(with = "String")]
     pub retention_check_interval: Duration,
+    /// A topic partition with no producer, no consumer and nothing in flight for this long is
+    /// unloaded from memory (its open ledger sealed, cursors and deduplication state saved);
+    /// the next lookup, producer or consumer loads it again. `0s`: never.
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub unload_idle_after: Duration,
     /// Shared and Key_Shared subscriptions stop dispatching to a consumer holding this many
     /// unacknowledged messages, and resume at half (Pulsar's `maxUnackedMessagesPerConsumer`;
     /// a namespace or topic may set its own; 0 = no limit).
@@ -216,6 +222,7 @@ impl Default for BrokerConfig {
             keepalive: Duration::from_secs(30),
             cursor_persist_interval: Duration::from_secs(1),
             retention_check_interval: Duration::from_secs(120),
+            unload_idle_after: Duration::from_secs(600),
             authentication: AuthenticationConfig::default(),
             max_unacked_messages_per_consumer: 50_000,
             max_unacked_messages_per_subscription: 200_000,

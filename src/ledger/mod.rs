@@ -53,6 +53,7 @@ mod read;
 pub mod record;
 mod recovery;
 pub mod replica;
+mod resident;
 pub mod segment;
 mod topic;
 
@@ -719,15 +720,18 @@ impl Log {
     }
 
     /// The logs of `base` (a topic, or every existing partition of a partitioned topic) with
-    /// their partition indexes (-1: not partitioned), ordered by index. The one lake table of a
-    /// topic holds these.
+    /// their partition indexes (-1: not partitioned), ordered by index: the loaded ones, and
+    /// uncached views of the others ([`Log::topic_view`]). The one lake table of a topic holds
+    /// these.
     pub async fn partitions_of(
         &self,
         base: &TopicName,
     ) -> Result<Vec<(i32, TopicLog)>, MetadataError> {
         let mut out = Vec::new();
         for (index, name) in self.partition_names(base).await? {
-            out.push((index, self.topic(&name).await?));
+            if let Some(t) = self.topic_view(&name).await? {
+                out.push((index, t));
+            }
         }
         Ok(out)
     }

@@ -35,6 +35,12 @@ pub struct NodeMetrics {
     pub sql_query_seconds: Family<OutcomeLabel, Histogram>,
     /// SQL queries running now (planned and not yet finished, cancelled or timed out).
     pub sql_queries_running: Gauge,
+    /// Topic partitions loaded in the broker now.
+    pub topics_loaded: Gauge,
+    /// Seconds each topic load took (claim, log, deduplication state, subscriptions).
+    pub topic_load_seconds: Histogram,
+    /// Topic partitions unloaded because they were idle.
+    pub topics_unloaded_idle: Counter,
     registry: Registry,
 }
 
@@ -72,6 +78,9 @@ impl NodeMetrics {
                 Histogram::new(exponential_buckets(0.001, 2.0, 18))
             }),
             sql_queries_running: Gauge::default(),
+            topics_loaded: Gauge::default(),
+            topic_load_seconds: seconds_histogram(),
+            topics_unloaded_idle: Counter::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -118,6 +127,21 @@ impl NodeMetrics {
             "ledgerlake_sql_queries_running",
             "SQL queries running now",
             m.sql_queries_running.clone(),
+        );
+        registry.register(
+            "ledgerlake_topics_loaded",
+            "Topic partitions loaded in the broker now",
+            m.topics_loaded.clone(),
+        );
+        registry.register(
+            "ledgerlake_topic_load_seconds",
+            "Seconds each topic partition load took",
+            m.topic_load_seconds.clone(),
+        );
+        registry.register(
+            "ledgerlake_topics_unloaded_idle",
+            "Topic partitions unloaded because they were idle (broker.unload_idle_after)",
+            m.topics_unloaded_idle.clone(),
         );
         NodeMetrics { registry, ..m }
     }

@@ -100,7 +100,9 @@ async fn partition(
     if policy.is_infinite() {
         return Ok(0);
     }
-    let topic = log.topic(topic).await?;
+    let Some(topic) = log.topic_view(topic).await? else {
+        return Ok(0);
+    };
     let done = expire_ledgers(log, &[(partition_index(name), topic)], &policy).await?;
     Ok(done.newly.len())
 }

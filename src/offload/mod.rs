@@ -18,7 +18,7 @@
 //! - At most `lake.max_concurrent_tables` passes run at once; all of them run on the lake
 //!   runtime, never on the broker's workers.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -43,6 +43,7 @@ mod housekeeping;
 pub mod log_retention;
 pub mod plan;
 pub mod retention;
+mod schedule;
 mod status;
 
 pub use status::{LakeStats, OffloadStatus, RetentionStats};
@@ -404,32 +405,22 @@ impl Inner {
     async fn run(self: Arc<Self>) {
         let mut tick = tokio::time::interval(self.config.check_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut known = schedule::TopicNames::default();
+        let mut first = true;
         loop {
             tokio::select! {
                 _ = self.stop.cancelled() => return,
                 _ = tick.tick() => {}
                 _ = self.wake.notified() => {}
             }
-            let topics = match self.log.metadata().list_topics().await {
+            let tables = match self.tables_with_work(&mut known, first).await {
                 Ok(t) => t,
                 Err(e) => {
-                    tracing::warn!(error = %e, "offload: listing topics failed");
+                    tracing::warn!(error = %e, "offload: finding tables with work failed");
                     continue;
                 }
             };
-            let mut tables: BTreeMap<String, (TopicName, Vec<(i32, String)>)> = BTreeMap::new();
-            for t in topics {
-                if let Ok(name) = t.name.parse::<TopicName>() {
-                    if name.persistent {
-                        let base = name.base();
-                        tables
-                            .entry(base.to_string())
-                            .or_insert_with(|| (base, Vec::new()))
-                            .1
-                            .push((partition_index(&name), t.name));
-                    }
-                }
-            }
+            first = false;
             for (key, (base, partitions)) in tables {
                 let slot = self.slot(&key);
                 let Ok(guard) = slot.writer.clone().try_lock_owned() else {
@@ -483,9 +474,18 @@ impl Inner {
         manual: bool,
     ) -> Result<bool, OffloadError> {
         partitions.sort();
+        // A request seals the open ledgers, which only the loaded logs may do; otherwise the
+        // pass reads views that load nothing (an unloaded topic stays unloaded).
         let mut logs = Vec::with_capacity(partitions.len());
         for (index, name) in partitions {
-            logs.push((index, self.log.topic(&name).await?));
+            let log = if manual {
+                Some(self.log.topic(&name).await?)
+            } else {
+                self.log.topic_view(&name).await?
+            };
+            if let Some(log) = log {
+                logs.push((index, log));
+            }
         }
         let policies = self.policies.effective(&base.namespace).await?;
         // Cheap check first: nothing sealed or offloaded anywhere, no request and no retention

@@ -368,6 +368,18 @@ impl Operations {
             if wanted_partition.is_some_and(|w| w != partition) {
                 continue;
             }
+            // As Pulsar does, stats load a topic that is not loaded (unloaded when idle), so
+            // that its subscriptions are shown; one owned by another node is not taken.
+            if self.broker.topic_row(log.name()).await.is_none() {
+                if let Ok(partition_name) = log.name().parse::<TopicName>() {
+                    if self.broker.check_served_here(&partition_name).await.is_ok() {
+                        if let Err(e) = self.broker.topic(&partition_name).await {
+                            tracing::debug!(topic = %log.name(), error = %e,
+                                "loading for stats failed");
+                        }
+                    }
+                }
+            }
             rate_limited += self.broker.publish_throttled(log.name()).await;
             let row = self.broker.topic_row(log.name()).await;
             if let Some(r) = &row {

@@ -107,7 +107,9 @@ impl Operations {
         if !self.log.topic_exists(&key).await? {
             return Err(OpsError::NotFound(format!("Topic {name} not found")));
         }
-        let log = self.log.topic(&key).await?;
+        let Some(log) = self.log.topic_view(&key).await? else {
+            return Err(OpsError::NotFound(format!("Topic {name} not found")));
+        };
         let ledgers = log.ledgers();
         let (mut entries, mut size) = (0u64, 0u64);
         let listed: Vec<serde_json::Value> = ledgers

@@ -73,25 +73,38 @@ impl Connection {
                     schema::resolve(&broker.metadata(), &base, sc).await?;
                 }
                 topic.subscribe_gate.admit(&identity)?;
-                let handle = topic
-                    .subscribe(SubscribeRequest {
-                        name: s.subscription.clone(),
-                        sub_type: s.sub_type,
-                        durable: s.durable,
-                        start: s.start,
-                    })
-                    .await?;
-                handle
-                    .ask(|reply| SubscriptionCommand::AddConsumer {
-                        key,
-                        sub_type: s.sub_type,
-                        name: s.consumer_name.clone(),
-                        priority: s.priority,
-                        out,
-                        reply,
-                    })
-                    .await
-                    .unwrap_or_else(|| Err(stopped()))?;
+                let attach = |topic: Arc<BrokerTopic>| {
+                    let (s, out) = (&s, out.clone());
+                    async move {
+                        let handle = topic
+                            .subscribe(SubscribeRequest {
+                                name: s.subscription.clone(),
+                                sub_type: s.sub_type,
+                                durable: s.durable,
+                                start: s.start,
+                            })
+                            .await?;
+                        handle
+                            .ask(|reply| SubscriptionCommand::AddConsumer {
+                                key,
+                                sub_type: s.sub_type,
+                                name: s.consumer_name.clone(),
+                                priority: s.priority,
+                                out,
+                                reply,
+                            })
+                            .await
+                            .unwrap_or_else(|| Err(stopped()))?;
+                        Ok::<_, BrokerError>((topic, handle))
+                    }
+                };
+                let (topic, handle) = match attach(topic.clone()).await {
+                    // Unloaded (idle) between the lookup and the attachment: load it again.
+                    Err(BrokerError::Stopped(_)) => {
+                        attach(broker.topic(&topic.name).await?).await?
+                    }
+                    other => other?,
+                };
                 let state = ConsumerState {
                     topic,
                     subscription: handle,

@@ -97,7 +97,7 @@ impl Connection {
         };
         self.defer(async move {
             let opened = async {
-                let topic =
+                let mut topic =
                     open_topic(&broker, &principal, &p.topic, Action::Produce, None).await?;
                 let schema_version = match &p.schema {
                     Some(sc) => {
@@ -111,7 +111,14 @@ impl Connection {
                     .name
                     .clone()
                     .unwrap_or_else(|| broker.generate_producer_name());
-                let last_sequence_id = topic.add_producer(name.clone(), slot).await?;
+                let last_sequence_id = match topic.add_producer(name.clone(), slot.clone()).await {
+                    // Unloaded (idle) between the lookup and the registration: load it again.
+                    Err(BrokerError::Stopped(_)) => {
+                        topic = broker.topic(&topic.name).await?;
+                        topic.add_producer(name.clone(), slot).await?
+                    }
+                    other => other?,
+                };
                 let registration = Registration {
                     topic,
                     name,

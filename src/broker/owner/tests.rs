@@ -32,6 +32,15 @@ impl Harness {
 
     /// Loads the topic as the broker does: deduplication folded at load when `dedup`.
     async fn load(&self, dedup: bool) -> Result<Arc<BrokerTopic>, Box<dyn std::error::Error>> {
+        self.load_with(dedup, None).await
+    }
+
+    /// [`Harness::load`], unloading once idle as `idle` says.
+    async fn load_with(
+        &self,
+        dedup: bool,
+        idle: Option<super::IdleUnload>,
+    ) -> Result<Arc<BrokerTopic>, Box<dyn std::error::Error>> {
         let log = self.log.topic(TOPIC).await?;
         let state = if dedup {
             Dedup::load(&log, None).await?
@@ -53,6 +62,7 @@ impl Harness {
             persist_every: Duration::from_secs(3600),
             publish_budget: super::test_budget(),
             measures: Default::default(),
+            idle,
         }))
     }
 }
@@ -274,5 +284,57 @@ async fn a_registration_nobody_waits_for_is_undone() -> TestResult {
     assert_eq!(topic.add_producer("ghost".into(), s).await?, -1);
     topic.stop().await;
     h.log.shutdown().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_idle_topic_asks_to_be_unloaded_and_a_client_keeps_it_loaded() -> TestResult {
+    let h = Harness::new().await?;
+    let (ask, mut asked) = tokio::sync::mpsc::unbounded_channel();
+    let after = Duration::from_millis(300);
+    let topic = h
+        .load_with(false, Some(super::IdleUnload { after, ask }))
+        .await?;
+    // A producer attached: the topic never asks, however long it stays.
+    let (s, _rx) = slot(1, false);
+    topic.add_producer("p".into(), s).await?;
+    position(send(&topic, "p", 0).await?)?;
+    let waited = tokio::time::timeout(after * 3, asked.recv()).await;
+    assert!(
+        waited.is_err(),
+        "a topic with a producer asked to be unloaded"
+    );
+    // Its producer gone, it asks once the period ran out since the producer left...
+    let left = std::time::Instant::now();
+    topic.remove_producer("p".into(), 1, 1).await;
+    let weak = tokio::time::timeout(after * 4, asked.recv())
+        .await?
+        .ok_or("queue closed")?;
+    assert!(left.elapsed() >= after, "asked after {:?}", left.elapsed());
+    let same = weak.upgrade().ok_or("topic dropped")?;
+    assert!(Arc::ptr_eq(&same, &topic));
+    // ...and a client that comes before the broker gets to it keeps it loaded.
+    let (s, _rx2) = slot(2, false);
+    topic.add_producer("q".into(), s).await?;
+    assert!(
+        !topic.unload_if_idle().await,
+        "unloaded with a producer attached"
+    );
+    position(send(&topic, "q", 0).await?)?;
+    topic.remove_producer("q".into(), 1, 2).await;
+    // Idle but not for the whole period yet: refused; once it has been, unloaded.
+    assert!(
+        !topic.unload_if_idle().await,
+        "unloaded before the idle period ran out"
+    );
+    tokio::time::sleep(after).await;
+    assert!(
+        topic.unload_if_idle().await,
+        "an idle topic was not unloaded"
+    );
+    assert!(matches!(
+        topic.add_producer("r".into(), slot(3, false).0).await,
+        Err(BrokerError::Stopped(_))
+    ));
     Ok(())
 }

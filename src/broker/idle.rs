@@ -1,0 +1,100 @@
+//! Unloading idle topics (`broker.unload_idle_after`): a loaded topic partition whose owner saw
+//! no producer, no consumer and no client command for the idle period asks to be unloaded;
+//! the broker then unloads it the way a planned unload does — cursors and deduplication state
+//! saved, open ledger sealed, ownership released — and the log forgets it, so an idle topic
+//! keeps nothing in memory but its slot. The next lookup, producer or consumer loads it again
+//! from the metadata store.
+//!
+//! Nothing here walks the loaded topics: each owner keeps one timer while loaded and asks
+//! through a queue when its period ran out.
+//!
+//! Invariants:
+//! - A topic is unloaded only if its owner, asked under the topic's slot lock, finds it still
+//!   idle (`UnloadIfIdle`); a client that arrived meanwhile keeps it loaded.
+//! - A topic whose open ledger could not be sealed stays owned here and its log stays in
+//!   memory (only this node can recover that ledger).
+
+use std::sync::{Arc, Weak};
+
+use tokio::sync::mpsc;
+
+use super::{lock, Broker, BrokerTopic};
+
+/// The queue through which idle owners ask to be unloaded.
+#[derive(Debug)]
+pub(super) struct IdleQueue {
+    /// Handed to each owner.
+    pub ask: mpsc::UnboundedSender<Weak<BrokerTopic>>,
+    /// Taken by [`Broker::serve`]. Invariant: taken at most once.
+    pub asked: std::sync::Mutex<Option<mpsc::UnboundedReceiver<Weak<BrokerTopic>>>>,
+}
+
+impl IdleQueue {
+    pub(super) fn new() -> IdleQueue {
+        let (ask, asked) = mpsc::unbounded_channel();
+        IdleQueue {
+            ask,
+            asked: std::sync::Mutex::new(Some(asked)),
+        }
+    }
+}
+
+impl Broker {
+    /// What owners loaded from now on are told about unloading once idle.
+    pub(super) fn idle_unload(&self) -> Option<super::owner::IdleUnload> {
+        let after = self.config.unload_idle_after;
+        (!after.is_zero()).then(|| super::owner::IdleUnload {
+            after,
+            ask: self.idle.ask.clone(),
+        })
+    }
+
+    /// Unloads the topics that ask for it until the broker stops.
+    pub(super) fn spawn_idle_unloader(self: &Arc<Self>) {
+        let Some(mut asked) = lock(&self.idle.asked).take() else {
+            return;
+        };
+        let broker = self.clone();
+        self.tasks.spawn(async move {
+            loop {
+                let topic = tokio::select! {
+                    _ = broker.stop.cancelled() => return,
+                    next = asked.recv() => match next {
+                        Some(t) => t,
+                        None => return,
+                    },
+                };
+                if let Some(topic) = topic.upgrade() {
+                    broker.unload_idle(topic).await;
+                }
+            }
+        });
+    }
+
+    /// Unloads `topic` if it is still the loaded one of its name and still idle.
+    async fn unload_idle(&self, topic: Arc<BrokerTopic>) {
+        let key = topic.name.to_string();
+        let slot = self.slot(&key);
+        let mut loaded = slot.0.lock().await;
+        if !loaded.as_ref().is_some_and(|t| Arc::ptr_eq(t, &topic)) {
+            return;
+        }
+        topic.save_dedup_snapshot().await;
+        if !topic.unload_if_idle().await {
+            return;
+        }
+        *loaded = None;
+        self.forget_loaded(&topic);
+        if let Err(e) = topic.log.seal_current().await {
+            // Its open ledger keeps the topic here: it loads again from this node's log.
+            tracing::warn!(topic = %key, error = %e, "sealing an idle topic failed; it stays owned here");
+            return;
+        }
+        if let Err(e) = self.ownership.release(&key).await {
+            tracing::warn!(topic = %key, error = %e, "releasing an idle topic failed");
+        }
+        self.log.forget(&topic.log).await;
+        crate::metrics::node().topics_unloaded_idle.inc();
+        tracing::debug!(topic = %key, "unloaded an idle topic");
+    }
+}

@@ -1,0 +1,64 @@
+//! Which topics' logs stay in memory. A topic's [`TopicLog`] is cached by [`Log::topic`] while
+//! the broker serves the topic; once the broker unloads it (an idle topic, a move), the log
+//! forgets it and keeps nothing of it in memory: its ledgers, cursors and dedup snapshot stay
+//! in the metadata store and on disk, and the next load builds the log afresh from them.
+//! Background work (offload, retention, statistics) reads topics through
+//! [`Log::topic_view`], which never caches, so it cannot load back what the broker let go.
+//!
+//! Invariants:
+//! - A log that writes (its open ledger is not sealed) is never forgotten: it alone knows how
+//!   far that ledger is written.
+//! - A view made for background work is never cached, and never appends or seals.
+
+use std::sync::Arc;
+
+use super::metadata::MetadataError;
+use super::{Log, TopicLog};
+
+impl Log {
+    /// Drops `topic` from the logs kept in memory, unless it is writing or is no longer the
+    /// cached log of its name. Holders of clones keep reading what it knew. Returns whether it
+    /// was dropped.
+    pub async fn forget(&self, topic: &TopicLog) -> bool {
+        if topic.is_writing() {
+            return false;
+        }
+        let mut topics = self.topics.lock().await;
+        let cached = topics
+            .get(topic.name())
+            .is_some_and(|c| Arc::ptr_eq(&c.inner, &topic.inner));
+        if !cached {
+            return false;
+        }
+        topics.remove(topic.name());
+        self.loaded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|l| !Arc::ptr_eq(&l.inner, &topic.inner));
+        true
+    }
+
+    /// Topic `name` for background work that must not load it: the cached log when the topic
+    /// is loaded, else a view made from the metadata store now and not cached. `None` when
+    /// the topic does not exist.
+    pub async fn topic_view(&self, name: &str) -> Result<Option<TopicLog>, MetadataError> {
+        if let Some(t) = self.topics.lock().await.get(name) {
+            return Ok(Some(t.clone()));
+        }
+        let Some(topic) = self.shared.meta.get_topic(name).await? else {
+            return Ok(None);
+        };
+        let records = self.shared.meta.topic_ledgers(topic.id).await?;
+        Ok(Some(TopicLog::new(
+            self.shared.clone(),
+            topic.id,
+            topic.name,
+            records,
+        )))
+    }
+
+    /// How many topics' logs are in memory now.
+    pub fn resident_topics(&self) -> usize {
+        self.loaded.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+}

@@ -1,0 +1,120 @@
+//! Which tables an offload tick visits. The ledgers' states say where there is work — a
+//! sealed ledger to offload, an offloaded one whose local copy waits for its deletion lag,
+//! and, where retention is finite, deleted or expired ones — and a manual request names its
+//! table: one query to the metadata store per tick, never a walk over every topic, so
+//! millions of idle topics cost a tick nothing.
+//!
+//! Invariants:
+//! - Every table that has a ledger in one of those states, or a pending request, is visited;
+//!   a visited table is given all of its partitions (retention and status are per table).
+//! - Topic names are learned by listing topics only when a ledger names a topic id not seen
+//!   before.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use super::{lock, partition_index, Inner, OffloadError};
+use crate::ledger::metadata::TopicId;
+use crate::ledger::LedgerState;
+use crate::naming::TopicName;
+
+/// Tables to visit: base topic name → (base, its partitions' indexes and names).
+pub(super) type Tables = BTreeMap<String, (TopicName, Vec<(i32, String)>)>;
+
+/// What the scheduler knows of the topics that had work at its last tick: their names, and
+/// the partitions of their tables. Invariant: holds only topics that had work then, so its
+/// size follows the work, not the number of topics.
+#[derive(Debug, Default)]
+pub(super) struct TopicNames {
+    by_id: HashMap<TopicId, String>,
+    tables: BTreeMap<String, (TopicName, Vec<(i32, String)>)>,
+}
+
+impl Inner {
+    /// The tables with work now. `first`: the scheduler's first tick (expired ledgers whose
+    /// files may still be in a table are looked at once whatever the policies).
+    pub(super) async fn tables_with_work(
+        &self,
+        known: &mut TopicNames,
+        first: bool,
+    ) -> Result<Tables, OffloadError> {
+        let meta = self.log.metadata();
+        let mut states = vec![LedgerState::Sealed, LedgerState::Offloaded];
+        if first || self.policies.any_finite_retention().await? {
+            states.extend([LedgerState::Deleted, LedgerState::Expired]);
+        }
+        let ids: BTreeSet<TopicId> = meta
+            .ledgers_in_states(&states)
+            .await?
+            .iter()
+            .map(|r| r.topic_id)
+            .collect();
+        let requested: BTreeSet<String> = lock(&self.tables)
+            .iter()
+            .filter(|(_, slot)| {
+                let m = lock(&slot.manual);
+                m.0 > m.1
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        let unknown = ids.iter().any(|id| !known.by_id.contains_key(id))
+            || requested.iter().any(|k| !known.tables.contains_key(k));
+        if unknown {
+            *known = learn(&meta.list_topics().await?, &ids, &requested);
+        }
+        let mut tables = Tables::new();
+        for id in &ids {
+            let Some(name) = known.by_id.get(id) else {
+                continue; // deleted meanwhile
+            };
+            if let Ok(parsed) = name.parse::<TopicName>() {
+                let key = parsed.base().to_string();
+                if let Some(t) = known.tables.get(&key) {
+                    tables.insert(key, t.clone());
+                }
+            }
+        }
+        for key in requested {
+            if let Some(t) = known.tables.get(&key) {
+                tables.insert(key, t.clone());
+            }
+        }
+        Ok(tables)
+    }
+}
+
+/// The names of topics `ids` and the partitions of their tables and of the `requested` ones,
+/// from a listing of every topic.
+fn learn(
+    topics: &[crate::ledger::metadata::TopicRecord],
+    ids: &BTreeSet<TopicId>,
+    requested: &BTreeSet<String>,
+) -> TopicNames {
+    let mut known = TopicNames::default();
+    let mut bases: BTreeSet<String> = requested.clone();
+    for t in topics.iter().filter(|t| ids.contains(&t.id)) {
+        if let Ok(name) = t.name.parse::<TopicName>() {
+            if name.persistent {
+                bases.insert(name.base().to_string());
+                known.by_id.insert(t.id, t.name.clone());
+            }
+        }
+    }
+    for t in topics {
+        let Ok(name) = t.name.parse::<TopicName>() else {
+            continue;
+        };
+        let key = name.base().to_string();
+        if name.persistent && bases.contains(&key) {
+            known
+                .tables
+                .entry(key)
+                .or_insert_with(|| (name.base(), Vec::new()))
+                .1
+                .push((partition_index(&name), t.name.clone()));
+        }
+    }
+    for (_, partitions) in known.tables.values_mut() {
+        partitions.sort();
+    }
+    known
+}
