@@ -44,7 +44,8 @@
 //! - [`coord`]: the coordination seam a cluster's nodes agree through (compare-and-set,
 //!   sessions with ephemeral keys, watches), on etcd or in process; no consensus of our own.
 //! - [`ledger`]: the durable segmented log (journal with group commit, segments, indexes,
-//!   recovery, cursors, metadata store seam).
+//!   recovery, cursors, metadata store seam); only the topics the broker has loaded stay in
+//!   its memory, background work reads uncached views.
 //! - [`protocol`]: the Pulsar binary protocol (generated types, framing, typed commands) and
 //!   the node-to-node bookie protocol's frames.
 //! - [`bookie`]: the `--bookie-addr` listener serving this node's ledgers to the other nodes,
@@ -52,7 +53,7 @@
 //! - [`broker`]: the Pulsar-protocol broker (topic slots, one owner task per loaded topic
 //!   partition, connections with one handler per command and a bounded outbound queue whose
 //!   writability dispatchers respect ([`broker::outbox`]), subscriptions, deduplication, the
-//!   `ServerError` mapping).
+//!   `ServerError` mapping; idle topics unloaded so that only active ones cost memory).
 //! - [`replay`]: the one reader of positions: entries from the local log or the lake, for
 //!   subscriptions, the deduplication fold and the SQL tail.
 //! - [`lake`]: Iceberg tables of topics: catalog, storage, layout, rows, the exactly-once commit
@@ -72,6 +73,7 @@
 //!   id read in both tiers, against the ledgers' records, the watermark and the snapshots'
 //!   recorded ranges), for `ledgerlake verify`.
 //! - [`admin`]: the HTTP surface (health, `/metrics`, admin API, `POST /sql`).
+//! - [`memory`]: handing freed memory back to the system (how: the binary's choice).
 //! - [`metrics`]: meters and Pulsar-style histograms the broker records into, ledgerlake's
 //!   node-wide families, and the Prometheus text of a scrape (a leaf).
 //! - [`service`]: wiring of a running service and its ordered shutdown.
@@ -99,6 +101,7 @@ pub mod coord;
 pub mod failpoint;
 pub mod lake;
 pub mod ledger;
+pub mod memory;
 pub mod metrics;
 pub mod naming;
 pub mod offload;

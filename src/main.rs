@@ -4,8 +4,24 @@
 
 fn main() -> anyhow::Result<()> {
     keep_freed_memory();
+    ledgerlake::memory::set_release(release_freed_memory);
     ledgerlake::cli::run()
 }
+
+/// Hands the free memory malloc keeps back to the kernel (`malloc_trim`): called by the
+/// library after it freed much at once (idle topics unloaded), since [`keep_freed_memory`]
+/// otherwise keeps it for reuse.
+#[cfg(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64"))]
+#[allow(unsafe_code)]
+fn release_freed_memory() {
+    // SAFETY: a plain FFI call with an integer argument; glibc takes its allocator locks.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64")))]
+fn release_freed_memory() {}
 
 /// Makes glibc's malloc keep freed memory for reuse instead of handing it back to the kernel.
 ///

@@ -56,39 +56,53 @@ impl Broker {
         };
         let broker = self.clone();
         self.tasks.spawn(async move {
+            // Memory freed by unloads goes back to the system once they settle: a little
+            // after the last one, at most once per `memory::MIN_INTERVAL`.
+            let mut last_release = tokio::time::Instant::now();
+            let mut release_at: Option<tokio::time::Instant> = None;
             loop {
                 let topic = tokio::select! {
                     _ = broker.stop.cancelled() => return,
+                    () = sleep_until(release_at), if release_at.is_some() => {
+                        release_at = None;
+                        last_release = tokio::time::Instant::now();
+                        crate::memory::release().await;
+                        continue;
+                    }
                     next = asked.recv() => match next {
                         Some(t) => t,
                         None => return,
                     },
                 };
                 if let Some(topic) = topic.upgrade() {
-                    broker.unload_idle(topic).await;
+                    if broker.unload_idle(topic).await {
+                        let settle = tokio::time::Instant::now() + RELEASE_SETTLE;
+                        release_at = Some(settle.max(last_release + crate::memory::MIN_INTERVAL));
+                    }
                 }
             }
         });
     }
 
-    /// Unloads `topic` if it is still the loaded one of its name and still idle.
-    async fn unload_idle(&self, topic: Arc<BrokerTopic>) {
+    /// Unloads `topic` if it is still the loaded one of its name and still idle; whether it
+    /// did.
+    async fn unload_idle(&self, topic: Arc<BrokerTopic>) -> bool {
         let key = topic.name.to_string();
         let slot = self.slot(&key);
         let mut loaded = slot.0.lock().await;
         if !loaded.as_ref().is_some_and(|t| Arc::ptr_eq(t, &topic)) {
-            return;
+            return false;
         }
         topic.save_dedup_snapshot().await;
         if !topic.unload_if_idle().await {
-            return;
+            return false;
         }
         *loaded = None;
         self.forget_loaded(&topic);
         if let Err(e) = topic.log.seal_current().await {
             // Its open ledger keeps the topic here: it loads again from this node's log.
             tracing::warn!(topic = %key, error = %e, "sealing an idle topic failed; it stays owned here");
-            return;
+            return true;
         }
         if let Err(e) = self.ownership.release(&key).await {
             tracing::warn!(topic = %key, error = %e, "releasing an idle topic failed");
@@ -96,5 +110,17 @@ impl Broker {
         self.log.forget(&topic.log).await;
         crate::metrics::node().topics_unloaded_idle.inc();
         tracing::debug!(topic = %key, "unloaded an idle topic");
+        true
+    }
+}
+
+/// How long after the last idle unload freed memory is handed back.
+const RELEASE_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Resolves at `at` (never when `None`).
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }

@@ -11,7 +11,7 @@ use super::serve::GlobalLogFlags;
 use crate::config::{LedgerConfig, LogFormat, SyncPolicy};
 use crate::perf::disk::{self, Bandwidth, SyncLatency};
 use crate::perf::log_load::{self, LogLoadOptions, LogLoadResult};
-use crate::perf::pulsar_load;
+use crate::perf::{produce, pulsar_load};
 
 /// Load generators.
 #[derive(Debug, Subcommand)]
@@ -74,9 +74,24 @@ pub struct ProduceArgs {
         default_value = "persistent://public/default/perf"
     )]
     pub topic: Vec<String>,
-    /// Producers per topic (per partition), each on its own connection.
+    /// Producers per topic (per partition).
     #[arg(long, default_value_t = 1)]
     pub producers: usize,
+    /// Produce to N plain topics named `<topic>-<i>` (i = 0..N) instead of `<topic>` itself.
+    #[arg(long, default_value_t = 0)]
+    pub topic_count: u32,
+    /// Connections the producers are spread over (many producers share one, as with one
+    /// Pulsar client); at most one per producer.
+    #[arg(long, default_value_t = 16)]
+    pub connections: usize,
+    /// Worker threads of the generator (default: the machine's cores). Its CPU use is reported
+    /// against them.
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Create this durable subscription on every topic before producing (its backlog is what
+    /// the run produces).
+    #[arg(long)]
+    pub subscription: Option<String>,
     /// Make each topic a partitioned topic of N partitions (created through the admin API at
     /// --admin-url if it does not exist) and produce to every partition; 0 = not partitioned.
     #[arg(long, default_value_t = 0)]
@@ -339,9 +354,23 @@ async fn create_partitioned(
 }
 
 fn perf_produce(args: ProduceArgs) -> anyhow::Result<()> {
-    let rt = runtime()?;
+    let threads = args.threads.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get)
+    });
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads.max(1))
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
     let mut topics = Vec::new();
     for t in &args.topic {
+        if args.topic_count > 0 {
+            let name: crate::naming::TopicName = t.parse()?;
+            for i in 0..args.topic_count {
+                topics.push(format!("{name}-{i}"));
+            }
+            continue;
+        }
         if args.partitions > 0 {
             rt.block_on(create_partitioned(
                 &args.admin_url,
@@ -352,11 +381,14 @@ fn perf_produce(args: ProduceArgs) -> anyhow::Result<()> {
         }
         topics.extend(partition_names(t, args.partitions)?);
     }
-    let opts = pulsar_load::ProduceOptions {
+    let opts = produce::ProduceOptions {
         addr: service_addr(&args.service_url)?,
         token: args.token.clone(),
         topics,
         producers_per_topic: args.producers.max(1),
+        connections: args.connections.max(1),
+        subscription: args.subscription.clone(),
+        threads,
         rate: args.rate,
         size: args.size,
         batch_max: args.batch_max_messages.max(1),
@@ -367,16 +399,24 @@ fn perf_produce(args: ProduceArgs) -> anyhow::Result<()> {
         json: args.json_payloads,
         publish_span: args.publish_time_span,
     };
-    let result = rt.block_on(pulsar_load::produce(opts, |rate| {
+    let result = rt.block_on(produce::produce(opts, |rate| {
         eprintln!("  produced {rate:>12.0} msg/s");
     }))?;
+    if result.generator_bound {
+        eprintln!(
+            "warning: the generator used {:.2} of its {} threads: it, not the service, may be what limits this run (give it --threads or run it on another machine)",
+            result.generator_cpu_cores, result.generator_threads
+        );
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&result)?);
     } else {
         println!(
-            "produced {} messages in {:.1} s: {:.0} msg/s, {:.1} MB/s; publish latency p50 {} µs, p99 {} µs, p999 {} µs",
+            "produced {} messages in {:.1} s: {:.0} msg/s, {:.1} MB/s; publish latency p50 {} µs, p99 {} µs, p999 {} µs; {} producers on {} connections (set up in {:.1} s); {} send errors; generator CPU {:.2} cores of {}",
             result.messages, result.seconds, result.msgs_per_s, result.mb_per_s,
-            result.latency.p50_us, result.latency.p99_us, result.latency.p999_us
+            result.latency.p50_us, result.latency.p99_us, result.latency.p999_us,
+            result.producers, result.connections, result.setup_seconds, result.send_errors,
+            result.generator_cpu_cores, result.generator_threads
         );
     }
     Ok(())

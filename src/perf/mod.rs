@@ -17,6 +17,7 @@ use serde::Serialize;
 pub mod disk;
 pub mod log_load;
 pub mod offload_bench;
+pub mod produce;
 pub mod pulsar_load;
 
 /// Latency percentiles in microseconds.
@@ -73,4 +74,24 @@ pub fn pseudo_random_bytes(len: usize) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// User + system CPU seconds of this process so far, from `/proc/self/stat` (Linux; 0 where
+/// it cannot be read). Ticks are `USER_HZ`, which Linux fixes at 100 for user space.
+pub(crate) fn process_cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the command name (which may hold spaces) start at field 3 (`state`);
+    // utime and stime are fields 14 and 15.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
+    let ticks: u64 = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|f| f.parse::<u64>().ok())
+        .sum();
+    ticks as f64 / 100.0
 }

@@ -207,26 +207,6 @@ pub fn batch_entry(
     build_batch_entry(meta, singles)
 }
 
-/// User + system CPU seconds of this process so far, from `/proc/self/stat` (Linux; 0 where
-/// it cannot be read). Ticks are `USER_HZ`, which Linux fixes at 100 for user space.
-fn process_cpu_seconds() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return 0.0;
-    };
-    // Fields after the command name (which may hold spaces) start at field 3 (`state`);
-    // utime and stime are fields 14 and 15.
-    let Some((_, rest)) = stat.rsplit_once(')') else {
-        return 0.0;
-    };
-    let ticks: u64 = rest
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .filter_map(|f| f.parse::<u64>().ok())
-        .sum();
-    ticks as f64 / 100.0
-}
-
 fn mb_per_s(bytes: u64, secs: f64) -> f64 {
     bytes as f64 / 1e6 / secs.max(1e-9)
 }
@@ -299,7 +279,7 @@ pub async fn run(
             .map_err(LakeError::iceberg("schema"))?,
     );
     let started = Instant::now();
-    let cpu_before = process_cpu_seconds();
+    let cpu_before = super::process_cpu_seconds();
     let (_, outcome) = commit::write_and_commit(
         &lake,
         table,
@@ -309,7 +289,7 @@ pub async fn run(
     )
     .await?;
     let pipeline = started.elapsed().as_secs_f64();
-    let pipeline_cpu = process_cpu_seconds() - cpu_before;
+    let pipeline_cpu = super::process_cpu_seconds() - cpu_before;
 
     // 3. The same rows as Arrow batches, then plain parquet-rs to memory.
     let decode_started = Instant::now();

@@ -127,6 +127,17 @@ pub fn subscribe(
     ClientFrame::Command(c)
 }
 
+/// CLOSE_CONSUMER (the subscription stays).
+pub fn close_consumer(consumer_id: u64, request_id: u64) -> ClientFrame {
+    let mut c = base(Type::CloseConsumer);
+    c.close_consumer = Some(proto::CommandCloseConsumer {
+        consumer_id,
+        request_id,
+        ..Default::default()
+    });
+    ClientFrame::Command(c)
+}
+
 /// FLOW.
 pub fn flow(consumer_id: u64, permits: u32) -> ClientFrame {
     let mut c = base(Type::Flow);
