@@ -23,6 +23,13 @@ def _metric(svc, name):
     return None
 
 
+def _until(check, timeout=30):
+    """Waits until `check()` is true (`eventually` wants a check that asserts)."""
+    def asserting():
+        assert check()
+    eventually(asserting, timeout=timeout)
+
+
 def _receive(consumer, n):
     receive = consumer.read_next if isinstance(consumer, pulsar.Reader) else consumer.receive
     return [receive(timeout_millis=10000) for _ in range(n)]
@@ -48,9 +55,8 @@ def test_idle_topics_unload_and_load_back_exactly(make_service):
     busy = "persistent://public/default/idle-busy"
     watcher = client.subscribe(busy, "w")
 
-    eventually(lambda: _metric(svc, "ledgerlake_topics_loaded") == 1
-               and _metric(svc, "ledgerlake_topics_unloaded_idle_total") >= len(topics),
-               timeout=30)
+    _until(lambda: _metric(svc, "ledgerlake_topics_loaded") == 1
+           and _metric(svc, "ledgerlake_topics_unloaded_idle_total") >= len(topics))
     time.sleep(2.5)  # two more idle periods: the busy one is still there
     assert _metric(svc, "ledgerlake_topics_loaded") == 1
 
@@ -75,9 +81,9 @@ def test_idle_topics_unload_and_load_back_exactly(make_service):
         reader.close()
 
     # Loaded again, idle again, unloaded again.
-    eventually(lambda: _metric(svc, "ledgerlake_topics_loaded") == 1, timeout=30)
+    _until(lambda: _metric(svc, "ledgerlake_topics_loaded") == 1)
     watcher.close()
-    eventually(lambda: _metric(svc, "ledgerlake_topics_loaded") == 0, timeout=30)
+    _until(lambda: _metric(svc, "ledgerlake_topics_loaded") == 0)
     client.close()
 
 
@@ -91,9 +97,42 @@ def test_stats_of_an_unloaded_topic_list_its_subscriptions(make_service):
         producer.send(b"x")
     client.subscribe(t, "kept", initial_position=pulsar.InitialPosition.Earliest).close()
     producer.close()
-    eventually(lambda: _metric(svc, "ledgerlake_topics_loaded") == 0, timeout=30)
+    _until(lambda: _metric(svc, "ledgerlake_topics_loaded") == 0)
     with urllib.request.urlopen(
             f"{svc.http}/admin/v2/persistent/public/default/idle-stats/stats", timeout=30) as r:
         stats = json.loads(r.read())
     assert stats["subscriptions"]["kept"]["msgBacklog"] == 5, stats
     client.close()
+
+
+def test_idle_topics_are_offloaded_without_being_loaded_again(make_service):
+    """The idle unload seals each topic's ledger; the offload engine, driven by ledger states
+    in the metadata store, commits it to the lake through a view of the log that loads
+    nothing: the topics stay unloaded, and SQL reads every message from the lake."""
+    svc = make_service(env={"LEDGERLAKE_BROKER__UNLOAD_IDLE_AFTER": "1s"})
+    svc.start()
+    client = pulsar.Client(svc.url, operation_timeout_seconds=20)
+    topics = [f"persistent://public/default/idle-lake-{i}" for i in range(4)]
+    for t in topics:
+        producer = client.create_producer(t, batching_enabled=False)
+        for i in range(20):
+            producer.send(f"{t}-{i}".encode())
+        producer.close()
+    client.close()
+    _until(lambda: _metric(svc, "ledgerlake_topics_loaded") == 0)
+
+    def offloaded(t):
+        url = f"{svc.http}/admin/v2/persistent/{t.split('://', 1)[1]}/offload"
+        with urllib.request.urlopen(url, timeout=30) as r:
+            s = json.loads(r.read())
+        return s["committedRows"] == 20 and s["firstUnoffloadedMessage"] is None
+    _until(lambda: all(offloaded(t) for t in topics), timeout=60)
+    assert _metric(svc, "ledgerlake_topics_loaded") == 0
+    for t in topics:
+        query = f'SELECT count(*) AS n FROM public.default."{t.split("/")[-1]}"'
+        req = urllib.request.Request(f"{svc.http}/sql", method="POST", data=query.encode(),
+                                     headers={"Accept": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            rows = json.loads(r.read())
+        assert rows == [{"n": 20}], (t, rows)
+    assert _metric(svc, "ledgerlake_topics_loaded") == 0
