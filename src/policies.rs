@@ -21,7 +21,9 @@ use crate::ledger::{MetadataError, MetadataStore};
 use crate::naming::{NamespaceName, TopicName};
 
 mod backlog;
+mod inactive;
 pub use backlog::{BacklogLimits, BacklogPolicy, BacklogQuota, BacklogQuotaMap, BacklogQuotaType};
+pub use inactive::{InactiveRule, InactiveTopicPolicies};
 
 /// Version byte of the persisted policies blob.
 pub const POLICIES_FORMAT_VERSION: u8 = 1;
@@ -87,6 +89,10 @@ pub struct NamespacePolicies {
     /// (at topic scope, wins).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dispatch_rate: Option<DispatchRate>,
+    /// Inactive-topic deletion (`/namespaces/{t}/{ns}/inactiveTopicPolicies`; at topic scope
+    /// `.../{topic}/inactiveTopicPolicies`, which wins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inactive_topic_policies: Option<InactiveTopicPolicies>,
     /// `subscriptionDispatchRate`: the most each subscription dispatches (at topic scope,
     /// wins).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -499,6 +505,7 @@ mod tests {
             ttl in proptest::option::of(any::<u32>()),
             limits in proptest::array::uniform5(proptest::option::of(any::<u32>())),
             dispatch in proptest::option::of((any::<i64>(), any::<i64>(), any::<bool>(), any::<u32>())),
+            inactive in proptest::option::of((any::<bool>(), any::<i32>(), any::<bool>())),
         ) {
             let p = NamespacePolicies {
                 offload_threshold_bytes: a,
@@ -534,6 +541,15 @@ mod tests {
                 max_unacked_per_consumer: limits[2],
                 max_unacked_per_subscription: limits[3],
                 max_topics: limits[4],
+                inactive_topic_policies: inactive.map(|(caught_up, secs, on)| InactiveTopicPolicies {
+                    inactive_topic_delete_mode: if caught_up {
+                        crate::config::InactiveTopicDeleteMode::SubscriptionsCaughtUp
+                    } else {
+                        crate::config::InactiveTopicDeleteMode::NoSubscriptions
+                    },
+                    max_inactive_duration_seconds: secs,
+                    delete_while_inactive: on,
+                }),
                 dispatch_rate: dispatch.map(|(m, b, r, p)| DispatchRate {
                     dispatch_throttling_rate_in_msg: m,
                     dispatch_throttling_rate_in_byte: b,

@@ -237,6 +237,14 @@ impl Service {
             sql,
             membership.clone(),
         ));
+        if let Some(found) = broker.take_inactive_topics() {
+            let cell = ops_cell.clone();
+            tokio::spawn(async move {
+                if let Some(ops) = cell.get() {
+                    ops.delete_inactive_topics(found).await;
+                }
+            });
+        }
         broker.serve(pulsar.listener);
         tracing::info!(%pulsar_addr, "pulsar listening");
         if let Some((incoming, addr)) = pulsar.tls {

@@ -18,6 +18,7 @@ mod backlog;
 mod broker_stats;
 mod delete;
 pub mod error;
+mod inactive;
 mod lake;
 mod limits;
 pub mod listen;
@@ -143,6 +144,7 @@ pub fn router(state: AdminState, max_body: usize) -> Router {
         .merge(tenancy::routes())
         .merge(permissions::routes())
         .merge(quotas::routes())
+        .merge(inactive::routes())
         .merge(backlog::routes())
         .merge(limits::routes())
         .merge(rates::routes())

@@ -1,4 +1,5 @@
-//! Unloading idle topics (`broker.unload_idle_after`): a loaded topic partition whose owner saw
+//! Unloading idle topics (`broker.unload_idle_after`), and passing inactive ones on for
+//! deletion (inactive-topic policies; the operations layer deletes them): a loaded topic partition whose owner saw
 //! no producer, no consumer and no client command for the idle period asks to be unloaded;
 //! the broker then unloads it the way a planned unload does — cursors and deduplication state
 //! saved, open ledger sealed, ownership released — and the log forgets it, so an idle topic
@@ -18,23 +19,36 @@ use std::sync::{Arc, Weak};
 
 use tokio::sync::mpsc;
 
+use super::owner::IdleAsk;
 use super::{lock, Broker, BrokerTopic};
+use crate::naming::TopicName;
 
-/// The queue through which idle owners ask to be unloaded.
+/// What owners ask about themselves.
+type Asked = (Weak<BrokerTopic>, IdleAsk);
+
+/// The queue through which idle owners ask to be unloaded, and the one through which the
+/// broker passes inactive topics on for deletion.
 #[derive(Debug)]
 pub(super) struct IdleQueue {
     /// Handed to each owner.
-    pub ask: mpsc::UnboundedSender<Weak<BrokerTopic>>,
+    pub ask: mpsc::UnboundedSender<Asked>,
     /// Taken by [`Broker::serve`]. Invariant: taken at most once.
-    pub asked: std::sync::Mutex<Option<mpsc::UnboundedReceiver<Weak<BrokerTopic>>>>,
+    pub asked: std::sync::Mutex<Option<mpsc::UnboundedReceiver<Asked>>>,
+    /// Inactive topics to delete.
+    inactive: mpsc::UnboundedSender<TopicName>,
+    /// Taken by the operations layer, which deletes them. Invariant: taken at most once.
+    to_delete: std::sync::Mutex<Option<mpsc::UnboundedReceiver<TopicName>>>,
 }
 
 impl IdleQueue {
     pub(super) fn new() -> IdleQueue {
         let (ask, asked) = mpsc::unbounded_channel();
+        let (inactive, to_delete) = mpsc::unbounded_channel();
         IdleQueue {
             ask,
             asked: std::sync::Mutex::new(Some(asked)),
+            inactive,
+            to_delete: std::sync::Mutex::new(Some(to_delete)),
         }
     }
 }
@@ -43,10 +57,16 @@ impl Broker {
     /// What owners loaded from now on are told about unloading once idle.
     pub(super) fn idle_unload(&self) -> Option<super::owner::IdleUnload> {
         let after = self.config.unload_idle_after;
-        (!after.is_zero()).then(|| super::owner::IdleUnload {
-            after,
+        Some(super::owner::IdleUnload {
+            after: (!after.is_zero()).then_some(after),
             ask: self.idle.ask.clone(),
         })
+    }
+
+    /// The topics found inactive (their inactive-topic policy says to delete them), for the
+    /// operations layer to delete (`None` once taken).
+    pub fn take_inactive_topics(&self) -> Option<mpsc::UnboundedReceiver<TopicName>> {
+        lock(&self.idle.to_delete).take()
     }
 
     /// Unloads the topics that ask for it until the broker stops.
@@ -74,7 +94,15 @@ impl Broker {
                         None => return,
                     },
                 };
-                if let Some(topic) = topic.upgrade() {
+                let (topic, what) = topic;
+                let Some(topic) = topic.upgrade() else {
+                    continue;
+                };
+                if what == IdleAsk::Delete {
+                    let _ = broker.idle.inactive.send(topic.name.clone());
+                    continue;
+                }
+                {
                     if broker.unload_idle(topic).await {
                         let settle = tokio::time::Instant::now() + RELEASE_SETTLE;
                         release_at = Some(settle.max(last_release + crate::memory::MIN_INTERVAL));

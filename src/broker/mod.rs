@@ -180,6 +180,21 @@ impl Broker {
                 &ns.backlog_quota_map,
                 own.message_ttl_seconds.or(ns.message_ttl_seconds),
             ),
+            // Partitions are not deleted one by one (their table is shared).
+            inactive: name
+                .partition()
+                .is_none()
+                .then(|| {
+                    own.inactive_topic_policies
+                        .or(ns.inactive_topic_policies)
+                        .unwrap_or_else(|| {
+                            crate::policies::InactiveTopicPolicies::from_config(
+                                &c.delete_inactive_topics,
+                            )
+                        })
+                        .rule()
+                })
+                .flatten(),
         })
     }
 

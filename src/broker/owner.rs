@@ -100,13 +100,24 @@ pub(crate) struct OwnerSetup {
     pub idle: Option<IdleUnload>,
 }
 
-/// How a loaded topic asks the broker to unload it once idle (`broker.unload_idle_after`).
+/// How a loaded topic asks the broker to unload it once idle (`broker.unload_idle_after`) or
+/// to delete it once inactive (inactive-topic policies).
 #[derive(Debug, Clone)]
 pub(crate) struct IdleUnload {
-    /// Idle this long: no producer, no consumer, nothing in flight, no client command.
-    pub after: Duration,
-    /// The broker's queue of topics asking to be unloaded.
-    pub ask: mpsc::UnboundedSender<std::sync::Weak<BrokerTopic>>,
+    /// Idle this long: no producer, no consumer, nothing in flight, no client command
+    /// (`None`: never unloaded for idleness).
+    pub after: Option<Duration>,
+    /// The broker's queue of topics asking.
+    pub ask: mpsc::UnboundedSender<(std::sync::Weak<BrokerTopic>, IdleAsk)>,
+}
+
+/// What an owner asks of the broker about itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IdleAsk {
+    /// Unload me (idle for the idle period).
+    Unload,
+    /// Delete me (inactive per the inactive-topic policy).
+    Delete,
 }
 
 /// An append whose SEND waits for durability.
@@ -153,6 +164,10 @@ struct Owner {
     /// When a client last asked something of the topic (a SEND, a producer or consumer
     /// coming or going) or was last seen attached.
     last_busy: std::time::Instant,
+    /// When a message was last published (the load, before the first).
+    last_publish: std::time::Instant,
+    /// Set when the policies changed: the idle timer is armed again for the new period.
+    rearm: bool,
 }
 
 /// Starts the owner of a loaded topic partition and returns its handle.
@@ -200,6 +215,8 @@ pub(crate) fn spawn(setup: OwnerSetup) -> Arc<BrokerTopic> {
         check: None,
         idle: setup.idle,
         last_busy: std::time::Instant::now(),
+        last_publish: std::time::Instant::now(),
+        rearm: false,
     };
     tokio::spawn(run(owner, rx));
     topic
@@ -225,9 +242,9 @@ async fn run(mut owner: Owner, mut rx: mpsc::Receiver<TopicCommand>) {
     // A quota exceeded before a restart holds from the start, not from the first tick.
     owner.start_backlog_check();
     let mut appends = FuturesOrdered::new();
-    // One timer while loaded, reset only when it fires: commands just note the time.
-    let idle_after = owner.idle.as_ref().map(|i| i.after);
-    let idle_timer = tokio::time::sleep(idle_after.unwrap_or(Duration::MAX / 4));
+    // One timer while loaded, reset only when it fires (or the policies change): commands
+    // just note the time.
+    let idle_timer = tokio::time::sleep(owner.idle_period());
     tokio::pin!(idle_timer);
     let exit = loop {
         tokio::select! {
@@ -237,6 +254,7 @@ async fn run(mut owner: Owner, mut rx: mpsc::Receiver<TopicCommand>) {
                 None => break None,
                 Some(TopicCommand::Publish(request)) => {
                     owner.last_busy = std::time::Instant::now();
+                    owner.last_publish = owner.last_busy;
                     if let Some((f, receipt)) = owner.publish(request).await {
                         appends.push_back(settle(f, receipt));
                     }
@@ -264,22 +282,14 @@ async fn run(mut owner: Owner, mut rx: mpsc::Receiver<TopicCommand>) {
                 }
                 Some(cmd) => owner.handle(cmd).await,
             },
-            () = &mut idle_timer, if idle_after.is_some() => {
-                let after = idle_after.unwrap_or_default();
-                let now = std::time::Instant::now();
-                if !appends.is_empty() || !owner.is_idle() {
-                    owner.last_busy = now;
-                }
-                let next = if appends.is_empty() && owner.idle_enough() {
-                    // Asked: the broker answers through `UnloadIfIdle`. Should the topic
-                    // still be here after another period (it became busy), ask again.
-                    owner.ask_unload();
-                    now + after
-                } else {
-                    owner.last_busy + after
-                };
+            () = &mut idle_timer => {
+                let next = owner.idle_tick(appends.is_empty()).await;
                 idle_timer.as_mut().reset(next.into());
             }
+        }
+        if std::mem::take(&mut owner.rearm) {
+            let next = std::time::Instant::now() + owner.idle_period();
+            idle_timer.as_mut().reset(next.into());
         }
     };
     if let Some(check) = owner.check.take() {
@@ -445,27 +455,6 @@ impl Owner {
         }
     }
 
-    /// Whether no client is attached and no backlog check runs.
-    fn is_idle(&self) -> bool {
-        self.producers.is_empty() && self.topic.limits.attached() == 0 && self.check.is_none()
-    }
-
-    /// Idle, and for the whole idle period (appends in flight are the caller's to check).
-    fn idle_enough(&self) -> bool {
-        self.is_idle()
-            && self
-                .idle
-                .as_ref()
-                .is_some_and(|i| self.last_busy.elapsed() >= i.after)
-    }
-
-    /// Asks the broker to unload this topic (it checks again through `UnloadIfIdle`).
-    fn ask_unload(&self) {
-        if let Some(i) = &self.idle {
-            let _ = i.ask.send(Arc::downgrade(&self.topic));
-        }
-    }
-
     /// Publishes the producer count to the measures.
     fn producers_changed(&self) {
         let n = self.producers.len() as u64;
@@ -578,6 +567,7 @@ impl Owner {
             tracing::info!(topic = %self.topic.name, "deduplication disabled");
         }
         self.policies = p;
+        self.rearm = true;
     }
 
     /// Refuses while clients are attached unless `force`; then closes every producer and
@@ -644,6 +634,7 @@ fn start_position(log: &TopicLog, start: StartAt) -> Position {
     }
 }
 
+mod idle;
 mod quota;
 #[cfg(test)]
 mod tests;

@@ -92,6 +92,8 @@ pub struct TopicPolicies {
     pub consumers: super::limits::ConsumerLimitValues,
     /// Backlog quotas and message TTL.
     pub backlog: crate::policies::BacklogLimits,
+    /// Deletion once inactive (`None`: never; non-partitioned topics only).
+    pub inactive: Option<crate::policies::InactiveRule>,
 }
 
 /// What became of one SEND, once it is settled.

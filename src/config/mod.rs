@@ -16,6 +16,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 mod etcd_url;
+mod inactive;
 mod lake;
 mod load;
 mod metrics;
@@ -26,6 +27,7 @@ pub use lake::{
     CatalogConfig, CatalogKind, LakeConfig, LakePartitioning, PolicyDefaults, S3Config,
 };
 
+pub use inactive::{InactiveTopicDeleteMode, InactiveTopicsConfig};
 pub use metrics::MetricsConfig;
 pub use replay::ReplayConfig;
 pub use sql::SqlConfig;
@@ -184,6 +186,8 @@ pub struct BrokerConfig {
     /// The load manager of a cluster node: moves topics off a node well above the cluster's
     /// mean load.
     pub load_balancer: LoadBalancerConfig,
+    /// Deleting inactive topics (Pulsar's `brokerDeleteInactiveTopics*`); off by default.
+    pub delete_inactive_topics: InactiveTopicsConfig,
 }
 
 /// The load manager (Pulsar's load shedding, decentralised: each node sheds its own topics).
@@ -227,6 +231,7 @@ impl Default for BrokerConfig {
             max_unacked_messages_per_consumer: 50_000,
             max_unacked_messages_per_subscription: 200_000,
             load_balancer: LoadBalancerConfig::default(),
+            delete_inactive_topics: InactiveTopicsConfig::default(),
         }
     }
 }

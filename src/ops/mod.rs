@@ -322,6 +322,23 @@ impl Operations {
         Ok(())
     }
 
+    /// Deletes the topics the broker finds inactive
+    /// ([`crate::broker::Broker::take_inactive_topics`]) until
+    /// the broker is gone. A topic a client attached to meanwhile is refused and kept.
+    pub async fn delete_inactive_topics(
+        &self,
+        mut found: tokio::sync::mpsc::UnboundedReceiver<TopicName>,
+    ) {
+        while let Some(name) = found.recv().await {
+            match self.delete_topic(&name, false).await {
+                Ok(()) => tracing::info!(topic = %name, "deleted an inactive topic"),
+                Err(OpsError::NotFound(_)) => {}
+                Err(e) => tracing::info!(topic = %name, error = %e,
+                    "an inactive topic was not deleted"),
+            }
+        }
+    }
+
     /// Asks for everything written to `name` so far to be offloaded; returns the ticket.
     pub async fn request_offload(&self, name: &TopicName) -> Result<u64, OpsError> {
         Ok(self.offload()?.request(name).await?)

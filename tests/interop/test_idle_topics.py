@@ -136,3 +136,81 @@ def test_idle_topics_are_offloaded_without_being_loaded_again(make_service):
             rows = json.loads(r.read())
         assert rows == [{"n": 20}], (t, rows)
     assert _metric(svc, "ledgerlake_topics_loaded") == 0
+
+
+def _admin(svc, method, path, body=None):
+    req = urllib.request.Request(f"{svc.http}{path}", method=method,
+                                 data=None if body is None else json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            text = r.read().decode()
+            return r.status, (json.loads(text) if text else None)
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def _exists(svc, topic):
+    status, _ = _admin(svc, "GET", f"/admin/v2/persistent/{topic.split('://', 1)[1]}/stats")
+    assert status in (200, 404), status
+    return status == 200
+
+
+def test_inactive_topic_policies_delete_what_nobody_uses(make_service):
+    """Pulsar's inactive-topic policies: with `delete_when_no_subscriptions`, a topic without
+    producers and subscriptions that saw no message for the duration is deleted; one with a
+    subscription, a producer, a topic-level override or a partition is kept. With
+    `delete_when_subscriptions_caught_up`, a topic whose subscriptions caught up is deleted,
+    one with a backlog is kept. Off by default."""
+    svc = make_service()
+    svc.start()
+    svc.create_namespace("public/caught")
+    ns = "/admin/v2/namespaces/public/default/inactiveTopicPolicies"
+    assert _admin(svc, "GET", ns) == (200, None)
+    policy = {"inactiveTopicDeleteMode": "delete_when_no_subscriptions",
+              "maxInactiveDurationSeconds": 2, "deleteWhileInactive": True}
+    assert _admin(svc, "POST", ns, policy)[0] == 204
+    assert _admin(svc, "GET", ns) == (200, policy)
+    bad = dict(policy, maxInactiveDurationSeconds=-5)
+    assert _admin(svc, "POST", ns, bad)[0] == 400
+    caught = {"inactiveTopicDeleteMode": "delete_when_subscriptions_caught_up",
+              "maxInactiveDurationSeconds": 2, "deleteWhileInactive": True}
+    assert _admin(svc, "POST", "/admin/v2/namespaces/public/caught/inactiveTopicPolicies",
+                  caught)[0] == 204
+    base = "persistent://public/default/inactive"
+    kept_override = f"{base}-override"
+    assert _admin(svc, "POST", f"/admin/v2/persistent/public/default/inactive-override/"
+                               "inactiveTopicPolicies",
+                  dict(policy, deleteWhileInactive=False))[0] == 204
+    assert _admin(svc, "PUT", "/admin/v2/persistent/public/default/inactive-parted/partitions",
+                  2)[0] == 204
+
+    client = pulsar.Client(svc.url, operation_timeout_seconds=20)
+    for t in [f"{base}-gone", kept_override, f"{base}-parted"]:
+        p = client.create_producer(t, batching_enabled=False)
+        p.send(b"x")
+        p.close()
+    client.subscribe(f"{base}-subscribed", "s").close()
+    attached = client.create_producer(f"{base}-attached")
+    # Caught up: everything consumed and acknowledged, then the consumer leaves.
+    done, behind = "persistent://public/caught/done", "persistent://public/caught/behind"
+    for t in (done, behind):
+        c = client.subscribe(t, "s")
+        p = client.create_producer(t, batching_enabled=False)
+        p.send(b"y")
+        p.close()
+        if t == done:
+            c.acknowledge(c.receive(timeout_millis=10000))
+            time.sleep(1.5)  # acknowledgements are grouped and saved every second
+        c.close()
+
+    _until(lambda: not _exists(svc, f"{base}-gone") and not _exists(svc, done), timeout=30)
+    time.sleep(3)  # more than another duration: the others stay
+    for t in [kept_override, f"{base}-subscribed", f"{base}-attached",
+              f"{base}-parted-partition-0", behind]:
+        assert _exists(svc, t), t
+    attached.close()
+    _until(lambda: not _exists(svc, f"{base}-attached"), timeout=30)
+    assert _admin(svc, "DELETE", ns)[0] == 204
+    assert _admin(svc, "GET", ns) == (200, None)
+    client.close()

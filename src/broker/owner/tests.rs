@@ -56,6 +56,7 @@ impl Harness {
                 max_producers: None,
                 backlog: Default::default(),
                 consumers: Default::default(),
+                inactive: None,
             },
             dedup: state,
             cursors: Vec::new(),
@@ -151,6 +152,7 @@ async fn switching_deduplication_on_folds_what_was_written_without_it() -> TestR
             max_producers: None,
             backlog: Default::default(),
             consumers: Default::default(),
+            inactive: None,
         })
         .await;
     assert!(matches!(send(&topic, "p", 2).await?, Published::Duplicate));
@@ -172,6 +174,7 @@ async fn the_producer_limit_applies_to_new_producers_at_once() -> TestResult {
         max_producers: max,
         backlog: Default::default(),
         consumers: Default::default(),
+        inactive: None,
     };
     topic.set_policies(limit(Some(2))).await;
     let mut kept = Vec::new();
@@ -293,7 +296,13 @@ async fn an_idle_topic_asks_to_be_unloaded_and_a_client_keeps_it_loaded() -> Tes
     let (ask, mut asked) = tokio::sync::mpsc::unbounded_channel();
     let after = Duration::from_millis(300);
     let topic = h
-        .load_with(false, Some(super::IdleUnload { after, ask }))
+        .load_with(
+            false,
+            Some(super::IdleUnload {
+                after: Some(after),
+                ask,
+            }),
+        )
         .await?;
     // A producer attached: the topic never asks, however long it stays.
     let (s, _rx) = slot(1, false);
@@ -307,9 +316,10 @@ async fn an_idle_topic_asks_to_be_unloaded_and_a_client_keeps_it_loaded() -> Tes
     // Its producer gone, it asks once the period ran out since the producer left...
     let left = std::time::Instant::now();
     topic.remove_producer("p".into(), 1, 1).await;
-    let weak = tokio::time::timeout(after * 4, asked.recv())
+    let (weak, what) = tokio::time::timeout(after * 4, asked.recv())
         .await?
         .ok_or("queue closed")?;
+    assert_eq!(what, super::IdleAsk::Unload);
     assert!(left.elapsed() >= after, "asked after {:?}", left.elapsed());
     let same = weak.upgrade().ok_or("topic dropped")?;
     assert!(Arc::ptr_eq(&same, &topic));
