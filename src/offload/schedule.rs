@@ -30,8 +30,8 @@ pub(super) struct TopicNames {
 }
 
 impl Inner {
-    /// The tables with work now. `first`: the scheduler's first tick (expired ledgers whose
-    /// files may still be in a table are looked at once whatever the policies).
+    /// The tables with work now. `first`: the scheduler's first tick (tables with expired
+    /// ledgers, whose files may still be in them, are visited once whatever the policies).
     pub(super) async fn tables_with_work(
         &self,
         known: &mut TopicNames,
@@ -39,8 +39,11 @@ impl Inner {
     ) -> Result<Tables, OffloadError> {
         let meta = self.log.metadata();
         let mut states = vec![LedgerState::Sealed, LedgerState::Offloaded];
-        if first || self.policies.any_finite_retention().await? {
+        if self.policies.any_finite_retention().await? {
             states.extend([LedgerState::Deleted, LedgerState::Expired]);
+        } else if first {
+            // Files of ledgers expired before a restart may still be in their tables.
+            states.push(LedgerState::Expired);
         }
         let ids: BTreeSet<TopicId> = meta
             .ledgers_in_states(&states)
