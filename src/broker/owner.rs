@@ -277,6 +277,12 @@ async fn run(mut owner: Owner, mut rx: mpsc::Receiver<TopicCommand>) {
                     break Some(Exit::Stopped(reply));
                 }
                 Some(TopicCommand::Unload(reply)) => {
+                    // As Pulsar closes a topic: appends in flight settle (their receipts
+                    // leave) before the producers are told to go, so a client does not resend
+                    // what was stored (a duplicate without deduplication).
+                    while let Some((f, result)) = appends.next().await {
+                        owner.settled(f, result);
+                    }
                     owner.unload().await;
                     break Some(Exit::Stopped(reply));
                 }
