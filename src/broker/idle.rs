@@ -83,7 +83,7 @@ impl Broker {
             loop {
                 let topic = tokio::select! {
                     _ = broker.stop.cancelled() => return,
-                    () = sleep_until(release_at), if release_at.is_some() => {
+                    () = super::subscription::sleep_until(release_at), if release_at.is_some() => {
                         release_at = None;
                         last_release = tokio::time::Instant::now();
                         crate::memory::release().await;
@@ -102,11 +102,9 @@ impl Broker {
                     let _ = broker.idle.inactive.send(topic.name.clone());
                     continue;
                 }
-                {
-                    if broker.unload_idle(topic).await {
-                        let settle = tokio::time::Instant::now() + RELEASE_SETTLE;
-                        release_at = Some(settle.max(last_release + crate::memory::MIN_INTERVAL));
-                    }
+                if broker.unload_idle(topic).await {
+                    let settle = tokio::time::Instant::now() + RELEASE_SETTLE;
+                    release_at = Some(settle.max(last_release + crate::memory::MIN_INTERVAL));
                 }
             }
         });
@@ -144,11 +142,3 @@ impl Broker {
 
 /// How long after the last idle unload freed memory is handed back.
 const RELEASE_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Resolves at `at` (never when `None`).
-async fn sleep_until(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}

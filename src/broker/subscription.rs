@@ -357,7 +357,7 @@ async fn run(
                 st.reader.forget_before(st.first_unacked());
                 st.persist().await;
             }
-            _ = sleep_until_retry(st.retry_at), if st.retry_at.is_some() => {
+            _ = sleep_until(st.retry_at), if st.retry_at.is_some() => {
                 st.retry_at = None;
             }
             changed = confirmed.changed(), if waiting => {
@@ -373,7 +373,7 @@ async fn run(
 }
 
 /// Resolves at `at` (never when `None`).
-async fn sleep_until_retry(at: Option<tokio::time::Instant>) {
+pub(crate) async fn sleep_until(at: Option<tokio::time::Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
