@@ -8,8 +8,8 @@
 use std::sync::Arc;
 
 use super::error::ReadError;
-use super::index::IndexEntry;
-use super::metadata::LedgerId;
+use super::index::{IndexEntry, IndexFileError};
+use super::metadata::{LedgerId, LedgerState};
 use bytes::Bytes;
 
 use super::record::{decode_record_shared, Decoded};
@@ -82,6 +82,34 @@ fn io_error(
         path,
         offset,
         source,
+    }
+}
+
+/// `error` from reading `ledger`, or [`ReadError::Deleted`] when the local copy is missing
+/// because the ledger was deleted locally after the reader took its state (a read view made
+/// from the store earlier, e.g. SQL's view of a topic this node has not loaded, does not see
+/// housekeeping's deletion): the store's record decides, so the reader goes to the lake.
+pub(crate) async fn deleted_meanwhile(
+    shared: &LogShared,
+    ledger: LedgerId,
+    error: ReadError,
+) -> ReadError {
+    let missing = match &error {
+        ReadError::Index(IndexFileError::Io { source, .. }) | ReadError::Io { source, .. } => {
+            source.kind() == std::io::ErrorKind::NotFound
+        }
+        _ => false,
+    };
+    if !missing {
+        return error;
+    }
+    match shared.meta.get_ledger(ledger).await {
+        Ok(Some(r)) if r.state == LedgerState::Deleted => ReadError::Deleted(ledger),
+        Ok(_) => error,
+        Err(e) => {
+            tracing::debug!(ledger, error = %e, "ledger state could not be checked after a missing file");
+            error
+        }
     }
 }
 

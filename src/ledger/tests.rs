@@ -689,3 +689,41 @@ async fn an_earlier_owner_fenced_by_a_later_one_creates_no_ledger() -> TestResul
     b.shutdown().await?;
     Ok(())
 }
+
+/// A view made from the store before housekeeping deleted a ledger's local copy (SQL's view of
+/// a topic this node has not loaded) reads `Deleted` — go to the lake — not a missing file.
+#[tokio::test]
+async fn a_view_older_than_a_local_delete_reads_deleted() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let meta: Arc<dyn MetadataStore> = Arc::new(MemoryMetadataStore::new());
+    let log = Log::open(dir.path(), small_config(), meta.clone()).await?;
+    let name = "persistent://public/default/stale-view";
+    let t = log.topic(name).await?;
+    for n in 0..3u64 {
+        t.append(n as i64, payload(0, n, 50))
+            .await?
+            .durable()
+            .await?;
+    }
+    let sealed = t.seal_current().await?.ok_or("nothing to seal")?;
+    assert!(log.forget(&t).await, "a sealed topic is forgotten");
+    log.mark_offloaded(sealed.id, "snap".into()).await?;
+    let view = log.topic_view(name).await?.ok_or("the topic exists")?;
+    assert_eq!(view.read_entries(sealed.id, 0, 2).await?.len(), 3);
+    log.delete_local(sealed.id).await?;
+    let first = Position::new(sealed.id, 0);
+    assert!(matches!(
+        view.read_entries(sealed.id, 0, 2).await,
+        Err(ReadError::Deleted(_))
+    ));
+    assert!(matches!(
+        view.read_entry(first).await,
+        Err(ReadError::Deleted(_))
+    ));
+    assert!(matches!(
+        view.read_from(first, 10).await,
+        Err(ReadError::Deleted(_))
+    ));
+    log.shutdown().await?;
+    Ok(())
+}

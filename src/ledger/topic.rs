@@ -20,7 +20,7 @@ use super::metadata::{
     LedgerId, LedgerRecord, LedgerState, LedgerTransition, MetadataError, TopicId,
 };
 use super::open_ledger::OpenLedger;
-use super::read::{read_located, read_one};
+use super::read::{deleted_meanwhile, read_located, read_one};
 use super::{now_ms, Entry, LogShared, Position};
 
 /// Summary of one ledger of a topic.
@@ -584,9 +584,15 @@ impl TopicLog {
                 available: 0,
             });
         }
-        let located = self.locate(pos.ledger, pos.entry, pos.entry).await?;
-        let at = located[0];
-        read_one(&self.inner.shared, pos, at).await
+        let shared = &self.inner.shared;
+        let read = match self.locate(pos.ledger, pos.entry, pos.entry).await {
+            Ok(located) => read_one(shared, pos, located[0]).await,
+            Err(e) => Err(e),
+        };
+        match read {
+            Err(e) => Err(deleted_meanwhile(shared, pos.ledger, e).await),
+            ok => ok,
+        }
     }
 
     /// Reads the durable entries `first..=last` of `ledger` in order (fewer if the ledger ends
@@ -626,7 +632,10 @@ impl TopicLog {
         if self.foreign(ledger).is_some() {
             return self.read_foreign(ledger, first, last).await;
         }
-        let located = self.locate(ledger, first, last).await?;
+        let located = match self.locate(ledger, first, last).await {
+            Ok(located) => located,
+            Err(e) => return Err(deleted_meanwhile(&self.inner.shared, ledger, e).await),
+        };
         if cached {
             let cache = lock(&self.inner.cache);
             let hit: Option<Vec<Entry>> = (0..located.len() as u64)
@@ -643,7 +652,10 @@ impl TopicLog {
                 return Ok(entries);
             }
         }
-        read_located(&self.inner.shared, ledger, first, located).await
+        match read_located(&self.inner.shared, ledger, first, located).await {
+            Err(e) => Err(deleted_meanwhile(&self.inner.shared, ledger, e).await),
+            ok => ok,
+        }
     }
 }
 
