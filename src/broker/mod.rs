@@ -198,13 +198,15 @@ impl Broker {
         })
     }
 
-    /// Hands every loaded topic's owner the policies now in force (enabling deduplication
-    /// folds its state in the owner; disabling drops it and forgets its snapshot) and puts its
+    /// Hands every loaded topic's owner whose policies changed the policies now in force
+    /// (enabling deduplication folds its state in the owner; disabling drops it and forgets
+    /// its snapshot), and those with backlog limits their periodic check; puts every topic's
     /// publish limits in force.
     pub async fn apply_policies(&self) {
         for t in self.loaded_topics() {
             match self.policies_of(&t.name).await {
-                Ok(policies) => t.set_policies(policies).await,
+                Ok(policies) if t.needs_policies(&policies) => t.set_policies(policies).await,
+                Ok(_) => {}
                 // The policies in force stay until they can be read.
                 Err(e) => tracing::warn!(topic = %t.name, error = %e, "reading policies failed"),
             }
@@ -225,7 +227,9 @@ impl Broker {
                 }
                 broker.apply_policies().await;
                 for t in broker.loaded_topics() {
-                    t.save_dedup_snapshot().await;
+                    if t.may_deduplicate() {
+                        t.save_dedup_snapshot().await;
+                    }
                 }
                 broker.sample_measures();
             }

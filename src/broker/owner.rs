@@ -183,6 +183,7 @@ pub(crate) fn spawn(setup: OwnerSetup) -> Arc<BrokerTopic> {
         throttle: Default::default(),
         dispatch: Default::default(),
         subscribe_gate: Default::default(),
+        in_force: Default::default(),
         limits: Default::default(),
         measures: super::measure::TopicMeasures::new(setup.measures),
     });
@@ -218,6 +219,7 @@ pub(crate) fn spawn(setup: OwnerSetup) -> Arc<BrokerTopic> {
         last_publish: std::time::Instant::now(),
         rearm: false,
     };
+    owner.record_policies();
     tokio::spawn(run(owner, rx));
     topic
 }
@@ -439,6 +441,7 @@ impl Owner {
             }
             TopicCommand::SetPolicies { policies, reply } => {
                 self.set_policies(policies).await;
+                self.record_policies();
                 self.start_backlog_check();
                 let _ = reply.send(());
             }
@@ -574,6 +577,17 @@ impl Owner {
         }
         self.policies = p;
         self.rearm = true;
+    }
+
+    /// Publishes the policies in force for the broker's periodic pass (none while
+    /// deduplication could not be enabled: the pass hands them over again, to retry).
+    fn record_policies(&self) {
+        let applied = (!matches!(self.dedup, Dedup::Unavailable(_))).then_some(self.policies);
+        *self
+            .topic
+            .in_force
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = applied;
     }
 
     /// Refuses while clients are attached unless `force`; then closes every producer and

@@ -351,7 +351,7 @@ async fn run(
                 }
                 None => break,
             },
-            _ = persist.tick() => {
+            _ = persist.tick(), if st.needs_tick() => {
                 st.check_hot_consumers();
                 st.reader.release_idle();
                 st.reader.forget_before(st.first_unacked());
@@ -381,6 +381,20 @@ pub(crate) async fn sleep_until(at: Option<tokio::time::Instant>) {
 }
 
 impl State {
+    /// Whether the periodic tick has work: a cursor to save, consumers to measure, lake data
+    /// to release. A subscription with none of these sleeps until a command or a new entry
+    /// wakes it (thousands of idle subscriptions cost no timer wake-ups).
+    fn needs_tick(&self) -> bool {
+        self.dirty
+            || !self.consumers.is_empty()
+            || !self.reader.is_idle()
+            || self
+                .measures
+                .hot_consumers
+                .load(std::sync::atomic::Ordering::Relaxed)
+                != 0
+    }
+
     /// Notes a failed read: the next read waits for the reader's backoff.
     fn read_failed(&mut self, e: &ReplayError) {
         if let ReplayError::Pending = e {

@@ -57,6 +57,10 @@ pub struct BrokerTopic {
     /// Dispatch rate limits in force (read by the subscriptions before each read; the broker
     /// replaces them when policies change).
     pub(crate) dispatch: super::throttle::DispatchThrottle,
+    /// The policies the owner has in force, so that the broker's periodic pass skips topics
+    /// whose policies did not change. Invariant: written by the owner only, once it applied
+    /// them; `None` while they must be handed over again (deduplication could not be enabled).
+    pub(crate) in_force: std::sync::Mutex<Option<TopicPolicies>>,
     /// The subscribe rate in force (`subscribeRate`), per consumer.
     pub(crate) subscribe_gate: super::throttle::SubscribeGate,
     /// Consumer and unacked-message limits in force (read by the subscriptions, written by
@@ -202,6 +206,22 @@ impl BrokerTopic {
             "topic {} was deleted or unloaded meanwhile; retry",
             self.name
         ))
+    }
+
+    /// Whether the broker's pass must hand `policies` to the owner: they differ from those in
+    /// force, or they hold backlog limits (quotas and TTL are checked at every pass: they
+    /// depend on time and on the consumers, not only on a policy change).
+    pub(crate) fn needs_policies(&self, policies: &TopicPolicies) -> bool {
+        !policies.backlog.is_empty() || *self.policies_in_force() != Some(*policies)
+    }
+
+    /// Whether deduplication may be on (its snapshot may need saving).
+    pub(crate) fn may_deduplicate(&self) -> bool {
+        self.policies_in_force().is_none_or(|p| p.deduplication)
+    }
+
+    fn policies_in_force(&self) -> std::sync::MutexGuard<'_, Option<TopicPolicies>> {
+        self.in_force.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Sends a command built around a reply channel and waits for the answer.

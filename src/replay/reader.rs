@@ -88,6 +88,12 @@ impl EntryReader {
         first.saturating_mul(factor).min(max)
     }
 
+    /// Whether it holds nothing of the lake (no stream, no cached entries): nothing for
+    /// [`EntryReader::release_idle`] or [`EntryReader::forget_before`] to do.
+    pub fn is_idle(&self) -> bool {
+        self.stream.is_none() && self.recent.is_empty()
+    }
+
     /// Drops the lake stream (and its read-ahead buffer) if unused for `replay.idle_release`.
     pub fn release_idle(&mut self) {
         let Some(lake) = &self.lake else { return };

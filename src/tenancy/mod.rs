@@ -97,8 +97,10 @@ pub struct Tenancy {
     tenants: Cached<String, TenantInfo>,
     /// Invariant: every entry equals the stored namespace record.
     namespaces: Cached<NamespaceName, NamespaceRecord>,
-    /// Invariant: every entry equals the stored tenant-level resource group.
-    tenant_groups: Cached<String, String>,
+    /// Invariant: every entry equals the stored tenant-level resource group, `None` for a
+    /// tenant known to have none (the common case: the broker asks for every loaded topic
+    /// each tick, and must not go to the store for an answer that is "none").
+    tenant_groups: Cached<String, Option<String>>,
     /// Serialises read-modify-write updates (and keeps the cache in step with the store).
     update_lock: tokio::sync::Mutex<()>,
 }
@@ -357,11 +359,15 @@ impl Tenancy {
         tenant: &str,
     ) -> Result<Option<String>, TenancyError> {
         let seen = match self.tenant_groups.get(&tenant.to_string()) {
-            Ok(g) => return Ok(Some(String::clone(&g))),
+            Ok(g) => return Ok(Option::clone(&g)),
             Err(generation) => generation,
         };
         let group = self.load::<String>(&tenant_group_scope(tenant)).await?;
-        Ok(group.map(|g| String::clone(&self.tenant_groups.fill(tenant.to_string(), g, seen))))
+        Ok(Option::clone(&self.tenant_groups.fill(
+            tenant.to_string(),
+            group,
+            seen,
+        )))
     }
 
     /// Attaches tenant `tenant` to resource group `group` (`None`: detaches it).
@@ -385,7 +391,7 @@ impl Tenancy {
         self.meta
             .set_policies(&tenant_group_scope(tenant), blob.as_deref())
             .await?;
-        self.tenant_groups.set(key, group.map(str::to_string));
+        self.tenant_groups.set(key, Some(group.map(str::to_string)));
         Ok(())
     }
 

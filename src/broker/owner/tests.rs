@@ -146,15 +146,18 @@ async fn switching_deduplication_on_folds_what_was_written_without_it() -> TestR
     }
     // Without deduplication a re-send is stored again.
     position(send(&topic, "p", 1).await?)?;
-    topic
-        .set_policies(TopicPolicies {
-            deduplication: true,
-            max_producers: None,
-            backlog: Default::default(),
-            consumers: Default::default(),
-            inactive: None,
-        })
-        .await;
+    let on = TopicPolicies {
+        deduplication: true,
+        ..TopicPolicies::default()
+    };
+    // The broker's pass hands over changed policies only, and saves no snapshot of a topic
+    // without deduplication.
+    assert!(!topic.needs_policies(&TopicPolicies::default()));
+    assert!(!topic.may_deduplicate());
+    assert!(topic.needs_policies(&on));
+    topic.set_policies(on).await;
+    assert!(!topic.needs_policies(&on));
+    assert!(topic.may_deduplicate());
     assert!(matches!(send(&topic, "p", 2).await?, Published::Duplicate));
     position(send(&topic, "p", 3).await?)?;
     // Switched off again: nothing is refused.
