@@ -584,13 +584,22 @@ impl TopicLog {
                 available: 0,
             });
         }
-        let shared = &self.inner.shared;
         let read = match self.locate(pos.ledger, pos.entry, pos.entry).await {
-            Ok(located) => read_one(shared, pos, located[0]).await,
+            Ok(located) => read_one(&self.inner.shared, pos, located[0]).await,
             Err(e) => Err(e),
         };
+        self.or_deleted(pos.ledger, read).await
+    }
+
+    /// `read` of `ledger`, with a local copy that went missing because the ledger was deleted
+    /// meanwhile reported as [`ReadError::Deleted`] (see [`deleted_meanwhile`]).
+    async fn or_deleted<T>(
+        &self,
+        ledger: LedgerId,
+        read: Result<T, ReadError>,
+    ) -> Result<T, ReadError> {
         match read {
-            Err(e) => Err(deleted_meanwhile(shared, pos.ledger, e).await),
+            Err(e) => Err(deleted_meanwhile(&self.inner.shared, ledger, e).await),
             ok => ok,
         }
     }
@@ -632,10 +641,9 @@ impl TopicLog {
         if self.foreign(ledger).is_some() {
             return self.read_foreign(ledger, first, last).await;
         }
-        let located = match self.locate(ledger, first, last).await {
-            Ok(located) => located,
-            Err(e) => return Err(deleted_meanwhile(&self.inner.shared, ledger, e).await),
-        };
+        let located = self
+            .or_deleted(ledger, self.locate(ledger, first, last).await)
+            .await?;
         if cached {
             let cache = lock(&self.inner.cache);
             let hit: Option<Vec<Entry>> = (0..located.len() as u64)
@@ -652,10 +660,8 @@ impl TopicLog {
                 return Ok(entries);
             }
         }
-        match read_located(&self.inner.shared, ledger, first, located).await {
-            Err(e) => Err(deleted_meanwhile(&self.inner.shared, ledger, e).await),
-            ok => ok,
-        }
+        let read = read_located(&self.inner.shared, ledger, first, located).await;
+        self.or_deleted(ledger, read).await
     }
 }
 
