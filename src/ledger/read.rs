@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::error::ReadError;
 use super::index::{IndexEntry, IndexFileError};
-use super::metadata::{LedgerId, LedgerState};
+use super::metadata::{LedgerId, LedgerRecord, LedgerState};
 use bytes::Bytes;
 
 use super::record::{decode_record_shared, Decoded};
@@ -85,30 +85,30 @@ fn io_error(
     }
 }
 
-/// `error` from reading `ledger`, or [`ReadError::Deleted`] when the local copy is missing
+/// The store's record of `ledger` when `error` is a missing local copy (index or segment file)
 /// because the ledger was deleted locally after the reader took its state (a read view made
 /// from the store earlier, e.g. SQL's view of a topic this node has not loaded, does not see
-/// housekeeping's deletion): the store's record decides, so the reader goes to the lake.
+/// housekeeping's deletion); `None` for any other error.
 pub(crate) async fn deleted_meanwhile(
     shared: &LogShared,
     ledger: LedgerId,
-    error: ReadError,
-) -> ReadError {
-    let missing = match &error {
+    error: &ReadError,
+) -> Option<LedgerRecord> {
+    let missing = match error {
         ReadError::Index(IndexFileError::Io { source, .. }) | ReadError::Io { source, .. } => {
             source.kind() == std::io::ErrorKind::NotFound
         }
         _ => false,
     };
     if !missing {
-        return error;
+        return None;
     }
     match shared.meta.get_ledger(ledger).await {
-        Ok(Some(r)) if r.state == LedgerState::Deleted => ReadError::Deleted(ledger),
-        Ok(_) => error,
+        Ok(Some(r)) if r.state == LedgerState::Deleted => Some(r),
+        Ok(_) => None,
         Err(e) => {
             tracing::debug!(ledger, error = %e, "ledger state could not be checked after a missing file");
-            error
+            None
         }
     }
 }

@@ -716,6 +716,11 @@ async fn a_view_older_than_a_local_delete_reads_deleted() -> TestResult {
         view.read_entries(sealed.id, 0, 2).await,
         Err(ReadError::Deleted(_))
     ));
+    // The view now knows: the lake stream, which goes by ledger states, reads it from the lake.
+    assert!(view
+        .ledgers()
+        .iter()
+        .any(|l| l.id == sealed.id && l.state == LedgerState::Deleted));
     assert!(matches!(
         view.read_entry(first).await,
         Err(ReadError::Deleted(_))

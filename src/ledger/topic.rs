@@ -592,15 +592,21 @@ impl TopicLog {
     }
 
     /// `read` of `ledger`, with a local copy that went missing because the ledger was deleted
-    /// meanwhile reported as [`ReadError::Deleted`] (see [`deleted_meanwhile`]).
+    /// meanwhile reported as [`ReadError::Deleted`] (see [`deleted_meanwhile`]) and the
+    /// deletion recorded in this log, so that its other readers (the lake stream, which goes
+    /// by the ledgers' states) read the ledger from the lake too.
     async fn or_deleted<T>(
         &self,
         ledger: LedgerId,
         read: Result<T, ReadError>,
     ) -> Result<T, ReadError> {
-        match read {
-            Err(e) => Err(deleted_meanwhile(&self.inner.shared, ledger, e).await),
-            ok => ok,
+        let Err(e) = read else { return read };
+        match deleted_meanwhile(&self.inner.shared, ledger, &e).await {
+            Some(record) => {
+                self.set_record(record);
+                Err(ReadError::Deleted(ledger))
+            }
+            None => Err(e),
         }
     }
 
