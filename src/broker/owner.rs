@@ -38,7 +38,6 @@ use super::BrokerError;
 use crate::ledger::cursor::{CursorState, DEDUP_SNAPSHOT};
 use crate::ledger::{AppendError, AppendReceipt, Position, TopicLog};
 use crate::naming::TopicName;
-use crate::protocol::command;
 use crate::protocol::inbound::StartAt;
 use crate::protocol::proto::command_subscribe::SubType;
 use crate::replay::TopicLake;
@@ -612,7 +611,7 @@ impl Owner {
             }
         }
         for (_, p) in self.producers.drain() {
-            p.out.send_detached(command::close_producer(p.producer_id));
+            p.close.cancel();
         }
         self.producers_changed();
         for (_, s) in self.subscriptions.drain() {
@@ -626,7 +625,7 @@ impl Owner {
     /// the subscriptions, their cursors saved.
     async fn unload(&mut self) {
         for (_, p) in self.producers.drain() {
-            p.out.send_detached(command::close_producer(p.producer_id));
+            p.close.cancel();
         }
         self.producers_changed();
         for (_, s) in self.subscriptions.drain() {

@@ -79,8 +79,10 @@ pub(crate) struct ProducerSlot {
     pub producer_id: u64,
     /// Exclusive access mode.
     pub exclusive: bool,
-    /// Its connection's outbound queue (for a broker-initiated CLOSE_PRODUCER).
-    pub out: crate::broker::outbox::Outbox,
+    /// Cancelled by the owner to close the producer (the topic is unloaded or deleted, or a
+    /// backlog quota holds it). The connection then answers every SEND the owner took before
+    /// it sends CLOSE_PRODUCER, so a client never resends what was stored.
+    pub close: tokio_util::sync::CancellationToken,
 }
 
 /// The policies in force for one topic partition, as the broker resolved them (topic setting,
@@ -234,15 +236,17 @@ impl BrokerTopic {
         rx.await.map_err(|_| self.gone())
     }
 
-    /// Queues one SEND; the receiver answers once it is settled. Waiting for its share of the
-    /// publish budget, then for room in the owner's queue, is the backpressure.
+    /// Queues one SEND; `reply` answers once it is settled (dropped unanswered if the owner
+    /// stops before taking it). Waiting for its share of the publish budget, then for room in
+    /// the owner's queue, is the backpressure.
     pub(crate) async fn publish(
         &self,
         producer: Arc<str>,
         highest: i64,
         publish_time_ms: i64,
         entry: Bytes,
-    ) -> Result<oneshot::Receiver<Published>, BrokerError> {
+        reply: oneshot::Sender<Published>,
+    ) -> Result<(), BrokerError> {
         let cost = entry.len().clamp(1, PUBLISH_BUDGET) as u32;
         let budget = self
             .publish_budget
@@ -250,7 +254,6 @@ impl BrokerTopic {
             .acquire_many_owned(cost)
             .await
             .map_err(|_| self.gone())?;
-        let (reply, rx) = oneshot::channel();
         let request = PublishRequest {
             producer,
             highest,
@@ -262,8 +265,7 @@ impl BrokerTopic {
         self.owner
             .send(TopicCommand::Publish(request))
             .await
-            .map_err(|_| self.gone())?;
-        Ok(rx)
+            .map_err(|_| self.gone())
     }
 
     /// Registers a producer; returns its `last_sequence_id`.

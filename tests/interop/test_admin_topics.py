@@ -218,3 +218,36 @@ def test_admin_cli_topic_verbs_and_top(fresh_service):
     assert topic in [r["topic"] for r in rows], rows
     producer.close()
     client.close()
+
+
+def test_unloads_while_a_producer_sends_flat_out_store_each_message_once(fresh_service):
+    """Unloaded again and again while a producer keeps hundreds of SENDs in flight: every
+    message is acknowledged and the topic holds each exactly once, in order. (A CLOSE_PRODUCER
+    that overtook a SEND_RECEIPT made the client resend a message that was stored.)"""
+    svc = fresh_service
+    svc.start()
+    topic = "persistent://public/default/unload-flat-out"
+    client = pulsar.Client(svc.url, operation_timeout_seconds=30)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False,
+                                          max_pending_messages=2000, block_if_queue_full=True)
+        failures = []
+
+        def sent(result, _msg_id):
+            if result != pulsar.Result.Ok:
+                failures.append(result)
+
+        n = 0
+        for _ in range(8):
+            for _ in range(500):
+                producer.send_async(str(n).encode(), sent)
+                n += 1
+            assert call(svc, "PUT", f"{NS}/unload-flat-out/unload")[0] == 204
+        producer.flush()
+        assert failures == []
+        reader = client.create_reader(topic, pulsar.MessageId.earliest)
+        got = [int(reader.read_next(timeout_millis=20000).data()) for _ in range(n)]
+        assert got == list(range(n))
+        assert not reader.has_message_available()
+    finally:
+        client.close()

@@ -1,10 +1,16 @@
 //! Producers on a connection: PRODUCER (the topic loads beside the read loop), SEND (checks,
 //! deduplication verdict, append with the log's backpressure), CLOSE_PRODUCER, and each
 //! producer's receipt task, which answers SENDs strictly in SEND order.
+//!
+//! Invariant: a broker-initiated CLOSE_PRODUCER leaves after the answer to every SEND the
+//! topic's owner took. A SEND's receipt is queued before the SEND reaches the owner, and the
+//! owner's close (a cancelled token) makes the receipt task answer what is queued, then close;
+//! a client thus never resends a message that was stored (a duplicate without deduplication).
 
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
 
 use super::{
     begin_opening, cancel_opening, error_reply, finish_opening, open_topic, Completion, Connection,
@@ -28,10 +34,11 @@ const RECEIPT_QUEUE: usize = 4096;
 /// `MESSAGE_SIZE_FRAME_PADDING`).
 const METADATA_PADDING: usize = 10 * 1024;
 
-/// A PRODUCER registered with its topic's owner, with its name, its `last_sequence_id` and
-/// the schema version its schema resolved to.
+/// A PRODUCER registered with its topic's owner, with its name, its `last_sequence_id`, the
+/// schema version its schema resolved to and the token its owner cancels to close it.
 pub(super) struct Opened {
     registration: Registration,
+    close: CancellationToken,
     last_sequence_id: i64,
     schema_version: Option<Vec<u8>>,
 }
@@ -58,19 +65,11 @@ impl Drop for Registration {
     }
 }
 
-/// What a producer's receipt task answers for one SEND, in SEND order.
-enum ReceiptItem {
-    /// Queued to the topic's owner: SEND_RECEIPT once settled, SEND_ERROR if it fails.
-    Queued {
-        sequence_id: u64,
-        settled: oneshot::Receiver<Published>,
-    },
-    /// A refusal: SEND_ERROR.
-    Refused {
-        sequence_id: u64,
-        error: ServerError,
-        message: String,
-    },
+/// One SEND for its producer's receipt task to answer, in SEND order: SEND_RECEIPT once
+/// settled, SEND_ERROR if it fails.
+struct ReceiptItem {
+    sequence_id: u64,
+    settled: oneshot::Receiver<Published>,
 }
 
 /// A producer registered on this connection.
@@ -89,11 +88,12 @@ impl Connection {
             return self.send(error_reply(p.request_id, &e)).await;
         }
         let (broker, principal, conn) = (self.broker.clone(), self.principal(), self.id);
+        let close = CancellationToken::new();
         let slot = ProducerSlot {
             conn: self.id,
             producer_id: p.producer_id,
             exclusive: p.exclusive,
-            out: self.out.clone(),
+            close: close.clone(),
         };
         self.defer(async move {
             let opened = async {
@@ -128,6 +128,7 @@ impl Connection {
                 };
                 Ok(Opened {
                     registration,
+                    close,
                     last_sequence_id,
                     schema_version,
                 })
@@ -156,13 +157,22 @@ impl Connection {
         };
         o.registration.kept = true;
         let (topic, name) = (o.registration.topic.clone(), o.registration.name.clone());
+        // PRODUCER_SUCCESS leaves before the receipt task starts: a close the owner asked
+        // meanwhile follows it on the wire.
+        self.send(command::producer_success(
+            p.request_id,
+            &name,
+            o.last_sequence_id,
+            o.schema_version.take(),
+        ))
+        .await;
         let (tx, rx) = mpsc::channel::<ReceiptItem>(RECEIPT_QUEUE);
-        self.broker.tasks.spawn(receipts(
-            rx,
-            self.out.clone(),
-            p.producer_id,
-            topic.partition,
-        ));
+        let receipts = Receipts {
+            out: self.out.clone(),
+            producer_id: p.producer_id,
+            partition: topic.partition,
+        };
+        self.broker.tasks.spawn(receipts.run(rx, o.close));
         self.producers.insert(
             p.producer_id,
             ProducerState {
@@ -171,13 +181,6 @@ impl Connection {
                 receipts: tx,
             },
         );
-        self.send(command::producer_success(
-            p.request_id,
-            &name,
-            o.last_sequence_id,
-            o.schema_version.take(),
-        ))
-        .await;
     }
 
     /// SEND: checks, deduplication, append; the answer goes through the producer's receipts.
@@ -234,24 +237,30 @@ impl Connection {
         {
             self.throttled_until = Some(self.throttled_until.map_or(resume, |t| t.max(resume)));
         }
-        // Awaiting here is the backpressure: while the topic's owner is behind (or the log is
-        // full) this connection is not read.
-        let item = match producer
-            .topic
-            .publish(producer.name.clone(), highest, publish_time, payload.entry)
-            .await
-        {
-            Ok(settled) => ReceiptItem::Queued {
-                sequence_id,
-                settled,
-            },
-            Err(e) => ReceiptItem::Refused {
-                sequence_id,
-                error: server_error(&e),
-                message: e.to_string(),
-            },
+        // The receipt is queued before the owner can take the SEND (the invariant above).
+        // A receipt task that is gone was closed by the owner: the client resends this SEND
+        // wherever the topic goes next.
+        let (reply, settled) = oneshot::channel();
+        let item = ReceiptItem {
+            sequence_id,
+            settled,
         };
-        let _ = producer.receipts.send(item).await;
+        if producer.receipts.send(item).await.is_err() {
+            return;
+        }
+        // Awaiting here is the backpressure: while the topic's owner is behind (or the log is
+        // full) this connection is not read. A refusal drops `reply`: the receipt task answers
+        // that the topic went away.
+        let _ = producer
+            .topic
+            .publish(
+                producer.name.clone(),
+                highest,
+                publish_time,
+                payload.entry,
+                reply,
+            )
+            .await;
     }
 
     pub(super) async fn on_close_producer(&mut self, c: proto::CommandCloseProducer) {
@@ -275,63 +284,84 @@ impl Connection {
 }
 
 /// One producer's receipt task: SENDs settle in the order the topic's owner appended them, so
-/// answering items in arrival order keeps SEND_RECEIPTs in SEND order. Ends when the producer
-/// goes.
-async fn receipts(
-    mut rx: mpsc::Receiver<ReceiptItem>,
+/// answering items in arrival order keeps SEND_RECEIPTs in SEND order.
+struct Receipts {
     out: crate::broker::outbox::Outbox,
     producer_id: u64,
     partition: i32,
-) {
-    while let Some(item) = rx.recv().await {
-        let frame = match item {
-            ReceiptItem::Refused {
-                sequence_id,
-                error,
-                message,
-            } => command::send_error(producer_id, sequence_id, error, message),
-            ReceiptItem::Queued {
-                sequence_id,
-                settled,
-            } => {
-                let outcome = match settled.await {
-                    Ok(Published::Persisted(Ok(pos))) => Ok(Some(pos)),
-                    Ok(Published::Persisted(Err(e))) => Err(BrokerError::Storage(e.to_string())),
-                    Ok(Published::Duplicate) => Ok(None),
-                    Ok(Published::InFlight) => Err(BrokerError::Storage(
-                        "cannot determine whether the message is a duplicate at this time".into(),
-                    )),
-                    Ok(Published::DedupUnavailable(reason)) => Err(BrokerError::Storage(format!(
-                        "deduplication state unavailable: {reason}"
-                    ))),
-                    Ok(Published::Refused(e)) => Err(e),
-                    Err(_) => Err(BrokerError::Stopped(
-                        "the topic was deleted or unloaded before the message was stored; retry"
-                            .into(),
-                    )),
-                };
-                match outcome {
-                    Ok(Some(pos)) => command::send_receipt(
-                        producer_id,
-                        sequence_id,
-                        command::message_id(pos.ledger, pos.entry, partition, None),
-                    ),
-                    Ok(None) => command::send_receipt(
-                        producer_id,
-                        sequence_id,
-                        command::no_message_id(partition, None),
-                    ),
-                    Err(e) => command::send_error(
-                        producer_id,
-                        sequence_id,
-                        server_error(&e),
-                        e.to_string(),
-                    ),
-                }
+}
+
+impl Receipts {
+    /// Answers items until the producer goes (its sender dropped) or its owner closes it
+    /// (`close` cancelled); then answers what is queued and sends CLOSE_PRODUCER.
+    async fn run(self, mut rx: mpsc::Receiver<ReceiptItem>, close: CancellationToken) {
+        loop {
+            let item = tokio::select! {
+                biased;
+                () = close.cancelled() => break,
+                item = rx.recv() => match item {
+                    Some(item) => item,
+                    None => return,
+                },
+            };
+            let Some(frame) = self.answer(item, false).await else {
+                continue;
+            };
+            if self.out.send(frame).await.is_err() {
+                return;
             }
-        };
-        if out.send(frame).await.is_err() {
-            return;
         }
+        // Every SEND the owner took has its item queued by now; later SENDs are refused at
+        // the queue and resent by the client after it reconnects.
+        rx.close();
+        while let Some(item) = rx.recv().await {
+            let Some(frame) = self.answer(item, true).await else {
+                continue;
+            };
+            if self.out.send(frame).await.is_err() {
+                return;
+            }
+        }
+        let _ = self
+            .out
+            .send(command::close_producer(self.producer_id))
+            .await;
+    }
+
+    /// The answer to one SEND once it settled. `closing`: a SEND the owner never took goes
+    /// unanswered, as the client resends it after CLOSE_PRODUCER anyway.
+    async fn answer(&self, item: ReceiptItem, closing: bool) -> Option<command::Outbound> {
+        let (producer_id, sequence_id) = (self.producer_id, item.sequence_id);
+        let outcome = match item.settled.await {
+            Ok(Published::Persisted(Ok(pos))) => Ok(Some(pos)),
+            Ok(Published::Persisted(Err(e))) => Err(BrokerError::Storage(e.to_string())),
+            Ok(Published::Duplicate) => Ok(None),
+            Ok(Published::InFlight) => Err(BrokerError::Storage(
+                "cannot determine whether the message is a duplicate at this time".into(),
+            )),
+            Ok(Published::DedupUnavailable(reason)) => Err(BrokerError::Storage(format!(
+                "deduplication state unavailable: {reason}"
+            ))),
+            Ok(Published::Refused(e)) => Err(e),
+            Err(_) if closing => return None,
+            Err(_) => Err(BrokerError::Stopped(
+                "the topic was deleted or unloaded before the message was stored; retry".into(),
+            )),
+        };
+        Some(match outcome {
+            Ok(Some(pos)) => command::send_receipt(
+                producer_id,
+                sequence_id,
+                command::message_id(pos.ledger, pos.entry, self.partition, None),
+            ),
+            Ok(None) => command::send_receipt(
+                producer_id,
+                sequence_id,
+                command::no_message_id(self.partition, None),
+            ),
+            Err(e) => {
+                command::send_error(producer_id, sequence_id, server_error(&e), e.to_string())
+            }
+        })
     }
 }

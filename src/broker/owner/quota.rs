@@ -28,7 +28,6 @@ use crate::broker::topic::TopicCommand;
 use crate::broker::{BrokerError, BrokerTopic};
 use crate::ledger::{now_ms, Position};
 use crate::policies::{BacklogLimits, BacklogPolicy};
-use crate::protocol::command;
 use crate::replay::EntryReader;
 
 /// The longest a check waits for one subscription or one read; past it, that part is skipped
@@ -97,7 +96,7 @@ impl Owner {
         tracing::warn!(topic = %self.topic.name, ?policy, producers = self.producers.len(),
             "backlog quota exceeded ({why}); producers are closed and refused until it drains");
         for (_, p) in self.producers.drain() {
-            p.out.send_detached(command::close_producer(p.producer_id));
+            p.close.cancel();
         }
     }
 

@@ -6,14 +6,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
 use super::{spawn, test_log, Dedup, OwnerSetup};
-use crate::broker::outbox::{outbox, OutboxReceiver};
 use crate::broker::topic::{ProducerSlot, Published, TopicPolicies};
 use crate::broker::{BrokerError, BrokerTopic};
 use crate::ledger::{Log, Position};
-use crate::protocol::command::Outbound;
 use crate::protocol::frame::build_entry;
-use crate::protocol::proto::{base_command::Type, MessageMetadata};
+use crate::protocol::proto::MessageMetadata;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -77,7 +78,10 @@ async fn send(topic: &BrokerTopic, p: &str, seq: u64) -> Result<Published, Broke
         ..Default::default()
     };
     let entry = build_entry(&metadata, b"payload");
-    let settled = topic.publish(Arc::from(p), seq as i64, 0, entry).await?;
+    let (reply, settled) = oneshot::channel();
+    topic
+        .publish(Arc::from(p), seq as i64, 0, entry, reply)
+        .await?;
     settled
         .await
         .map_err(|_| BrokerError::Stopped("owner stopped".into()))
@@ -90,15 +94,15 @@ fn position(p: Published) -> Result<Position, String> {
     }
 }
 
-fn slot(producer_id: u64, exclusive: bool) -> (ProducerSlot, OutboxReceiver) {
-    let (out, rx) = outbox();
+fn slot(producer_id: u64, exclusive: bool) -> (ProducerSlot, CancellationToken) {
+    let close = CancellationToken::new();
     let slot = ProducerSlot {
         conn: 1,
         producer_id,
         exclusive,
-        out,
+        close: close.clone(),
     };
-    (slot, rx)
+    (slot, close)
 }
 
 #[tokio::test]
@@ -114,7 +118,11 @@ async fn sends_settle_in_order_and_duplicates_are_not_stored() -> TestResult {
             ..Default::default()
         };
         let entry = build_entry(&metadata, b"x");
-        pending.push(topic.publish(Arc::from("p"), seq as i64, 0, entry).await?);
+        let (reply, settled) = oneshot::channel();
+        topic
+            .publish(Arc::from("p"), seq as i64, 0, entry, reply)
+            .await?;
+        pending.push(settled);
     }
     let mut positions = Vec::new();
     for rx in pending {
@@ -250,7 +258,7 @@ async fn deletion_is_refused_while_a_producer_is_attached_unless_forced() -> Tes
     let h = Harness::new().await?;
     let topic = h.load(false).await?;
     position(send(&topic, "p", 0).await?)?;
-    let (p, mut frames) = slot(5, false);
+    let (p, close) = slot(5, false);
     topic.add_producer("p".into(), p).await?;
     let refused = topic.delete(false).await;
     assert!(
@@ -260,10 +268,7 @@ async fn deletion_is_refused_while_a_producer_is_attached_unless_forced() -> Tes
     // Still serving after the refusal.
     position(send(&topic, "p", 1).await?)?;
     topic.delete(true).await?;
-    match frames.recv().await {
-        Some(Outbound::Command(c)) => assert_eq!(c.r#type, Type::CloseProducer as i32),
-        other => return Err(format!("expected CLOSE_PRODUCER, got {other:?}").into()),
-    }
+    assert!(close.is_cancelled(), "the producer was not told to close");
     // The owner has stopped: the handle refuses, the client must load the topic anew.
     let after = send(&topic, "p", 2).await;
     assert!(matches!(after, Err(BrokerError::Stopped(_))), "{after:?}");
