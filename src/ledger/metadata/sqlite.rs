@@ -4,8 +4,11 @@
 //! brings sqlx and SQLite into the binary, the same SQL runs on PostgreSQL with only the
 //! placeholder style changed, and a user can inspect the state with the `sqlite3` shell.
 //! The database runs in WAL mode with `synchronous=FULL`, so a transaction that returned is
-//! durable. One connection serialises writers: metadata changes are rare (ledger rollover,
-//! offload), never per message.
+//! durable. Writes go through one writer task that commits what queued meanwhile in one
+//! transaction (group commit, `sqlite/writer.rs`): a burst of metadata writes (thousands of
+//! partitions creating their first ledger, subscriptions saving cursors) costs a few syncs, not
+//! one each. Reads run on a small pool of other connections beside it (WAL readers do not
+//! wait for the writer) and see every write whose call returned.
 //!
 //! Schema version 1 (`ll_meta.schema_version`); a change needs an ADR and a migration step in
 //! [`SqliteMetadataStore::open`]. Additive changes since (older builds ignore them): the
@@ -17,27 +20,34 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Row, SqlitePool};
+use sqlx::{Connection, Row, SqliteConnection, SqlitePool};
 
 use super::{
-    check_partition_change, LedgerId, LedgerRecord, LedgerState, LedgerTransition, MetadataError,
-    MetadataStore, SealInfo, TopicId, TopicRecord,
+    LedgerId, LedgerRecord, LedgerState, LedgerTransition, MetadataError, MetadataStore, SealInfo,
+    TopicId, TopicRecord,
 };
 
 /// Schema version this build writes and reads.
 pub const SCHEMA_VERSION: i64 = 1;
 
 mod schema;
+mod writer;
+mod writes;
 
 const LEDGER_COLUMNS: &str = "ledger_id, topic_id, state, first_segment, last_segment, entry_count, \
      size_bytes, min_publish_ms, max_publish_ms, checksum, created_at_ms, state_changed_at_ms, offload_ref, \
      bookie";
 
+/// Read connections: reads only run in parallel, so a few suffice on any machine.
+const READERS: u32 = 4;
+
 /// SQLite-backed metadata store.
 #[derive(Debug, Clone)]
 pub struct SqliteMetadataStore {
-    /// Invariant: at most one connection, so transactions never race each other.
+    /// Connections for reads. Invariant: nothing writes through them.
     pool: SqlitePool,
+    /// The one connection that writes, behind its task: transactions never race each other.
+    writer: writer::Writer,
 }
 
 fn backend(op: &'static str) -> impl FnOnce(sqlx::Error) -> MetadataError {
@@ -73,18 +83,22 @@ impl SqliteMetadataStore {
     }
 
     async fn open_with(opts: SqliteConnectOptions) -> Result<Self, MetadataError> {
-        let pool = SqlitePoolOptions::new()
-            .max_connections(1)
-            .connect_with(opts)
+        let mut conn = SqliteConnection::connect_with(&opts)
             .await
             .map_err(backend("open"))?;
         for stmt in schema::SCHEMA {
             sqlx::query(stmt)
-                .execute(&pool)
+                .execute(&mut conn)
                 .await
                 .map_err(backend("create schema"))?;
         }
-        schema::add_later_columns(&pool).await?;
+        schema::add_later_columns(&mut conn).await?;
+        let writer = writer::Writer::spawn(conn);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(READERS)
+            .connect_with(opts)
+            .await
+            .map_err(backend("open"))?;
         let version: i64 = sqlx::query("SELECT value FROM ll_meta WHERE key = 'schema_version'")
             .fetch_one(&pool)
             .await
@@ -96,7 +110,7 @@ impl SqliteMetadataStore {
                 "metadata schema version {version}; this build reads version {SCHEMA_VERSION}"
             )));
         }
-        Ok(Self { pool })
+        Ok(Self { pool, writer })
     }
 }
 
@@ -156,7 +170,8 @@ fn topic_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<TopicRecord, Metadata
 #[async_trait]
 impl MetadataStore for SqliteMetadataStore {
     async fn close(&self) {
-        // Waits for in-flight statements.
+        // Lets queued writes finish, then waits for in-flight reads.
+        self.writer.close().await;
         self.pool.close().await;
     }
 
@@ -165,37 +180,16 @@ impl MetadataStore for SqliteMetadataStore {
         name: &str,
         now_ms: i64,
     ) -> Result<TopicRecord, MetadataError> {
-        let mut tx = self.pool.begin().await.map_err(backend("begin"))?;
-        if let Some(row) =
-            sqlx::query("SELECT topic_id, name, created_at_ms FROM ll_topics WHERE name = ?")
-                .bind(name)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(backend("find topic"))?
-        {
-            return topic_from_row(&row);
+        // Loading a known topic writes nothing: only a missing one goes to the writer.
+        if let Some(topic) = self.get_topic(name).await? {
+            return Ok(topic);
         }
-        let id: i64 = sqlx::query(
-            "UPDATE ll_meta SET value = value + 1 WHERE key = 'next_topic_id' RETURNING value - 1",
-        )
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(backend("allocate topic id"))?
-        .try_get(0)
-        .map_err(backend("allocate topic id"))?;
-        sqlx::query("INSERT INTO ll_topics(topic_id, name, created_at_ms) VALUES (?, ?, ?)")
-            .bind(id)
-            .bind(name)
-            .bind(now_ms)
-            .execute(&mut *tx)
+        let name = name.to_string();
+        self.writer
+            .run(move |c| {
+                Box::pin(async move { writes::get_or_create_topic(c, &name, now_ms).await })
+            })
             .await
-            .map_err(backend("insert topic"))?;
-        tx.commit().await.map_err(backend("commit topic"))?;
-        Ok(TopicRecord {
-            id: id as u64,
-            name: name.to_string(),
-            created_at_ms: now_ms,
-        })
     }
 
     async fn get_topic(&self, name: &str) -> Result<Option<TopicRecord>, MetadataError> {
@@ -220,62 +214,10 @@ impl MetadataStore for SqliteMetadataStore {
     }
 
     async fn delete_topic(&self, name: &str) -> Result<bool, MetadataError> {
-        let mut tx = self.pool.begin().await.map_err(backend("begin"))?;
-        let topic_id: Option<i64> = sqlx::query("SELECT topic_id FROM ll_topics WHERE name = ?")
-            .bind(name)
-            .fetch_optional(&mut *tx)
+        let name = name.to_string();
+        self.writer
+            .run(move |c| Box::pin(async move { writes::delete_topic(c, &name).await }))
             .await
-            .map_err(backend("find topic"))?
-            .map(|r| r.try_get(0))
-            .transpose()
-            .map_err(backend("find topic"))?;
-        let mut existed = false;
-        if let Some(id) = topic_id {
-            existed = true;
-            let live: i64 = sqlx::query(
-                "SELECT count(*) FROM ll_ledgers WHERE topic_id = ? AND state NOT IN (?, ?)",
-            )
-            .bind(id)
-            .bind(i64::from(LedgerState::Deleted.as_u8()))
-            .bind(i64::from(LedgerState::Expired.as_u8()))
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(backend("count live ledgers"))?
-            .try_get(0)
-            .map_err(backend("count live ledgers"))?;
-            if live > 0 {
-                return Err(MetadataError::Conflict(format!(
-                    "topic {name} still has {live} ledgers that are not deleted"
-                )));
-            }
-            for sql in [
-                "DELETE FROM ll_cursors WHERE topic_id = ?",
-                "DELETE FROM ll_ledgers WHERE topic_id = ?",
-                "DELETE FROM ll_topics WHERE topic_id = ?",
-            ] {
-                sqlx::query(sql)
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(backend("delete topic"))?;
-            }
-        }
-        for sql in [
-            "DELETE FROM ll_schemas WHERE topic = ?",
-            "DELETE FROM ll_partitioned_topics WHERE name = ?",
-        ] {
-            existed |= sqlx::query(sql)
-                .bind(name)
-                .execute(&mut *tx)
-                .await
-                .map_err(backend("delete topic"))?
-                .rows_affected()
-                > 0;
-        }
-        tx.commit()
-            .await
-            .map_err(backend("commit topic deletion"))?;
-        Ok(existed)
     }
 
     async fn create_ledger(
@@ -286,69 +228,21 @@ impl MetadataStore for SqliteMetadataStore {
         now_ms: i64,
         writer_epoch: Option<u64>,
     ) -> Result<LedgerRecord, MetadataError> {
-        let mut tx = self.pool.begin().await.map_err(backend("begin"))?;
-        let fenced_at = schema::fence_of(&mut tx, topic_id).await?;
-        if let Some(epoch) = writer_epoch.filter(|e| (*e as i64) < fenced_at) {
-            return Err(MetadataError::Fenced {
-                topic_id,
-                epoch,
-                fenced_at: fenced_at as u64,
-            });
-        }
-        let id: i64 = sqlx::query(
-            "UPDATE ll_meta SET value = value + 1 WHERE key = 'next_ledger_id' RETURNING value - 1",
-        )
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(backend("allocate ledger id"))?
-        .try_get(0)
-        .map_err(backend("allocate ledger id"))?;
-        sqlx::query(
-            "INSERT INTO ll_ledgers(ledger_id, topic_id, state, first_segment, created_at_ms, state_changed_at_ms, bookie)
-             VALUES (?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(id)
-        .bind(topic_id as i64)
-        .bind(i64::from(LedgerState::Open.as_u8()))
-        .bind(i64::from(first_segment))
-        .bind(now_ms)
-        .bind(now_ms)
-        .bind(bookie)
-        .execute(&mut *tx)
-        .await
-        .map_err(backend("insert ledger"))?;
-        tx.commit().await.map_err(backend("commit ledger"))?;
-        Ok(LedgerRecord {
-            id: id as u64,
-            topic_id,
-            state: LedgerState::Open,
-            first_segment,
-            seal: None,
-            created_at_ms: now_ms,
-            state_changed_at_ms: now_ms,
-            offload_ref: None,
-            bookie: bookie.to_string(),
-        })
+        let bookie = bookie.to_string();
+        self.writer
+            .run(move |c| {
+                Box::pin(async move {
+                    writes::create_ledger(c, topic_id, first_segment, &bookie, now_ms, writer_epoch)
+                        .await
+                })
+            })
+            .await
     }
 
     async fn fence_writers(&self, topic_id: TopicId, epoch: u64) -> Result<(), MetadataError> {
-        let mut tx = self.pool.begin().await.map_err(backend("begin"))?;
-        let fenced_at = schema::fence_of(&mut tx, topic_id).await?;
-        if fenced_at as u64 > epoch {
-            return Err(MetadataError::Fenced {
-                topic_id,
-                epoch,
-                fenced_at: fenced_at as u64,
-            });
-        }
-        sqlx::query("UPDATE ll_topics SET writer_epoch = ? WHERE topic_id = ?")
-            .bind(epoch as i64)
-            .bind(topic_id as i64)
-            .execute(&mut *tx)
+        self.writer
+            .run(move |c| Box::pin(async move { writes::fence_writers(c, topic_id, epoch).await }))
             .await
-            .map_err(backend("fence writers"))?;
-        tx.commit().await.map_err(backend("commit fence"))?;
-        Ok(())
     }
 
     async fn get_ledger(&self, id: LedgerId) -> Result<Option<LedgerRecord>, MetadataError> {
@@ -404,75 +298,11 @@ impl MetadataStore for SqliteMetadataStore {
         transition: LedgerTransition,
         now_ms: i64,
     ) -> Result<LedgerRecord, MetadataError> {
-        let mut tx = self.pool.begin().await.map_err(backend("begin"))?;
-        let row = sqlx::query(&format!(
-            "SELECT {LEDGER_COLUMNS} FROM ll_ledgers WHERE ledger_id = ?"
-        ))
-        .bind(id as i64)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(backend("get ledger"))?
-        .ok_or(MetadataError::LedgerNotFound(id))?;
-        let mut current = ledger_from_row(&row)?;
-        let to = transition.target();
-        if !current.state.can_become(to) {
-            return Err(MetadataError::InvalidTransition {
-                ledger: id,
-                from: current.state,
-                to,
-            });
-        }
-        let from = i64::from(current.state.as_u8());
-        let result = match &transition {
-            LedgerTransition::Seal(info) => sqlx::query(
-                "UPDATE ll_ledgers SET state = ?, state_changed_at_ms = ?, last_segment = ?,
-                     entry_count = ?, size_bytes = ?, min_publish_ms = ?, max_publish_ms = ?, checksum = ?
-                 WHERE ledger_id = ? AND state = ?",
-            )
-            .bind(i64::from(to.as_u8()))
-            .bind(now_ms)
-            .bind(i64::from(info.last_segment))
-            .bind(info.entry_count as i64)
-            .bind(info.size_bytes as i64)
-            .bind(info.min_publish_ms)
-            .bind(info.max_publish_ms)
-            .bind(i64::from(info.checksum))
-            .bind(id as i64)
-            .bind(from),
-            LedgerTransition::Offload { reference } => sqlx::query(
-                "UPDATE ll_ledgers SET state = ?, state_changed_at_ms = ?, offload_ref = ?
-                 WHERE ledger_id = ? AND state = ?",
-            )
-            .bind(i64::from(to.as_u8()))
-            .bind(now_ms)
-            .bind(reference.clone())
-            .bind(id as i64)
-            .bind(from),
-            LedgerTransition::Delete | LedgerTransition::Expire => sqlx::query(
-                "UPDATE ll_ledgers SET state = ?, state_changed_at_ms = ? WHERE ledger_id = ? AND state = ?",
-            )
-            .bind(i64::from(to.as_u8()))
-            .bind(now_ms)
-            .bind(id as i64)
-            .bind(from),
-        }
-        .execute(&mut *tx)
-        .await
-        .map_err(backend("update ledger"))?;
-        if result.rows_affected() != 1 {
-            return Err(MetadataError::Corrupt(format!(
-                "ledger {id} changed state during a transition"
-            )));
-        }
-        tx.commit().await.map_err(backend("commit transition"))?;
-        match transition {
-            LedgerTransition::Seal(info) => current.seal = Some(info),
-            LedgerTransition::Offload { reference } => current.offload_ref = Some(reference),
-            LedgerTransition::Delete | LedgerTransition::Expire => {}
-        }
-        current.state = to;
-        current.state_changed_at_ms = now_ms;
-        Ok(current)
+        self.writer
+            .run(move |c| {
+                Box::pin(async move { writes::transition_ledger(c, id, transition, now_ms).await })
+            })
+            .await
     }
 
     async fn save_cursor(
@@ -482,24 +312,14 @@ impl MetadataStore for SqliteMetadataStore {
         state: &[u8],
         now_ms: i64,
     ) -> Result<(), MetadataError> {
-        let result = sqlx::query(
-            "INSERT INTO ll_cursors(topic_id, subscription, state, updated_at_ms) VALUES (?, ?, ?, ?)
-             ON CONFLICT(topic_id, subscription) DO UPDATE SET state = excluded.state,
-                 updated_at_ms = excluded.updated_at_ms",
-        )
-        .bind(topic_id as i64)
-        .bind(subscription)
-        .bind(state)
-        .bind(now_ms)
-        .execute(&self.pool)
-        .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(sqlx::Error::Database(e)) if e.is_foreign_key_violation() => {
-                Err(MetadataError::TopicNotFound(topic_id))
-            }
-            Err(e) => Err(backend("save cursor")(e)),
-        }
+        let (subscription, state) = (subscription.to_string(), state.to_vec());
+        self.writer
+            .run(move |c| {
+                Box::pin(async move {
+                    writes::save_cursor(c, topic_id, &subscription, &state, now_ms).await
+                })
+            })
+            .await
     }
 
     async fn topic_cursors(
@@ -530,13 +350,12 @@ impl MetadataStore for SqliteMetadataStore {
         topic_id: TopicId,
         subscription: &str,
     ) -> Result<(), MetadataError> {
-        sqlx::query("DELETE FROM ll_cursors WHERE topic_id = ? AND subscription = ?")
-            .bind(topic_id as i64)
-            .bind(subscription)
-            .execute(&self.pool)
+        let subscription = subscription.to_string();
+        self.writer
+            .run(move |c| {
+                Box::pin(async move { writes::delete_cursor(c, topic_id, &subscription).await })
+            })
             .await
-            .map_err(backend("delete cursor"))?;
-        Ok(())
     }
 
     async fn set_partitions(
@@ -545,28 +364,12 @@ impl MetadataStore for SqliteMetadataStore {
         partitions: u32,
         update: bool,
     ) -> Result<(), MetadataError> {
-        let mut tx = self.pool.begin().await.map_err(backend("begin"))?;
-        let existing: Option<i64> =
-            sqlx::query("SELECT partitions FROM ll_partitioned_topics WHERE name = ?")
-                .bind(name)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(backend("get partitions"))?
-                .map(|r| r.try_get(0))
-                .transpose()
-                .map_err(backend("get partitions"))?;
-        check_partition_change(name, existing.map(|n| n as u32), partitions, update)?;
-        sqlx::query(
-            "INSERT INTO ll_partitioned_topics(name, partitions) VALUES (?, ?)
-             ON CONFLICT(name) DO UPDATE SET partitions = excluded.partitions",
-        )
-        .bind(name)
-        .bind(i64::from(partitions))
-        .execute(&mut *tx)
-        .await
-        .map_err(backend("set partitions"))?;
-        tx.commit().await.map_err(backend("commit partitions"))?;
-        Ok(())
+        let name = name.to_string();
+        self.writer
+            .run(move |c| {
+                Box::pin(async move { writes::set_partitions(c, &name, partitions, update).await })
+            })
+            .await
     }
 
     async fn list_partitioned_topics(
@@ -611,28 +414,12 @@ impl MetadataStore for SqliteMetadataStore {
         version: u64,
         schema: &[u8],
     ) -> Result<(), MetadataError> {
-        let mut tx = self.pool.begin().await.map_err(backend("begin"))?;
-        let next: i64 = sqlx::query("SELECT COUNT(*) FROM ll_schemas WHERE topic = ?")
-            .bind(topic)
-            .fetch_one(&mut *tx)
+        let (topic, schema) = (topic.to_string(), schema.to_vec());
+        self.writer
+            .run(move |c| {
+                Box::pin(async move { writes::add_schema(c, &topic, version, &schema).await })
+            })
             .await
-            .map_err(backend("count schemas"))?
-            .try_get(0)
-            .map_err(backend("count schemas"))?;
-        if next as u64 != version {
-            return Err(MetadataError::Conflict(format!(
-                "{topic}: schema version {version} is not the next one ({next})"
-            )));
-        }
-        sqlx::query("INSERT INTO ll_schemas(topic, version, schema) VALUES (?, ?, ?)")
-            .bind(topic)
-            .bind(version as i64)
-            .bind(schema)
-            .execute(&mut *tx)
-            .await
-            .map_err(backend("add schema"))?;
-        tx.commit().await.map_err(backend("commit schema"))?;
-        Ok(())
     }
 
     async fn schemas(&self, topic: &str) -> Result<Vec<(u64, Vec<u8>)>, MetadataError> {
@@ -668,31 +455,21 @@ impl MetadataStore for SqliteMetadataStore {
         scope: &str,
         policies: Option<&[u8]>,
     ) -> Result<(), MetadataError> {
-        let q = match policies {
-            Some(p) => sqlx::query(
-                "INSERT INTO ll_policies(scope, policies) VALUES (?, ?) \
-                 ON CONFLICT(scope) DO UPDATE SET policies = excluded.policies",
-            )
-            .bind(scope)
-            .bind(p),
-            None => sqlx::query("DELETE FROM ll_policies WHERE scope = ?").bind(scope),
-        };
-        q.execute(&self.pool)
+        let (scope, policies) = (scope.to_string(), policies.map(<[u8]>::to_vec));
+        self.writer
+            .run(move |c| {
+                Box::pin(async move { writes::set_policies(c, &scope, policies.as_deref()).await })
+            })
             .await
-            .map_err(backend("set policies"))?;
-        Ok(())
     }
 
     async fn create_policies(&self, scope: &str, policies: &[u8]) -> Result<bool, MetadataError> {
-        let done = sqlx::query(
-            "INSERT INTO ll_policies(scope, policies) VALUES (?, ?) ON CONFLICT(scope) DO NOTHING",
-        )
-        .bind(scope)
-        .bind(policies)
-        .execute(&self.pool)
-        .await
-        .map_err(backend("create policies"))?;
-        Ok(done.rows_affected() == 1)
+        let (scope, policies) = (scope.to_string(), policies.to_vec());
+        self.writer
+            .run(move |c| {
+                Box::pin(async move { writes::create_policies(c, &scope, &policies).await })
+            })
+            .await
     }
 
     async fn list_policies(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, MetadataError> {

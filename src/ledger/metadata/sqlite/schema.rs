@@ -2,7 +2,7 @@
 //! to older databases (in place, SQLite has no `ADD COLUMN IF NOT EXISTS`), and the fence read
 //! shared by ledger creation and fencing.
 
-use sqlx::{Row, SqlitePool};
+use sqlx::{Row, SqliteConnection};
 
 use super::backend;
 use crate::ledger::metadata::{MetadataError, TopicId};
@@ -58,7 +58,7 @@ pub(super) const SCHEMA: &[&str] = &[
 /// Adds the columns later formats added (`ll_ledgers.bookie`, ADR 0007; `ll_topics.
 /// writer_epoch`, ADR 0008) to a database made before them: old ledger rows read as held by
 /// the local node (empty bookie), old topics as never fenced.
-pub(super) async fn add_later_columns(pool: &SqlitePool) -> Result<(), MetadataError> {
+pub(super) async fn add_later_columns(c: &mut SqliteConnection) -> Result<(), MetadataError> {
     for (table, column, ddl) in [
         (
             "ll_ledgers",
@@ -74,7 +74,7 @@ pub(super) async fn add_later_columns(pool: &SqlitePool) -> Result<(), MetadataE
         let has: Option<i64> = sqlx::query("SELECT 1 FROM pragma_table_info(?) WHERE name = ?")
             .bind(table)
             .bind(column)
-            .fetch_optional(pool)
+            .fetch_optional(&mut *c)
             .await
             .map_err(backend("inspect a table"))?
             .map(|r| r.try_get(0))
@@ -82,7 +82,7 @@ pub(super) async fn add_later_columns(pool: &SqlitePool) -> Result<(), MetadataE
             .map_err(backend("inspect a table"))?;
         if has.is_none() {
             sqlx::query(ddl)
-                .execute(pool)
+                .execute(&mut *c)
                 .await
                 .map_err(backend("add a column"))?;
         }
@@ -90,15 +90,15 @@ pub(super) async fn add_later_columns(pool: &SqlitePool) -> Result<(), MetadataE
     Ok(())
 }
 
-/// The epoch topic `topic_id`'s writers are fenced at, read inside `tx`.
+/// The epoch topic `topic_id`'s writers are fenced at, read on the writer's connection `c`.
 pub(super) async fn fence_of(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    c: &mut SqliteConnection,
     topic_id: TopicId,
 ) -> Result<i64, MetadataError> {
     let fenced_at: Option<i64> =
         sqlx::query("SELECT writer_epoch FROM ll_topics WHERE topic_id = ?")
             .bind(topic_id as i64)
-            .fetch_optional(&mut **tx)
+            .fetch_optional(&mut *c)
             .await
             .map_err(backend("find topic"))?
             .map(|r| r.try_get(0))
