@@ -302,6 +302,14 @@ def health(svc, what):
         return e.code
 
 
+FSYNC_FAILED = "failpoint journal.fdatasync: injecting an I/O error"
+
+
+def read_text(path):
+    with open(path) as f:
+        return f.read()
+
+
 def test_failed_fdatasync_stops_acknowledging_and_restart_recovers(make_service):
     """The 30th journal `fdatasync` fails: from then on no append is acknowledged (the state
     of the page cache is unknown), liveness fails so that a supervisor restarts the process,
@@ -314,19 +322,28 @@ def test_failed_fdatasync_stops_acknowledging_and_restart_recovers(make_service)
 
     def done(payload):
         return lambda res, _id: results.__setitem__(payload, res)
-    for i in range(200):
+    # Bursts of 10 with a pause between them: each burst needs at least one sync, and how
+    # many it takes depends on the journal's grouping, so send until the point has fired
+    # (the log says so), then 20 more that must not be acknowledged.
+    fired_at = None
+    for i in range(2000):
         payload = f"{i:06d}-".encode() + b"x" * PAYLOAD_PAD
         history.sent.append(payload)
         history.producer.send_async(payload, done(payload))
         if i % 10 == 9:
             time.sleep(0.05)
+            if fired_at is None and FSYNC_FAILED in read_text(svc.log_path):
+                fired_at = i
+            if fired_at is not None and i >= fired_at + 20:
+                break
+    assert fired_at is not None, "the 30th fdatasync never came"
     # The client retries refused sends on a new connection; none is acknowledged any more.
     time.sleep(5)
     acked = {p for p, r in results.items() if r == pulsar.Result.Ok}
     history.acked = acked
     assert 0 < len(acked) < len(history.sent), len(acked)
     log = open(svc.log_path).read()
-    assert "failpoint journal.fdatasync: injecting an I/O error" in log
+    assert FSYNC_FAILED in log
     assert "journal failed; refusing further appends until restart" in log
     assert svc.proc.poll() is None, "the service exited"
     assert health(svc, "live") == 503
