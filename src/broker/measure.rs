@@ -70,9 +70,11 @@ pub(crate) fn hot_threshold(s: &Settings, n: usize) -> f64 {
     (s.hot_share_factor * even).min((1.0 + even) / 2.0)
 }
 
-/// Whether `share` of a total `rate` split `n` ways is hot.
+/// Whether `share` of a total `rate` split `n` ways is hot. The one flagged must itself
+/// carry `hot_min_rate`: over 10,000 partitions at 2 msg/s each, a partition at 5 msg/s is
+/// above twice an even share, but that is noise, not a hot spot.
 pub(crate) fn is_hot(s: &Settings, share: f64, n: usize, rate: f64) -> bool {
-    n > 1 && rate >= s.hot_min_rate && share > hot_threshold(s, n)
+    n > 1 && share * rate >= s.hot_min_rate && share > hot_threshold(s, n)
 }
 
 /// Measures of one loaded topic partition.
@@ -451,6 +453,14 @@ mod tests {
         assert!(!is_hot(&s, 1.0, 1, 100.0), "one partition takes everything");
         assert!(is_hot(&s, 0.9, 2, 100.0), "reachable with two");
         assert!(!is_hot(&s, 0.7, 2, 100.0));
+        assert!(
+            !is_hot(&s, 0.00025, 10_000, 20_000.0),
+            "5 msg/s is over twice an even share of 10,000, but a trickle"
+        );
+        assert!(
+            is_hot(&s, 0.001, 10_000, 20_000.0),
+            "20 msg/s of 20,000 over 10,000"
+        );
         assert_eq!(hot_threshold(&s, 8), 0.25);
     }
 

@@ -26,8 +26,8 @@ pub struct MetricsConfig {
     /// even share (1 / partitions); a Key_Shared consumer likewise among its subscription's
     /// consumers. Must be above 1.
     pub hot_share_factor: f64,
-    /// Topics (and subscriptions) below this many messages per second are never flagged hot:
-    /// skew of a trickle is not a problem.
+    /// A partition (or Key_Shared consumer) taking fewer than this many messages per second
+    /// is never flagged hot, whatever its share: skew of a trickle is not a problem.
     pub hot_min_rate: f64,
     /// A subscription whose backlog grew across a whole window of this length is flagged as a
     /// lag spiral (it stays flagged until a window ends without growth).
