@@ -23,6 +23,8 @@ use super::open_ledger::OpenLedger;
 use super::read::{deleted_meanwhile, read_located, read_one};
 use super::{now_ms, Entry, LogShared, Position};
 
+mod positions;
+
 /// Summary of one ledger of a topic.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct LedgerInfo {
@@ -668,114 +670,6 @@ impl TopicLog {
         }
         let read = read_located(&self.inner.shared, ledger, first, located).await;
         self.or_deleted(ledger, read).await
-    }
-}
-
-impl TopicLog {
-    /// Reads up to `max` durable entries from `from` (inclusive) onward, crossing ledger
-    /// boundaries and skipping empty ledgers. Empty when nothing is durable there yet;
-    /// [`ReadError::Deleted`] when the range was offloaded and deleted locally.
-    pub async fn read_from(&self, from: Position, max: usize) -> Result<Vec<Entry>, ReadError> {
-        if max == 0 {
-            return Ok(Vec::new());
-        }
-        let ledgers = self.ledgers();
-        let newest = ledgers.last().map(|l| l.id);
-        for l in ledgers.into_iter().filter(|l| l.id >= from.ledger) {
-            let start = if l.id == from.ledger { from.entry } else { 0 };
-            if start >= l.entry_count {
-                if l.state == LedgerState::Open && Some(l.id) == newest {
-                    // Nothing newer can exist beyond the open ledger's confirmed entries.
-                    return Ok(Vec::new());
-                }
-                continue;
-            }
-            if l.state == LedgerState::Deleted {
-                return Err(ReadError::Deleted(l.id));
-            }
-            let last = (start + max as u64 - 1).min(l.entry_count - 1);
-            return self.read_entries(l.id, start, last).await;
-        }
-        Ok(Vec::new())
-    }
-
-    /// Saves the state of durable subscription `name` in the metadata store.
-    pub async fn save_cursor(&self, name: &str, state: &[u8]) -> Result<(), MetadataError> {
-        self.inner
-            .shared
-            .meta
-            .save_cursor(self.inner.id, name, state, super::now_ms())
-            .await
-    }
-
-    /// The stored cursors of this topic: (subscription, state).
-    pub async fn cursors(&self) -> Result<Vec<(String, Vec<u8>)>, MetadataError> {
-        self.inner.shared.meta.topic_cursors(self.inner.id).await
-    }
-
-    /// Removes the stored cursor of `name`.
-    pub async fn delete_cursor(&self, name: &str) -> Result<(), MetadataError> {
-        self.inner
-            .shared
-            .meta
-            .delete_cursor(self.inner.id, name)
-            .await
-    }
-
-    /// The first entry published at or after `publish_time_ms`, or the position after the last
-    /// entry when there is none. Uses each ledger's publish-time range and a binary search of
-    /// its index (publish times of a topic are expected to be non-decreasing, as in Pulsar).
-    pub async fn find_by_publish_time(&self, publish_time_ms: i64) -> Result<Position, ReadError> {
-        self.find_by_publish_time_from(0, publish_time_ms).await
-    }
-
-    /// [`TopicLog::find_by_publish_time`] among the ledgers from `first_ledger` on (the
-    /// earlier ones were searched elsewhere, e.g. in the lake).
-    pub async fn find_by_publish_time_from(
-        &self,
-        first_ledger: LedgerId,
-        publish_time_ms: i64,
-    ) -> Result<Position, ReadError> {
-        for l in self.ledgers().into_iter().filter(|l| l.id >= first_ledger) {
-            if l.entry_count == 0 || l.max_publish_ms.is_some_and(|m| m < publish_time_ms) {
-                continue;
-            }
-            if l.state == LedgerState::Deleted {
-                return Err(ReadError::Deleted(l.id));
-            }
-            let index: Arc<[IndexEntry]> = match self.view(l.id)? {
-                LedgerView::Open(o) => o.written().entries.clone().into(),
-                LedgerView::Closed(_) => self.inner.shared.sealed_index(l.id).await?,
-            };
-            let count = (l.entry_count as usize).min(index.len());
-            let i = index[..count].partition_point(|e| e.publish_time_ms < publish_time_ms);
-            if i < count {
-                return Ok(Position::new(l.id, i as u64));
-            }
-        }
-        Ok(self.last_confirmed().map_or(Position::new(0, 0), |p| {
-            Position::new(p.ledger, p.entry + 1)
-        }))
-    }
-
-    /// The position just before `pos` in this topic (across ledgers), if any.
-    pub fn position_before(&self, pos: Position) -> Option<Position> {
-        if pos.entry > 0 {
-            return Some(Position::new(pos.ledger, pos.entry - 1));
-        }
-        self.ledgers()
-            .into_iter()
-            .rev()
-            .find(|l| l.id < pos.ledger && l.entry_count > 0)
-            .map(|l| Position::new(l.id, l.entry_count - 1))
-    }
-
-    /// Position of the topic's first entry; `(0, 0)` (before any ledger) when it has none.
-    pub fn first_position(&self) -> Position {
-        self.ledgers()
-            .into_iter()
-            .find(|l| l.entry_count > 0)
-            .map_or(Position::new(0, 0), |l| Position::new(l.id, 0))
     }
 }
 
