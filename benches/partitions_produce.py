@@ -21,17 +21,14 @@ import tempfile
 import time
 import urllib.request
 
-def rss_kb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
+from metrics_compare import rss_kib
+
 
 def cpu_ticks(pid):
     with open(f"/proc/{pid}/stat") as f:
         parts = f.read().rsplit(")", 1)[1].split()
     return int(parts[11]) + int(parts[12])
+
 
 def run(gen, svc, idx):
     d = tempfile.mkdtemp(prefix=f"ll-partitions-{idx}-")
@@ -46,14 +43,14 @@ def run(gen, svc, idx):
                 break
             except Exception:
                 time.sleep(0.1)
-        rss0 = rss_kb(p.pid)
+        rss0 = rss_kib(p.pid)
         t0 = time.time()
         out = subprocess.run([gen, "perf", "produce", "--service-url", "pulsar://127.0.0.1:16650",
                               "--topic", "persistent://public/default/p10k", "--partitions", "10000",
                               "--rate", "20000", "--duration", "20s", "--batch-max-messages", "1",
                               "--connections", "16", "--admin-url", "http://127.0.0.1:18080", "--json"], capture_output=True, text=True)
         wall = time.time() - t0
-        rss1 = rss_kb(p.pid)
+        rss1 = rss_kib(p.pid)
         try:
             res = json.loads(out.stdout)
         except Exception:
@@ -86,6 +83,7 @@ def run(gen, svc, idx):
             "rss_after_mb": rss1 // 1024, "idle_cpu_cores": round(idle_cpu, 3), "stop_s": stop,
             "slow_warnings": slow, "hot_partition_warnings": hot,
             "error_lines": errors}
+
 
 def main():
     if len(sys.argv) < 3:

@@ -342,7 +342,7 @@ def test_failed_fdatasync_stops_acknowledging_and_restart_recovers(make_service)
     acked = {p for p, r in results.items() if r == pulsar.Result.Ok}
     history.acked = acked
     assert 0 < len(acked) < len(history.sent), len(acked)
-    log = open(svc.log_path).read()
+    log = read_text(svc.log_path)
     assert FSYNC_FAILED in log
     assert "journal failed; refusing further appends until restart" in log
     assert svc.proc.poll() is None, "the service exited"
