@@ -4,7 +4,8 @@
 
 For each SERVICE_BIN: a fresh service on embedded defaults (lake on) in a new temporary data
 dir, on ports 16650/18080/15433; then GEN_BIN's `perf produce --partitions 10000 --rate 20000
---duration 20s --batch-max-messages 1 --connections 16 --json`; resident memory before and
+--duration 20s --warmup 5s --batch-max-messages 1 --connections 16 --json` (publish latency
+after the first 5 s, and over the whole run, and each 2 s interval's p99); resident memory before and
 after; the service's CPU over 30 s of idle after a 5 s settle; SIGTERM and the time to exit
 (killed after 300 s: `stop_s` null); the count of sqlx slow-acquire warnings and ERROR lines
 and "hot partition" warnings in its log. Prints one JSON line per service binary; pass the binaries interleaved
@@ -47,7 +48,7 @@ def run(gen, svc, idx):
         t0 = time.time()
         out = subprocess.run([gen, "perf", "produce", "--service-url", "pulsar://127.0.0.1:16650",
                               "--topic", "persistent://public/default/p10k", "--partitions", "10000",
-                              "--rate", "20000", "--duration", "20s", "--batch-max-messages", "1",
+                              "--rate", "20000", "--duration", "20s", "--warmup", "5s", "--batch-max-messages", "1",
                               "--connections", "16", "--admin-url", "http://127.0.0.1:18080", "--json"], capture_output=True, text=True)
         wall = time.time() - t0
         rss1 = rss_kib(p.pid)
@@ -57,6 +58,8 @@ def run(gen, svc, idx):
             res = {}
         if not res:
             res = {"stdout": out.stdout[-2000:], "stderr": out.stderr[-2000:]}
+        # Each 2 s interval's p99 (ms) in place of the full timeline.
+        res["interval_p99_ms"] = [i["latency"]["p99_us"] // 1000 for i in res.pop("timeline", [])]
         # idle CPU over 30 s after the run
         time.sleep(5)
         c0 = cpu_ticks(p.pid); time.sleep(30); c1 = cpu_ticks(p.pid)

@@ -6,8 +6,9 @@
 //! - **lag spirals** (DS-FAIL-03): a subscription whose backlog grew across a whole lag window.
 //!
 //! Producers' connections, the owner and the subscription tasks record into these (atomics and
-//! small locks, never an `.await`); the broker's stats tick samples the rates and evaluates the
-//! warnings ([`super::Broker::sample_measures`]); a scrape reads them into rows.
+//! small locks, never an `.await`) and mark the topic changed ([`super::activity`]); the
+//! broker's stats tick samples the rates of the changed topics until they are quiet again and
+//! evaluates the warnings ([`super::Broker::sample_measures`]); a scrape reads them into rows.
 //!
 //! Invariants:
 //! - [`TopicMeasures::subscriptions`] holds the measures of exactly the subscriptions the
@@ -102,11 +103,14 @@ pub(crate) struct TopicMeasures {
     pub partitions: std::sync::atomic::AtomicU32,
     /// Invariant: the measures of exactly the owner's subscriptions.
     pub subscriptions: Mutex<Vec<Arc<SubscriptionMeasures>>>,
+    /// Tells the stats tick that something here changed.
+    pub marker: Arc<super::activity::Marker>,
 }
 
 impl TopicMeasures {
-    pub fn new(settings: Settings) -> Self {
+    pub fn new(settings: Settings, marker: Arc<super::activity::Marker>) -> Self {
         TopicMeasures {
+            marker,
             settings,
             msg_in: Meter::default(),
             write_latency: Buckets::new(&WRITE_LATENCY_US),
@@ -121,8 +125,10 @@ impl TopicMeasures {
         }
     }
 
-    /// Counts one durable append.
+    /// Counts one durable append (and marks the topic changed even with measures off: the
+    /// tick also saves deduplication snapshots of topics that appended).
     pub fn appended(&self, messages: u64, bytes: u64, took_us: u64) {
+        self.marker.touch();
         if !self.settings.enabled {
             return;
         }
@@ -163,6 +169,11 @@ impl TopicMeasures {
     /// The subscriptions' measures now.
     pub fn subscriptions(&self) -> Vec<Arc<SubscriptionMeasures>> {
         lock(&self.subscriptions).clone()
+    }
+
+    /// Marks the topic changed (a subscription dispatched, settled or expired something).
+    pub fn touch(&self) {
+        self.marker.touch();
     }
 }
 
@@ -404,6 +415,19 @@ pub(crate) fn sample(topic: &super::BrokerTopic) {
             None => {}
         }
     }
+}
+
+/// Whether the stats tick may stop sampling `topic` until it changes again: every rate reads
+/// zero over the rate window, and no warning it raised (hot, lag spiral) is still up.
+pub(crate) fn is_quiet(topic: &super::BrokerTopic) -> bool {
+    let m = &topic.measures;
+    let window = m.settings.rate_window_ms;
+    let zero = |meter: &Meter| meter.rate(window).msgs == 0.0;
+    !m.hot.load(Ordering::Relaxed)
+        && zero(&m.msg_in)
+        && m.subscriptions()
+            .iter()
+            .all(|s| zero(&s.out) && zero(&s.acks) && zero(&s.expired) && !s.lag_growing())
 }
 
 /// Sets the in-rate shares and hot flags of the loaded partitions of one partitioned topic

@@ -13,6 +13,9 @@
 //! - [`dedup`]: deduplication state (Pulsar semantics), folded through replay.
 //! - [`throttle`]: publish rate limits (topic or namespace `publishRate`, resource-group
 //!   quotas), token buckets that stop a producer's connection from being read while in debt.
+//! - [`tick`]: the periodic work (backlog quota and TTL checks, dedup snapshots, rates and
+//!   early warnings), driven by the topics that changed ([`activity`]), never a walk over
+//!   every loaded topic.
 //!
 //! Invariants:
 //! - SEND_RECEIPTs of a producer leave in the order of its SENDs and only after the append is
@@ -34,6 +37,7 @@ use crate::config::BrokerConfig;
 use crate::ledger::Log;
 use crate::policies::PolicyStore;
 
+mod activity;
 pub mod backlog;
 mod balance;
 pub mod connection;
@@ -50,6 +54,7 @@ mod rates;
 
 pub mod subscription;
 pub mod throttle;
+mod tick;
 pub mod topic;
 
 use crate::cluster::ownership::{Ownership, OwnershipError, Placement};
@@ -107,6 +112,11 @@ pub struct Broker {
     measures: measure::Settings,
     /// Idle topics asking to be unloaded ([`idle`]).
     idle: idle::IdleQueue,
+    /// Topics that changed since the stats tick last looked ([`activity`]).
+    activity: Arc<activity::Activity>,
+    /// Topics the tick checks the policies of again, by full name ([`tick`]). Invariant:
+    /// every loaded topic with a backlog limit in force or whose last policy read failed.
+    policy_checks: Mutex<HashMap<Arc<str>, Arc<BrokerTopic>>>,
 }
 
 /// One topic partition's place in the broker: empty until loaded. Its lock is held while the
@@ -144,6 +154,8 @@ impl Broker {
             publish_budget: Arc::new(tokio::sync::Semaphore::new(topic::PUBLISH_BUDGET)),
             measures: metrics.into(),
             idle: idle::IdleQueue::new(),
+            activity: Default::default(),
+            policy_checks: Default::default(),
         })
     }
 
@@ -198,42 +210,10 @@ impl Broker {
         })
     }
 
-    /// Hands every loaded topic's owner whose policies changed the policies now in force
-    /// (enabling deduplication folds its state in the owner; disabling drops it and forgets
-    /// its snapshot), and those with backlog limits their periodic check; puts every topic's
-    /// publish limits in force.
-    pub async fn apply_policies(&self) {
-        for t in self.loaded_topics() {
-            match self.policies_of(&t.name).await {
-                Ok(policies) if t.needs_policies(&policies) => t.set_policies(policies).await,
-                Ok(_) => {}
-                // The policies in force stay until they can be read.
-                Err(e) => tracing::warn!(topic = %t.name, error = %e, "reading policies failed"),
-            }
-            self.apply_throttle(&t).await;
-        }
-    }
-
-    /// Accepts connections on `listener` until [`Broker::shutdown`]; also applies
-    /// deduplication policy changes and saves deduplication snapshots periodically.
+    /// Accepts connections on `listener` until [`Broker::shutdown`]; also runs the periodic
+    /// work ([`tick`]).
     pub fn serve(self: &Arc<Self>, listener: TcpListener) {
-        let broker = self.clone();
-        self.tasks.spawn(async move {
-            let mut tick = tokio::time::interval(broker.config.cursor_persist_interval);
-            loop {
-                tokio::select! {
-                    _ = broker.stop.cancelled() => return,
-                    _ = tick.tick() => {}
-                }
-                broker.apply_policies().await;
-                for t in broker.loaded_topics() {
-                    if t.may_deduplicate() {
-                        t.save_dedup_snapshot().await;
-                    }
-                }
-                broker.sample_measures();
-            }
-        });
+        self.spawn_tick();
         let broker = self.clone();
         self.tasks.spawn(async move {
             tokio::select! {
@@ -357,6 +337,8 @@ impl Broker {
             index.remove(&key);
         }
         crate::metrics::node().topics_loaded.set(index.len() as i64);
+        drop(index);
+        self.note_policy_check(topic, false);
     }
 
     fn next_id(&self) -> u64 {
@@ -419,27 +401,6 @@ impl Broker {
         }
         out.sort_by(|a, b| a.0.cmp(&b.0));
         out
-    }
-
-    /// Samples every loaded topic's rates, feeds the lag windows and flags hot partitions
-    /// (the stats tick).
-    pub fn sample_measures(&self) {
-        if !self.measures.enabled {
-            return;
-        }
-        let mut partitioned: HashMap<String, Vec<Arc<BrokerTopic>>> = HashMap::new();
-        for t in self.loaded_topics() {
-            measure::sample(&t);
-            if t.partition >= 0 {
-                partitioned
-                    .entry(t.name.base().to_string())
-                    .or_default()
-                    .push(t);
-            }
-        }
-        for (_, parts) in partitioned {
-            measure::evaluate_partitions(&parts);
-        }
     }
 
     /// Every loaded topic partition read into Pulsar's families (`None` when metrics are
@@ -634,6 +595,8 @@ impl Broker {
             .policies_of(name)
             .await
             .map_err(|e| BrokerError::Stopped(format!("reading the policies of {key}: {e}")))?;
+        // Backlog quotas and TTL are checked again by the tick.
+        let timed = !policies.backlog.is_empty();
         let dedup = if policies.deduplication {
             owner::Dedup::load(&log, lake.as_ref()).await?
         } else {
@@ -661,9 +624,11 @@ impl Broker {
             persist_every: self.config.cursor_persist_interval,
             publish_budget: self.publish_budget.clone(),
             measures: self.measures,
+            activity: self.activity.clone(),
             idle: self.idle_unload(),
         });
         self.apply_throttle(&topic).await;
+        self.note_policy_check(&topic, timed);
         if name.partition().is_some() {
             let declared = self.partitions(&name.base()).await?;
             topic

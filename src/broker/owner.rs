@@ -95,6 +95,8 @@ pub(crate) struct OwnerSetup {
     pub publish_budget: Arc<tokio::sync::Semaphore>,
     /// What to measure (`[metrics]`).
     pub measures: super::measure::Settings,
+    /// Where the topic says that it changed, for the broker's stats tick.
+    pub activity: Arc<super::activity::Activity>,
     /// Unloading once idle (`None`: never).
     pub idle: Option<IdleUnload>,
 }
@@ -172,6 +174,7 @@ struct Owner {
 /// Starts the owner of a loaded topic partition and returns its handle.
 pub(crate) fn spawn(setup: OwnerSetup) -> Arc<BrokerTopic> {
     let (tx, rx) = mpsc::channel(OWNER_QUEUE);
+    let marker = super::activity::Marker::new(&setup.name.to_string(), &setup.activity);
     let topic = Arc::new(BrokerTopic {
         partition: setup.name.partition().map_or(-1, |p| p as i32),
         name: setup.name,
@@ -184,10 +187,15 @@ pub(crate) fn spawn(setup: OwnerSetup) -> Arc<BrokerTopic> {
         subscribe_gate: Default::default(),
         in_force: Default::default(),
         limits: Default::default(),
-        measures: super::measure::TopicMeasures::new(setup.measures),
+        measures: super::measure::TopicMeasures::new(setup.measures, marker),
     });
     topic.limits.set(setup.policies.consumers);
     topic.measures.set_quotas(&setup.policies.backlog);
+    if topic.partition >= 0 {
+        // A partition's share is set by the stats tick once it takes traffic; until then it
+        // takes none of its topic's.
+        topic.measures.set_share(0.0);
+    }
     let mut subscriptions = HashMap::new();
     for (name, state) in setup.cursors {
         let sub_type = SubType::try_from(state.sub_type).unwrap_or(SubType::Exclusive);

@@ -114,6 +114,10 @@ pub struct ProduceArgs {
     /// Duration of the run (the longest run with --messages).
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub duration: Duration,
+    /// Leave the messages scheduled in this first part of the run out of the publish latency
+    /// (as pulsar-perf's --warmup-time does); the summary gives the whole run's latency too.
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    pub warmup: Duration,
     /// Stop after this many messages in all (for generating a data set).
     #[arg(long)]
     pub messages: Option<u64>,
@@ -394,13 +398,19 @@ fn perf_produce(args: ProduceArgs) -> anyhow::Result<()> {
         batch_max: args.batch_max_messages.max(1),
         max_pending: args.max_pending.max(1),
         duration: args.duration,
+        warmup: args.warmup,
         messages: args.messages,
         keys: args.keys,
         json: args.json_payloads,
         publish_span: args.publish_time_span,
     };
-    let result = rt.block_on(produce::produce(opts, |rate| {
-        eprintln!("  produced {rate:>12.0} msg/s");
+    let result = rt.block_on(produce::produce(opts, |i| {
+        let ms = |us: u64| us as f64 / 1000.0;
+        eprintln!(
+            "  {:>5.1} s  acked {:>8.0} msg/s  p50 {:>9.1} ms  p99 {:>9.1} ms  max {:>9.1} ms  waiting {:>7} (oldest {} ms)",
+            i.at_s, i.msgs_per_s, ms(i.latency.p50_us), ms(i.latency.p99_us), ms(i.latency.max_us),
+            i.waiting, i.oldest_waiting_ms
+        );
     }))?;
     if result.generator_bound {
         eprintln!(
@@ -412,9 +422,11 @@ fn perf_produce(args: ProduceArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&result)?);
     } else {
         println!(
-            "produced {} messages in {:.1} s: {:.0} msg/s, {:.1} MB/s; publish latency p50 {} µs, p99 {} µs, p999 {} µs; {} producers on {} connections (set up in {:.1} s); {} send errors; generator CPU {:.2} cores of {}",
+            "produced {} messages in {:.1} s: {:.0} msg/s, {:.1} MB/s; publish latency{} p50 {} µs, p99 {} µs, p999 {} µs (whole run: p99 {} µs); {} producers on {} connections (set up in {:.1} s); {} send errors; generator CPU {:.2} cores of {}",
             result.messages, result.seconds, result.msgs_per_s, result.mb_per_s,
+            if args.warmup.is_zero() { String::new() } else { format!(" after a {:?} warm-up", args.warmup) },
             result.latency.p50_us, result.latency.p99_us, result.latency.p999_us,
+            result.latency_whole_run.p99_us,
             result.producers, result.connections, result.setup_seconds, result.send_errors,
             result.generator_cpu_cores, result.generator_threads
         );

@@ -37,6 +37,9 @@ pub struct NodeMetrics {
     pub sql_queries_running: Gauge,
     /// Topic partitions loaded in the broker now.
     pub topics_loaded: Gauge,
+    /// Loaded topic partitions the stats tick samples now (those that changed lately; an idle
+    /// loaded topic is not among them).
+    pub topics_watched: Gauge,
     /// Seconds each topic load took (claim, log, deduplication state, subscriptions).
     pub topic_load_seconds: Histogram,
     /// Topic partitions unloaded because they were idle.
@@ -79,6 +82,7 @@ impl NodeMetrics {
             }),
             sql_queries_running: Gauge::default(),
             topics_loaded: Gauge::default(),
+            topics_watched: Gauge::default(),
             topic_load_seconds: seconds_histogram(),
             topics_unloaded_idle: Counter::default(),
             registry: Registry::default(),
@@ -132,6 +136,11 @@ impl NodeMetrics {
             "ledgerlake_topics_loaded",
             "Topic partitions loaded in the broker now",
             m.topics_loaded.clone(),
+        );
+        registry.register(
+            "ledgerlake_topics_watched",
+            "Loaded topic partitions whose rates the stats tick samples now (changed lately)",
+            m.topics_watched.clone(),
         );
         registry.register(
             "ledgerlake_topic_load_seconds",

@@ -10,6 +10,12 @@
 //! that falls behind its schedule shows up as latency, and the run reports the generator's own
 //! CPU use against its threads: when it is near them, the generator, not the service, limits
 //! the run.
+//!
+//! Every 2 s the run also records an [`Interval`] (pulsar-perf prints the same per interval):
+//! the rate and latency of the receipts that arrived in it, and the sends still unanswered at
+//! its end with the age of the oldest. A tail that is a few stuck sends (the oldest waiting
+//! grows with the run) then looks different from a service that is simply behind (every
+//! interval's median grows).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,7 +29,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use tokio::sync::Semaphore;
 
-use super::pulsar_load::{connect, now_ms, spawn_reporter, PulsarLoadError, Reader, Writer};
+use super::pulsar_load::{connect, now_ms, PulsarLoadError, Reader, Writer};
 use super::{latency_histogram, record, Latency};
 use crate::protocol::client;
 use crate::protocol::proto::base_command::Type;
@@ -52,6 +58,9 @@ pub struct ProduceOptions {
     pub max_pending: usize,
     /// Measured duration (the longest run when `messages` is set).
     pub duration: Duration,
+    /// Messages scheduled within this first part of the run are left out of `latency` (they
+    /// still count in `latency_whole_run`, the rate and the timeline).
+    pub warmup: Duration,
     /// Stop after this many messages in all (split evenly across producers).
     pub messages: Option<u64>,
     /// Partition keys `key-0..key-{keys-1}` (0: no keys), drawn per message.
@@ -79,8 +88,11 @@ pub struct ProduceResult {
     pub msgs_per_s: f64,
     /// Payload MB/s (acknowledged within the measured duration).
     pub mb_per_s: f64,
-    /// Publish latency (scheduled send → SEND_RECEIPT).
+    /// Publish latency (scheduled send → SEND_RECEIPT) of the messages scheduled after the
+    /// warm-up.
     pub latency: Latency,
+    /// The same over the whole run, warm-up included.
+    pub latency_whole_run: Latency,
     /// SENDs the service refused (SEND_ERROR).
     pub send_errors: u64,
     /// Producers and connections used.
@@ -96,6 +108,23 @@ pub struct ProduceResult {
     /// Whether the generator used nearly all of its threads: the figures then describe the
     /// generator as much as the service.
     pub generator_bound: bool,
+    /// The run in 2 s intervals.
+    pub timeline: Vec<Interval>,
+}
+
+/// One 2 s interval of a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Interval {
+    /// Seconds from the start of the run to the end of the interval.
+    pub at_s: f64,
+    /// Messages acknowledged per second within the interval.
+    pub msgs_per_s: f64,
+    /// Latency of the messages acknowledged within the interval.
+    pub latency: Latency,
+    /// Messages sent and not yet answered at the interval's end.
+    pub waiting: u64,
+    /// Age of the oldest of them (from its scheduled send time), in milliseconds.
+    pub oldest_waiting_ms: u64,
 }
 
 /// One registered producer of a connection.
@@ -118,17 +147,21 @@ struct Totals {
     in_time: Arc<AtomicU64>,
     errors: Arc<AtomicU64>,
     last_ack: Arc<Mutex<Option<Instant>>>,
+    /// After the warm-up.
     hist: Arc<Mutex<Histogram<u64>>>,
+    whole: Arc<Mutex<Histogram<u64>>>,
+    /// Latencies of the current interval (reset by the timeline at each interval's end).
+    recent: Arc<Mutex<Histogram<u64>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Runs producers; `progress(msgs_per_s)` is called every 2 s.
+/// Runs producers; `progress` is called with each 2 s interval.
 pub async fn produce(
     opts: ProduceOptions,
-    progress: impl Fn(f64) + Send + 'static,
+    progress: impl Fn(&Interval) + Send + 'static,
 ) -> Result<ProduceResult, PulsarLoadError> {
     let producers: Vec<&String> = opts
         .topics
@@ -172,12 +205,15 @@ pub async fn produce(
         errors: Arc::default(),
         last_ack: Arc::default(),
         hist: Arc::new(Mutex::new(latency_histogram())),
+        whole: Arc::new(Mutex::new(latency_histogram())),
+        recent: Arc::new(Mutex::new(latency_histogram())),
     };
     let payload = Bytes::from(super::pseudo_random_bytes(opts.size.max(1)));
     let cpu_before = super::process_cpu_seconds();
     let start = Instant::now();
     let end = start + opts.duration;
     let mut tasks = Vec::new();
+    let mut inflights = Vec::new();
     for (i, (rd, wr, slots)) in conns.into_iter().enumerate() {
         let share = slots.len() as f64 / producers.len().max(1) as f64;
         let run = ConnRun {
@@ -188,13 +224,30 @@ pub async fn produce(
             payload: payload.clone(),
             seed: i as u64 + 1,
         };
-        tasks.push(spawn_connection(run, rd, wr, slots, totals.clone()));
+        let inflight: InFlight = Arc::new(Mutex::new(vec![VecDeque::new(); slots.len()]));
+        inflights.push(inflight.clone());
+        tasks.push(spawn_connection(
+            run,
+            rd,
+            wr,
+            slots,
+            inflight,
+            totals.clone(),
+        ));
     }
-    let reporter = spawn_reporter(totals.acked.clone(), progress);
+    let (stop_timeline, stopped) = tokio::sync::oneshot::channel();
+    let timeline = tokio::spawn(record_timeline(
+        totals.clone(),
+        inflights,
+        start,
+        stopped,
+        progress,
+    ));
     for t in tasks {
         let _ = t.await;
     }
-    reporter.abort();
+    let _ = stop_timeline.send(());
+    let timeline = timeline.await.unwrap_or_default();
     let wall = start.elapsed().as_secs_f64();
     let cpu = super::process_cpu_seconds() - cpu_before;
     let messages = totals.acked.load(Ordering::Relaxed);
@@ -207,12 +260,14 @@ pub async fn produce(
     let in_time = totals.in_time.load(Ordering::Relaxed) as f64;
     let cores = if wall > 0.0 { cpu / wall } else { 0.0 };
     let latency = Latency::from_histogram(&lock(&totals.hist));
+    let latency_whole_run = Latency::from_histogram(&lock(&totals.whole));
     Ok(ProduceResult {
         messages,
         seconds,
         msgs_per_s: in_time / seconds,
         mb_per_s: in_time * opts.size as f64 / seconds / 1e6,
         latency,
+        latency_whole_run,
         send_errors: totals.errors.load(Ordering::Relaxed),
         producers: producers.len(),
         connections: n_conn,
@@ -220,7 +275,60 @@ pub async fn produce(
         generator_cpu_cores: cores,
         generator_threads: opts.threads,
         generator_bound: cores >= 0.85 * opts.threads.max(1) as f64,
+        timeline,
     })
+}
+
+/// Records an [`Interval`] every 2 s (and hands it to `progress`) until `stop`.
+async fn record_timeline(
+    totals: Totals,
+    inflights: Vec<InFlight>,
+    start: Instant,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+    progress: impl Fn(&Interval),
+) -> Vec<Interval> {
+    const EVERY: Duration = Duration::from_secs(2);
+    let mut timeline = Vec::new();
+    let mut tick = tokio::time::interval_at((start + EVERY).into(), EVERY);
+    let mut last_acked = 0;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = &mut stop => return timeline,
+        }
+        let now = Instant::now();
+        let acked = totals.acked.load(Ordering::Relaxed);
+        let latency = {
+            let mut recent = lock(&totals.recent);
+            let l = Latency::from_histogram(&recent);
+            recent.reset();
+            l
+        };
+        let (mut waiting, mut oldest) = (0u64, None::<Instant>);
+        for inflight in &inflights {
+            for queue in lock(inflight).iter() {
+                waiting += queue
+                    .iter()
+                    .map(|(_, times)| times.len() as u64)
+                    .sum::<u64>();
+                let first = queue.front().and_then(|(_, times)| times.first().copied());
+                if let Some(t) = first {
+                    oldest = Some(oldest.map_or(t, |o| o.min(t)));
+                }
+            }
+        }
+        let interval = Interval {
+            at_s: now.duration_since(start).as_secs_f64(),
+            msgs_per_s: (acked - last_acked) as f64 / EVERY.as_secs_f64(),
+            latency,
+            waiting,
+            oldest_waiting_ms: oldest
+                .map_or(0, |t| now.saturating_duration_since(t).as_millis() as u64),
+        };
+        last_acked = acked;
+        progress(&interval);
+        timeline.push(interval);
+    }
 }
 
 /// Connects and registers a producer on each of `topics` (after creating `subscription` on
@@ -340,9 +448,9 @@ fn spawn_connection(
     mut rd: Reader,
     wr: Writer,
     slots: Vec<Slot>,
+    inflight: InFlight,
     totals: Totals,
 ) -> tokio::task::JoinHandle<()> {
-    let inflight: InFlight = Arc::new(Mutex::new(vec![VecDeque::new(); slots.len()]));
     let window = Arc::new(Semaphore::new(
         (run.opts.max_pending.max(run.opts.batch_max)) * slots.len(),
     ));
@@ -355,8 +463,9 @@ fn spawn_connection(
         run.end,
         run.opts.messages.is_some(),
     );
+    let warm_until = run.start + run.opts.warmup;
     let receiver = tokio::spawn(async move {
-        let mut h = latency_histogram();
+        let (mut h, mut whole) = (latency_histogram(), latency_histogram());
         loop {
             let frame = tokio::select! {
                 f = rd.next() => f,
@@ -386,9 +495,16 @@ fn spawn_connection(
             let Some((_, times)) = popped else { continue };
             let now = Instant::now();
             if ok {
+                let mut recent = lock(&totals.recent);
                 for t in times.iter().filter(|t| **t < end) {
-                    record(&mut h, now.saturating_duration_since(*t));
+                    let took = now.saturating_duration_since(*t);
+                    if *t >= warm_until {
+                        record(&mut h, took);
+                    }
+                    record(&mut whole, took);
+                    record(&mut recent, took);
                 }
+                drop(recent);
                 totals
                     .acked
                     .fetch_add(times.len() as u64, Ordering::Relaxed);
@@ -405,6 +521,7 @@ fn spawn_connection(
             window_r.add_permits(times.len());
         }
         let _ = lock(&totals.hist).add(&h);
+        let _ = lock(&totals.whole).add(&whole);
     });
     tokio::spawn(async move {
         let full = run.opts.max_pending.max(run.opts.batch_max) * slots.len();

@@ -255,3 +255,46 @@ def test_hot_key_shared_consumer_is_flagged(make_service):
         c.close()
     producer.close()
     client.close()
+
+
+def test_the_stats_tick_samples_topics_that_changed_until_they_are_quiet(make_service):
+    """Idle loaded topics cost the stats tick nothing (issue 22): a topic is sampled from its
+    first change until its rates are back at zero, then no more until it changes again."""
+    svc = make_service(env=FAST)
+    svc.start()
+    client = pulsar.Client(svc.url, operation_timeout_seconds=30)
+    topics = [f"persistent://public/default/watched-{i}" for i in range(30)]
+    producers = [client.create_producer(t, batching_enabled=False) for t in topics]
+    for p in producers:
+        for _ in range(5):
+            p.send(b"x" * 10)
+
+    def watched():
+        values, _ = scrape(svc)
+        return (value(values, "ledgerlake_topics_loaded"),
+                value(values, "ledgerlake_topics_watched"))
+
+    def all_watched():
+        loaded, n = watched()
+        assert loaded >= 30 and n >= 30, (loaded, n)
+
+    eventually(all_watched, timeout=15, interval=0.2)
+
+    def all_quiet():
+        loaded, n = watched()
+        assert loaded >= 30 and n == 0, (loaded, n)
+
+    # Producers stay connected (the topics stay loaded) but send nothing.
+    eventually(all_quiet, timeout=30, interval=0.5)
+    _, stats = call(svc, "GET", "/persistent/public/default/watched-3/stats")
+    assert stats["msgRateIn"] == 0 and stats["msgInCounter"] == 5, stats
+    producers[3].send(b"again")
+
+    def one_again():
+        values, _ = scrape(svc)
+        assert value(values, "ledgerlake_topics_watched") == 1
+        assert value(values, "pulsar_rate_in", topic=topics[3]) > 0
+
+    eventually(one_again, timeout=15, interval=0.2)
+    eventually(all_quiet, timeout=30, interval=0.5)
+    client.close()

@@ -64,6 +64,7 @@ impl Harness {
             persist_every: Duration::from_secs(3600),
             publish_budget: super::test_budget(),
             measures: Default::default(),
+            activity: Default::default(),
             idle,
         }))
     }

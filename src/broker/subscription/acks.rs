@@ -25,6 +25,7 @@ impl State {
                 individual
             };
             self.measures.acks.record(settled.max(1), 0);
+            self.topic.measures.touch();
         }
     }
 
@@ -33,6 +34,7 @@ impl State {
         let skipped = self.skip_to(to);
         if self.topic.measures.settings.enabled {
             self.measures.expired.record(skipped, 0);
+            self.topic.measures.touch();
         }
         skipped
     }

@@ -44,6 +44,7 @@ impl State {
         if self.topic.measures.settings.enabled {
             consumer.sent.record(u64::from(count), bytes);
             self.measures.out.record(u64::from(count), bytes);
+            self.topic.measures.touch();
         }
         let key = consumer.key;
         self.charge_dispatch(u64::from(count), bytes);

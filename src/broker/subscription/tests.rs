@@ -51,6 +51,7 @@ impl Harness {
             persist_every: PERSIST_EVERY,
             publish_budget: owner::test_budget(),
             measures: Default::default(),
+            activity: Default::default(),
             idle: None,
         });
         tokio::time::pause();

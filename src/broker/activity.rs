@@ -1,0 +1,125 @@
+//! What changed since the broker's stats tick last looked. A loaded topic partition whose
+//! measures move (an append, a dispatch, an acknowledgement, an expiry) puts itself in a queue,
+//! once, through its [`Marker`]; the tick takes the queue and works through those topics and
+//! through the ones it still watches ([`Watched`]: rates not yet back at zero, a lag spiral or
+//! hot flag not yet cleared), never through every loaded topic. An idle loaded topic costs the
+//! tick nothing, and the tick's time follows the traffic, not the number of topics.
+//!
+//! Invariants:
+//! - A marker is in the queue at most once: its `queued` flag is set from the moment it is
+//!   pushed until the tick that took it clears it. Anything recorded after that clear queues
+//!   the topic again, so no change goes unseen by the next tick.
+//! - [`Watched`] holds only topics that are still the loaded ones of their name (checked by
+//!   the tick each time before it samples them).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::BrokerTopic;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The queue of topics that changed since the tick last took it (one per broker).
+#[derive(Debug, Default)]
+pub(crate) struct Activity {
+    /// Invariant: each marker at most once (see the module's invariants).
+    queue: Mutex<Vec<Arc<Marker>>>,
+}
+
+impl Activity {
+    /// Takes the queued markers and clears their flags: from now on their topics queue again
+    /// on their next change.
+    pub fn take(&self) -> Vec<Arc<Marker>> {
+        let taken = std::mem::take(&mut *lock(&self.queue));
+        for m in &taken {
+            m.queued.store(false, Ordering::Release);
+        }
+        taken
+    }
+}
+
+/// One topic's way into the [`Activity`] queue.
+#[derive(Debug)]
+pub(crate) struct Marker {
+    /// The topic's full name.
+    pub key: Arc<str>,
+    /// Invariant: set exactly while this marker is queued and not yet taken.
+    queued: AtomicBool,
+    to: Arc<Activity>,
+}
+
+impl Marker {
+    /// The marker of topic `key`, queueing into `to`.
+    pub fn new(key: &str, to: &Arc<Activity>) -> Arc<Marker> {
+        Arc::new(Marker {
+            key: key.into(),
+            queued: AtomicBool::new(false),
+            to: to.clone(),
+        })
+    }
+
+    /// Notes a change: queues the topic unless it is queued already (one relaxed load on the
+    /// hot path when it is).
+    pub fn touch(self: &Arc<Self>) {
+        if self.queued.load(Ordering::Relaxed) || self.queued.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        lock(&self.to.queue).push(self.clone());
+    }
+}
+
+/// The topics the stats tick samples: those that changed, until they are quiet again. Owned
+/// by the tick's task.
+#[derive(Debug, Default)]
+pub(crate) struct Watched {
+    /// Invariant: only topics that were the loaded ones of their name when last checked.
+    topics: HashMap<Arc<str>, Arc<BrokerTopic>>,
+}
+
+impl Watched {
+    /// Adds `topic` (replacing an earlier load of the same name).
+    pub fn add(&mut self, topic: Arc<BrokerTopic>) {
+        self.topics.insert(topic.measures.marker.key.clone(), topic);
+    }
+
+    /// Keeps the topics for which `keep` holds.
+    pub fn retain(&mut self, mut keep: impl FnMut(&Arc<BrokerTopic>) -> bool) {
+        self.topics.retain(|_, t| keep(t));
+    }
+
+    /// The watched topics.
+    pub fn topics(&self) -> impl Iterator<Item = &Arc<BrokerTopic>> {
+        self.topics.values()
+    }
+
+    /// How many are watched.
+    pub fn len(&self) -> usize {
+        self.topics.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_topic_is_queued_once_until_taken_and_again_after() {
+        let activity = Arc::new(Activity::default());
+        let (a, b) = (Marker::new("a", &activity), Marker::new("b", &activity));
+        a.touch();
+        a.touch();
+        b.touch();
+        let keys = |v: Vec<Arc<Marker>>| v.iter().map(|m| m.key.to_string()).collect::<Vec<_>>();
+        assert_eq!(keys(activity.take()), ["a", "b"]);
+        assert!(activity.take().is_empty(), "nothing changed since");
+        a.touch();
+        assert_eq!(
+            keys(activity.take()),
+            ["a"],
+            "a change after the take queues again"
+        );
+    }
+}

@@ -1,0 +1,163 @@
+//! The broker's periodic work, every `broker.cursor_persist_interval`, driven by what changed
+//! rather than by how many topics are loaded:
+//! - **policy changes** are not polled: the operations layer applies each change to every
+//!   loaded topic when it is made ([`Broker::apply_policies`]), and a topic gets the policies
+//!   in force when it loads;
+//! - **backlog quotas and message TTL** depend on time, so the topics with such a limit in
+//!   force are checked again each tick (with those whose policies could not be read last time);
+//! - **deduplication snapshots** are saved for the topics that appended since the last tick;
+//! - **measures**: the topics that changed are sampled until they are quiet again
+//!   ([`super::activity`]), on a blocking thread; hot partitions are evaluated among them.
+//!
+//! An idle loaded topic is in none of these sets, so it costs the tick nothing; a pass over
+//! every loaded topic each second had held a worker for tens of milliseconds at 10,000 topics
+//! and set the publish p99 (benches/RESULTS.md, issue 22).
+//!
+//! Invariants:
+//! - `Broker::policy_checks` holds every loaded topic with a backlog limit in force or whose
+//!   last policy read failed; it may briefly hold unloaded ones (dropped at the next tick).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::activity::Watched;
+use super::{lock, measure, Broker, BrokerTopic};
+
+impl Broker {
+    /// Runs the periodic work until the broker stops.
+    pub(super) fn spawn_tick(self: &Arc<Self>) {
+        let broker = self.clone();
+        self.tasks.spawn(async move {
+            let mut tick = tokio::time::interval(broker.config.cursor_persist_interval);
+            let mut watched = Watched::default();
+            loop {
+                tokio::select! {
+                    _ = broker.stop.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                broker.recheck_policies().await;
+                let touched = broker.touched();
+                for t in &touched {
+                    if t.may_deduplicate() {
+                        t.save_dedup_snapshot().await;
+                    }
+                }
+                // Sampling is CPU only (atomics, small locks) but grows with the topics
+                // that take traffic (10,000 busy partitions: milliseconds); off the async
+                // workers it cannot hold up the SENDs they serve.
+                let b = broker.clone();
+                match tokio::task::spawn_blocking(move || {
+                    b.sample_measures(&mut watched, touched);
+                    watched
+                })
+                .await
+                {
+                    Ok(w) => watched = w,
+                    Err(e) => {
+                        tracing::error!(error = %e, "sampling the measures panicked");
+                        watched = Watched::default();
+                    }
+                }
+            }
+        });
+    }
+
+    /// Hands every loaded topic's owner whose policies changed the policies now in force
+    /// (enabling deduplication folds its state in the owner; disabling drops it and forgets
+    /// its snapshot), and those with backlog limits their periodic check; puts every topic's
+    /// publish limits in force. Called by the operations layer after each policy change.
+    pub async fn apply_policies(&self) {
+        for t in self.loaded_topics() {
+            self.apply_policies_to(&t).await;
+        }
+    }
+
+    /// [`Self::apply_policies`] for one topic; keeps `policy_checks` up to date.
+    async fn apply_policies_to(&self, t: &Arc<BrokerTopic>) {
+        let recheck = match self.policies_of(&t.name).await {
+            Ok(policies) => {
+                let timed = !policies.backlog.is_empty();
+                if t.needs_policies(&policies) {
+                    t.set_policies(policies).await;
+                }
+                timed
+            }
+            // The policies in force stay until they can be read; the next tick tries again.
+            Err(e) => {
+                tracing::warn!(topic = %t.name, error = %e, "reading policies failed");
+                true
+            }
+        };
+        self.apply_throttle(t).await;
+        self.note_policy_check(t, recheck);
+    }
+
+    /// Puts `t` in the set of topics the tick checks again (or takes it out).
+    pub(super) fn note_policy_check(&self, t: &Arc<BrokerTopic>, recheck: bool) {
+        let key = t.measures.marker.key.clone();
+        let mut checks = lock(&self.policy_checks);
+        if recheck {
+            checks.insert(key, t.clone());
+        } else if checks.get(&key).is_some_and(|c| Arc::ptr_eq(c, t)) {
+            checks.remove(&key);
+        }
+    }
+
+    /// Checks again the topics with backlog limits in force (and retries failed reads).
+    async fn recheck_policies(&self) {
+        let due: Vec<Arc<BrokerTopic>> = {
+            let mut checks = lock(&self.policy_checks);
+            checks.retain(|_, t| !t.owner.is_closed());
+            checks.values().cloned().collect()
+        };
+        for t in due {
+            self.apply_policies_to(&t).await;
+        }
+    }
+
+    /// The loaded topics that changed since the last call.
+    fn touched(&self) -> Vec<Arc<BrokerTopic>> {
+        let markers = self.activity.take();
+        let index = lock(&self.loaded_index);
+        markers
+            .iter()
+            .filter_map(|m| index.get(&*m.key).cloned())
+            .collect()
+    }
+
+    /// Samples the rates of the topics that changed and of those still watched, feeds their
+    /// lag windows and flags hot partitions among them; stops watching the quiet ones.
+    fn sample_measures(&self, watched: &mut Watched, touched: Vec<Arc<BrokerTopic>>) {
+        if !self.measures.enabled {
+            return;
+        }
+        for t in touched {
+            watched.add(t);
+        }
+        {
+            let index = lock(&self.loaded_index);
+            watched.retain(|t| {
+                index
+                    .get(&*t.measures.marker.key)
+                    .is_some_and(|l| Arc::ptr_eq(l, t))
+            });
+        }
+        let mut partitioned: HashMap<String, Vec<Arc<BrokerTopic>>> = HashMap::new();
+        for t in watched.topics() {
+            measure::sample(t);
+            if t.partition >= 0 {
+                partitioned
+                    .entry(t.name.base().to_string())
+                    .or_default()
+                    .push(t.clone());
+            }
+        }
+        for (_, parts) in partitioned {
+            measure::evaluate_partitions(&parts);
+        }
+        watched.retain(|t| !measure::is_quiet(t));
+        crate::metrics::node()
+            .topics_watched
+            .set(watched.len() as i64);
+    }
+}
