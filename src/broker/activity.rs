@@ -16,11 +16,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::BrokerTopic;
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use super::{lock, BrokerTopic};
 
 /// The queue of topics that changed since the tick last took it (one per broker).
 #[derive(Debug, Default)]
@@ -71,35 +67,10 @@ impl Marker {
     }
 }
 
-/// The topics the stats tick samples: those that changed, until they are quiet again. Owned
-/// by the tick's task.
-#[derive(Debug, Default)]
-pub(crate) struct Watched {
-    /// Invariant: only topics that were the loaded ones of their name when last checked.
-    topics: HashMap<Arc<str>, Arc<BrokerTopic>>,
-}
-
-impl Watched {
-    /// Adds `topic` (replacing an earlier load of the same name).
-    pub fn add(&mut self, topic: Arc<BrokerTopic>) {
-        self.topics.insert(topic.measures.marker.key.clone(), topic);
-    }
-
-    /// Keeps the topics for which `keep` holds.
-    pub fn retain(&mut self, mut keep: impl FnMut(&Arc<BrokerTopic>) -> bool) {
-        self.topics.retain(|_, t| keep(t));
-    }
-
-    /// The watched topics.
-    pub fn topics(&self) -> impl Iterator<Item = &Arc<BrokerTopic>> {
-        self.topics.values()
-    }
-
-    /// How many are watched.
-    pub fn len(&self) -> usize {
-        self.topics.len()
-    }
-}
+/// The topics the stats tick samples, by full name: those that changed, until they are quiet
+/// again. Owned by the tick's task. Invariant: only topics that were the loaded ones of their
+/// name when last checked.
+pub(crate) type Watched = HashMap<Arc<str>, Arc<BrokerTopic>>;
 
 #[cfg(test)]
 mod tests {

@@ -170,11 +170,6 @@ impl TopicMeasures {
     pub fn subscriptions(&self) -> Vec<Arc<SubscriptionMeasures>> {
         lock(&self.subscriptions).clone()
     }
-
-    /// Marks the topic changed (a subscription dispatched, settled or expired something).
-    pub fn touch(&self) {
-        self.marker.touch();
-    }
 }
 
 /// A subscription's cursor as its task last published it.
@@ -216,12 +211,20 @@ pub(crate) struct SubscriptionMeasures {
     lag: Mutex<LagWindow>,
     /// Key_Shared consumers flagged hot (set by the subscription task).
     pub hot_consumers: AtomicU64,
+    /// Its topic's: what a subscription records marks the topic changed.
+    marker: Arc<super::activity::Marker>,
 }
 
 impl SubscriptionMeasures {
-    /// Measures of a subscription whose cursor starts at `start`.
-    pub fn new(name: String, durable: bool, start: Position) -> Self {
+    /// Measures of a subscription whose cursor starts at `start`, of the topic `marker` marks.
+    pub fn new(
+        name: String,
+        durable: bool,
+        start: Position,
+        marker: Arc<super::activity::Marker>,
+    ) -> Self {
         SubscriptionMeasures {
+            marker,
             name,
             durable,
             out: Meter::default(),
@@ -238,6 +241,24 @@ impl SubscriptionMeasures {
             lag: Mutex::new(LagWindow::default()),
             hot_consumers: AtomicU64::new(0),
         }
+    }
+
+    /// Counts messages dispatched.
+    pub fn dispatched(&self, messages: u64, bytes: u64) {
+        self.out.record(messages, bytes);
+        self.marker.touch();
+    }
+
+    /// Counts entries acknowledged.
+    pub fn settled(&self, entries: u64) {
+        self.acks.record(entries, 0);
+        self.marker.touch();
+    }
+
+    /// Counts entries expired or skipped.
+    pub fn skipped(&self, entries: u64) {
+        self.expired.record(entries, 0);
+        self.marker.touch();
     }
 
     pub fn publish(&self, view: CursorView) {
@@ -490,7 +511,8 @@ mod tests {
 
     #[test]
     fn lag_window_flags_growth_across_a_whole_window() {
-        let m = SubscriptionMeasures::new("s".into(), true, Position::new(0, 0));
+        let marker = super::super::activity::Marker::new("t", &Default::default());
+        let m = SubscriptionMeasures::new("s".into(), true, Position::new(0, 0), marker);
         let pause = || std::thread::sleep(std::time::Duration::from_millis(60));
         assert_eq!(
             m.note_backlog(1_000, 50),

@@ -255,7 +255,12 @@ pub fn spawn(
         ),
         None => (start, BTreeSet::new(), HashMap::new()),
     };
-    let measures = Arc::new(SubscriptionMeasures::new(name.clone(), durable, start));
+    let measures = Arc::new(SubscriptionMeasures::new(
+        name.clone(),
+        durable,
+        start,
+        topic.measures.marker.clone(),
+    ));
     topic.measures.add_subscription(measures.clone());
     let state = State {
         topic,

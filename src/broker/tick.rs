@@ -132,18 +132,14 @@ impl Broker {
             return;
         }
         for t in touched {
-            watched.add(t);
+            watched.insert(t.measures.marker.key.clone(), t);
         }
         {
             let index = lock(&self.loaded_index);
-            watched.retain(|t| {
-                index
-                    .get(&*t.measures.marker.key)
-                    .is_some_and(|l| Arc::ptr_eq(l, t))
-            });
+            watched.retain(|key, t| index.get(&**key).is_some_and(|l| Arc::ptr_eq(l, t)));
         }
         let mut partitioned: HashMap<String, Vec<Arc<BrokerTopic>>> = HashMap::new();
-        for t in watched.topics() {
+        for t in watched.values() {
             measure::sample(t);
             if t.partition >= 0 {
                 partitioned
@@ -155,7 +151,7 @@ impl Broker {
         for (_, parts) in partitioned {
             measure::evaluate_partitions(&parts);
         }
-        watched.retain(|t| !measure::is_quiet(t));
+        watched.retain(|_, t| !measure::is_quiet(t));
         crate::metrics::node()
             .topics_watched
             .set(watched.len() as i64);

@@ -24,8 +24,7 @@ impl State {
             } else {
                 individual
             };
-            self.measures.acks.record(settled.max(1), 0);
-            self.topic.measures.touch();
+            self.measures.settled(settled.max(1));
         }
     }
 
@@ -33,8 +32,7 @@ impl State {
     pub(super) fn skip_counted(&mut self, to: Position) -> u64 {
         let skipped = self.skip_to(to);
         if self.topic.measures.settings.enabled {
-            self.measures.expired.record(skipped, 0);
-            self.topic.measures.touch();
+            self.measures.skipped(skipped);
         }
         skipped
     }

@@ -43,8 +43,7 @@ impl State {
         consumer.permits -= i64::from(count);
         if self.topic.measures.settings.enabled {
             consumer.sent.record(u64::from(count), bytes);
-            self.measures.out.record(u64::from(count), bytes);
-            self.topic.measures.touch();
+            self.measures.dispatched(u64::from(count), bytes);
         }
         let key = consumer.key;
         self.charge_dispatch(u64::from(count), bytes);
