@@ -13,7 +13,9 @@ its own, which the shared-table layout of issue 22 has not replaced yet), then:
 4. load time of unloaded topics, from the official Python client (`create_producer`, which
    includes the lookup) on `--samples` random topics, and from the server's
    `ledgerlake_topic_load_seconds` histogram;
-5. a graceful restart: time from SIGTERM to exit, and from start to `/health/ready`.
+5. a graceful restart: time from SIGTERM to exit, and from start to `/health/ready`;
+6. a crash restart: every topic is written to again (so each has an open ledger), then
+   SIGKILL, and the time from start to `/health/ready` (recovery seals every open ledger).
 Prints one JSON object per run and the medians.
 """
 import argparse
@@ -152,6 +154,16 @@ def load_times(svc, topics, samples):
             "p99_ms": round(took[min(len(took) - 1, int(len(took) * 0.99))], 2)}
 
 
+def populate(args, svc, base, per_topic):
+    """Produces `per_topic` messages to each topic (with a durable subscription on each)."""
+    cmd = [args.bin, "perf", "produce", "--service-url", svc.url, "--topic", base,
+           "--topic-count", str(args.topics), "--subscription", "s",
+           "--messages", str(args.topics * per_topic),
+           "--rate", str(args.rate), "--connections", "16",
+           "--batch-max-messages", "1", "--duration", "1h", "--json"]
+    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+
+
 def run_once(args):
     with tempfile.TemporaryDirectory(dir=args.tmp) as d:
         svc = Service(args.bin, d, args.idle)
@@ -160,14 +172,8 @@ def run_once(args):
             pid = svc.proc.pid
             out = {"topics": args.topics, "empty": measure(pid, 2)}
             base = "persistent://public/default/many"
-            cmd = [args.bin, "perf", "produce", "--service-url", svc.url, "--topic", base,
-                   "--topic-count", str(args.topics), "--subscription", "s",
-                   "--messages", str(args.topics * args.messages_per_topic),
-                   "--rate", str(args.rate), "--connections", "16",
-                   "--batch-max-messages", "1", "--duration", "1h", "--json"]
             started = time.time()
-            produced = json.loads(subprocess.run(cmd, check=True, capture_output=True,
-                                                 text=True).stdout)
+            produced = populate(args, svc, base, args.messages_per_topic)
             out["populate_seconds"] = round(time.time() - started, 1)
             out["populate"] = {k: produced[k] for k in
                                ("messages", "msgs_per_s", "setup_seconds", "send_errors",
@@ -190,6 +196,11 @@ def run_once(args):
             out["stop_seconds"] = round(svc.stop(), 2)
             out["restart_to_ready_seconds"] = round(svc.start(), 2)
             out["after_restart"] = measure(svc.proc.pid, 2)
+            if args.crash:
+                populate(args, svc, base, 1)
+                svc.stop(signal.SIGKILL)
+                out["crash_restart_to_ready_seconds"] = round(svc.start(), 2)
+                out["after_crash_restart"] = measure(svc.proc.pid, 2)
         finally:
             svc.stop(signal.SIGKILL)
         return out
@@ -206,6 +217,8 @@ def main():
     ap.add_argument("--samples", type=int, default=200)
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--tmp", default=None)
+    ap.add_argument("--no-crash", dest="crash", action="store_false",
+                    help="skip the crash restart (step 6)")
     args = ap.parse_args()
     runs = []
     for i in range(args.runs):
@@ -226,6 +239,8 @@ def main():
             "unloaded.rss_mb", "unloaded.cpu_percent_of_a_core", "unloaded.open_files",
             "empty.rss_mb", "load_from_client.p50_ms", "load_from_client.p99_ms",
             "restart_to_ready_seconds", "stop_seconds", "populate.msgs_per_s"]
+    if args.crash:
+        keys.append("crash_restart_to_ready_seconds")
     print(json.dumps({"medians_of": len(runs), **{k: med(k) for k in keys}}))
 
 

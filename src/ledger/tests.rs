@@ -14,6 +14,8 @@ use super::metadata::memory::MemoryMetadataStore;
 use super::*;
 use crate::config::{LedgerConfig, SyncPolicy};
 
+mod opened_ahead;
+
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 fn small_config() -> LedgerConfig {

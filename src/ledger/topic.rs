@@ -293,6 +293,10 @@ impl TopicLog {
                 if let Some(current) = w.current.clone() {
                     if !self.should_roll(&w, payload.len()) {
                         let entry_id = w.next_entry;
+                        if entry_id == 0 {
+                            // A ledger opened ahead of its first entry ages from that entry.
+                            w.opened_at = Instant::now();
+                        }
                         w.next_entry += 1;
                         w.bytes += payload.len() as u64;
                         let position = Position::new(current.id, entry_id);
@@ -312,6 +316,16 @@ impl TopicLog {
             }
             self.roll(payload.len()).await?;
         }
+    }
+
+    /// Opens the topic's ledger now if it has none, so that its first append does not wait for
+    /// the ledger's creation (Pulsar opens a topic's ledger when the topic loads for a
+    /// producer). A ledger that gets no entry is discarded, not sealed, when the topic closes.
+    pub async fn open_ledger(&self) -> Result<(), AppendError> {
+        if lock(&self.inner.writer).current.is_some() {
+            return Ok(());
+        }
+        self.roll(0).await
     }
 
     fn should_roll(&self, w: &WriterState, next_len: usize) -> bool {
@@ -410,23 +424,41 @@ impl TopicLog {
         Ok(())
     }
 
-    /// Seals the open ledger now (if it has entries), so that everything appended so far is in
-    /// sealed ledgers. The next append opens a new ledger. Returns the sealed ledger.
+    /// Seals the open ledger now, so that everything appended so far is in sealed ledgers; an
+    /// open ledger without entries is discarded instead (sealed empty and marked deleted in one
+    /// go, as recovery does, with no index file and nothing for the lake). The next append
+    /// opens a new ledger. Returns the sealed ledger, `None` when there was none with entries.
     pub async fn seal_current(&self) -> Result<Option<LedgerRecord>, LifecycleError> {
         let _guard = self.inner.roll_lock.lock().await;
-        let old = {
+        let (old, empty) = {
             let mut w = lock(&self.inner.writer);
-            if w.current.is_none() {
+            let Some(old) = w.current.take() else {
                 return Ok(None);
-            }
+            };
+            let empty = w.next_entry == 0;
             w.next_entry = 0;
             w.bytes = 0;
-            w.current.take()
+            (old, empty)
         };
-        match old {
-            Some(old) => self.seal(old).await.map(Some),
-            None => Ok(None),
+        if empty {
+            self.discard_empty(&old).await?;
+            return Ok(None);
         }
+        self.seal(old).await.map(Some)
+    }
+
+    /// Closes `old`, which never got an entry: sealed with nothing in it, then deleted.
+    async fn discard_empty(&self, old: &OpenLedger) -> Result<(), LifecycleError> {
+        let meta = &self.inner.shared.meta;
+        let info = old.written().seal_info(old.first_segment);
+        meta.transition_ledger(old.id, LedgerTransition::Seal(info), now_ms())
+            .await?;
+        let record = meta
+            .transition_ledger(old.id, LedgerTransition::Delete, now_ms())
+            .await?;
+        lock(&self.inner.ledgers).insert(record.id, LedgerView::Closed(record));
+        tracing::debug!(topic = %self.inner.name, ledger = old.id, "discarded empty ledger");
+        Ok(())
     }
 
     /// Seals the open ledger if it is older than the rollover age (idle topics).

@@ -114,6 +114,9 @@ impl Operations {
         let (mut entries, mut size) = (0u64, 0u64);
         let listed: Vec<serde_json::Value> = ledgers
             .iter()
+            // A discarded ledger (opened for a producer that sent nothing, or found empty by
+            // recovery) holds nothing in any tier.
+            .filter(|l| !(l.state == LedgerState::Deleted && l.entry_count == 0))
             .map(|l| {
                 entries += l.entry_count;
                 size += l.size_bytes;

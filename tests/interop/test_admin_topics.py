@@ -251,3 +251,35 @@ def test_unloads_while_a_producer_sends_flat_out_store_each_message_once(fresh_s
         assert not reader.has_message_available()
     finally:
         client.close()
+
+
+def test_a_producer_opens_the_ledger_and_an_unused_one_is_discarded(fresh_service):
+    """The topic's ledger is opened when a producer registers, so the first send does not wait
+    for it; a ledger opened for a producer that sent nothing is discarded when the topic
+    unloads, not sealed and offloaded."""
+    svc = fresh_service
+    svc.start()
+    topic = "persistent://public/default/ahead"
+    client = pulsar.Client(svc.url, operation_timeout_seconds=30)
+
+    def ledgers():
+        internal = call(svc, "GET", f"{NS}/ahead/internalStats")[1]
+        return [(l["ledgerId"], l["entries"], l["state"]) for l in internal["ledgers"]]
+
+    producer = client.create_producer(topic, batching_enabled=False)
+    [(opened, entries, state)] = ledgers()
+    assert (entries, state) == (0, "open")
+    assert producer.send(b"m0").ledger_id() == opened
+    producer.close()
+    assert call(svc, "PUT", f"{NS}/ahead/unload")[0] == 204
+    producer = client.create_producer(topic, batching_enabled=False)
+    [first, (unused, entries, state)] = ledgers()
+    assert first == (opened, 1, "sealed")
+    assert unused > opened and (entries, state) == (0, "open")
+    producer.close()
+    assert call(svc, "PUT", f"{NS}/ahead/unload")[0] == 204
+    assert ledgers() == [(opened, 1, "sealed")]
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    assert reader.read_next(timeout_millis=10000).data() == b"m0"
+    assert not reader.has_message_available()
+    client.close()

@@ -119,6 +119,12 @@ impl Connection {
                     }
                     other => other?,
                 };
+                // The ledger is opened now, so the first SEND does not wait for it; if this
+                // fails, that SEND tries again and reports why.
+                if let Err(e) = topic.log.open_ledger().await {
+                    tracing::warn!(topic = %topic.name, error = %e,
+                        "could not open a ledger for a new producer");
+                }
                 let registration = Registration {
                     topic,
                     name,
