@@ -164,6 +164,11 @@ def populate(args, svc, base, per_topic):
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
 
 
+def note(out):
+    """The run's figures so far, on stderr (a long run that fails later keeps them)."""
+    print(json.dumps(out), file=sys.stderr, flush=True)
+
+
 def run_once(args):
     with tempfile.TemporaryDirectory(dir=args.tmp) as d:
         svc = Service(args.bin, d, args.idle)
@@ -180,12 +185,14 @@ def run_once(args):
                                 "generator_cpu_cores")}
             out["loaded_topics"] = metric(svc.http, "ledgerlake_topics_loaded")
             out["all_loaded"] = measure(pid, args.window)
+            note(out)
             deadline = time.time() + 900
             while metric(svc.http, "ledgerlake_topics_loaded") not in (0, None):
                 if time.time() > deadline:
                     raise RuntimeError("topics were not unloaded")
                 time.sleep(1)
             out["unloaded"] = measure(pid, args.window)
+            note(out)
             topics = [f"{base}-{i}" for i in range(args.topics)]
             before = load_buckets(svc.http)
             out["load_from_client"] = load_times(svc, topics, args.samples)
@@ -194,6 +201,7 @@ def run_once(args):
                 "p50_ms_at_most": 1000 * quantile_from_buckets(before, after, 0.5),
                 "p99_ms_at_most": 1000 * quantile_from_buckets(before, after, 0.99)}
             out["stop_seconds"] = round(svc.stop(), 2)
+            note(out)
             out["restart_to_ready_seconds"] = round(svc.start(), 2)
             out["after_restart"] = measure(svc.proc.pid, 2)
             if args.crash:

@@ -72,8 +72,10 @@ pub const SERVER_VERSION: &str = concat!("ledgerlake-", env!("CARGO_PKG_VERSION"
 /// Highest protocol version this broker speaks.
 pub const PROTOCOL_VERSION: i32 = 21;
 
-/// Topics handed over at once at shutdown (each seal writes an index file and a record).
-const HANDOVER_CONCURRENCY: usize = 16;
+/// Topics handed over at once at shutdown: each seal writes an index file (on a blocking
+/// thread) and records, which the metadata store's group commit gathers; with 10,000 loaded
+/// partitions, 16 at once left the stop bound by one small commit after another.
+const HANDOVER_CONCURRENCY: usize = 128;
 
 /// Shared broker state.
 #[derive(Debug)]

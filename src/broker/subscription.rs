@@ -578,6 +578,10 @@ impl State {
                 let before = self.consumers.len();
                 self.consumers.retain(|c| c.key != key);
                 self.topic.limits.release(before - self.consumers.len());
+                if self.consumers.is_empty() {
+                    // A subscription left without consumers keeps no room for them.
+                    self.consumers = Vec::new();
+                }
                 self.requeue(|owner| owner == key);
                 if self.active == Some(key) {
                     self.active = None;

@@ -54,6 +54,7 @@ pub mod record;
 mod recovery;
 pub mod replica;
 mod resident;
+mod seal;
 pub mod segment;
 mod topic;
 
@@ -279,7 +280,7 @@ impl Log {
         let marker = segment::read_clean_marker(&segments_dir);
         let scan_dir = segments_dir.clone();
         let floor_index_dir = index_dir.clone();
-        let scan = tokio::task::spawn_blocking(move || {
+        let (scan, first_segments) = tokio::task::spawn_blocking(move || {
             let floor = |last: u32| -> Result<u64, OpenError> {
                 let mut floor = match marker {
                     Some((segment, offset)) if segment == last => offset,
@@ -294,7 +295,7 @@ impl Log {
                 }
                 Ok(floor)
             };
-            recovery::scan(&scan_dir, &open, max_record_body, floor)
+            recovery::scan(&scan_dir, &open, max_record_body, floor).map(|scan| (scan, open))
         })
         .await
         .map_err(|e| OpenError::Journal(e.to_string()))??;
@@ -338,23 +339,9 @@ impl Log {
             corrupt_records: scan.corrupt_records.clone(),
             ..Default::default()
         };
-        for (id, written) in scan.ledgers {
-            let record = shared.meta.get_ledger(id).await?;
-            let first_segment = record.map_or(0, |r| r.first_segment);
-            let info = written.seal_info(first_segment);
-            report.sealed_ledgers += 1;
-            report.recovered_entries += info.entry_count;
-            topic::seal_ledger(&shared, id, written.entries, info)
-                .await
-                .map_err(|e| OpenError::Journal(format!("sealing recovered ledger {id}: {e}")))?;
-            crate::failpoint::hit("ledger.recovery.after_seal");
-            if info.entry_count == 0 {
-                shared
-                    .meta
-                    .transition_ledger(id, LedgerTransition::Delete, now_ms())
-                    .await?;
-            }
-        }
+        let recovered = seal::seal_recovered(&shared, scan.ledgers, &first_segments).await?;
+        report.sealed_ledgers = recovered.ledgers;
+        report.recovered_entries = recovered.entries;
         let mut log = Log {
             shared,
             topics: tokio::sync::Mutex::new(HashMap::new()),

@@ -14,13 +14,12 @@ use tokio::sync::{oneshot, watch};
 
 use super::cache::TailCache;
 use super::error::{AppendError, LifecycleError, ReadError};
-use super::index::{write_index_file, IndexEntry};
+use super::index::IndexEntry;
 use super::journal::AppendRequest;
-use super::metadata::{
-    LedgerId, LedgerRecord, LedgerState, LedgerTransition, MetadataError, TopicId,
-};
+use super::metadata::{LedgerId, LedgerRecord, LedgerState, MetadataError, TopicId};
 use super::open_ledger::OpenLedger;
 use super::read::{deleted_meanwhile, read_located, read_one};
+use super::seal::{discard_empty, seal_ledger};
 use super::{now_ms, Entry, LogShared, Position};
 
 mod positions;
@@ -47,8 +46,9 @@ pub struct LedgerInfo {
 enum LedgerView {
     /// Open, or sealing in progress: served from the in-memory index.
     Open(Arc<OpenLedger>),
-    /// Sealed, offloaded or deleted, as the metadata store records it.
-    Closed(LedgerRecord),
+    /// Sealed, offloaded or deleted, as the metadata store records it. Boxed: a map node holds
+    /// eleven values, and a loaded topic with one ledger would pay for eleven records.
+    Closed(Box<LedgerRecord>),
 }
 
 /// Append-side state.
@@ -151,7 +151,7 @@ impl TopicLog {
         let ledgers = records
             .into_iter()
             .filter(|r| r.state != LedgerState::Expired)
-            .map(|r| (r.id, LedgerView::Closed(r)))
+            .map(|r| (r.id, LedgerView::Closed(Box::new(r))))
             .collect();
         let cache = TailCache::new(
             shared.config.tail_cache_topic_size.as_u64() as usize,
@@ -447,16 +447,11 @@ impl TopicLog {
         self.seal(old).await.map(Some)
     }
 
-    /// Closes `old`, which never got an entry: sealed with nothing in it, then deleted.
+    /// Closes `old`, which never got an entry (see [`discard_empty`]).
     async fn discard_empty(&self, old: &OpenLedger) -> Result<(), LifecycleError> {
-        let meta = &self.inner.shared.meta;
         let info = old.written().seal_info(old.first_segment);
-        meta.transition_ledger(old.id, LedgerTransition::Seal(info), now_ms())
-            .await?;
-        let record = meta
-            .transition_ledger(old.id, LedgerTransition::Delete, now_ms())
-            .await?;
-        lock(&self.inner.ledgers).insert(record.id, LedgerView::Closed(record));
+        let record = discard_empty(&self.inner.shared, old.id, info).await?;
+        lock(&self.inner.ledgers).insert(record.id, LedgerView::Closed(Box::new(record)));
         tracing::debug!(topic = %self.inner.name, ledger = old.id, "discarded empty ledger");
         Ok(())
     }
@@ -484,7 +479,7 @@ impl TopicLog {
             (w.entries.clone(), w.seal_info(old.first_segment))
         };
         let record = seal_ledger(&shared, old.id, entries, info).await?;
-        lock(&self.inner.ledgers).insert(record.id, LedgerView::Closed(record.clone()));
+        lock(&self.inner.ledgers).insert(record.id, LedgerView::Closed(Box::new(record.clone())));
         tracing::debug!(topic = %self.inner.name, ledger = record.id,
             entries = info.entry_count, "sealed ledger");
         Ok(record)
@@ -538,7 +533,7 @@ impl TopicLog {
         if record.state == LedgerState::Expired {
             ledgers.remove(&record.id);
         } else if let Some(v) = ledgers.get_mut(&record.id) {
-            *v = LedgerView::Closed(record);
+            *v = LedgerView::Closed(Box::new(record));
         }
     }
 
@@ -703,27 +698,4 @@ impl TopicLog {
         let read = read_located(&self.inner.shared, ledger, first, located).await;
         self.or_deleted(ledger, read).await
     }
-}
-
-/// Writes the index file and records the seal (open → sealed); shared with recovery.
-pub(crate) async fn seal_ledger(
-    shared: &Arc<LogShared>,
-    ledger: LedgerId,
-    entries: Vec<IndexEntry>,
-    info: super::metadata::SealInfo,
-) -> Result<LedgerRecord, LifecycleError> {
-    let dir = shared.index_dir.clone();
-    let entries: Arc<[IndexEntry]> = entries.into();
-    let to_write = entries.clone();
-    tokio::task::spawn_blocking(move || write_index_file(&dir, ledger, &to_write))
-        .await
-        .map_err(|_| LifecycleError::Cancelled)??;
-    crate::failpoint::hit("ledger.seal.after_index");
-    let record = shared
-        .meta
-        .transition_ledger(ledger, LedgerTransition::Seal(info), now_ms())
-        .await?;
-    crate::failpoint::hit("ledger.seal.after_record");
-    shared.index_cache.insert(ledger, entries);
-    Ok(record)
 }

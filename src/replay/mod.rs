@@ -346,15 +346,14 @@ impl TopicLake {
         .await
     }
 
-    async fn on_runtime<T: Send + 'static>(
+    /// Runs `fut` on the replay runtime. Spawned at the call, not at the first poll, so the
+    /// caller's future holds only the join handle, never `fut` itself (a lake scan's future
+    /// is kilobytes; held inline it would make every subscription task that large).
+    fn on_runtime<T: Send + 'static>(
         &self,
         fut: impl std::future::Future<Output = Result<T, ReplayError>> + Send + 'static,
-    ) -> Result<T, ReplayError> {
-        self.replay
-            .inner
-            .runtime
-            .spawn(fut)
-            .await
-            .map_err(|_| ReplayError::Stopped)?
+    ) -> impl std::future::Future<Output = Result<T, ReplayError>> + Send + 'static {
+        let task = self.replay.inner.runtime.spawn(fut);
+        async move { task.await.map_err(|_| ReplayError::Stopped)? }
     }
 }

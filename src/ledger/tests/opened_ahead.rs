@@ -1,5 +1,5 @@
 //! Ledgers opened ahead of their first entry (at a producer's registration): they take that
-//! entry and age from it, or are discarded unused.
+//! entry and age from it, or are discarded unused, also by recovery after a crash.
 
 use std::sync::Arc;
 
@@ -92,6 +92,58 @@ async fn a_ledger_opened_ahead_ages_from_its_first_entry() -> TestResult {
         "both entries share the ledger opened ahead"
     );
     assert_eq!((a.entry, b.entry), (0, 1));
+    log.shutdown().await?;
+    Ok(())
+}
+
+/// A crash leaves many ledgers open, a third of them opened ahead and still empty: recovery
+/// seals the ones with entries (more than it closes at once) and discards the empty ones,
+/// without index files.
+#[tokio::test]
+async fn recovery_seals_many_open_ledgers_and_discards_the_empty_ones() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let meta: Arc<dyn MetadataStore> = Arc::new(MemoryMetadataStore::new());
+    let log = Log::open(dir.path(), small_config(), meta.clone()).await?;
+    let mut topics = Vec::new();
+    for i in 0..150usize {
+        let t = log.topic(&format!("t{i}")).await?;
+        t.open_ledger().await?;
+        if i % 3 != 0 {
+            t.append(i as i64, payload(i, 0, 30))
+                .await?
+                .durable()
+                .await?;
+        }
+        topics.push(t);
+    }
+    drop(topics);
+    drop(log); // no shutdown: every ledger stays open, as after a crash
+
+    let log = Log::open(dir.path(), small_config(), meta.clone()).await?;
+    assert_eq!(log.recovery_report().sealed_ledgers, 150);
+    assert_eq!(log.recovery_report().recovered_entries, 100);
+    let index_dir = dir.path().join("index");
+    for i in 0..150usize {
+        let t = log.topic(&format!("t{i}")).await?;
+        let ledgers = t.ledgers();
+        let [l] = &ledgers[..] else {
+            return Err(format!("t{i}: not one ledger: {:?}", t.ledgers()).into());
+        };
+        let file = index::index_path(&index_dir, l.id).exists();
+        if i % 3 == 0 {
+            assert_eq!(
+                (l.state, l.entry_count, file),
+                (LedgerState::Deleted, 0, false)
+            );
+        } else {
+            assert_eq!(
+                (l.state, l.entry_count, file),
+                (LedgerState::Sealed, 1, true)
+            );
+            let got: Vec<Bytes> = read_all(&t).await?.into_iter().map(|e| e.payload).collect();
+            assert_eq!(got, vec![payload(i, 0, 30)]);
+        }
+    }
     log.shutdown().await?;
     Ok(())
 }
