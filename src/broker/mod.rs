@@ -73,8 +73,8 @@ pub const SERVER_VERSION: &str = concat!("ledgerlake-", env!("CARGO_PKG_VERSION"
 pub const PROTOCOL_VERSION: i32 = 21;
 
 /// Topics handed over at once at shutdown: each seal writes an index file (on a blocking
-/// thread) and records, which the metadata store's group commit gathers; with 10,000 loaded
-/// partitions, 16 at once left the stop bound by one small commit after another.
+/// thread) and records, and the metadata store's group commit gathers the records of those
+/// under way (it was 16; the stop time with 10,000 loaded partitions was ~20 s).
 const HANDOVER_CONCURRENCY: usize = 128;
 
 /// Shared broker state.
