@@ -250,6 +250,15 @@ pub struct TopicRates {
     pub resource_group: Option<String>,
 }
 
+/// Where a retention policy can remove data ([`PolicyStore::finite_retention`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FiniteRetention {
+    /// The broker default is finite: every namespace that does not set its own.
+    Everywhere,
+    /// Only these namespaces (`tenant/namespace`), whose own policy is finite.
+    In(Vec<String>),
+}
+
 /// Cached access to namespace policies.
 #[derive(Debug)]
 pub struct PolicyStore {
@@ -373,25 +382,37 @@ impl PolicyStore {
     /// Whether retention can remove anything anywhere: the broker default or some namespace's
     /// own retention policy is finite (one listing of the namespaces' policies).
     pub async fn any_finite_retention(&self) -> Result<bool, PoliciesError> {
+        Ok(match self.finite_retention().await? {
+            FiniteRetention::Everywhere => true,
+            FiniteRetention::In(namespaces) => !namespaces.is_empty(),
+        })
+    }
+
+    /// Where retention is finite: everywhere when the broker default is (a namespace may still
+    /// set its own infinite retention), else in the namespaces that set a finite one of their
+    /// own (one listing of the namespaces' policies, never of the topics).
+    pub async fn finite_retention(&self) -> Result<FiniteRetention, PoliciesError> {
         let d = &self.defaults;
         let default = RetentionPolicy {
             retention_time_in_minutes: d.retention_time_minutes,
             retention_size_in_mb: d.retention_size_mb,
         };
         if !default.is_infinite() {
-            return Ok(true);
+            return Ok(FiniteRetention::Everywhere);
         }
         let prefix = "namespace:";
+        let mut out = Vec::new();
         for (scope, blob) in self.meta.list_policies(prefix).await? {
+            let owner = scope.trim_start_matches(prefix).to_string();
             let p = NamespacePolicies::decode(&blob).map_err(|reason| PoliciesError::Corrupt {
-                owner: scope.trim_start_matches(prefix).to_string(),
+                owner: owner.clone(),
                 reason,
             })?;
             if p.retention.is_some_and(|r| !r.is_infinite()) {
-                return Ok(true);
+                out.push(owner);
             }
         }
-        Ok(false)
+        Ok(FiniteRetention::In(out))
     }
 
     async fn scoped(&self, key: &str, owner: &str) -> Result<NamespacePolicies, PoliciesError> {

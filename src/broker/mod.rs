@@ -681,10 +681,7 @@ impl Broker {
             .into_iter()
             .collect();
         let mut count: u64 = partitioned.values().map(|n| u64::from(*n)).sum();
-        for t in meta.list_topics().await? {
-            if !t.name.starts_with(&prefix) {
-                continue;
-            }
+        for t in meta.list_topics_under(&prefix).await? {
             // A partition of a partitioned topic was counted above; a topic merely named like
             // one counts by itself.
             let declared = t.name.parse::<TopicName>().is_ok_and(|n| {

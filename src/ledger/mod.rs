@@ -731,7 +731,8 @@ impl Log {
     ) -> Result<Vec<(i32, String)>, MetadataError> {
         let base_name = base.base().to_string();
         let mut out = Vec::new();
-        for t in self.metadata().list_topics().await? {
+        // The partitions' names all start with the base name (`<base>-partition-<i>`).
+        for t in self.metadata().list_topics_under(&base_name).await? {
             let Ok(name) = t.name.parse::<TopicName>() else {
                 continue;
             };

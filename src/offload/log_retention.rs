@@ -1,6 +1,7 @@
 //! Retention without a lake (`lake.enabled = false`): no offload engine runs, so this task
 //! applies the namespaces' retention policies to the log alone, every
-//! `broker.retention_check_interval`. The rules are those of [`super::retention`]: consumed
+//! `broker.retention_check_interval`, over the topics of the namespaces where retention is
+//! finite (listed by name prefix: none with the default infinite retention). The rules are those of [`super::retention`]: consumed
 //! ledgers beyond the time or size limit become `Expired` and their local files are deleted.
 //!
 //! Invariant: it runs only when no offload engine does (the engine applies retention on each
@@ -17,7 +18,7 @@ use super::retention::expire_ledgers;
 use super::{partition_index, OffloadError};
 use crate::ledger::Log;
 use crate::naming::{NamespaceName, TopicName};
-use crate::policies::{PolicyStore, RetentionPolicy};
+use crate::policies::{FiniteRetention, PolicyStore, RetentionPolicy};
 
 /// The running task.
 #[derive(Debug)]
@@ -57,23 +58,31 @@ impl LogRetention {
     }
 }
 
-/// One pass over every persistent topic partition whose namespace limits retention. Returns
+/// One pass over the persistent topic partitions of the namespaces that limit retention. Returns
 /// how many ledgers it expired. A partition that fails is logged and skipped, so it cannot
 /// hold back the others.
 pub async fn pass(log: &Log, policies: &PolicyStore) -> Result<usize, OffloadError> {
     let mut by_namespace: BTreeMap<NamespaceName, RetentionPolicy> = BTreeMap::new();
     let mut expired = 0;
-    for t in log.metadata().list_topics().await? {
-        let Ok(name) = t.name.parse::<TopicName>() else {
-            continue;
-        };
-        if !name.persistent {
-            continue;
-        }
-        match partition(log, policies, &t.name, &name, &mut by_namespace).await {
-            Ok(n) => expired += n,
-            Err(e) => {
-                tracing::warn!(topic = %t.name, error = %e, "retention of a partition failed")
+    // Only the namespaces where retention is finite are listed: with the default (infinite)
+    // retention a pass reads no topic at all, however many are stored.
+    let prefixes = match policies.finite_retention().await? {
+        FiniteRetention::Everywhere => vec!["persistent://".to_string()],
+        FiniteRetention::In(namespaces) => namespaces
+            .iter()
+            .map(|ns| format!("persistent://{ns}/"))
+            .collect(),
+    };
+    for prefix in prefixes {
+        for t in log.metadata().list_topics_under(&prefix).await? {
+            let Ok(name) = t.name.parse::<TopicName>() else {
+                continue;
+            };
+            match partition(log, policies, &t.name, &name, &mut by_namespace).await {
+                Ok(n) => expired += n,
+                Err(e) => {
+                    tracing::warn!(topic = %t.name, error = %e, "retention of a partition failed")
+                }
             }
         }
     }

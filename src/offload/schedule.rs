@@ -7,13 +7,13 @@
 //! Invariants:
 //! - Every table that has a ledger in one of those states, or a pending request, is visited;
 //!   a visited table is given all of its partitions (retention and status are per table).
-//! - Topic names are learned by listing topics only when a ledger names a topic id not seen
-//!   before.
+//! - Topic names are learned by id only when a ledger names a topic id not seen before, and a
+//!   table's partitions by listing its name prefix: never by listing every topic.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::{lock, partition_index, Inner, OffloadError};
-use crate::ledger::metadata::TopicId;
+use crate::ledger::metadata::{MetadataStore, TopicId};
 use crate::ledger::LedgerState;
 use crate::naming::TopicName;
 
@@ -62,7 +62,7 @@ impl Inner {
         let unknown = ids.iter().any(|id| !known.by_id.contains_key(id))
             || requested.iter().any(|k| !known.tables.contains_key(k));
         if unknown {
-            *known = learn(&meta.list_topics().await?, &ids, &requested);
+            *known = learn(&*meta, known, &ids, &requested).await?;
         }
         let mut tables = Tables::new();
         for id in &ids {
@@ -85,39 +85,67 @@ impl Inner {
     }
 }
 
-/// The names of topics `ids` and the partitions of their tables and of the `requested` ones,
-/// from a listing of every topic.
-fn learn(
-    topics: &[crate::ledger::metadata::TopicRecord],
+/// The names of topics `ids` and the partitions of their tables and of the `requested` ones.
+/// What `before` knew is kept; a topic id it did not know is looked up by id, and the tables of
+/// those topics and the requested ones it did not know are listed by their name prefix (a new
+/// partition gets a new topic id, so a table's partitions are listed again when it appears).
+/// Never a listing of every topic.
+async fn learn(
+    meta: &dyn MetadataStore,
+    before: &TopicNames,
     ids: &BTreeSet<TopicId>,
     requested: &BTreeSet<String>,
-) -> TopicNames {
+) -> Result<TopicNames, OffloadError> {
     let mut known = TopicNames::default();
+    let mut stale: BTreeSet<String> = requested
+        .iter()
+        .filter(|key| !before.tables.contains_key(*key))
+        .cloned()
+        .collect();
     let mut bases: BTreeSet<String> = requested.clone();
-    for t in topics.iter().filter(|t| ids.contains(&t.id)) {
-        if let Ok(name) = t.name.parse::<TopicName>() {
-            if name.persistent {
-                bases.insert(name.base().to_string());
-                known.by_id.insert(t.id, t.name.clone());
-            }
-        }
-    }
-    for t in topics {
-        let Ok(name) = t.name.parse::<TopicName>() else {
+    for id in ids {
+        let name = match before.by_id.get(id) {
+            Some(name) => name.clone(),
+            None => match meta.get_topic_by_id(*id).await? {
+                Some(t) => t.name,
+                None => continue, // deleted meanwhile
+            },
+        };
+        let Ok(parsed) = name.parse::<TopicName>() else {
             continue;
         };
-        let key = name.base().to_string();
-        if name.persistent && bases.contains(&key) {
-            known
-                .tables
-                .entry(key)
-                .or_insert_with(|| (name.base(), Vec::new()))
-                .1
-                .push((partition_index(&name), t.name.clone()));
+        if !parsed.persistent {
+            continue;
+        }
+        let key = parsed.base().to_string();
+        if !before.by_id.contains_key(id) {
+            stale.insert(key.clone());
+        }
+        bases.insert(key);
+        known.by_id.insert(*id, name);
+    }
+    for key in bases {
+        if !stale.contains(&key) {
+            if let Some(table) = before.tables.get(&key) {
+                known.tables.insert(key, table.clone());
+                continue;
+            }
+        }
+        let mut partitions = Vec::new();
+        let mut base = None;
+        for t in meta.list_topics_under(&key).await? {
+            let Ok(name) = t.name.parse::<TopicName>() else {
+                continue;
+            };
+            if name.persistent && name.base().to_string() == key {
+                partitions.push((partition_index(&name), t.name));
+                base.get_or_insert_with(|| name.base());
+            }
+        }
+        if let Some(base) = base {
+            partitions.sort();
+            known.tables.insert(key, (base, partitions));
         }
     }
-    for (_, partitions) in known.tables.values_mut() {
-        partitions.sort();
-    }
-    known
+    Ok(known)
 }

@@ -275,17 +275,8 @@ impl Operations {
     pub async fn topics(&self, ns: &NamespaceName) -> Result<Vec<String>, OpsError> {
         self.existing_namespace(ns).await?;
         let prefix = format!("persistent://{ns}/");
-        let mut names: Vec<String> = self
-            .log
-            .metadata()
-            .list_topics()
-            .await?
-            .into_iter()
-            .map(|t| t.name)
-            .filter(|n| n.starts_with(&prefix))
-            .collect();
-        names.sort();
-        Ok(names)
+        let listed = self.log.metadata().list_topics_under(&prefix).await?;
+        Ok(listed.into_iter().map(|t| t.name).collect())
     }
 
     /// The partitioned topics of namespace `ns`, ascending.

@@ -13,7 +13,10 @@
 //! Invariants: the listing is taken once per session (one per request) and holds only the
 //! topics the session's principal may read, so another tenant's topic is "not found or not
 //! authorized" wherever it is named (queries, `SHOW TABLES`, `information_schema`); tables are
-//! opened, and their seams pinned, when the planner resolves them.
+//! opened, and their seams pinned, when the planner resolves them. A session whose statements
+//! name their tables ([`Scope::Tables`]) lists only those, by name prefix, so a query's cost
+//! does not grow with the number of topics stored; one that reads the catalogs themselves
+//! (`information_schema`, `pg_catalog`, `SHOW`) lists every topic ([`Scope::All`]).
 
 use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet};
@@ -24,6 +27,8 @@ use async_trait::async_trait;
 use datafusion::catalog::{CatalogProvider, CatalogProviderList, SchemaProvider};
 use datafusion::common::{DataFusionError, Result as DFResult};
 use datafusion::datasource::{MemTable, TableProvider, TableType};
+use datafusion::sql::parser::Statement as DFStatement;
+use datafusion::sql::resolve::resolve_table_references;
 use futures::TryStreamExt;
 use iceberg::table::Table;
 
@@ -37,6 +42,7 @@ use crate::lake::commit::read_watermark;
 use crate::lake::typed::PayloadCodec;
 use crate::lake::LakeHandle;
 use crate::lake::{naming, schema as lake_schema, typed};
+use crate::ledger::metadata::{MetadataError, TopicRecord};
 use crate::ledger::Log;
 use crate::naming::{NamespaceName, TopicName};
 use crate::replay::Replay;
@@ -58,6 +64,75 @@ pub struct Shared {
 /// tenant → namespace → topic names (base names of partitioned topics).
 pub(crate) type Listing = BTreeMap<String, BTreeMap<String, BTreeSet<String>>>;
 
+/// Which topics a session lists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Scope {
+    /// Every topic (the statements read the catalogs, or name tables in a way not resolved
+    /// here).
+    All,
+    /// Only these tables: (tenant, namespace, table name as the statement gives it, any
+    /// `@…`/`$…` suffix included).
+    Tables(BTreeSet<(String, String, String)>),
+}
+
+impl Scope {
+    /// The tables `statements` name, resolved against the session's default catalog and
+    /// schema ([`DEFAULT_CATALOG`]`.default`); [`Scope::All`] when one reads `pg_catalog` or
+    /// `information_schema` (`SHOW` reads the latter) or cannot be resolved.
+    pub(crate) fn of(statements: &[DFStatement]) -> Scope {
+        let mut tables = BTreeSet::new();
+        for statement in statements {
+            let Ok((refs, _ctes)) = resolve_table_references(statement, true) else {
+                return Scope::All;
+            };
+            for r in refs {
+                let r = r.resolve(DEFAULT_CATALOG, "default");
+                if r.schema.as_ref() == "information_schema"
+                    || r.schema.as_ref() == super::pg_catalog::SCHEMA
+                {
+                    return Scope::All;
+                }
+                tables.insert((
+                    r.catalog.to_string(),
+                    r.schema.to_string(),
+                    r.table.to_string(),
+                ));
+            }
+        }
+        Scope::Tables(tables)
+    }
+}
+
+/// The topic records `scope` asks for: every topic, or those of each named table (a topic and
+/// its partitions share its name as their prefix; names that merely start like it are left
+/// out by the caller's parse).
+async fn scoped_topics(log: &Log, scope: &Scope) -> Result<Vec<TopicRecord>, MetadataError> {
+    let meta = log.metadata();
+    let Scope::Tables(tables) = scope else {
+        return meta.list_topics().await;
+    };
+    let mut out = Vec::new();
+    for (tenant, namespace, table) in tables {
+        let Ok((local, _)) = parse_table_name(table) else {
+            continue; // the planner reports the name
+        };
+        for domain in ["persistent", "non-persistent"] {
+            let prefix = format!("{domain}://{tenant}/{namespace}/{local}");
+            out.extend(
+                meta.list_topics_under(&prefix)
+                    .await?
+                    .into_iter()
+                    .filter(|t| {
+                        t.name
+                            .parse::<TopicName>()
+                            .is_ok_and(|n| n.base().local == local)
+                    }),
+            );
+        }
+    }
+    Ok(out)
+}
+
 /// The catalogs of one session.
 #[derive(Debug)]
 pub struct TopicCatalogList {
@@ -76,20 +151,18 @@ pub(crate) type ExtraSchema = (
 );
 
 impl TopicCatalogList {
-    /// Lists the topics existing now that `principal` may read (`consume`, asked as
-    /// [`Action::Query`]); the others are neither listed nor resolvable.
+    /// Lists the topics in `scope` existing now that `principal` may read (`consume`, asked
+    /// as [`Action::Query`]); the others are neither listed nor resolvable.
     pub(crate) async fn load(
         shared: Shared,
         access: &Access,
         principal: &Principal,
         extra: ExtraSchema,
+        scope: &Scope,
     ) -> Result<TopicCatalogList, SqlError> {
         let mut listing = Listing::new();
         let mut asked: std::collections::HashMap<TopicName, bool> = Default::default();
-        let topics = shared
-            .log
-            .metadata()
-            .list_topics()
+        let topics = scoped_topics(&shared.log, scope)
             .await
             .map_err(|e| SqlError::Execution(format!("listing topics: {e}")))?;
         for t in topics {
@@ -568,5 +641,57 @@ mod tests {
         );
         assert_eq!(parse_table_name("a$history"), Ok(("a", Wanted::History)));
         assert!(parse_table_name("t@yesterday").is_err());
+    }
+
+    fn scope(sql: &str) -> Scope {
+        Scope::of(&super::super::guard::parse(sql).unwrap_or_default())
+    }
+
+    fn tables(names: &[(&str, &str, &str)]) -> Scope {
+        Scope::Tables(
+            names
+                .iter()
+                .map(|(c, s, t)| (c.to_string(), s.to_string(), t.to_string()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn a_statement_naming_its_tables_lists_only_those() {
+        assert_eq!(
+            scope("SELECT * FROM Orders"),
+            tables(&[("public", "default", "orders")])
+        );
+        assert_eq!(
+            scope(
+                "SELECT * FROM acme.sales.\"o-v2@42\" a JOIN p b ON a.k = b.k \
+                 WHERE a.k IN (SELECT k FROM ns2.q)"
+            ),
+            tables(&[
+                ("acme", "sales", "o-v2@42"),
+                ("public", "default", "p"),
+                ("public", "ns2", "q"),
+            ])
+        );
+        assert_eq!(
+            scope("WITH c AS (SELECT 1 AS x) SELECT * FROM c; SELECT 2"),
+            tables(&[])
+        );
+        assert_eq!(
+            scope("EXPLAIN SELECT * FROM \"t$files\""),
+            tables(&[("public", "default", "t$files")])
+        );
+    }
+
+    #[test]
+    fn a_statement_reading_the_catalogs_lists_every_topic() {
+        for sql in [
+            "SHOW TABLES",
+            "SELECT table_name FROM information_schema.tables",
+            "SELECT * FROM t JOIN pg_catalog.pg_class c ON true",
+            "SELECT relname FROM pg_class",
+        ] {
+            assert_eq!(scope(sql), Scope::All, "{sql}");
+        }
     }
 }

@@ -275,8 +275,13 @@ impl SqlEngine {
         self.inner.config.memory_limit.to_string()
     }
 
-    /// A session whose catalogs are the topics existing now that `principal` may read.
-    async fn session(&self, principal: &Principal) -> Result<SessionContext, SqlError> {
+    /// A session whose catalogs are the topics in `scope` existing now that `principal` may
+    /// read.
+    async fn session(
+        &self,
+        principal: &Principal,
+        scope: &catalog::Scope,
+    ) -> Result<SessionContext, SqlError> {
         let limit = self.inner.config.memory_limit.as_u64() as usize;
         // No spilling: a query over its memory limit fails clearly, and no query writes files.
         let runtime_env = RuntimeEnvBuilder::new()
@@ -306,6 +311,7 @@ impl SqlEngine {
             &self.inner.access,
             principal,
             (pg_catalog::SCHEMA, pg_catalog::schema),
+            scope,
         )
         .await?;
         let config = SessionConfig::new()
@@ -371,6 +377,8 @@ impl SqlEngine {
         principal: &Principal,
     ) -> Result<Vec<Prepared>, SqlError> {
         let statements = guard::parse(sql)?;
+        // One session for all the statements, listing the tables any of them names.
+        let scope = catalog::Scope::of(&statements);
         let mut out = Vec::with_capacity(statements.len());
         let mut session: Option<SessionContext> = None;
         for statement in statements {
@@ -380,7 +388,7 @@ impl SqlEngine {
                     let ctx = match &session {
                         Some(s) => s.clone(),
                         None => {
-                            let s = self.session(principal).await?;
+                            let s = self.session(principal, &scope).await?;
                             session = Some(s.clone());
                             s
                         }

@@ -29,6 +29,8 @@ async fn topics_are_idempotent_and_increasing(store: &dyn MetadataStore) -> Test
         Some(a.clone())
     );
     assert_eq!(store.get_topic("persistent://t/n/none").await?, None);
+    assert_eq!(store.get_topic_by_id(b.id).await?, Some(b.clone()));
+    assert_eq!(store.get_topic_by_id(b.id + 1000).await?, None);
     assert!(b.id > a.id);
     let names: Vec<_> = store
         .list_topics()
@@ -340,6 +342,53 @@ async fn partitioned_topics_are_listed_by_prefix(store: &dyn MetadataStore) -> T
     Ok(())
 }
 
+async fn topics_are_listed_by_prefix(store: &dyn MetadataStore) -> TestResult {
+    // Created out of name order, with a sibling namespace that shares the prefix's text up to
+    // its last character, and names just past the range's end.
+    for name in [
+        "persistent://a/n/y",
+        "persistent://a/n2/z",
+        "persistent://a/n/x-partition-1",
+        "persistent://a/n/x",
+        "persistent://a/n/x-partition-0",
+        "persistent://a/n0/w",
+        "persistent://a/m/v",
+        "persistent://a/n/\u{e9}t\u{e9}",
+    ] {
+        store.get_or_create_topic(name, 1).await?;
+    }
+    let names = |v: Vec<TopicRecord>| v.into_iter().map(|t| t.name).collect::<Vec<_>>();
+    assert_eq!(
+        names(store.list_topics_under("persistent://a/n/").await?),
+        [
+            "persistent://a/n/x",
+            "persistent://a/n/x-partition-0",
+            "persistent://a/n/x-partition-1",
+            "persistent://a/n/y",
+            "persistent://a/n/\u{e9}t\u{e9}",
+        ]
+    );
+    assert_eq!(
+        names(store.list_topics_under("persistent://a/n/x").await?),
+        [
+            "persistent://a/n/x",
+            "persistent://a/n/x-partition-0",
+            "persistent://a/n/x-partition-1",
+        ]
+    );
+    assert_eq!(
+        names(store.list_topics_under("persistent://a/n/\u{e9}").await?),
+        ["persistent://a/n/\u{e9}t\u{e9}"]
+    );
+    assert_eq!(store.list_topics_under("").await?.len(), 8);
+    assert!(store.list_topics_under("persistent://b/").await?.is_empty());
+    // A listing by prefix carries the same records as the walk over every topic.
+    let mut all = store.list_topics().await?;
+    all.sort_by(|a, b| a.name.cmp(&b.name));
+    assert_eq!(store.list_topics_under("").await?, all);
+    Ok(())
+}
+
 async fn policies_are_created_once_and_listed_by_prefix(store: &dyn MetadataStore) -> TestResult {
     assert!(store.create_policies("tenant:a", b"1").await?);
     assert!(!store.create_policies("tenant:a", b"2").await?, "exists");
@@ -408,7 +457,7 @@ async fn topics_are_deleted_only_without_live_ledgers(store: &dyn MetadataStore)
 }
 
 /// How many checks [`run_all`] makes; each gets a store of its own.
-const CHECKS: usize = 12;
+const CHECKS: usize = 13;
 
 /// Runs every check, each against its own fresh store from `stores` (exactly [`CHECKS`] of
 /// them, so no check can silently run against another implementation).
@@ -469,6 +518,7 @@ async fn run_all(stores: Vec<std::sync::Arc<dyn MetadataStore>>) -> TestResult {
     policies_are_replaced_and_removed(&*store()?).await?;
     policies_are_created_once_and_listed_by_prefix(&*store()?).await?;
     partitioned_topics_are_listed_by_prefix(&*store()?).await?;
+    topics_are_listed_by_prefix(&*store()?).await?;
     topics_are_deleted_only_without_live_ledgers(&*store()?).await?;
     writers_are_fenced_by_epoch(&*store()?).await?;
     assert!(

@@ -76,8 +76,24 @@ impl MetadataStore for MemoryMetadataStore {
             .cloned())
     }
 
+    async fn get_topic_by_id(&self, id: TopicId) -> Result<Option<TopicRecord>, MetadataError> {
+        Ok(self.lock().topics.get(&id).cloned())
+    }
+
     async fn list_topics(&self) -> Result<Vec<TopicRecord>, MetadataError> {
         Ok(self.lock().topics.values().cloned().collect())
+    }
+
+    async fn list_topics_under(&self, prefix: &str) -> Result<Vec<TopicRecord>, MetadataError> {
+        let mut out: Vec<TopicRecord> = self
+            .lock()
+            .topics
+            .values()
+            .filter(|t| t.name.starts_with(prefix))
+            .cloned()
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
     }
 
     async fn delete_topic(&self, name: &str) -> Result<bool, MetadataError> {

@@ -16,6 +16,11 @@
 //!   atomically; a read returns the last saved state.
 //! - **Rows are kept.** Deleted ledgers stay listed (state `Deleted`) so the full history of a topic
 //!   (and what the lake holds of it) can always be explained.
+//! - **Listings by name prefix.** [`MetadataStore::list_topics_under`] returns the topics whose
+//!   name starts with a prefix, in name order, at a cost that follows what it returns (an index
+//!   range, an etcd key range), and [`MetadataStore::get_topic_by_id`] finds one topic by id:
+//!   with millions of topics stored, a namespace, a partitioned topic or one topic is found
+//!   without walking them all ([`MetadataStore::list_topics`] does walk them).
 //! - **Fencing.** A topic's fence epoch only grows ([`MetadataStore::fence_writers`]); a ledger
 //!   created with a writer epoch below it is refused in the same atomic step that would have
 //!   created it.
@@ -286,8 +291,18 @@ pub trait MetadataStore: Send + Sync + fmt::Debug + 'static {
     /// The topic named `name`, if it exists (never creates it).
     async fn get_topic(&self, name: &str) -> Result<Option<TopicRecord>, MetadataError>;
 
-    /// All topics, by id.
+    /// The topic with id `id`, if it exists.
+    async fn get_topic_by_id(&self, id: TopicId) -> Result<Option<TopicRecord>, MetadataError>;
+
+    /// All topics, by id. A walk over every topic: callers that know a namespace or a topic
+    /// ask [`MetadataStore::list_topics_under`] instead.
     async fn list_topics(&self) -> Result<Vec<TopicRecord>, MetadataError>;
+
+    /// The topics whose name starts with `prefix` (bytewise), in name order. Its cost follows
+    /// the number of topics listed, not the number stored (an index range, not a walk), so a
+    /// namespace's or a partitioned topic's listing stays cheap among millions of topics.
+    /// An empty `prefix` lists every topic.
+    async fn list_topics_under(&self, prefix: &str) -> Result<Vec<TopicRecord>, MetadataError>;
 
     /// Deletes everything stored under topic `name`: its record with its ledger records and
     /// cursors, its schema versions and its partitioned-topic count. Refused with `Conflict`

@@ -167,6 +167,22 @@ fn topic_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<TopicRecord, Metadata
     })
 }
 
+/// The least string greater than every string that starts with `prefix` (SQLite compares TEXT
+/// bytewise, and UTF-8's byte order is its code points' order): `prefix` with its last
+/// character raised by one, dropping trailing characters that cannot be raised. `None` when
+/// nothing bounds it (an empty prefix, or one of `char::MAX` only).
+fn name_range_end(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let next = (u32::from(last) + 1..=u32::from(char::MAX)).find_map(char::from_u32);
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
+
 #[async_trait]
 impl MetadataStore for SqliteMetadataStore {
     async fn close(&self) {
@@ -203,6 +219,17 @@ impl MetadataStore for SqliteMetadataStore {
             .transpose()
     }
 
+    async fn get_topic_by_id(&self, id: TopicId) -> Result<Option<TopicRecord>, MetadataError> {
+        sqlx::query("SELECT topic_id, name, created_at_ms FROM ll_topics WHERE topic_id = ?")
+            .bind(id as i64)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(backend("find topic"))?
+            .as_ref()
+            .map(topic_from_row)
+            .transpose()
+    }
+
     async fn list_topics(&self) -> Result<Vec<TopicRecord>, MetadataError> {
         sqlx::query("SELECT topic_id, name, created_at_ms FROM ll_topics ORDER BY topic_id")
             .fetch_all(&self.pool)
@@ -211,6 +238,27 @@ impl MetadataStore for SqliteMetadataStore {
             .iter()
             .map(topic_from_row)
             .collect()
+    }
+
+    async fn list_topics_under(&self, prefix: &str) -> Result<Vec<TopicRecord>, MetadataError> {
+        // A range on the unique index of names: [prefix, the first string after every name
+        // that starts with it).
+        let end = name_range_end(prefix);
+        let sql = if end.is_some() {
+            "SELECT topic_id, name, created_at_ms FROM ll_topics \
+             WHERE name >= ? AND name < ? ORDER BY name"
+        } else {
+            "SELECT topic_id, name, created_at_ms FROM ll_topics WHERE name >= ? ORDER BY name"
+        };
+        let mut query = sqlx::query(sql).bind(prefix);
+        if let Some(end) = end {
+            query = query.bind(end);
+        }
+        let rows = query
+            .fetch_all(&self.pool)
+            .await
+            .map_err(backend("list topics"))?;
+        rows.iter().map(topic_from_row).collect()
     }
 
     async fn delete_topic(&self, name: &str) -> Result<bool, MetadataError> {
@@ -492,5 +540,26 @@ impl MetadataStore for SqliteMetadataStore {
             ))
         })
         .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::name_range_end;
+
+    #[test]
+    fn a_name_range_ends_just_past_its_prefix() {
+        assert_eq!(
+            name_range_end("persistent://a/n/").as_deref(),
+            Some("persistent://a/n0")
+        );
+        assert_eq!(name_range_end("a\u{d7ff}").as_deref(), Some("a\u{e000}"));
+        assert_eq!(name_range_end("a\u{10ffff}").as_deref(), Some("b"));
+        assert_eq!(name_range_end(""), None);
+        assert_eq!(name_range_end("\u{10ffff}"), None);
+        for (prefix, name) in [("ab", "ab\u{10ffff}z"), ("a\u{e9}", "a\u{e9}\u{e9}")] {
+            let end = name_range_end(prefix).unwrap_or_default();
+            assert!(name.starts_with(prefix) && name < end.as_str());
+        }
     }
 }

@@ -307,9 +307,27 @@ impl MetadataStore for EtcdMetadataStore {
         }
     }
 
+    async fn get_topic_by_id(&self, id: TopicId) -> Result<Option<TopicRecord>, MetadataError> {
+        match self.get("find topic", self.keys.topic_by_id(id)).await? {
+            Some(kv) => Ok(Some(
+                decode::<StoredTopic>("topic record", kv.value())?.into(),
+            )),
+            None => Ok(None),
+        }
+    }
+
     async fn list_topics(&self) -> Result<Vec<TopicRecord>, MetadataError> {
         let (kvs, _) = self
             .range_prefix("list topics", self.keys.topics_by_id())
+            .await?;
+        kvs.iter()
+            .map(|kv| Ok(decode::<StoredTopic>("topic record", kv.value())?.into()))
+            .collect()
+    }
+
+    async fn list_topics_under(&self, prefix: &str) -> Result<Vec<TopicRecord>, MetadataError> {
+        let (kvs, _) = self
+            .range_prefix("list topics", self.keys.topic_by_name(prefix))
             .await?;
         kvs.iter()
             .map(|kv| Ok(decode::<StoredTopic>("topic record", kv.value())?.into()))
