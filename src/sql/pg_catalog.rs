@@ -334,6 +334,13 @@ impl SchemaProvider for PgCatalog {
         Ok(Some(ours.unwrap_or(crate_table)))
     }
 
+    /// The crate's answer: ours replace its tables of the same names and type, and asking it
+    /// does not build `pg_attribute` (every listed topic's columns) only to learn that it is a
+    /// table, which `information_schema.tables` and `SHOW TABLES` ask of every name.
+    async fn table_type(&self, name: &str) -> DFResult<Option<TableType>> {
+        self.inner.table_type(name).await
+    }
+
     fn table_exist(&self, name: &str) -> bool {
         self.inner.table_exist(name)
     }
