@@ -1,6 +1,7 @@
 //! The running service: wires the metadata store, the log and the HTTP surface together, and
 //! shuts them down in order (stop serving → drain → flush and fsync the log → close the store).
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -22,6 +23,7 @@ use crate::coord::memory::MemoryCoordination;
 use crate::coord::Coordination;
 use crate::lake::Lake;
 use crate::ledger::metadata::etcd::EtcdMetadataStore;
+use crate::ledger::metadata::{name_range_end, MetadataError};
 use crate::ledger::{Log, MetadataStore};
 use crate::offload::log_retention::LogRetention;
 use crate::offload::OffloadEngine;
@@ -361,14 +363,37 @@ async fn bootstrap_tenancy(
     store: &Arc<dyn MetadataStore>,
     local: &ClusterData,
 ) -> Result<(), ServiceError> {
-    let in_use = store
-        .list_topics()
-        .await?
-        .into_iter()
-        .filter_map(|t| t.name.parse::<crate::naming::TopicName>().ok())
-        .map(|t| t.namespace);
+    let in_use = namespaces_in_use(&**store).await?;
     tenancy.bootstrap(local, in_use).await?;
     Ok(())
+}
+
+/// The namespaces that hold a stored topic: one probe of the names' index per namespace,
+/// skipping from one namespace's names to the next (never a listing of every topic, which at
+/// a million topics held ~600 MB after start-up).
+async fn namespaces_in_use(
+    store: &dyn MetadataStore,
+) -> Result<BTreeSet<crate::naming::NamespaceName>, MetadataError> {
+    let mut out = BTreeSet::new();
+    for domain in ["persistent://", "non-persistent://"] {
+        let mut from = domain.to_string();
+        while let Some(t) = store.first_topic_from(&from).await? {
+            if !t.name.starts_with(domain) {
+                break;
+            }
+            let Ok(name) = t.name.parse::<crate::naming::TopicName>() else {
+                from = format!("{}\u{1}", t.name); // the next name after it (NUL is refused)
+                continue;
+            };
+            let next = name_range_end(&format!("{domain}{}/", name.namespace));
+            out.insert(name.namespace);
+            match next {
+                Some(next) => from = next,
+                None => break,
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Serves the admin router on the HTTP listener and, when configured, on HTTPS.
@@ -702,4 +727,35 @@ pub async fn shutdown_signal() -> std::io::Result<&'static str> {
         _ = term.recv() => "SIGTERM",
         _ = int.recv() => "SIGINT",
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::namespaces_in_use;
+    use crate::ledger::metadata::memory::MemoryMetadataStore;
+    use crate::ledger::MetadataStore;
+
+    #[tokio::test]
+    async fn the_namespaces_in_use_are_found_one_probe_each(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let store = MemoryMetadataStore::default();
+        for name in [
+            "persistent://a/x/t1",
+            "persistent://a/x/t2",
+            "persistent://a/x0/t",
+            "persistent://b/y/t-partition-3",
+            "persistent://bad",
+            "persistent://c/z/t",
+            "non-persistent://d/w/t",
+        ] {
+            store.get_or_create_topic(name, 1).await?;
+        }
+        let found: Vec<String> = namespaces_in_use(&store)
+            .await?
+            .iter()
+            .map(|n| n.to_string())
+            .collect();
+        assert_eq!(found, ["a/x", "a/x0", "b/y", "c/z", "d/w"]);
+        Ok(())
+    }
 }

@@ -382,6 +382,23 @@ async fn topics_are_listed_by_prefix(store: &dyn MetadataStore) -> TestResult {
     );
     assert_eq!(store.list_topics_under("").await?.len(), 8);
     assert!(store.list_topics_under("persistent://b/").await?.is_empty());
+    let first = |v: Option<TopicRecord>| v.map(|t| t.name);
+    assert_eq!(
+        first(store.first_topic_from("").await?).as_deref(),
+        Some("persistent://a/m/v")
+    );
+    assert_eq!(
+        first(store.first_topic_from("persistent://a/n/x-").await?).as_deref(),
+        Some("persistent://a/n/x-partition-0")
+    );
+    assert_eq!(
+        first(store.first_topic_from("persistent://a/n2/z").await?).as_deref(),
+        Some("persistent://a/n2/z")
+    );
+    assert_eq!(
+        first(store.first_topic_from("persistent://a/n2/z\u{1}").await?),
+        None
+    );
     // A listing by prefix carries the same records as the walk over every topic.
     let mut all = store.list_topics().await?;
     all.sort_by(|a, b| a.name.cmp(&b.name));

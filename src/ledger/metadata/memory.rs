@@ -84,6 +84,16 @@ impl MetadataStore for MemoryMetadataStore {
         Ok(self.lock().topics.values().cloned().collect())
     }
 
+    async fn first_topic_from(&self, name: &str) -> Result<Option<TopicRecord>, MetadataError> {
+        Ok(self
+            .lock()
+            .topics
+            .values()
+            .filter(|t| t.name.as_str() >= name)
+            .min_by(|a, b| a.name.cmp(&b.name))
+            .cloned())
+    }
+
     async fn list_topics_under(&self, prefix: &str) -> Result<Vec<TopicRecord>, MetadataError> {
         let mut out: Vec<TopicRecord> = self
             .lock()

@@ -278,6 +278,22 @@ pub(crate) fn check_partition_change(
     }
 }
 
+/// The least string greater than every string that starts with `prefix` (names compare
+/// bytewise, in SQLite and etcd alike, and UTF-8's byte order is its code points' order): `prefix` with its last
+/// character raised by one, dropping trailing characters that cannot be raised. `None` when
+/// nothing bounds it (an empty prefix, or one of `char::MAX` only).
+pub fn name_range_end(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let next = (u32::from(last) + 1..=u32::from(char::MAX)).find_map(char::from_u32);
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
+
 /// The metadata store seam. See the module docs for the contract.
 #[async_trait]
 pub trait MetadataStore: Send + Sync + fmt::Debug + 'static {
@@ -297,6 +313,11 @@ pub trait MetadataStore: Send + Sync + fmt::Debug + 'static {
     /// All topics, by id. A walk over every topic: callers that know a namespace or a topic
     /// ask [`MetadataStore::list_topics_under`] instead.
     async fn list_topics(&self) -> Result<Vec<TopicRecord>, MetadataError>;
+
+    /// The topic with the least name at or after `name` (bytewise), if any: one probe of the
+    /// names' index, so distinct prefixes (the namespaces in use) are found by skipping from
+    /// one to the next without listing the topics between.
+    async fn first_topic_from(&self, name: &str) -> Result<Option<TopicRecord>, MetadataError>;
 
     /// The topics whose name starts with `prefix` (bytewise), in name order. Its cost follows
     /// the number of topics listed, not the number stored (an index range, not a walk), so a

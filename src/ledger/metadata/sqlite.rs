@@ -23,8 +23,8 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Connection, Row, SqliteConnection, SqlitePool};
 
 use super::{
-    LedgerId, LedgerRecord, LedgerState, LedgerTransition, MetadataError, MetadataStore, SealInfo,
-    TopicId, TopicRecord,
+    name_range_end, LedgerId, LedgerRecord, LedgerState, LedgerTransition, MetadataError,
+    MetadataStore, SealInfo, TopicId, TopicRecord,
 };
 
 /// Schema version this build writes and reads.
@@ -167,22 +167,6 @@ fn topic_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<TopicRecord, Metadata
     })
 }
 
-/// The least string greater than every string that starts with `prefix` (SQLite compares TEXT
-/// bytewise, and UTF-8's byte order is its code points' order): `prefix` with its last
-/// character raised by one, dropping trailing characters that cannot be raised. `None` when
-/// nothing bounds it (an empty prefix, or one of `char::MAX` only).
-fn name_range_end(prefix: &str) -> Option<String> {
-    let mut chars: Vec<char> = prefix.chars().collect();
-    while let Some(last) = chars.pop() {
-        let next = (u32::from(last) + 1..=u32::from(char::MAX)).find_map(char::from_u32);
-        if let Some(next) = next {
-            chars.push(next);
-            return Some(chars.into_iter().collect());
-        }
-    }
-    None
-}
-
 #[async_trait]
 impl MetadataStore for SqliteMetadataStore {
     async fn close(&self) {
@@ -259,6 +243,20 @@ impl MetadataStore for SqliteMetadataStore {
             .await
             .map_err(backend("list topics"))?;
         rows.iter().map(topic_from_row).collect()
+    }
+
+    async fn first_topic_from(&self, name: &str) -> Result<Option<TopicRecord>, MetadataError> {
+        sqlx::query(
+            "SELECT topic_id, name, created_at_ms FROM ll_topics \
+             WHERE name >= ? ORDER BY name LIMIT 1",
+        )
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(backend("find topic"))?
+        .as_ref()
+        .map(topic_from_row)
+        .transpose()
     }
 
     async fn delete_topic(&self, name: &str) -> Result<bool, MetadataError> {
@@ -545,7 +543,7 @@ impl MetadataStore for SqliteMetadataStore {
 
 #[cfg(test)]
 mod tests {
-    use super::name_range_end;
+    use crate::ledger::metadata::name_range_end;
 
     #[test]
     fn a_name_range_ends_just_past_its_prefix() {

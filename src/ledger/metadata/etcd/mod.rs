@@ -325,6 +325,25 @@ impl MetadataStore for EtcdMetadataStore {
             .collect()
     }
 
+    async fn first_topic_from(&self, name: &str) -> Result<Option<TopicRecord>, MetadataError> {
+        let all = self.keys.topic_by_name("");
+        let options = GetOptions::new()
+            .with_range(prefix_end(all.as_bytes()))
+            .with_limit(1);
+        let mut resp = self
+            .client
+            .kv_client()
+            .get(self.keys.topic_by_name(name), Some(options))
+            .await
+            .map_err(backend("find topic"))?;
+        match resp.take_kvs().first() {
+            Some(kv) => Ok(Some(
+                decode::<StoredTopic>("topic record", kv.value())?.into(),
+            )),
+            None => Ok(None),
+        }
+    }
+
     async fn list_topics_under(&self, prefix: &str) -> Result<Vec<TopicRecord>, MetadataError> {
         let (kvs, _) = self
             .range_prefix("list topics", self.keys.topic_by_name(prefix))
