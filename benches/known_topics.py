@@ -36,7 +36,8 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from many_topics import Service, load_buckets, measure, metric, quantile_from_buckets  # noqa: E402
+from many_topics import (Service, load_buckets, load_times, measure, metric,  # noqa: E402
+                         quantile_from_buckets)
 
 BASE = "persistent://public/default/known"
 
@@ -100,16 +101,8 @@ def sql_latency(svc, n, samples):
 
 def client_checks(svc, n, samples):
     import pulsar
+    loads = load_times(svc, [f"{BASE}-{i}" for i in random.sample(range(n), samples)], samples)
     client = pulsar.Client(svc.url, operation_timeout_seconds=30)
-    took = []
-    for i in random.sample(range(n), samples):
-        started = time.perf_counter()
-        p = client.create_producer(f"{BASE}-{i}")
-        took.append((time.perf_counter() - started) * 1000)
-        p.close()
-    took.sort()
-    loads = {"samples": len(took), "p50_ms": round(took[len(took) // 2], 2),
-             "p99_ms": round(took[min(len(took) - 1, int(len(took) * 0.99))], 2)}
     checked = 0
     for i in random.sample(range(n), 20):
         topic = f"{BASE}-{i}"

@@ -77,9 +77,10 @@ pub(crate) enum Scope {
 
 impl Scope {
     /// The tables `statements` name, resolved against the session's default catalog and
-    /// schema ([`DEFAULT_CATALOG`]`.default`); [`Scope::All`] when one reads `pg_catalog` or
-    /// `information_schema` (`SHOW` reads the latter) or cannot be resolved.
-    pub(crate) fn of(statements: &[DFStatement]) -> Scope {
+    /// schema ([`DEFAULT_CATALOG`]`.default`); [`Scope::All`] when one reads `information_schema`
+    /// (`SHOW` reads it) or the schema every catalog resolves besides its namespaces
+    /// (`extra_schema`: `pg_catalog`), or cannot be resolved.
+    pub(crate) fn of(statements: &[DFStatement], extra_schema: &str) -> Scope {
         let mut tables = BTreeSet::new();
         for statement in statements {
             let Ok((refs, _ctes)) = resolve_table_references(statement, true) else {
@@ -87,9 +88,7 @@ impl Scope {
             };
             for r in refs {
                 let r = r.resolve(DEFAULT_CATALOG, "default");
-                if r.schema.as_ref() == "information_schema"
-                    || r.schema.as_ref() == super::pg_catalog::SCHEMA
-                {
+                if r.schema.as_ref() == "information_schema" || r.schema.as_ref() == extra_schema {
                     return Scope::All;
                 }
                 tables.insert((
@@ -644,7 +643,10 @@ mod tests {
     }
 
     fn scope(sql: &str) -> Scope {
-        Scope::of(&super::super::guard::parse(sql).unwrap_or_default())
+        Scope::of(
+            &super::super::guard::parse(sql).unwrap_or_default(),
+            "pg_catalog",
+        )
     }
 
     fn tables(names: &[(&str, &str, &str)]) -> Scope {

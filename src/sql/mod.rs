@@ -378,7 +378,7 @@ impl SqlEngine {
     ) -> Result<Vec<Prepared>, SqlError> {
         let statements = guard::parse(sql)?;
         // One session for all the statements, listing the tables any of them names.
-        let scope = catalog::Scope::of(&statements);
+        let scope = catalog::Scope::of(&statements, pg_catalog::SCHEMA);
         let mut out = Vec::with_capacity(statements.len());
         let mut session: Option<SessionContext> = None;
         for statement in statements {

@@ -167,6 +167,22 @@ fn topic_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<TopicRecord, Metadata
     })
 }
 
+impl SqliteMetadataStore {
+    /// The one topic row `query` selects (by a unique key, or `LIMIT 1`), if any.
+    async fn find_topic<'q>(
+        &self,
+        query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
+    ) -> Result<Option<TopicRecord>, MetadataError> {
+        query
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(backend("find topic"))?
+            .as_ref()
+            .map(topic_from_row)
+            .transpose()
+    }
+}
+
 #[async_trait]
 impl MetadataStore for SqliteMetadataStore {
     async fn close(&self) {
@@ -193,25 +209,19 @@ impl MetadataStore for SqliteMetadataStore {
     }
 
     async fn get_topic(&self, name: &str) -> Result<Option<TopicRecord>, MetadataError> {
-        sqlx::query("SELECT topic_id, name, created_at_ms FROM ll_topics WHERE name = ?")
-            .bind(name)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(backend("find topic"))?
-            .as_ref()
-            .map(topic_from_row)
-            .transpose()
+        self.find_topic(
+            sqlx::query("SELECT topic_id, name, created_at_ms FROM ll_topics WHERE name = ?")
+                .bind(name),
+        )
+        .await
     }
 
     async fn get_topic_by_id(&self, id: TopicId) -> Result<Option<TopicRecord>, MetadataError> {
-        sqlx::query("SELECT topic_id, name, created_at_ms FROM ll_topics WHERE topic_id = ?")
-            .bind(id as i64)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(backend("find topic"))?
-            .as_ref()
-            .map(topic_from_row)
-            .transpose()
+        self.find_topic(
+            sqlx::query("SELECT topic_id, name, created_at_ms FROM ll_topics WHERE topic_id = ?")
+                .bind(id as i64),
+        )
+        .await
     }
 
     async fn list_topics(&self) -> Result<Vec<TopicRecord>, MetadataError> {
@@ -246,17 +256,14 @@ impl MetadataStore for SqliteMetadataStore {
     }
 
     async fn first_topic_from(&self, name: &str) -> Result<Option<TopicRecord>, MetadataError> {
-        sqlx::query(
-            "SELECT topic_id, name, created_at_ms FROM ll_topics \
-             WHERE name >= ? ORDER BY name LIMIT 1",
+        self.find_topic(
+            sqlx::query(
+                "SELECT topic_id, name, created_at_ms FROM ll_topics \
+                 WHERE name >= ? ORDER BY name LIMIT 1",
+            )
+            .bind(name),
         )
-        .bind(name)
-        .fetch_optional(&self.pool)
         .await
-        .map_err(backend("find topic"))?
-        .as_ref()
-        .map(topic_from_row)
-        .transpose()
     }
 
     async fn delete_topic(&self, name: &str) -> Result<bool, MetadataError> {
