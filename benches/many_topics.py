@@ -8,7 +8,8 @@ its own, which the shared-table layout of issue 22 has not replaced yet), then:
 1. `ledgerlake perf produce` creates a durable subscription on each of N topics and produces
    `--messages-per-topic` messages to each (16 connections), so every topic was written to and
    has a backlog;
-2. with every topic still loaded: resident memory, open files and CPU over `--window` seconds;
+2. with every topic still loaded: resident memory, open files and CPU over `--window` seconds
+   (before any `/metrics` scrape), then resident memory after one scrape;
 3. once `broker.unload_idle_after` unloaded them all: the same again;
 4. load time of unloaded topics, from the official Python client (`create_producer`, which
    includes the lookup) on `--samples` random topics, and from the server's
@@ -183,8 +184,12 @@ def run_once(args):
             out["populate"] = {k: produced[k] for k in
                                ("messages", "msgs_per_s", "setup_seconds", "send_errors",
                                 "generator_cpu_cores")}
-            out["loaded_topics"] = metric(svc.http, "ledgerlake_topics_loaded")
+            # Measured before the first /metrics scrape: with topic-level metrics on (the
+            # default) one scrape's text is several KB per topic, and malloc keeps that memory
+            # for reuse afterwards.
             out["all_loaded"] = measure(pid, args.window)
+            out["loaded_topics"] = metric(svc.http, "ledgerlake_topics_loaded")
+            out["all_loaded_after_a_scrape_rss_mb"] = round(rss_mb(pid), 1)
             note(out)
             deadline = time.time() + 900
             while metric(svc.http, "ledgerlake_topics_loaded") not in (0, None):

@@ -171,7 +171,10 @@ impl Broker {
         let topic = self.existing(name).await?;
         let handle = self.subscription(&topic, sub).await?;
         handle
-            .ask(|reply| SubscriptionCommand::Seek { to, reply })
+            .ask(|reply| SubscriptionCommand::Seek {
+                to: Box::new(to),
+                reply,
+            })
             .await
             .ok_or_else(|| gone(name))?
     }

@@ -57,30 +57,37 @@ use crate::replay::{EntryReader, ReplayError};
 /// Identifies a consumer: (connection id, consumer id on that connection).
 pub type ConsumerKey = (u64, u64);
 
+/// A consumer to attach (boxed in [`SubscriptionCommand::AddConsumer`]).
+#[derive(Debug)]
+pub struct NewConsumer {
+    /// Consumer.
+    pub key: ConsumerKey,
+    /// Its subscription type (must match the subscription's).
+    pub sub_type: SubType,
+    /// Consumer name (orders Failover consumers).
+    pub name: String,
+    /// Priority level (lower first, for Failover).
+    pub priority: i32,
+    /// Where its MESSAGE frames go.
+    pub out: Outbox,
+    /// Reply.
+    pub reply: oneshot::Sender<Result<(), BrokerError>>,
+}
+
 /// Requests to a subscription task.
+///
+/// Large payloads are boxed: the task's queue allocates its first block of 32 slots when the
+/// subscription is made, so every subscription holds 32 commands' worth of memory even with no
+/// consumer (the assertion below keeps it small).
 #[derive(Debug)]
 pub enum SubscriptionCommand {
     /// Attach a consumer; replies with an error text if the subscription refuses it.
-    AddConsumer {
-        /// Consumer.
-        key: ConsumerKey,
-        /// Its subscription type (must match the subscription's).
-        sub_type: SubType,
-        /// Consumer name (orders Failover consumers).
-        name: String,
-        /// Priority level (lower first, for Failover).
-        priority: i32,
-        /// Where its MESSAGE frames go.
-        out: Outbox,
-        /// Reply.
-        reply: oneshot::Sender<Result<(), BrokerError>>,
-    },
+    AddConsumer(Box<NewConsumer>),
     /// FLOW: more permits.
     Flow(ConsumerKey, u32),
-    /// ACK of positions (cumulative: everything up to the position).
+    /// ACK of positions (cumulative: everything up to the position), from any of the
+    /// subscription's consumers.
     Ack {
-        /// Consumer.
-        key: ConsumerKey,
         /// Positions, each with the batch's still-unacknowledged indices when the client
         /// acknowledged only part of a batch (batch-index ack: `ack_set` bit words).
         positions: Vec<(Position, Option<Vec<i64>>)>,
@@ -96,7 +103,7 @@ pub enum SubscriptionCommand {
     /// Reset the cursor (SEEK): every consumer is disconnected (CLOSE_CONSUMER), then the reply.
     Seek {
         /// New read position.
-        to: SeekTarget,
+        to: Box<SeekTarget>,
         /// Reply once consumers were told to reconnect.
         reply: oneshot::Sender<Result<(), BrokerError>>,
     },
@@ -118,6 +125,9 @@ pub enum SubscriptionCommand {
     /// An admin read or move of the cursor counted in unacknowledged entries.
     Cursor(CursorRequest),
 }
+
+// Four words: the subscription queue's first block is 32 × 32 bytes.
+const _: () = assert!(std::mem::size_of::<SubscriptionCommand>() <= 32);
 
 /// Admin reads and moves of a cursor that count unacknowledged entries (entries acknowledged
 /// individually after the oldest unacknowledged one are not counted), answered by the task
@@ -234,6 +244,10 @@ struct State {
     measures: Arc<SubscriptionMeasures>,
 }
 
+/// Most bytes a subscription's task future may take (checked in debug builds, where futures
+/// are larger than in release): every subscription of a loaded topic holds one.
+const TASK_BYTES: usize = 1024;
+
 /// Starts a subscription task positioned at `start` (or at a restored cursor) and returns its
 /// handle.
 pub fn spawn(
@@ -262,7 +276,9 @@ pub fn spawn(
         topic.measures.marker.clone(),
     ));
     topic.measures.add_subscription(measures.clone());
-    let state = State {
+    // Boxed: an async fn keeps its arguments beside its body's copy of them, so a large
+    // state passed by value would be held twice in every subscription's task.
+    let state = Box::new(State {
         topic,
         name: name.clone(),
         durable,
@@ -289,13 +305,19 @@ pub fn spawn(
         own_dispatch: None,
         rate_limiters: Vec::new(),
         measures: measures.clone(),
-    };
+    });
     let topic = state.topic.clone();
     let registered = measures.clone();
-    tokio::spawn(async move {
+    let task = async move {
         run(state, rx, persist_every).await;
         topic.measures.remove_subscription(&registered);
-    });
+    };
+    debug_assert!(
+        std::mem::size_of_val(&task) <= TASK_BYTES,
+        "a subscription's task grew to {} bytes: box the step that grew it (see `run`)",
+        std::mem::size_of_val(&task)
+    );
+    tokio::spawn(task);
     SubscriptionHandle {
         name,
         sub_type,
@@ -305,26 +327,29 @@ pub fn spawn(
 }
 
 async fn run(
-    mut st: State,
+    mut st: Box<State>,
     mut rx: mpsc::UnboundedReceiver<SubscriptionCommand>,
     persist_every: Duration,
 ) {
     let mut confirmed = st.topic.log.watch_confirmed();
     let mut persist = tokio::time::interval(persist_every);
     persist.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Every subscription's task holds its largest inline step whether it is idle or not, so
+    // the steps that read, deliver or write are boxed and run only when they have work.
     loop {
-        let waiting = st.dispatch().await;
+        // Without consumers nothing can be sent (dispatch would return at once).
+        let waiting = !st.consumers.is_empty() && Box::pin(st.dispatch()).await;
         st.publish_cursor();
         let stalled = st.stalled_outboxes();
         let any_stalled = !stalled.is_empty();
         tokio::select! {
             cmd = rx.recv() => match cmd {
                 Some(SubscriptionCommand::Seek { to, reply }) => {
-                    let result = st.seek(to).await;
+                    let result = Box::pin(st.seek(*to)).await;
                     let _ = reply.send(result);
                 }
                 Some(SubscriptionCommand::Flush(done)) => {
-                    st.persist().await;
+                    Box::pin(st.persist()).await;
                     let _ = done.send(());
                 }
                 Some(SubscriptionCommand::Unload(done)) => {
@@ -332,7 +357,7 @@ async fn run(
                     for c in st.consumers.drain(..) {
                         c.out.send_detached(command::close_consumer(c.key.1));
                     }
-                    st.persist().await;
+                    Box::pin(st.persist()).await;
                     let _ = done.send(());
                     return;
                 }
@@ -342,7 +367,7 @@ async fn run(
                     for c in st.consumers.drain(..) {
                         c.out.send_detached(command::close_consumer(c.key.1));
                     }
-                    if let Err(e) = st.topic.log.delete_cursor(&st.name).await {
+                    if let Err(e) = Box::pin(st.topic.log.delete_cursor(&st.name)).await {
                         tracing::error!(topic = %st.topic.name, subscription = %st.name,
                             error = %e, "deleting cursor failed");
                     }
@@ -360,7 +385,7 @@ async fn run(
                 st.check_hot_consumers();
                 st.reader.release_idle();
                 st.reader.forget_before(st.first_unacked());
-                st.persist().await;
+                Box::pin(st.persist()).await;
             }
             _ = sleep_until(st.retry_at), if st.retry_at.is_some() => {
                 st.retry_at = None;
@@ -374,7 +399,7 @@ async fn run(
         }
     }
     st.topic.limits.release(st.consumers.len());
-    st.persist().await;
+    Box::pin(st.persist()).await;
 }
 
 /// Resolves at `at` (never when `None`).
@@ -518,14 +543,15 @@ impl State {
     fn handle(&mut self, cmd: SubscriptionCommand) -> bool {
         let mut changed = false;
         match cmd {
-            SubscriptionCommand::AddConsumer {
-                key,
-                sub_type,
-                name,
-                priority,
-                out,
-                reply,
-            } => {
+            SubscriptionCommand::AddConsumer(consumer) => {
+                let NewConsumer {
+                    key,
+                    sub_type,
+                    name,
+                    priority,
+                    out,
+                    reply,
+                } = *consumer;
                 if self.consumers.is_empty() && sub_type != self.sub_type {
                     // As in Pulsar, a subscription without consumers (created by the admin
                     // API, or whose consumers all left) takes the next consumer's type.
@@ -569,7 +595,6 @@ impl State {
                 }
             }
             SubscriptionCommand::Ack {
-                key: _,
                 positions,
                 cumulative,
             } => self.acknowledge(positions, cumulative),

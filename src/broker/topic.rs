@@ -148,40 +148,58 @@ pub(crate) struct SubscribeRequest {
     pub start: StartAt,
 }
 
+/// A producer to register (boxed in [`TopicCommand::AddProducer`]).
+#[derive(Debug)]
+pub(crate) struct NewProducer {
+    /// Its name.
+    pub name: String,
+    /// Its connection, id and access mode.
+    pub slot: ProducerSlot,
+    /// Answered with its `last_sequence_id` (-1 without deduplication).
+    pub reply: oneshot::Sender<Result<i64, BrokerError>>,
+}
+
+/// A producer to forget (boxed in [`TopicCommand::RemoveProducer`]).
+#[derive(Debug)]
+pub(crate) struct GoneProducer {
+    /// Its name.
+    pub name: String,
+    /// Its connection.
+    pub conn: u64,
+    /// Its id on that connection.
+    pub producer_id: u64,
+}
+
 /// Requests to a topic's owner task.
+///
+/// Every payload larger than a pointer or two is boxed: tokio's channel allocates its first
+/// block of 32 slots when the queue is made, so every loaded topic holds 32 commands' worth of
+/// memory whether or not a client ever sends it one (the assertion below keeps it small).
 #[derive(Debug)]
 pub(crate) enum TopicCommand {
     /// Deduplication verdict, append, then the answer once durable.
-    Publish(PublishRequest),
+    Publish(Box<PublishRequest>),
     /// Register a producer; replies with its `last_sequence_id` (-1 without deduplication).
-    AddProducer {
-        name: String,
-        slot: ProducerSlot,
-        reply: oneshot::Sender<Result<i64, BrokerError>>,
-    },
+    AddProducer(Box<NewProducer>),
     /// Forget a producer (only if it is still this connection's producer id).
-    RemoveProducer {
-        name: String,
-        conn: u64,
-        producer_id: u64,
-    },
+    RemoveProducer(Box<GoneProducer>),
     /// The subscription of that name, created when new.
     Subscribe {
-        request: SubscribeRequest,
+        request: Box<SubscribeRequest>,
         reply: oneshot::Sender<Result<SubscriptionHandle, BrokerError>>,
     },
     /// A backlog check (run beside the owner) finished.
-    BacklogChecked(super::backlog::BacklogVerdict),
+    BacklogChecked(Box<super::backlog::BacklogVerdict>),
     /// Forget this subscription (if it is still the one of its name); replies when done.
     ForgetSubscription {
-        handle: SubscriptionHandle,
+        handle: Box<SubscriptionHandle>,
         reply: oneshot::Sender<()>,
     },
     /// The subscriptions now.
     Subscriptions(oneshot::Sender<Vec<SubscriptionHandle>>),
     /// Apply resolved policies (enabling deduplication folds its state first).
     SetPolicies {
-        policies: TopicPolicies,
+        policies: Box<TopicPolicies>,
         reply: oneshot::Sender<()>,
     },
     /// The deduplication snapshot to save, when deduplication is on.
@@ -200,6 +218,9 @@ pub(crate) enum TopicCommand {
     /// Unload (as `Unload`) only if still idle for the idle period; replies whether it did.
     UnloadIfIdle(oneshot::Sender<bool>),
 }
+
+// A tag and two pointers: the owner queue's first block is 32 × 24 bytes.
+const _: () = assert!(std::mem::size_of::<TopicCommand>() <= 24);
 
 impl BrokerTopic {
     /// The error of a command whose owner has stopped.
@@ -263,7 +284,7 @@ impl BrokerTopic {
             budget,
         };
         self.owner
-            .send(TopicCommand::Publish(request))
+            .send(TopicCommand::Publish(Box::new(request)))
             .await
             .map_err(|_| self.gone())
     }
@@ -274,17 +295,17 @@ impl BrokerTopic {
         name: String,
         slot: ProducerSlot,
     ) -> Result<i64, BrokerError> {
-        self.ask(|reply| TopicCommand::AddProducer { name, slot, reply })
+        self.ask(|reply| TopicCommand::AddProducer(Box::new(NewProducer { name, slot, reply })))
             .await?
     }
 
     /// Forgets a producer of connection `conn` (nothing if the topic has stopped).
     pub(crate) async fn remove_producer(&self, name: String, conn: u64, producer_id: u64) {
-        let cmd = TopicCommand::RemoveProducer {
+        let cmd = TopicCommand::RemoveProducer(Box::new(GoneProducer {
             name,
             conn,
             producer_id,
-        };
+        }));
         let _ = self.owner.send(cmd).await;
     }
 
@@ -293,6 +314,7 @@ impl BrokerTopic {
         &self,
         request: SubscribeRequest,
     ) -> Result<SubscriptionHandle, BrokerError> {
+        let request = Box::new(request);
         self.ask(|reply| TopicCommand::Subscribe { request, reply })
             .await?
     }
@@ -300,7 +322,10 @@ impl BrokerTopic {
     /// Forgets `handle`'s subscription (its task ends once its last handle goes).
     pub(crate) async fn forget_subscription(&self, handle: SubscriptionHandle) {
         let _ = self
-            .ask(|reply| TopicCommand::ForgetSubscription { handle, reply })
+            .ask(|reply| TopicCommand::ForgetSubscription {
+                handle: Box::new(handle),
+                reply,
+            })
             .await;
     }
 
@@ -314,7 +339,10 @@ impl BrokerTopic {
     /// Applies resolved policies; returns when they are in force.
     pub(crate) async fn set_policies(&self, policies: TopicPolicies) {
         let _ = self
-            .ask(|reply| TopicCommand::SetPolicies { policies, reply })
+            .ask(|reply| TopicCommand::SetPolicies {
+                policies: Box::new(policies),
+                reply,
+            })
             .await;
     }
 

@@ -8,7 +8,9 @@ use super::{
     begin_opening, cancel_opening, error_reply, finish_opening, open_topic, Completion, Connection,
 };
 use crate::auth::Action;
-use crate::broker::subscription::{SeekTarget, SubscriptionCommand, SubscriptionHandle};
+use crate::broker::subscription::{
+    NewConsumer, SeekTarget, SubscriptionCommand, SubscriptionHandle,
+};
 use crate::broker::topic::SubscribeRequest;
 use crate::broker::{BrokerError, BrokerTopic};
 use crate::ledger::Position;
@@ -85,13 +87,15 @@ impl Connection {
                             })
                             .await?;
                         handle
-                            .ask(|reply| SubscriptionCommand::AddConsumer {
-                                key,
-                                sub_type: s.sub_type,
-                                name: s.consumer_name.clone(),
-                                priority: s.priority,
-                                out,
-                                reply,
+                            .ask(|reply| {
+                                SubscriptionCommand::AddConsumer(Box::new(NewConsumer {
+                                    key,
+                                    sub_type: s.sub_type,
+                                    name: s.consumer_name.clone(),
+                                    priority: s.priority,
+                                    out,
+                                    reply,
+                                }))
                             })
                             .await
                             .unwrap_or_else(|| Err(stopped()))?;
@@ -159,7 +163,6 @@ impl Connection {
                 .map(|m| (Position::new(m.ledger, m.entry), m.unacked_in_batch))
                 .collect();
             let _ = c.subscription.tx.send(SubscriptionCommand::Ack {
-                key: (self.id, a.consumer_id),
                 positions,
                 cumulative: a.cumulative,
             });
@@ -234,7 +237,10 @@ impl Connection {
         self.defer(async move {
             let result = c
                 .subscription
-                .ask(|reply| SubscriptionCommand::Seek { to, reply })
+                .ask(|reply| SubscriptionCommand::Seek {
+                    to: Box::new(to),
+                    reply,
+                })
                 .await
                 .unwrap_or_else(|| Err(stopped()));
             drop(detach);

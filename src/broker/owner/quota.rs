@@ -57,7 +57,7 @@ impl Owner {
             let verdict = check(&topic, &subs, limits, probe).await;
             let _ = topic
                 .owner
-                .send(TopicCommand::BacklogChecked(verdict))
+                .send(TopicCommand::BacklogChecked(Box::new(verdict)))
                 .await;
         }));
     }

@@ -285,11 +285,13 @@ async fn a_registration_nobody_waits_for_is_undone() -> TestResult {
     let (reply, gone) = tokio::sync::oneshot::channel();
     drop(gone);
     let (exclusive, _e) = slot(1, true);
-    let cmd = crate::broker::topic::TopicCommand::AddProducer {
-        name: "ghost".into(),
-        slot: exclusive,
-        reply,
-    };
+    let cmd = crate::broker::topic::TopicCommand::AddProducer(Box::new(
+        crate::broker::topic::NewProducer {
+            name: "ghost".into(),
+            slot: exclusive,
+            reply,
+        },
+    ));
     topic.owner.send(cmd).await?;
     // Neither its name nor its exclusivity is held.
     let (s, _s) = slot(2, false);

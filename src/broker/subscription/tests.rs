@@ -10,7 +10,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{spawn, SubscriptionCommand, SubscriptionHandle};
+use super::{spawn, NewConsumer, SubscriptionCommand, SubscriptionHandle};
 use crate::broker::outbox::{outbox, OutboxReceiver};
 use crate::broker::owner::{self, Dedup, OwnerSetup};
 use crate::broker::{BrokerError, BrokerTopic, TopicPolicies};
@@ -177,13 +177,15 @@ async fn join(
 ) -> Result<TestConsumer, BrokerError> {
     let (out, frames) = outbox();
     let joined = sub
-        .ask(|reply| SubscriptionCommand::AddConsumer {
-            key: (1, id),
-            sub_type,
-            name: name.into(),
-            priority: 0,
-            out,
-            reply,
+        .ask(|reply| {
+            SubscriptionCommand::AddConsumer(Box::new(NewConsumer {
+                key: (1, id),
+                sub_type,
+                name: name.into(),
+                priority: 0,
+                out,
+                reply,
+            }))
         })
         .await
         .unwrap_or_else(|| Err(BrokerError::Stopped("subscription stopped".into())));
@@ -194,9 +196,8 @@ async fn join(
     Ok(TestConsumer { id, frames })
 }
 
-fn ack(sub: &SubscriptionHandle, c: &TestConsumer, positions: &[Position], cumulative: bool) {
+fn ack(sub: &SubscriptionHandle, positions: &[Position], cumulative: bool) {
     let _ = sub.tx.send(SubscriptionCommand::Ack {
-        key: c.key(),
         positions: positions.iter().map(|p| (*p, None)).collect(),
         cumulative,
     });
@@ -277,7 +278,7 @@ async fn failover_sends_to_one_consumer_and_moves_its_backlog_when_it_leaves() -
     let got = a.messages(6).await;
     assert_eq!(got, written);
     assert!(b.receives_nothing().await, "the standby gets nothing");
-    ack(&sub, &a, &got[..2], false);
+    ack(&sub, &got[..2], false);
     let _ = sub.tx.send(SubscriptionCommand::RemoveConsumer(a.key()));
     // The unacknowledged ones move to b, in order.
     assert_eq!(b.messages(4).await, written[2..]);
@@ -334,8 +335,8 @@ async fn acks_and_redelivery_requests() -> TestResult {
     let got = c.messages(6).await;
     assert_eq!(got, written);
     // Individual acks of 0 and 3, a cumulative ack up to 1: 2, 4 and 5 stay unacknowledged.
-    ack(&sub, &c, &[got[0], got[3]], false);
-    ack(&sub, &c, &[got[1]], true);
+    ack(&sub, &[got[0], got[3]], false);
+    ack(&sub, &[got[1]], true);
     let _ = sub.tx.send(SubscriptionCommand::Redeliver(c.key()));
     let mut again = c.messages(3).await;
     again.sort();
@@ -345,7 +346,7 @@ async fn acks_and_redelivery_requests() -> TestResult {
         .await
         .ok_or("no stats")?;
     assert_eq!(stats.unacked_entries, 3);
-    ack(&sub, &c, &again, false);
+    ack(&sub, &again, false);
     let mark = sub
         .ask(SubscriptionCommand::MarkDelete)
         .await
@@ -364,7 +365,6 @@ async fn a_batch_acknowledged_in_part_stays_unacknowledged() -> TestResult {
     assert_eq!(c.messages(1).await, vec![first]);
     // Indices still unacknowledged: bit 1 of the first word.
     let _ = sub.tx.send(SubscriptionCommand::Ack {
-        key: c.key(),
         positions: vec![(first, Some(vec![0b10]))],
         cumulative: false,
     });
@@ -372,7 +372,7 @@ async fn a_batch_acknowledged_in_part_stays_unacknowledged() -> TestResult {
     let (again, count) = c.next_message().await.ok_or("redelivery missing")?;
     assert_eq!((again, count >= 1), (first, true));
     // The rest of the batch acknowledged: nothing is left.
-    ack(&sub, &c, &[first], false);
+    ack(&sub, &[first], false);
     let _ = sub.tx.send(SubscriptionCommand::Redeliver(c.key()));
     assert!(c.receives_nothing().await);
     let stats = sub
@@ -410,7 +410,7 @@ async fn a_durable_cursor_is_saved_once_per_interval_and_on_flush() -> TestResul
     tokio::time::sleep(Duration::from_millis(10)).await;
     sub.ask(SubscriptionCommand::Stats).await.ok_or("stopped")?;
     assert_eq!(h.saved_first_unacked().await?, Some(written[0]));
-    ack(&sub, &c, &got[..2], true);
+    ack(&sub, &got[..2], true);
     // The ack is not saved before the interval has passed ...
     tokio::time::advance(PERSIST_EVERY - Duration::from_secs(1)).await;
     sub.ask(SubscriptionCommand::Stats).await.ok_or("stopped")?;
@@ -420,7 +420,7 @@ async fn a_durable_cursor_is_saved_once_per_interval_and_on_flush() -> TestResul
     sub.ask(SubscriptionCommand::Stats).await.ok_or("stopped")?;
     assert_eq!(h.saved_first_unacked().await?, Some(written[2]));
     // A flush saves at once.
-    ack(&sub, &c, &[got[2]], true);
+    ack(&sub, &[got[2]], true);
     sub.ask(SubscriptionCommand::Flush).await.ok_or("stopped")?;
     assert_eq!(h.saved_first_unacked().await?, Some(written[3]));
     h.close().await
@@ -433,7 +433,7 @@ async fn a_non_durable_subscription_saves_nothing() -> TestResult {
     let sub = h.subscribe(SubType::Shared);
     let mut c = join(&sub, 1, SubType::Shared, "a", 10).await?;
     assert_eq!(c.messages(1).await, vec![first]);
-    ack(&sub, &c, &[first], false);
+    ack(&sub, &[first], false);
     tokio::time::advance(PERSIST_EVERY * 3).await;
     sub.ask(SubscriptionCommand::Flush).await.ok_or("stopped")?;
     assert_eq!(h.saved_first_unacked().await?, None);
@@ -448,14 +448,16 @@ async fn a_consumer_nobody_waits_for_is_detached() -> TestResult {
     let (reply, gone) = tokio::sync::oneshot::channel();
     drop(gone);
     let (out, _frames) = outbox();
-    let _ = sub.tx.send(SubscriptionCommand::AddConsumer {
-        key: (1, 9),
-        sub_type: SubType::Exclusive,
-        name: "ghost".into(),
-        priority: 0,
-        out,
-        reply,
-    });
+    let _ = sub
+        .tx
+        .send(SubscriptionCommand::AddConsumer(Box::new(NewConsumer {
+            key: (1, 9),
+            sub_type: SubType::Exclusive,
+            name: "ghost".into(),
+            priority: 0,
+            out,
+            reply,
+        })));
     // The exclusive subscription is free for the next consumer.
     join(&sub, 1, SubType::Exclusive, "a", 1).await?;
     h.close().await
