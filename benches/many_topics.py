@@ -189,6 +189,7 @@ def run_once(args):
             # for reuse afterwards.
             out["all_loaded"] = measure(pid, args.window)
             out["loaded_topics"] = metric(svc.http, "ledgerlake_topics_loaded")
+            time.sleep(2)
             out["all_loaded_after_a_scrape_rss_mb"] = round(rss_mb(pid), 1)
             note(out)
             deadline = time.time() + 900
