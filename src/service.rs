@@ -255,6 +255,9 @@ impl Service {
         }
         health.set_ready(true);
         tracing::info!(data_dir = %config.data_dir.display(), "ready");
+        // Recovery and start-up listed every ledger (and after a crash rebuilt and sealed many):
+        // that memory is free now, but malloc keeps it for reuse unless handed back.
+        tokio::spawn(crate::memory::release());
         Ok(Service {
             log,
             http_addr,
