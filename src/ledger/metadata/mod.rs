@@ -279,9 +279,9 @@ pub(crate) fn check_partition_change(
 }
 
 /// The least string greater than every string that starts with `prefix` (names compare
-/// bytewise, in SQLite and etcd alike, and UTF-8's byte order is its code points' order): `prefix` with its last
-/// character raised by one, dropping trailing characters that cannot be raised. `None` when
-/// nothing bounds it (an empty prefix, or one of `char::MAX` only).
+/// bytewise, in SQLite and etcd alike, and UTF-8's byte order is its code points' order):
+/// `prefix` with its last character raised by one, dropping trailing characters that cannot be
+/// raised. `None` when nothing bounds it (an empty prefix, or one of `char::MAX` only).
 pub fn name_range_end(prefix: &str) -> Option<String> {
     let mut chars: Vec<char> = prefix.chars().collect();
     while let Some(last) = chars.pop() {

@@ -181,6 +181,20 @@ impl SqliteMetadataStore {
             .map(topic_from_row)
             .transpose()
     }
+
+    /// Every topic row `query` selects, in its order.
+    async fn find_topics<'q>(
+        &self,
+        query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
+    ) -> Result<Vec<TopicRecord>, MetadataError> {
+        query
+            .fetch_all(&self.pool)
+            .await
+            .map_err(backend("list topics"))?
+            .iter()
+            .map(topic_from_row)
+            .collect()
+    }
 }
 
 #[async_trait]
@@ -225,13 +239,10 @@ impl MetadataStore for SqliteMetadataStore {
     }
 
     async fn list_topics(&self) -> Result<Vec<TopicRecord>, MetadataError> {
-        sqlx::query("SELECT topic_id, name, created_at_ms FROM ll_topics ORDER BY topic_id")
-            .fetch_all(&self.pool)
-            .await
-            .map_err(backend("list topics"))?
-            .iter()
-            .map(topic_from_row)
-            .collect()
+        self.find_topics(sqlx::query(
+            "SELECT topic_id, name, created_at_ms FROM ll_topics ORDER BY topic_id",
+        ))
+        .await
     }
 
     async fn list_topics_under(&self, prefix: &str) -> Result<Vec<TopicRecord>, MetadataError> {
@@ -248,11 +259,7 @@ impl MetadataStore for SqliteMetadataStore {
         if let Some(end) = end {
             query = query.bind(end);
         }
-        let rows = query
-            .fetch_all(&self.pool)
-            .await
-            .map_err(backend("list topics"))?;
-        rows.iter().map(topic_from_row).collect()
+        self.find_topics(query).await
     }
 
     async fn first_topic_from(&self, name: &str) -> Result<Option<TopicRecord>, MetadataError> {
