@@ -21,8 +21,21 @@ fn free_port() -> TestResult<u16> {
 }
 
 impl TestEtcd {
-    /// Starts etcd and waits until it accepts connections.
+    /// Starts etcd and waits until it accepts connections. The ports are picked free and then
+    /// released, so another test may take one first: etcd then exits with "address already in
+    /// use", and it is started again on new ports (up to three tries).
     pub(crate) fn start() -> TestResult<Self> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match Self::start_once() {
+                Err(e) if tries < 3 && e.to_string().contains("address already in use") => {}
+                started => return started,
+            }
+        }
+    }
+
+    fn start_once() -> TestResult<Self> {
         let bin = std::env::var("LL_ETCD_BIN").unwrap_or_else(|_| "etcd".into());
         let dir = tempfile::tempdir()?;
         let client = format!("http://127.0.0.1:{}", free_port()?);
