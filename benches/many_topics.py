@@ -94,16 +94,18 @@ def quantile_from_buckets(before, after, q):
 
 
 class Service:
-    def __init__(self, binary, data_dir, idle):
+    """A service on fresh ports; the lake is off unless `env` turns it on (with its knobs)."""
+
+    def __init__(self, binary, data_dir, idle, env=None):
         self.binary, self.data_dir, self.idle = binary, data_dir, idle
+        self.env = {"LEDGERLAKE_LAKE__ENABLED": "false", **(env or {})}
         self.pulsar, self.http_port, self.pg = free_port(), free_port(), free_port()
         self.http = f"http://127.0.0.1:{self.http_port}"
         self.url = f"pulsar://127.0.0.1:{self.pulsar}"
         self.proc = None
 
     def start(self):
-        env = dict(os.environ, LEDGERLAKE_BROKER__UNLOAD_IDLE_AFTER=self.idle,
-                   LEDGERLAKE_LAKE__ENABLED="false")
+        env = dict(os.environ, LEDGERLAKE_BROKER__UNLOAD_IDLE_AFTER=self.idle, **self.env)
         log = open(os.path.join(self.data_dir, "serve.log"), "ab")
         started = time.time()
         self.proc = subprocess.Popen(

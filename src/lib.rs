@@ -33,6 +33,7 @@
 //! `lake`; `broker` → `cluster`; `cluster` → `coord`; `bookie` → `ledger`, `protocol`,
 //! `cluster` (the service hands the log a `bookie` client as its `ReplicaSource`);
 //! `admin` → `ops`.
+//! `lake` → `ledger`, `policies` (which table holds a topic: `lakeTableLayout`).
 //! The lake imports neither the broker nor the offload engine.
 //!
 //! Modules:

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{LakePartitioning, PolicyDefaults};
+use crate::config::{LakePartitioning, LakeTableLayout, PolicyDefaults};
 use crate::ledger::{MetadataError, MetadataStore};
 use crate::naming::{NamespaceName, TopicName};
 
@@ -43,6 +43,10 @@ pub struct NamespacePolicies {
     /// Partition granularity of tables created from now on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lake_partitioning: Option<LakePartitioning>,
+    /// How the namespace's topics map to lake tables (`lakeTableLayout`; set only while the
+    /// namespace has no topics, so no topic ever has rows in both layouts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lake_table_layout: Option<LakeTableLayout>,
     /// Broker deduplication (`/namespaces/{t}/{ns}/deduplication`; at topic scope
     /// `.../{topic}/deduplicationEnabled`, which wins over the namespace).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -231,6 +235,8 @@ pub struct EffectivePolicies {
     pub offload_deletion_lag: Duration,
     /// Partition granularity for new tables.
     pub lake_partitioning: LakePartitioning,
+    /// How topics map to lake tables.
+    pub lake_table_layout: LakeTableLayout,
     /// Retention of consumed messages.
     pub retention: RetentionPolicy,
 }
@@ -458,6 +464,7 @@ impl PolicyStore {
                 .offload_deletion_lag_ms
                 .map_or(d.offload_deletion_lag, Duration::from_millis),
             lake_partitioning: p.lake_partitioning.unwrap_or(d.lake_partitioning),
+            lake_table_layout: p.lake_table_layout.unwrap_or_default(),
             retention: p.retention.unwrap_or(RetentionPolicy {
                 retention_time_in_minutes: d.retention_time_minutes,
                 retention_size_in_mb: d.retention_size_mb,
@@ -527,12 +534,14 @@ mod tests {
             limits in proptest::array::uniform5(proptest::option::of(any::<u32>())),
             dispatch in proptest::option::of((any::<i64>(), any::<i64>(), any::<bool>(), any::<u32>())),
             inactive in proptest::option::of((any::<bool>(), any::<i32>(), any::<bool>())),
+            shared in proptest::option::of(any::<bool>()),
         ) {
             let p = NamespacePolicies {
                 offload_threshold_bytes: a,
                 offload_threshold_seconds: b,
                 offload_deletion_lag_ms: c,
                 lake_partitioning: hour.map(|h| if h { LakePartitioning::Hour } else { LakePartitioning::Day }),
+                lake_table_layout: shared.map(|s| if s { LakeTableLayout::Shared } else { LakeTableLayout::PerTopic }),
                 deduplication_enabled: dedup,
                 retention: retention.map(|(t, s)| RetentionPolicy {
                     retention_time_in_minutes: t,

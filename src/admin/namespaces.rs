@@ -7,6 +7,9 @@
 //! - `GET|PUT|DELETE /admin/v2/namespaces/{tenant}/{namespace}/offloadDeletionLagMs`,
 //! - `GET|PUT /admin/v2/namespaces/{tenant}/{namespace}/lakePartitioning` (`"day"` or
 //!   `"hour"`, for tables created afterwards; ledgerlake's own),
+//! - `GET|PUT /admin/v2/namespaces/{tenant}/{namespace}/lakeTableLayout` (`"per-topic"` or
+//!   `"shared"`: one table `__topics` with a `topic` column for all the namespace's topics;
+//!   ledgerlake's own; 409 while the namespace has topics and the layout would change),
 //! - `GET|POST|DELETE /admin/v2/namespaces/{tenant}/{namespace}/deduplication` (`true`/`false`),
 //!   and per topic `GET|POST|DELETE /admin/v2/persistent/{t}/{ns}/{topic}/deduplicationEnabled`
 //!   (wins over the namespace); applied to loaded topics before the answer.
@@ -29,7 +32,7 @@ use serde_json::json;
 use super::error::AdminError;
 use super::Routes;
 use super::{namespace_path, topic_path, AdminState};
-use crate::config::LakePartitioning;
+use crate::config::{LakePartitioning, LakeTableLayout};
 use crate::naming::TopicName;
 use crate::policies::{NamespacePolicies, RetentionPolicy};
 
@@ -52,6 +55,10 @@ pub(super) fn routes() -> Router<AdminState> {
         .at(
             &format!("{base}/lakePartitioning"),
             get(get_partitioning).put(put_partitioning),
+        )
+        .at(
+            &format!("{base}/lakeTableLayout"),
+            get(get_layout).put(put_layout),
         )
         .at(
             &format!("{base}/retention"),
@@ -298,6 +305,32 @@ async fn put_partitioning(
         }
     };
     update(&s, &t, &n, |p| p.lake_partitioning = Some(v)).await
+}
+
+async fn get_layout(
+    State(s): State<AdminState>,
+    Path((t, n)): Path<(String, String)>,
+) -> Result<Json<LakeTableLayout>, AdminError> {
+    Ok(Json(effective(&s, &t, &n).await?.lake_table_layout))
+}
+
+async fn put_layout(
+    State(s): State<AdminState>,
+    Path((t, n)): Path<(String, String)>,
+    body: String,
+) -> Result<StatusCode, AdminError> {
+    let v = match body.trim().trim_matches('"') {
+        "per-topic" => LakeTableLayout::PerTopic,
+        "shared" => LakeTableLayout::Shared,
+        other => {
+            return Err(AdminError::BadRequest(format!(
+                "lakeTableLayout is \"per-topic\" or \"shared\", got '{other}'"
+            )))
+        }
+    };
+    let ns = namespace_path(&t, &n)?;
+    s.ops()?.set_lake_table_layout(&ns, v).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 async fn get_retention(

@@ -153,6 +153,28 @@ pub enum LakePartitioning {
     Hour,
 }
 
+/// How a namespace's topics map to lake tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum LakeTableLayout {
+    /// One table per topic (a partitioned topic's partitions share it).
+    #[default]
+    PerTopic,
+    /// One table for every topic of the namespace, with a `topic` column (partitioned by it):
+    /// many small topics make one table, and one offload commit carries many topics.
+    Shared,
+}
+
+impl LakeTableLayout {
+    /// The policy's wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LakeTableLayout::PerTopic => "per-topic",
+            LakeTableLayout::Shared => "shared",
+        }
+    }
+}
+
 /// Namespace policy defaults (Pulsar's names).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]

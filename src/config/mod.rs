@@ -24,7 +24,8 @@ mod replay;
 mod sql;
 
 pub use lake::{
-    CatalogConfig, CatalogKind, LakeConfig, LakePartitioning, PolicyDefaults, S3Config,
+    CatalogConfig, CatalogKind, LakeConfig, LakePartitioning, LakeTableLayout, PolicyDefaults,
+    S3Config,
 };
 
 pub use inactive::{InactiveTopicDeleteMode, InactiveTopicsConfig};

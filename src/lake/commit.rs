@@ -2,7 +2,8 @@
 //!
 //! Protocol (one writer per table, enforced by the offload engine):
 //! 1. Read the table's watermark (table property `ledgerlake.watermark`: partition index →
-//!    highest ledger id committed). Ledgers at or below it are already in the table: they are
+//!    highest ledger id committed; in a namespace's shared table the key is
+//!    `<topic>:<partition index>`). Ledgers at or below it are already in the table: they are
 //!    reported as `already_committed` and not written again.
 //! 2. Write the remaining ledgers' rows to new data files named
 //!    `<first ledger>-<last ledger>-<attempt id>-<n>.parquet` (never reused: the attempt id is
@@ -29,7 +30,9 @@ use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 
 use super::pinned::outcome_unknown;
-pub use super::write::{parquet_properties, LedgerSlice, Progress, WriteOptions, ROW_GROUP_BYTES};
+pub use super::write::{
+    parquet_properties, ByTopic, LedgerSlice, Progress, WriteOptions, ROW_GROUP_BYTES,
+};
 use super::{write, Lake, LakeError};
 use crate::ledger::LedgerId;
 
@@ -40,8 +43,25 @@ pub const RANGES_KEY: &str = "ledgerlake.ranges";
 /// Snapshot-summary key of the attempt id.
 pub const ATTEMPT_KEY: &str = "ledgerlake.attempt";
 
-/// Partition index → highest ledger id committed.
-pub type Watermark = BTreeMap<i32, LedgerId>;
+/// Watermark key ([`watermark_key`]) → highest ledger id committed.
+pub type Watermark = BTreeMap<String, LedgerId>;
+
+/// The watermark key of a topic partition: its index in a topic's own table,
+/// `<topic>:<index>` in a namespace's shared table. Ranges start with the same key.
+pub fn watermark_key(topic: Option<&str>, partition: i32) -> String {
+    match topic {
+        Some(t) => format!("{t}:{partition}"),
+        None => partition.to_string(),
+    }
+}
+
+/// The topic (shared tables) and partition of a watermark key; `None` when malformed.
+pub fn parse_watermark_key(key: &str) -> Option<(Option<&str>, i32)> {
+    match key.rsplit_once(':') {
+        Some((topic, p)) => Some((Some(topic), p.parse().ok()?)),
+        None => Some((None, key.parse().ok()?)),
+    }
+}
 
 /// What a commit did.
 #[derive(Debug, Clone, Default)]
@@ -60,19 +80,22 @@ pub struct CommitOutcome {
     pub file_bytes: u64,
     /// Rows whose payload did not decode against the topic schema.
     pub bad_payloads: u64,
+    /// In a shared table: rows and bad payloads per topic.
+    pub by_topic: ByTopic,
 }
 
 /// Reads the watermark of a table.
 pub fn read_watermark(table: &Table) -> Result<Watermark, LakeError> {
     match table.metadata().properties().get(WATERMARK_KEY) {
         None => Ok(Watermark::new()),
-        Some(json) => serde_json::from_str::<BTreeMap<String, LedgerId>>(json)
+        Some(json) => serde_json::from_str::<Watermark>(json)
             .map_err(|e| e.to_string())
-            .and_then(|m| {
-                m.into_iter()
-                    .map(|(k, v)| k.parse::<i32>().map(|p| (p, v)).map_err(|e| e.to_string()))
-                    .collect()
-            })
+            .and_then(
+                |m| match m.keys().find(|k| parse_watermark_key(k).is_none()) {
+                    Some(bad) => Err(format!("key '{bad}' is not [<topic>:]<partition>")),
+                    None => Ok(m),
+                },
+            )
             .map_err(|reason| LakeError::Table {
                 table: table.identifier().to_string(),
                 reason: format!("invalid {WATERMARK_KEY}: {reason}"),
@@ -81,12 +104,15 @@ pub fn read_watermark(table: &Table) -> Result<Watermark, LakeError> {
 }
 
 fn watermark_json(w: &Watermark) -> String {
-    let m: BTreeMap<String, LedgerId> = w.iter().map(|(p, l)| (p.to_string(), *l)).collect();
-    serde_json::to_string(&m).unwrap_or_default()
+    serde_json::to_string(w).unwrap_or_default()
+}
+
+fn slice_key(s: &LedgerSlice) -> String {
+    watermark_key(s.topic.as_deref(), s.partition)
 }
 
 fn committed(w: &Watermark, s: &LedgerSlice) -> bool {
-    w.get(&s.partition).is_some_and(|hw| s.ledger <= *hw)
+    w.get(&slice_key(s)).is_some_and(|hw| s.ledger <= *hw)
 }
 
 /// A random id for one attempt.
@@ -118,7 +144,7 @@ pub async fn write_and_commit(
     let first = todo.iter().map(|s| s.ledger).min().unwrap_or_default();
     let last = todo.iter().map(|s| s.ledger).max().unwrap_or_default();
     let write_started = std::time::Instant::now();
-    let files =
+    let mut files =
         match write::write_files(&table, &todo, options, progress, &attempt, (first, last)).await {
             Ok(f) => f,
             Err((e, written)) => {
@@ -151,16 +177,12 @@ pub async fn write_and_commit(
     let mut next = watermark.clone();
     let mut ranges = Vec::new();
     for s in &todo {
-        let hw = next.entry(s.partition).or_insert(0);
-        *hw = (*hw).max(s.ledger);
+        let key = slice_key(s);
         if s.entry_count > 0 {
-            ranges.push(format!(
-                "{}:{}:0-{}",
-                s.partition,
-                s.ledger,
-                s.entry_count - 1
-            ));
+            ranges.push(format!("{key}:{}:0-{}", s.ledger, s.entry_count - 1));
         }
+        let hw = next.entry(key).or_insert(0);
+        *hw = (*hw).max(s.ledger);
     }
     let wm = watermark_json(&next);
     let summary = HashMap::from([
@@ -176,6 +198,7 @@ pub async fn write_and_commit(
         .sum();
     outcome.rows = files.rows;
     outcome.bad_payloads = files.bad_payloads;
+    outcome.by_topic = std::mem::take(&mut files.by_topic);
     let commit = async {
         let tx = Transaction::new(&fresh);
         let tx = tx
@@ -213,6 +236,31 @@ async fn delete_files(table: &Table, locations: &[String]) {
     for l in locations {
         if let Err(e) = table.file_io().delete(l).await {
             tracing::warn!(file = %l, error = %e, "could not delete an uncommitted data file; orphan cleanup will");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn watermark_keys_of_both_layouts() {
+        assert_eq!(watermark_key(None, -1), "-1");
+        assert_eq!(watermark_key(None, 3), "3");
+        assert_eq!(watermark_key(Some("a:b"), 2), "a:b:2");
+        assert_eq!(parse_watermark_key("a:b:2"), Some((Some("a:b"), 2)));
+        assert_eq!(parse_watermark_key("-1"), Some((None, -1)));
+        assert_eq!(parse_watermark_key("x"), None);
+        assert_eq!(parse_watermark_key("x:"), None);
+    }
+
+    proptest! {
+        #[test]
+        fn watermark_keys_round_trip(topic in proptest::option::of("[a-zA-Z0-9_.=:-]{1,20}"), p in -1i32..10_000) {
+            let key = watermark_key(topic.as_deref(), p);
+            prop_assert_eq!(parse_watermark_key(&key), Some((topic.as_deref(), p)));
         }
     }
 }

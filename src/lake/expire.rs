@@ -58,6 +58,24 @@ pub struct RemovalOutcome {
     pub files_deleted: usize,
 }
 
+/// Which topics' files a removal may touch in a namespace's shared table: files whose
+/// partition's first value (`identity(topic)`) is one of these. `None`: a topic's own table,
+/// every file.
+pub type TopicScope<'a> = Option<&'a BTreeSet<String>>;
+
+/// Whether `file` is one of the `scope` topics' files.
+fn in_scope(file: &DataFile, scope: TopicScope<'_>) -> bool {
+    let Some(topics) = scope else {
+        return true;
+    };
+    match file.partition().fields().first() {
+        Some(Some(iceberg::spec::Literal::Primitive(PrimitiveLiteral::String(t)))) => {
+            topics.contains(t)
+        }
+        _ => false,
+    }
+}
+
 /// Whether `file` can only hold rows of ledgers not in `live`.
 fn removable(file: &DataFile, ledger_field: i32, live: &BTreeSet<LedgerId>) -> bool {
     let bound = |d: Option<&iceberg::spec::Datum>| match d.map(|d| d.literal()) {
@@ -79,13 +97,18 @@ fn iceberg_err(op: &str) -> impl FnOnce(iceberg::Error) -> LakeError + '_ {
 
 /// Drops from `table` the data files holding only rows of ledgers that are not `live` (`live`
 /// = every ledger of the topic's partitions that is not expired), then expires older snapshots
-/// and deletes the dropped files. `expired` is recorded in the snapshot summary.
+/// and deletes the dropped files. `expired` is recorded in the snapshot summary. In a shared
+/// table only the files of the `scope` topics (those `live` covers) are considered.
 pub async fn remove_expired(
     lake: &Lake,
     table: Table,
     live: &BTreeSet<LedgerId>,
     expired: &[LedgerId],
+    scope: TopicScope<'_>,
 ) -> Result<(Table, RemovalOutcome), LakeError> {
+    let removable = |file: &DataFile, field: i32, live: &BTreeSet<LedgerId>| {
+        in_scope(file, scope) && removable(file, field, live)
+    };
     let mut outcome = RemovalOutcome::default();
     let metadata = table.metadata();
     let Some(current) = metadata.current_snapshot() else {
@@ -476,6 +499,10 @@ mod tests {
     use iceberg::spec::{DataFileBuilder, DataFileFormat, Datum, Struct};
 
     fn file(lo: Option<i64>, hi: Option<i64>) -> DataFile {
+        file_in(lo, hi, Struct::empty())
+    }
+
+    fn file_in(lo: Option<i64>, hi: Option<i64>, partition: Struct) -> DataFile {
         let mut lower = HashMap::new();
         let mut upper = HashMap::new();
         if let Some(v) = lo {
@@ -488,7 +515,7 @@ mod tests {
             .content(DataContentType::Data)
             .file_path("f.parquet".into())
             .file_format(DataFileFormat::Parquet)
-            .partition(Struct::empty())
+            .partition(partition)
             .record_count(1)
             .file_size_in_bytes(1)
             .lower_bounds(lower)
@@ -510,5 +537,18 @@ mod tests {
         assert!(!removable(&file(Some(1), None), 1, &live));
         // Bounds of another column do not count.
         assert!(!removable(&file(Some(1), Some(4)), 2, &live));
+    }
+
+    #[test]
+    fn a_shared_table_removal_touches_only_its_topics_files() {
+        let topics: BTreeSet<String> = ["a".to_string()].into_iter().collect();
+        let topic = |t: &str| Struct::from_iter([Some(iceberg::spec::Literal::string(t))]);
+        let of_a = file_in(Some(1), Some(4), topic("a"));
+        let of_b = file_in(Some(1), Some(4), topic("b"));
+        assert!(in_scope(&of_a, Some(&topics)));
+        assert!(!in_scope(&of_b, Some(&topics)));
+        // A file without a topic value is nobody's to remove.
+        assert!(!in_scope(&file(Some(1), Some(4)), Some(&topics)));
+        assert!(in_scope(&of_b, None));
     }
 }

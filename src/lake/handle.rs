@@ -12,13 +12,18 @@ use std::sync::Arc;
 use iceberg::table::Table;
 use iceberg::TableIdent;
 
+use super::naming::TopicTable;
 use super::{Lake, LakeError};
+use crate::naming::TopicName;
+use crate::policies::PolicyStore;
 
 /// The lake and its runtime. Cheap to clone.
 #[derive(Clone)]
 pub struct LakeHandle {
     lake: Arc<Lake>,
     runtime: tokio::runtime::Handle,
+    /// Namespace policies: which table a topic's rows are in (`lakeTableLayout`).
+    policies: Arc<PolicyStore>,
 }
 
 impl std::fmt::Debug for LakeHandle {
@@ -30,9 +35,30 @@ impl std::fmt::Debug for LakeHandle {
 }
 
 impl LakeHandle {
-    /// `lake`, whose work runs on `runtime` (the lake runtime).
-    pub fn new(lake: Arc<Lake>, runtime: tokio::runtime::Handle) -> Self {
-        LakeHandle { lake, runtime }
+    /// `lake`, whose work runs on `runtime` (the lake runtime); `policies` say which table
+    /// holds a topic.
+    pub fn new(
+        lake: Arc<Lake>,
+        runtime: tokio::runtime::Handle,
+        policies: Arc<PolicyStore>,
+    ) -> Self {
+        LakeHandle {
+            lake,
+            runtime,
+            policies,
+        }
+    }
+
+    /// The table holding `topic`'s rows under its namespace's `lakeTableLayout` (policies are
+    /// cached: no store round trip once the namespace was read).
+    pub async fn table_of(&self, topic: &TopicName) -> Result<TopicTable, LakeError> {
+        let layout = self
+            .policies
+            .effective(&topic.namespace)
+            .await
+            .map_err(|e| LakeError::Config(format!("namespace policies of {topic}: {e}")))?
+            .lake_table_layout;
+        Ok(TopicTable::of(topic, layout))
     }
 
     /// The lake (call it from the lake runtime, e.g. inside [`LakeHandle::run`]).

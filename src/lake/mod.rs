@@ -1,4 +1,5 @@
-//! The lake: Iceberg tables (one per topic) in a catalog, with data on local disk or S3.
+//! The lake: Iceberg tables (one per topic, or one per namespace in the shared layout) in a
+//! catalog, with data on local disk or S3.
 //!
 //! Owns the connection to the catalog (SQL on SQLite or PostgreSQL, or REST), the warehouse's
 //! storage (Iceberg FileIO through OpenDAL for table files; `object_store` for listing and
@@ -445,27 +446,54 @@ impl Lake {
         }
     }
 
-    /// Loads the table of `topic`, creating it (and its namespaces) with the envelope schema
+    /// Loads the topic's own table, creating it (and its namespaces) with the envelope schema
     /// and `partitioning` when absent.
     pub async fn load_or_create_table(
         &self,
         topic: &TopicName,
         partitioning: LakePartitioning,
     ) -> Result<Table, LakeError> {
-        let ident = naming::table_ident(topic);
+        let own = naming::TopicTable::of(topic, crate::config::LakeTableLayout::PerTopic);
+        self.load_or_create_table_at(topic, &own, partitioning)
+            .await
+    }
+
+    /// Loads `table`, the table of `topic` (its own, or its namespace's shared table),
+    /// creating it (and its namespaces) with its schema and `partitioning` when absent.
+    pub async fn load_or_create_table_at(
+        &self,
+        topic: &TopicName,
+        table: &naming::TopicTable,
+        partitioning: LakePartitioning,
+    ) -> Result<Table, LakeError> {
+        let ident = table.ident.clone();
         if let Some(t) = self.load_table(&ident).await? {
             return Ok(t);
         }
         let ns = ident.namespace().clone();
         self.ensure_namespace(&ns).await?;
-        let base = topic.base().to_string();
+        let base = topic.base();
+        let (schema, spec, owner) = if table.is_shared() {
+            (
+                schema::shared_schema(),
+                schema::shared_partition_spec(partitioning),
+                format!("persistent://{}", base.namespace),
+            )
+        } else {
+            (
+                schema::envelope_schema(),
+                schema::partition_spec(partitioning),
+                base.to_string(),
+            )
+        };
         let creation = TableCreation::builder()
             .name(ident.name().to_string())
-            .schema(schema::envelope_schema())
-            .partition_spec(schema::partition_spec(partitioning))
+            .schema(schema)
+            .partition_spec(spec)
             .sort_order(schema::sort_order())
-            .properties(schema::table_properties(&base))
+            .properties(schema::table_properties(&owner))
             .build();
+        let base = owner;
         match self.catalog.create_table(&ns, creation).await {
             Ok(t) => {
                 tracing::info!(table = %ident, topic = %base, "created lake table");

@@ -19,10 +19,61 @@
 //! The encoding itself lives in [`crate::naming`], which also refuses a name whose encoded
 //! part would pass [`crate::naming::MAX_ENCODED_PART`] bytes (one directory or object-key
 //! segment of the warehouse).
+//!
+//! A namespace whose `lakeTableLayout` is `shared` keeps every topic in one table,
+//! [`SHARED_TABLE`], whose rows carry their base topic's local name in the `topic` column.
+//! That name can never be a topic's: `__` is always followed by two hex digits in an encoded
+//! part, and `t` is not one.
 
 use iceberg::{NamespaceIdent, TableIdent};
 
+use crate::config::LakeTableLayout;
 use crate::naming::TopicName;
+
+/// The table of a namespace whose layout is `shared`.
+pub const SHARED_TABLE: &str = "__topics";
+
+/// Where a topic's rows live.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TopicTable {
+    /// The Iceberg table.
+    pub ident: TableIdent,
+    /// In a shared table, the `topic` column of this topic's rows (its base topic's local
+    /// name); `None` when the table is the topic's own.
+    pub topic: Option<String>,
+}
+
+impl TopicTable {
+    /// The table of `topic` (of its base topic) under `layout`.
+    pub fn of(topic: &TopicName, layout: LakeTableLayout) -> TopicTable {
+        match layout {
+            LakeTableLayout::PerTopic => TopicTable {
+                ident: table_ident(topic),
+                topic: None,
+            },
+            LakeTableLayout::Shared => {
+                let base = topic.base();
+                TopicTable {
+                    ident: TableIdent::new(
+                        namespace_ident(&base.namespace.tenant, &base.namespace.name),
+                        SHARED_TABLE.to_string(),
+                    ),
+                    topic: Some(base.local),
+                }
+            }
+        }
+    }
+
+    /// Whether the table holds other topics too.
+    pub fn is_shared(&self) -> bool {
+        self.topic.is_some()
+    }
+}
+
+/// Whether `ident` is a namespace's shared table.
+pub fn is_shared_table(ident: &TableIdent) -> bool {
+    ident.name() == SHARED_TABLE
+}
 
 pub use crate::naming::{decode_part, encode_part, NotEncoded};
 
@@ -90,6 +141,20 @@ mod tests {
         );
         assert_eq!(t.name(), "clicks");
         assert_eq!(topic_of(&t)?, "persistent://acme/eu-west/clicks");
+        Ok(())
+    }
+
+    #[test]
+    fn shared_tables_never_collide_with_a_topic_table() -> Result<(), Box<dyn std::error::Error>> {
+        assert!(decode_part(SHARED_TABLE).is_err());
+        let p: TopicName = "persistent://acme/eu-west/clicks-partition-3".parse()?;
+        let t = TopicTable::of(&p, LakeTableLayout::Shared);
+        assert_eq!(t.ident.name(), SHARED_TABLE);
+        assert_eq!(t.topic.as_deref(), Some("clicks"));
+        assert!(topic_of(&t.ident).is_err());
+        let own = TopicTable::of(&p, LakeTableLayout::PerTopic);
+        assert_eq!(own.ident, table_ident(&p));
+        assert!(!own.is_shared());
         Ok(())
     }
 

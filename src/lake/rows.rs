@@ -69,6 +69,8 @@ pub struct RowBuilder {
     entry_metadata: LargeBinaryBuilder,
     message_metadata: LargeBinaryBuilder,
     typed: Option<TypedColumns>,
+    /// The `topic` column's value (rows of a namespace's shared table), `None` otherwise.
+    topic: Option<Arc<str>>,
     rows: usize,
     /// Payload bytes accumulated (bounds a batch's memory).
     payload_bytes: usize,
@@ -113,9 +115,17 @@ impl RowBuilder {
             entry_metadata: LargeBinaryBuilder::new(),
             message_metadata: LargeBinaryBuilder::new(),
             typed,
+            topic: None,
             rows: 0,
             payload_bytes: 0,
         }
+    }
+
+    /// Rows of a namespace's shared table: every row's `topic` column is `topic` (the schema
+    /// must have that column).
+    pub fn with_topic(mut self, topic: Option<Arc<str>>) -> Self {
+        self.topic = topic;
+        self
     }
 
     /// Rows accumulated since the last [`RowBuilder::finish`].
@@ -398,6 +408,22 @@ impl RowBuilder {
             Arc::new(self.entry_metadata.finish()),
             Arc::new(self.message_metadata.finish()),
         ];
+        if let Some(topic) = &self.topic {
+            let values: ArrayRef = Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
+                topic.as_ref(),
+                self.rows,
+            )));
+            let wanted = self
+                .schema
+                .field_with_name("topic")
+                .map(|f| f.data_type().clone())
+                .map_err(|_| RowsError::MissingColumn("topic"))?;
+            columns.push(if *values.data_type() == wanted {
+                values
+            } else {
+                arrow::compute::cast(&values, &wanted)?
+            });
+        }
         columns.extend(typed_columns);
         self.rows = 0;
         self.payload_bytes = 0;

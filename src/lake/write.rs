@@ -43,6 +43,9 @@ use std::sync::atomic::AtomicU64;
 /// One sealed ledger to offload.
 #[derive(Debug, Clone)]
 pub struct LedgerSlice {
+    /// In a namespace's shared table, the `topic` column of the ledger's rows; `None` in a
+    /// topic's own table.
+    pub topic: Option<Arc<str>>,
     /// Partition index (-1: not partitioned).
     pub partition: i32,
     /// The partition's log.
@@ -143,11 +146,17 @@ pub(super) struct WrittenFiles {
     pub data_files: Vec<DataFile>,
     pub rows: u64,
     pub bad_payloads: u64,
+    /// In a shared table: rows and bad payloads per topic.
+    pub by_topic: ByTopic,
 }
+
+/// Rows and bad payloads written per topic (shared tables).
+pub type ByTopic = BTreeMap<Arc<str>, (u64, u64)>;
 
 /// Entries `first..end` of one ledger.
 #[derive(Debug, Clone)]
 struct Span {
+    topic: Option<Arc<str>>,
     partition: i32,
     log: TopicLog,
     ledger: LedgerId,
@@ -204,6 +213,7 @@ fn split(slices: &[LedgerSlice], lanes: usize) -> Vec<Vec<Span>> {
             };
             if let Some(lane) = out.last_mut() {
                 lane.push(Span {
+                    topic: s.topic.clone(),
                     partition: s.partition,
                     log: s.log.clone(),
                     ledger: s.ledger,
@@ -273,15 +283,21 @@ pub(super) async fn write_files(
         data_files: Vec::new(),
         rows: 0,
         bad_payloads: 0,
+        by_topic: ByTopic::new(),
     };
     let mut failure = None;
     let mut partial_files = Vec::new();
     for h in handles {
         match h.await {
-            Ok(Ok((files, rows, bad))) => {
+            Ok(Ok((files, rows, bad, by_topic))) => {
                 written.data_files.extend(files);
                 written.rows += rows;
                 written.bad_payloads += bad;
+                for (topic, (r, b)) in by_topic {
+                    let sum = written.by_topic.entry(topic).or_default();
+                    sum.0 += r;
+                    sum.1 += b;
+                }
             }
             Ok(Err((e, files))) => {
                 partial_files.extend(files);
@@ -301,7 +317,7 @@ pub(super) async fn write_files(
     }
 }
 
-type LaneOutput = (Vec<DataFile>, u64, u64);
+type LaneOutput = (Vec<DataFile>, u64, u64, ByTopic);
 
 async fn write_lane(
     lane: Arc<Lane>,
@@ -319,14 +335,28 @@ async fn write_lane(
             }
         })
     };
-    let mut writers: BTreeMap<i32, DataWriter> = BTreeMap::new();
+    let mut writers = Writers::default();
     let (mut rows, mut bad_payloads) = (0u64, 0u64);
+    let mut by_topic = ByTopic::new();
     let mut failure = None;
+    let mut data_files = Vec::new();
     while let Some(item) = rx.recv().await {
         let result = match item {
             Ok((batch, publish_us, bad)) => {
                 rows += batch.num_rows() as u64;
                 bad_payloads += bad as u64;
+                // A shared table's spans come topic by topic: a topic's files are closed
+                // when the next topic starts (bounded open writers, one file per topic).
+                let topic = batch_topic(&batch);
+                if let Some(t) = &topic {
+                    let sum = by_topic.entry(t.clone()).or_default();
+                    sum.0 += batch.num_rows() as u64;
+                    sum.1 += bad as u64;
+                }
+                if topic != writers.topic {
+                    close_writers(&mut writers, &mut data_files, &mut failure).await;
+                    writers.topic = topic;
+                }
                 encode(
                     &lane,
                     &builder,
@@ -347,15 +377,7 @@ async fn write_lane(
     drop(rx);
     let _ = feeder.await;
     let encoded_ms = started.elapsed().as_millis() as u64;
-    let mut data_files = Vec::new();
-    for (_, mut w) in writers {
-        match w.close().await {
-            Ok(files) => data_files.extend(files),
-            Err(e) => {
-                failure.get_or_insert(LakeError::iceberg("closing a data file")(e));
-            }
-        }
-    }
+    close_writers(&mut writers, &mut data_files, &mut failure).await;
     tracing::debug!(
         rows,
         encoded_ms,
@@ -363,7 +385,7 @@ async fn write_lane(
         "lane finished"
     );
     match failure {
-        None => Ok((data_files, rows, bad_payloads)),
+        None => Ok((data_files, rows, bad_payloads, by_topic)),
         Some(e) => Err((
             e,
             data_files
@@ -374,6 +396,38 @@ async fn write_lane(
     }
 }
 
+/// The open data-file writers of one lane: one per time partition value, all of one topic.
+#[derive(Default)]
+struct Writers {
+    /// The `topic` column of the rows they hold (shared tables), `None` otherwise.
+    topic: Option<Arc<str>>,
+    by_value: BTreeMap<i32, DataWriter>,
+}
+
+/// Closes every open writer, adding its files to `data_files` (or the error to `failure`).
+async fn close_writers(
+    writers: &mut Writers,
+    data_files: &mut Vec<DataFile>,
+    failure: &mut Option<LakeError>,
+) {
+    for (_, mut w) in std::mem::take(&mut writers.by_value) {
+        match w.close().await {
+            Ok(files) => data_files.extend(files),
+            Err(e) => {
+                failure.get_or_insert(LakeError::iceberg("closing a data file")(e));
+            }
+        }
+    }
+}
+
+/// The `topic` column of a batch of a shared table (every row has the same), else `None`.
+fn batch_topic(batch: &RecordBatch) -> Option<Arc<str>> {
+    use arrow::array::{Array, AsArray};
+    let column = batch.column_by_name(schema::TOPIC_COLUMN)?;
+    let strings = column.as_string_opt::<i32>()?;
+    (!strings.is_empty() && strings.is_valid(0)).then(|| Arc::from(strings.value(0)))
+}
+
 /// Writes one batch, split by partition value, to the writer of each value.
 async fn encode(
     lane: &Lane,
@@ -382,7 +436,7 @@ async fn encode(
         DefaultLocationGenerator,
         DefaultFileNameGenerator,
     >,
-    writers: &mut BTreeMap<i32, DataWriter>,
+    writers: &mut Writers,
     partitioned: bool,
     batch: RecordBatch,
     publish_us: &[i64],
@@ -393,7 +447,7 @@ async fn encode(
         vec![(0, batch)]
     };
     for (value, part) in parts {
-        let writer = match writers.entry(value) {
+        let writer = match writers.by_value.entry(value) {
             std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
             std::collections::btree_map::Entry::Vacant(v) => {
                 let key = partitioned.then(|| {
@@ -401,10 +455,15 @@ async fn encode(
                         LakePartitioning::Day => Literal::date(value),
                         LakePartitioning::Hour => Literal::int(value),
                     };
+                    // The shared table's spec starts with identity(topic).
+                    let values = match &writers.topic {
+                        Some(t) => vec![Some(Literal::string(t.as_ref())), Some(literal)],
+                        None => vec![Some(literal)],
+                    };
                     PartitionKey::new(
                         lane.spec.clone(),
                         lane.iceberg_schema.clone(),
-                        Struct::from_iter([Some(literal)]),
+                        Struct::from_iter(values),
                     )
                 });
                 let w = builder
@@ -430,7 +489,7 @@ async fn feed(
 ) -> Result<(), LakeError> {
     let options = &lane.options;
     let mut builder: Option<RowBuilder> = None;
-    let mut builder_partition = i32::MIN;
+    let mut builder_key: Option<(Option<Arc<str>>, i32)> = None;
     for s in spans {
         let chunk = (READ_CHUNK_BYTES / s.avg_entry).clamp(1, READ_CHUNK_ENTRIES);
         let mut next = s.first;
@@ -452,9 +511,11 @@ async fn feed(
             }
             next += entries.len() as u64;
             count(&lane.progress, &entries);
-            // A new partition needs a builder of its own (the partition column is per builder).
+            // A new partition or topic needs a builder of its own (those columns are per
+            // builder).
+            let key = (s.topic.clone(), s.partition);
             let mut b = match builder.take() {
-                Some(b) if builder_partition == s.partition => b,
+                Some(b) if builder_key.as_ref() == Some(&key) => b,
                 other => {
                     if let Some(mut old) = other {
                         if old.rows() > 0 {
@@ -466,12 +527,13 @@ async fn feed(
                                 .map_err(|_| LakeError::Stopped)?;
                         }
                     }
-                    builder_partition = s.partition;
+                    builder_key = Some(key);
                     let typed = options
                         .payload_codec
                         .clone()
                         .and_then(|c| TypedColumns::new(&lane.arrow_schema, c));
                     RowBuilder::new(lane.arrow_schema.clone(), s.partition, typed)
+                        .with_topic(s.topic.clone())
                 }
             };
             let batch_rows = options.batch_rows;
@@ -562,6 +624,7 @@ mod tests {
                 .await?;
         let t = log.topic("persistent://a/b/c").await?;
         let slice = |ledger, entries, bytes| LedgerSlice {
+            topic: None,
             partition: -1,
             log: t.clone(),
             ledger,

@@ -33,6 +33,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -232,6 +233,10 @@ pub struct Log {
     topics: tokio::sync::Mutex<HashMap<String, TopicLog>>,
     /// The same topics, for synchronous access (stats, background ticker).
     loaded: Arc<Mutex<Vec<TopicLog>>>,
+    /// Ledger transitions this log recorded (offloaded, deleted, expired). Invariant: bumped
+    /// after the store recorded one and before the loaded topics are looked up to apply it,
+    /// so a topic loading meanwhile sees it change and reads its ledgers again.
+    transitions: AtomicU64,
     stop: CancellationToken,
     report: RecoveryReport,
     /// The directory the log lives in.
@@ -346,6 +351,7 @@ impl Log {
             shared,
             topics: tokio::sync::Mutex::new(HashMap::new()),
             loaded: Arc::new(Mutex::new(Vec::new())),
+            transitions: AtomicU64::new(0),
             stop: CancellationToken::new(),
             report,
             dir: dir.to_path_buf(),
@@ -447,6 +453,7 @@ impl Log {
             return Ok(t.clone());
         }
         let record = self.shared.meta.get_or_create_topic(name, now_ms()).await?;
+        let seen = self.transitions.load(Ordering::SeqCst);
         let ledgers = self.shared.meta.topic_ledgers(record.id).await?;
         let t = TopicLog::new(self.shared.clone(), record.id, record.name, ledgers);
         topics.insert(name.to_string(), t.clone());
@@ -454,6 +461,11 @@ impl Log {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(t.clone());
+        // A transition recorded after the read above may have looked for this topic before it
+        // was listed as loaded: read its ledgers again and apply what moved on.
+        if self.transitions.load(Ordering::SeqCst) != seen {
+            t.catch_up(self.shared.meta.topic_ledgers(t.id()).await?);
+        }
         Ok(t)
     }
 
@@ -576,6 +588,7 @@ impl Log {
             .meta
             .transition_ledger(ledger, LedgerTransition::Offload { reference }, now_ms())
             .await?;
+        self.transitions.fetch_add(1, Ordering::SeqCst);
         if let Some(t) = self.loaded_topic(record.topic_id) {
             t.set_record(record.clone());
         }
@@ -606,6 +619,7 @@ impl Log {
             .meta
             .transition_ledger(ledger, transition, now_ms())
             .await?;
+        self.transitions.fetch_add(1, Ordering::SeqCst);
         if let Some(t) = self.loaded_topic(record.topic_id) {
             t.set_record(record.clone());
         }

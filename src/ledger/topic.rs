@@ -537,6 +537,19 @@ impl TopicLog {
         }
     }
 
+    /// Applies the records of ledgers that moved on past sealing (offloaded, deleted locally,
+    /// expired) since this view was made.
+    pub(crate) fn catch_up(&self, records: Vec<LedgerRecord>) {
+        for r in records {
+            if matches!(
+                r.state,
+                LedgerState::Offloaded | LedgerState::Deleted | LedgerState::Expired
+            ) {
+                self.set_record(r);
+            }
+        }
+    }
+
     fn view(&self, ledger: LedgerId) -> Result<LedgerView, ReadError> {
         lock(&self.inner.ledgers)
             .get(&ledger)

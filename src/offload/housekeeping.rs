@@ -7,7 +7,7 @@ use std::time::Instant;
 use iceberg::table::Table;
 
 use super::{lock, plan, Inner, OffloadError, TableSlot};
-use crate::lake::{naming, orphans};
+use crate::lake::orphans;
 use crate::ledger::{now_ms, TopicLog};
 use crate::naming::TopicName;
 
@@ -53,7 +53,7 @@ impl Inner {
 
     pub(super) async fn sweep_orphans(
         &self,
-        base: &TopicName,
+        ident: &iceberg::TableIdent,
         slot: &TableSlot,
         table: Option<Table>,
     ) {
@@ -66,20 +66,15 @@ impl Inner {
         }
         let table = match table {
             Some(t) => Some(t),
-            None => self
-                .lake
-                .load_table(&naming::table_ident(base))
-                .await
-                .ok()
-                .flatten(),
+            None => self.lake.load_table(ident).await.ok().flatten(),
         };
         let Some(table) = table else { return };
         match orphans::delete_orphans(&self.lake, &table, self.config.orphan_file_age).await {
             Ok(r) if !r.deleted.is_empty() => {
-                tracing::info!(topic = %base, deleted = r.deleted.len(), "orphan files removed")
+                tracing::info!(table = %ident, deleted = r.deleted.len(), "orphan files removed")
             }
             Ok(_) => {}
-            Err(e) => tracing::warn!(topic = %base, error = %e, "orphan sweep failed"),
+            Err(e) => tracing::warn!(table = %ident, error = %e, "orphan sweep failed"),
         }
     }
 }

@@ -2,8 +2,9 @@
 //! copies after the namespace's deletion lag.
 //!
 //! A scheduler task (on the lake runtime, every `lake.check_interval` or when asked) looks at
-//! every topic, groups partitions by their table (the base topic), and runs one *pass* per table
-//! that has work. A pass: applies the namespace policies ([`plan`]), writes and commits the
+//! the topics with work, groups them by their table (the base topic's own table, or the
+//! namespace's shared table when its `lakeTableLayout` is `shared`: then one pass, and one
+//! commit, carries many topics), and runs one *pass* per table ([`pass`]). A pass: applies the namespace policies ([`plan`]), writes and commits the
 //! chosen ledgers ([`crate::lake::commit`]), records them `Offloaded` in the metadata store,
 //! deletes local copies whose lag has passed, applies the namespace's retention policy
 //! ([`retention`]: expired ledgers leave the log, then their files leave the table through
@@ -23,24 +24,21 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use iceberg::table::Table;
-use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use serde::Serialize;
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::LakeConfig;
-use crate::lake::commit::{self, LedgerSlice, Progress, WriteOptions};
-use crate::lake::typed::{self, PayloadCodec};
+use crate::lake::commit::Progress;
 use crate::lake::{naming, Lake, LakeError};
 use crate::ledger::{now_ms, LedgerState, Log, MetadataError, TopicLog};
 use crate::naming::TopicName;
 use crate::policies::{PoliciesError, PolicyStore};
-use crate::schema as topic_schema;
 
 mod housekeeping;
 pub mod log_retention;
+mod pass;
 pub mod plan;
 pub mod retention;
 mod schedule;
@@ -114,10 +112,9 @@ struct TableStatus {
     retention: RetentionStats,
 }
 
+/// What the engine keeps per base topic (requests, status, progress).
 #[derive(Debug)]
 struct TableSlot {
-    /// Invariant: held by the one pass writing this table.
-    writer: Arc<tokio::sync::Mutex<()>>,
     /// Manual "offload everything now" requests: (last ticket issued, last ticket taken by a
     /// pass). Invariant: taken ≤ issued; a request is pending while issued > taken.
     manual: Mutex<(u64, u64)>,
@@ -138,7 +135,11 @@ struct Inner {
     log: Arc<Log>,
     policies: Arc<PolicyStore>,
     config: LakeConfig,
+    /// Base topic → its slot.
     tables: Mutex<HashMap<String, Arc<TableSlot>>>,
+    /// Table identifier → its writer lock. Invariant: held by the one pass writing the table
+    /// (or by a topic deletion pausing it).
+    writers: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     slots: Arc<Semaphore>,
     wake: Notify,
     stop: CancellationToken,
@@ -184,6 +185,7 @@ impl OffloadEngine {
             policies,
             config,
             tables: Mutex::new(HashMap::new()),
+            writers: Mutex::new(HashMap::new()),
             wake: Notify::new(),
             stop: CancellationToken::new(),
             tasks: TaskTracker::new(),
@@ -213,7 +215,11 @@ impl OffloadEngine {
 
     /// The lake with its runtime, for readers on other runtimes (replay, SQL).
     pub fn lake_handle(&self) -> crate::lake::LakeHandle {
-        crate::lake::LakeHandle::new(self.inner.lake.clone(), self.runtime.clone())
+        crate::lake::LakeHandle::new(
+            self.inner.lake.clone(),
+            self.runtime.clone(),
+            self.inner.policies.clone(),
+        )
     }
 
     async fn on_lake<T: Send + 'static>(
@@ -228,14 +234,18 @@ impl OffloadEngine {
 
     /// Holds off offload passes of `topic`'s table until the guard is dropped (a pass running
     /// now finishes first). Topic deletion holds it while the log and the table go.
-    pub async fn pause_table(&self, topic: &TopicName) -> tokio::sync::OwnedMutexGuard<()> {
-        let slot = self.inner.slot(&topic.base().to_string());
-        slot.writer.clone().lock_owned().await
+    pub async fn pause_table(
+        &self,
+        topic: &TopicName,
+    ) -> Result<tokio::sync::OwnedMutexGuard<()>, OffloadError> {
+        let table = self.inner.table_of(topic).await?;
+        Ok(self.inner.writer(&table.ident).lock_owned().await)
     }
 
     /// After `topic` was deleted (call with the table paused): drops its lake table and
     /// deletes the table's files when `lake.drop_table_on_topic_delete` is on, and forgets its
     /// offload status. Returns whether a table was dropped.
+    /// In a namespace's shared table, the topic's files are removed instead (the table stays).
     pub async fn topic_deleted(&self, topic: &TopicName) -> Result<bool, OffloadError> {
         let base = topic.base();
         lock(&self.inner.tables).remove(&base.to_string());
@@ -243,9 +253,21 @@ impl OffloadEngine {
             return Ok(false);
         }
         let lake = self.inner.lake.clone();
-        let ident = naming::table_ident(&base);
+        let table = self.inner.table_of(&base).await?;
         Ok(self
-            .on_lake(async move { lake.drop_table(&ident).await })
+            .on_lake(async move {
+                let Some(topic) = table.topic else {
+                    return lake.drop_table(&table.ident).await;
+                };
+                let Some(t) = lake.load_table(&table.ident).await? else {
+                    return Ok(false);
+                };
+                let scope = std::collections::BTreeSet::from([topic]);
+                let none = std::collections::BTreeSet::new();
+                let (_, outcome) =
+                    crate::lake::expire::remove_expired(&lake, t, &none, &[], Some(&scope)).await?;
+                Ok(outcome.snapshot_id.is_some())
+            })
             .await??)
     }
 
@@ -345,7 +367,7 @@ impl OffloadEngine {
     /// The `lake` object of a topic's stats: where its table is and how far behind it is.
     pub async fn lake_stats(&self, topic: &TopicName) -> Result<LakeStats, OffloadError> {
         let status = self.status(topic).await?;
-        let ident = naming::table_ident(topic);
+        let ident = self.inner.table_of(topic).await?.ident;
         let lake = self.inner.lake.clone();
         let lookup = ident.clone();
         let table = self
@@ -380,12 +402,29 @@ impl OffloadEngine {
 }
 
 impl Inner {
+    /// The table of `topic` under its namespace's layout.
+    async fn table_of(&self, topic: &TopicName) -> Result<naming::TopicTable, OffloadError> {
+        let layout = self
+            .policies
+            .effective(&topic.namespace)
+            .await?
+            .lake_table_layout;
+        Ok(naming::TopicTable::of(topic, layout))
+    }
+
+    /// The writer lock of the table `ident`.
+    fn writer(&self, ident: &iceberg::TableIdent) -> Arc<tokio::sync::Mutex<()>> {
+        lock(&self.writers)
+            .entry(ident.to_string())
+            .or_default()
+            .clone()
+    }
+
     fn slot(&self, base: &str) -> Arc<TableSlot> {
         lock(&self.tables)
             .entry(base.to_string())
             .or_insert_with(|| {
                 Arc::new(TableSlot {
-                    writer: Arc::new(tokio::sync::Mutex::new(())),
                     manual: Mutex::new((0, 0)),
                     completed: AtomicU64::new(0),
                     runs: AtomicU64::new(0),
@@ -421,320 +460,16 @@ impl Inner {
                 }
             };
             first = false;
-            for (key, (base, partitions)) in tables {
-                let slot = self.slot(&key);
-                let Ok(guard) = slot.writer.clone().try_lock_owned() else {
+            for (table, topics) in self.group_by_table(tables).await {
+                let Ok(guard) = self.writer(&table.ident).try_lock_owned() else {
                     continue; // a pass is already running for this table
                 };
                 let inner = self.clone();
                 self.tasks.spawn(async move {
                     let _writer = guard;
-                    // Take the pending manual request (if any) now: this pass serves it.
-                    let ticket = {
-                        let mut m = lock(&slot.manual);
-                        let taken = (m.0 > m.1).then_some(m.0);
-                        m.1 = m.0;
-                        taken
-                    };
-                    let more = match inner.pass(&base, partitions, &slot, ticket.is_some()).await {
-                        Ok(more) => more,
-                        Err(e) => {
-                            tracing::warn!(topic = %base, error = %e, "offload pass failed");
-                            let mut st = lock(&slot.status);
-                            st.state = OffloadState::Error;
-                            st.last_error = Some(e.to_string());
-                            false
-                        }
-                    };
-                    match ticket {
-                        // A pass is capped in size: a request for everything stays pending
-                        // (taken again by the next pass) until nothing is left.
-                        Some(t) if more => {
-                            let mut m = lock(&slot.manual);
-                            m.1 = m.1.min(t - 1);
-                        }
-                        Some(t) => {
-                            slot.completed.fetch_max(t, Ordering::AcqRel);
-                        }
-                        None => {}
-                    }
-                    slot.runs.fetch_add(1, Ordering::AcqRel);
+                    inner.run_pass(&table, topics).await;
                 });
             }
         }
-    }
-
-    /// One pass over a table (the caller holds its writer lock). Returns whether eligible
-    /// ledgers were left for a later pass (a pass commits a bounded amount).
-    async fn pass(
-        &self,
-        base: &TopicName,
-        mut partitions: Vec<(i32, String)>,
-        slot: &TableSlot,
-        manual: bool,
-    ) -> Result<bool, OffloadError> {
-        partitions.sort();
-        // A request seals the open ledgers, which only the loaded logs may do; otherwise the
-        // pass reads views that load nothing (an unloaded topic stays unloaded).
-        let mut logs = Vec::with_capacity(partitions.len());
-        for (index, name) in partitions {
-            let log = if manual {
-                Some(self.log.topic(&name).await?)
-            } else {
-                self.log.topic_view(&name).await?
-            };
-            if let Some(log) = log {
-                logs.push((index, log));
-            }
-        }
-        let policies = self.policies.effective(&base.namespace).await?;
-        // Cheap check first: nothing sealed or offloaded anywhere, no request and no retention
-        // → no I/O.
-        let busy = logs.iter().any(|(_, l)| {
-            l.ledgers().iter().any(|i| {
-                matches!(i.state, LedgerState::Sealed | LedgerState::Offloaded)
-                    || (i.state == LedgerState::Deleted && !policies.retention.is_infinite())
-            })
-        });
-        if !busy && !manual {
-            return Ok(false);
-        }
-        let _permit = self
-            .slots
-            .acquire()
-            .await
-            .map_err(|_| OffloadError::Stopped)?;
-        if manual {
-            for (_, log) in &logs {
-                log.seal_current().await?;
-            }
-        }
-        let meta = self.log.metadata();
-        let now = now_ms();
-        let budget = self.config.target_file_size.as_u64().saturating_mul(4);
-        let mut slices = Vec::new();
-        let mut planned_bytes = 0u64;
-        let mut more = false;
-        for (partition, log) in &logs {
-            let records = meta.topic_ledgers(log.id()).await?;
-            // Other nodes offload or delete the ledgers their bookies hold: keep this view's
-            // record of them current (stats, and reads that go to the lake once offloaded).
-            for r in records.iter().filter(|r| !self.log.holds(r)) {
-                log.set_record(r.clone());
-            }
-            let open_bytes = log
-                .ledgers()
-                .iter()
-                .filter(|i| i.state == LedgerState::Open)
-                .map(|i| i.size_bytes)
-                .sum();
-            // Each bookie's node offloads the ledgers it holds (a topic moved between nodes has
-            // sealed ledgers on several bookies), in ledger order: the first ledger another
-            // bookie holds stops this node until that node has offloaded it.
-            let mut candidates = plan::candidates(&records);
-            if let Some(at) = candidates.iter().position(|r| !self.log.holds(r)) {
-                candidates.truncate(at);
-            }
-            // An older ledger still sealing holds back the newer sealed ones: come back soon.
-            let newest = records.iter().map(|r| r.id).max();
-            if records
-                .iter()
-                .any(|r| r.state == LedgerState::Open && Some(r.id) != newest)
-            {
-                more = true;
-            }
-            // Ledgers of this bookie that hold back another bookie's (the topic moved away) go
-            // whatever the thresholds: nothing else would ever offload them.
-            let blocking = candidates
-                .last()
-                .is_some_and(|last| records.iter().any(|r| r.id > last.id && !self.log.holds(r)));
-            let n = if blocking {
-                candidates.len()
-            } else {
-                plan::eligible(&candidates, open_bytes, &policies, now, manual)
-            };
-            for l in candidates.into_iter().take(n) {
-                let Some(seal) = l.seal else {
-                    // Contract violation of the metadata store: stop this partition here rather
-                    // than commit the ledger as empty.
-                    tracing::error!(ledger = l.id, "sealed ledger without seal information");
-                    break;
-                };
-                if !slices.is_empty() && planned_bytes + seal.size_bytes > budget {
-                    more = true;
-                    break;
-                }
-                planned_bytes += seal.size_bytes;
-                slices.push(LedgerSlice {
-                    partition: *partition,
-                    log: log.clone(),
-                    ledger: l.id,
-                    entry_count: seal.entry_count,
-                    size_bytes: seal.size_bytes,
-                });
-            }
-        }
-        let mut table = None;
-        if !slices.is_empty() {
-            table = Some(self.offload(base, slot, slices, &policies).await?);
-        }
-        self.delete_expired(&logs, &policies).await?;
-        let table = match self.apply_retention(base, &logs, &policies, slot).await {
-            Ok(Some(t)) => Some(t),
-            Ok(None) => table,
-            Err(e) => {
-                let mut st = lock(&slot.status);
-                if st.retention.last_error != e.to_string() {
-                    tracing::warn!(topic = %base, error = %e, "retention could not remove expired data from the lake");
-                }
-                st.retention.last_error = e.to_string();
-                table
-            }
-        };
-        let table = match table {
-            Some(t) => self.expire_history(base, t).await,
-            None => None,
-        };
-        self.sweep_orphans(base, slot, table).await;
-        let pending = {
-            let m = lock(&slot.manual);
-            m.0 > m.1
-        };
-        if more || pending {
-            self.wake.notify_one();
-        }
-        Ok(more)
-    }
-
-    async fn offload(
-        &self,
-        base: &TopicName,
-        slot: &TableSlot,
-        slices: Vec<LedgerSlice>,
-        policies: &crate::policies::EffectivePolicies,
-    ) -> Result<Table, OffloadError> {
-        {
-            let mut st = lock(&slot.status);
-            st.state = OffloadState::Running;
-        }
-        slot.progress.entries.store(0, Ordering::Relaxed);
-        slot.progress.bytes.store(0, Ordering::Relaxed);
-        let metrics = crate::metrics::node();
-        // Every failed attempt counts, also one that could not reach the table (lake down).
-        let table = self
-            .lake
-            .load_or_create_table(base, policies.lake_partitioning)
-            .await
-            .inspect_err(|_| {
-                metrics.lake_commit_failures.inc();
-            })?;
-        let (table, codec) = self
-            .ensure_typed_columns(base, table)
-            .await
-            .inspect_err(|_| {
-                metrics.lake_commit_failures.inc();
-            })?;
-        let partitioning = table_partitioning(&table).unwrap_or(policies.lake_partitioning);
-        let options = WriteOptions {
-            target_file_size: self.config.target_file_size.as_u64(),
-            batch_rows: self.config.batch_rows,
-            partitioning,
-            payload_codec: codec,
-        };
-        let started = Instant::now();
-        let (table, outcome) =
-            match commit::write_and_commit(&self.lake, table, slices, &options, &slot.progress)
-                .await
-            {
-                Ok(done) => {
-                    metrics
-                        .lake_commit_seconds
-                        .observe(started.elapsed().as_secs_f64());
-                    done
-                }
-                Err(e) => {
-                    metrics.lake_commit_failures.inc();
-                    return Err(e.into());
-                }
-            };
-        let ident = table.identifier().to_string();
-        let reference = |snapshot: Option<i64>| match snapshot {
-            Some(s) => format!("{}:{}@{}", self.lake.catalog_name(), ident, s),
-            None => format!("{}:{}@watermark", self.lake.catalog_name(), ident),
-        };
-        for ledger in &outcome.already_committed {
-            self.log.mark_offloaded(*ledger, reference(None)).await?;
-        }
-        crate::failpoint::hit("offload.before_mark");
-        for ledger in &outcome.committed {
-            self.log
-                .mark_offloaded(*ledger, reference(outcome.snapshot_id))
-                .await?;
-        }
-        if !outcome.committed.is_empty() {
-            let secs = started.elapsed().as_secs_f64();
-            tracing::info!(table = %ident, ledgers = outcome.committed.len(), rows = outcome.rows,
-                files = outcome.files, parquet_bytes = outcome.file_bytes,
-                bad_payloads = outcome.bad_payloads, seconds = secs, "offloaded");
-        }
-        let mut st = lock(&slot.status);
-        st.state = OffloadState::Success;
-        st.last_error = None;
-        st.last_snapshot_id = outcome.snapshot_id.or(st.last_snapshot_id);
-        st.committed_ledgers += outcome.committed.len() as u64;
-        st.committed_rows += outcome.rows;
-        st.bad_payloads += outcome.bad_payloads;
-        Ok(table)
-    }
-
-    /// Adds the typed columns the topic's schema versions ask for; returns the payload codec.
-    async fn ensure_typed_columns(
-        &self,
-        base: &TopicName,
-        table: Table,
-    ) -> Result<(Table, Option<PayloadCodec>), OffloadError> {
-        let versions = topic_schema::versions(&self.log.metadata(), &base.to_string())
-            .await
-            .map_err(|e| OffloadError::Schema(e.to_string()))?;
-        let Some((codec, wanted)) = typed::topic_codec(&base.to_string(), &versions) else {
-            return Ok((table, None));
-        };
-        let schema = table.metadata().current_schema().clone();
-        let missing: Vec<_> = wanted
-            .into_iter()
-            .filter(|(n, _)| schema.field_by_name(n).is_none())
-            .collect();
-        let table = if missing.is_empty() {
-            table
-        } else {
-            let names: Vec<String> = missing.iter().map(|(n, _)| n.clone()).collect();
-            let tx = Transaction::new(&table);
-            let mut update = tx.update_schema();
-            for (name, t) in missing {
-                update = update.add_column(iceberg::transaction::AddColumn::optional(name, t));
-            }
-            let tx = update
-                .apply(tx)
-                .map_err(LakeError::iceberg("adding typed columns"))?;
-            let t = self
-                .lake
-                .commit(tx, &table)
-                .await
-                .map_err(LakeError::iceberg("committing typed columns"))?;
-            tracing::info!(topic = %base, columns = ?names, "lake table schema evolved");
-            t
-        };
-        Ok((table, Some(codec)))
-    }
-}
-
-/// The granularity a table was created with (its default spec), if it is one of ours.
-fn table_partitioning(table: &Table) -> Option<crate::config::LakePartitioning> {
-    use crate::config::LakePartitioning;
-    let spec = table.metadata().default_partition_spec();
-    match spec.fields().first().map(|f| f.transform) {
-        Some(iceberg::spec::Transform::Day) => Some(LakePartitioning::Day),
-        Some(iceberg::spec::Transform::Hour) => Some(LakePartitioning::Hour),
-        _ => None,
     }
 }

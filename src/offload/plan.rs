@@ -119,6 +119,7 @@ mod tests {
             offload_threshold_seconds: secs,
             offload_deletion_lag: Duration::from_millis(lag_ms),
             lake_partitioning: LakePartitioning::Day,
+            lake_table_layout: Default::default(),
             retention: crate::policies::RetentionPolicy::INFINITE,
         }
     }

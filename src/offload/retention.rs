@@ -21,11 +21,10 @@ use std::sync::atomic::Ordering;
 
 use iceberg::table::Table;
 
-use super::{lock, OffloadError, TableSlot};
-use crate::lake::naming;
+use super::pass::{PassLog, PassTable, PassTopic};
+use super::{lock, OffloadError};
 use crate::ledger::cursor::{CursorState, DEDUP_SNAPSHOT};
 use crate::ledger::{now_ms, LedgerId, LedgerRecord, LedgerState, Log, Position, TopicLog};
-use crate::naming::TopicName;
 use crate::policies::{EffectivePolicies, RetentionPolicy};
 
 /// The oldest first-unacknowledged position among stored durable cursors; `None` when the
@@ -144,44 +143,74 @@ pub(crate) async fn expire_ledgers(
 
 impl super::Inner {
     /// Expires the ledgers the retention policy removes (log first), then removes their files
-    /// from the table. Returns the table when it was loaded.
+    /// from the table (in a shared table, only files of the pass's topics). Returns the table
+    /// when it was loaded.
     pub(super) async fn apply_retention(
         &self,
-        base: &TopicName,
-        logs: &[(i32, TopicLog)],
+        table: &PassTable,
+        work: &[PassTopic],
+        logs: &[PassLog],
         policies: &EffectivePolicies,
-        slot: &TableSlot,
     ) -> Result<Option<Table>, OffloadError> {
-        let LogExpiry {
-            newly,
-            live,
-            any_expired,
-        } = expire_ledgers(&self.log, logs, &policies.retention).await?;
-        if !newly.is_empty() {
-            slot.retention_pending.store(true, Ordering::Release);
-            lock(&slot.status).retention.expired_ledgers += newly.len() as u64;
+        let mut all = LogExpiry::default();
+        for (index, w) in work.iter().enumerate() {
+            let mine: Vec<(i32, TopicLog)> = logs
+                .iter()
+                .filter(|l| l.topic_index == index)
+                .map(|l| (l.partition, l.log.clone()))
+                .collect();
+            let expiry = expire_ledgers(&self.log, &mine, &policies.retention).await?;
+            if !expiry.newly.is_empty() {
+                w.slot.retention_pending.store(true, Ordering::Release);
+                lock(&w.slot.status).retention.expired_ledgers += expiry.newly.len() as u64;
+            }
+            all.newly.extend(expiry.newly);
+            all.live.extend(expiry.live);
+            all.any_expired |= expiry.any_expired;
         }
-        if !any_expired || !slot.retention_pending.load(Ordering::Acquire) {
+        let pending = work
+            .iter()
+            .any(|w| w.slot.retention_pending.load(Ordering::Acquire));
+        if !all.any_expired || !pending {
             return Ok(None);
         }
-        let Some(table) = self.lake.load_table(&naming::table_ident(base)).await? else {
-            slot.retention_pending.store(false, Ordering::Release);
+        let clear = || {
+            for w in work {
+                w.slot.retention_pending.store(false, Ordering::Release);
+            }
+        };
+        let Some(loaded) = self.lake.load_table(&table.ident).await? else {
+            clear();
             return Ok(None);
         };
-        let (table, outcome) =
-            crate::lake::expire::remove_expired(&self.lake, table, &live, &newly).await?;
-        slot.retention_pending.store(false, Ordering::Release);
-        lock(&slot.status).retention.last_error.clear();
+        let scope: Option<BTreeSet<String>> = table
+            .shared
+            .then(|| work.iter().map(|w| w.base.local.clone()).collect());
+        let (loaded, outcome) = crate::lake::expire::remove_expired(
+            &self.lake,
+            loaded,
+            &all.live,
+            &all.newly,
+            scope.as_ref(),
+        )
+        .await?;
+        clear();
+        for w in work {
+            lock(&w.slot.status).retention.last_error.clear();
+        }
         if let Some(snapshot) = outcome.snapshot_id {
-            tracing::info!(table = %table.identifier(), files = outcome.files_removed.len(),
+            tracing::info!(table = %loaded.identifier(), files = outcome.files_removed.len(),
                 rows = outcome.rows_removed, snapshots_expired = outcome.snapshots_expired,
                 files_deleted = outcome.files_deleted, "retention removed expired files");
-            let mut st = lock(&slot.status);
-            st.retention.removed_files += outcome.files_removed.len() as u64;
-            st.retention.removed_rows += outcome.rows_removed;
-            st.retention.last_snapshot_id = Some(snapshot);
+            // What one removal did for the table, on each topic that took part.
+            for w in work {
+                let mut st = lock(&w.slot.status);
+                st.retention.removed_files += outcome.files_removed.len() as u64;
+                st.retention.removed_rows += outcome.rows_removed;
+                st.retention.last_snapshot_id = Some(snapshot);
+            }
         }
-        Ok(Some(table))
+        Ok(Some(loaded))
     }
 }
 

@@ -297,7 +297,7 @@ impl Operations {
         force: bool,
     ) -> Result<(), OpsError> {
         let _paused = match &self.offload {
-            Some(o) => Some(o.pause_table(base).await),
+            Some(o) => Some(o.pause_table(base).await?),
             None => None,
         };
         let mut existed = false;
@@ -358,7 +358,7 @@ impl Operations {
         deep: bool,
     ) -> Result<crate::verify::TopicReport, OpsError> {
         let _paused = match &self.offload {
-            Some(e) => Some(e.pause_table(name).await),
+            Some(e) => Some(e.pause_table(name).await?),
             None => None,
         };
         let lake = self.offload.as_ref().map(OffloadEngine::lake_handle);
@@ -530,6 +530,33 @@ impl Operations {
         self.existing_namespace(namespace).await?;
         self.policies.update(namespace, change).await?;
         self.broker.apply_policies().await;
+        Ok(())
+    }
+
+    /// Sets how `namespace`'s topics map to lake tables. Refused (conflict) while the
+    /// namespace has topics and the layout would change: no topic ever has rows in both.
+    pub async fn set_lake_table_layout(
+        &self,
+        namespace: &NamespaceName,
+        layout: crate::config::LakeTableLayout,
+    ) -> Result<(), OpsError> {
+        self.existing_namespace(namespace).await?;
+        let current = self.policies.effective(namespace).await?.lake_table_layout;
+        if current != layout {
+            let (topics, partitioned) = (
+                self.topics(namespace).await?,
+                self.partitioned_topics(namespace).await?,
+            );
+            if !topics.is_empty() || !partitioned.is_empty() {
+                return Err(OpsError::Conflict(format!(
+                    "namespace {namespace} has topics: its lake table layout ({}) can only change while it has none",
+                    current.as_str()
+                )));
+            }
+        }
+        self.policies
+            .update(namespace, |p| p.lake_table_layout = Some(layout))
+            .await?;
         Ok(())
     }
 

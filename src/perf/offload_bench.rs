@@ -255,6 +255,7 @@ pub async fn run(
         .into_iter()
         .filter(|l| l.state == LedgerState::Sealed && l.entry_count > 0)
         .map(|l| LedgerSlice {
+            topic: None,
             partition: -1,
             log: tlog.clone(),
             ledger: l.id,

@@ -21,7 +21,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Instant;
 
 use futures::TryStreamExt;
@@ -33,7 +33,8 @@ use serde::Serialize;
 use tokio::sync::Semaphore;
 
 use crate::config::ReplayConfig;
-use crate::lake::{naming, LakeError, LakeHandle};
+use crate::lake::naming::TopicTable;
+use crate::lake::{LakeError, LakeHandle};
 use crate::ledger::{LedgerId, ReadError};
 use crate::naming::TopicName;
 
@@ -200,7 +201,8 @@ impl Replay {
         };
         TopicLake {
             replay: self.clone(),
-            ident: naming::table_ident(&name.base()),
+            base: name.base(),
+            resolved: Arc::new(OnceLock::new()),
             partition: name.partition().map_or(-1, |p| p as i32),
             topic: name.to_string(),
             budget,
@@ -231,7 +233,11 @@ impl Replay {
 #[derive(Clone)]
 pub struct TopicLake {
     replay: Replay,
-    ident: TableIdent,
+    /// The base topic: its namespace's layout says which table holds its rows.
+    base: TopicName,
+    /// Invariant: set once, from the namespace's `lakeTableLayout` (which changes only while
+    /// the namespace has no topics, so never during a topic's life).
+    resolved: Arc<OnceLock<TopicTable>>,
     /// -1 when the topic is not partitioned.
     partition: i32,
     topic: String,
@@ -242,7 +248,7 @@ pub struct TopicLake {
 impl std::fmt::Debug for TopicLake {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TopicLake")
-            .field("table", &self.ident.to_string())
+            .field("topic", &self.topic)
             .field("partition", &self.partition)
             .finish()
     }
@@ -250,7 +256,25 @@ impl std::fmt::Debug for TopicLake {
 
 impl TopicLake {
     fn table_name(&self) -> String {
-        format!("{}.{}", self.replay.inner.lake.catalog_name(), self.ident)
+        match self.resolved.get() {
+            Some(t) => format!("{}.{}", self.replay.inner.lake.catalog_name(), t.ident),
+            None => format!("the lake table of {}", self.base),
+        }
+    }
+
+    /// The table holding this topic's rows.
+    async fn resolve(&self, ledger: LedgerId) -> Result<&TopicTable, ReplayError> {
+        if let Some(t) = self.resolved.get() {
+            return Ok(t);
+        }
+        let t = self
+            .replay
+            .inner
+            .lake
+            .table_of(&self.base)
+            .await
+            .map_err(|e| self.lake_error(ledger)(e))?;
+        Ok(self.resolved.get_or_init(|| t))
     }
 
     fn config(&self) -> &ReplayConfig {
@@ -267,12 +291,13 @@ impl TopicLake {
 
     /// A read-only handle on the table whose scans run on the current (replay) runtime.
     async fn table(&self, ledger: LedgerId) -> Result<Table, ReplayError> {
-        if let Some((t, at)) = lock(&self.replay.inner.tables).get(&self.ident) {
+        let ident = self.resolve(ledger).await?.ident.clone();
+        if let Some((t, at)) = lock(&self.replay.inner.tables).get(&ident) {
             if at.elapsed() < TABLE_TTL {
                 return Ok(t.clone());
             }
         }
-        let loaded = match self.replay.inner.lake.load_table_here(&self.ident).await {
+        let loaded = match self.replay.inner.lake.load_table_here(&ident).await {
             Ok(t) => t,
             Err(LakeError::Stopped) => return Err(ReplayError::Stopped),
             Err(e) => return Err(self.lake_error(ledger)(e)),
@@ -283,13 +308,15 @@ impl TopicLake {
                 ledger,
             });
         };
-        lock(&self.replay.inner.tables).insert(self.ident.clone(), (table.clone(), Instant::now()));
+        lock(&self.replay.inner.tables).insert(ident, (table.clone(), Instant::now()));
         Ok(table)
     }
 
     /// Forgets the cached table handle (after a failed read: the table may have changed).
     fn invalidate(&self) {
-        lock(&self.replay.inner.tables).remove(&self.ident);
+        if let Some(t) = self.resolved.get() {
+            lock(&self.replay.inner.tables).remove(&t.ident);
+        }
     }
 
     fn predicate(&self, ledger: LedgerId, first: u64, last: Option<u64>) -> Predicate {
@@ -301,6 +328,13 @@ impl TopicLake {
         }
         if self.partition >= 0 {
             p = p.and(Reference::new("partition").equal_to(Datum::int(self.partition)));
+        }
+        // In a shared table: prunes to the topic's files (ledger ids alone are unique, but
+        // every topic's files would be planned).
+        if let Some(topic) = self.resolved.get().and_then(|t| t.topic.as_ref()) {
+            p = p.and(
+                Reference::new(crate::lake::schema::TOPIC_COLUMN).equal_to(Datum::string(topic)),
+            );
         }
         p
     }

@@ -38,7 +38,7 @@ use super::table_cache::TableCache;
 use super::tail::{TailLedger, TailPart, TailSource};
 use super::SqlError;
 use crate::auth::{Access, Action, Principal, Resource};
-use crate::lake::commit::read_watermark;
+use crate::lake::commit::{read_watermark, watermark_key};
 use crate::lake::typed::PayloadCodec;
 use crate::lake::LakeHandle;
 use crate::lake::{naming, schema as lake_schema, typed};
@@ -370,19 +370,40 @@ impl SchemaProvider for NamespaceSchema {
     }
 }
 
-/// Loads the topic's lake table (on the lake runtime), as a read-only handle here.
-async fn load_lake_table(shared: &Shared, base: &TopicName) -> Result<Option<Table>, SqlError> {
+/// Where a topic's rows are in the lake, and that table if it exists.
+#[derive(Default)]
+struct LakeTableOf {
+    /// `None` without a lake.
+    at: Option<naming::TopicTable>,
+    /// The table, loaded on the lake runtime, as a read-only handle here.
+    table: Option<Table>,
+}
+
+impl LakeTableOf {
+    /// The `topic` column's value of the topic's rows, in a namespace's shared table.
+    fn topic(&self) -> Option<&String> {
+        self.at.as_ref().and_then(|t| t.topic.as_ref())
+    }
+}
+
+fn lake_failed(e: crate::lake::LakeError) -> SqlError {
+    match e {
+        crate::lake::LakeError::Stopped => SqlError::Stopped,
+        other => SqlError::Execution(other.to_string()),
+    }
+}
+
+/// Loads the topic's lake table: its own, or its namespace's shared one.
+async fn load_lake_table(shared: &Shared, base: &TopicName) -> Result<LakeTableOf, SqlError> {
     let Some(lake) = &shared.lake else {
-        return Ok(None);
+        return Ok(LakeTableOf::default());
     };
-    let loaded = lake
-        .load_table_here(&naming::table_ident(base))
-        .await
-        .map_err(|e| match e {
-            crate::lake::LakeError::Stopped => SqlError::Stopped,
-            other => SqlError::Execution(other.to_string()),
-        })?;
-    Ok(loaded.map(|t| shared.tables.reuse(t)))
+    let at = lake.table_of(base).await.map_err(lake_failed)?;
+    let loaded = lake.load_table_here(&at.ident).await.map_err(lake_failed)?;
+    Ok(LakeTableOf {
+        at: Some(at),
+        table: loaded.map(|t| shared.tables.reuse(t)),
+    })
 }
 
 /// The query schema of a lake schema: Iceberg's Arrow types, top-level strings as string views
@@ -444,29 +465,35 @@ pub(crate) async fn topic_schema(
     let base =
         TopicName::persistent(&namespace, topic).map_err(|e| SqlError::Invalid(e.to_string()))?;
     let table = load_lake_table(shared, &base).await?;
-    let codec = codec_of(shared, &base).await?;
-    columns_of(table.as_ref(), codec.as_ref())
+    let codec = codec_of(shared, &base, &table).await?;
+    columns_of(&table, codec.as_ref())
 }
 
-/// The topic's payload codec and the typed columns it asks for.
+/// The topic's payload codec and the typed columns it asks for (none in a shared table,
+/// which holds the envelope only).
 async fn codec_of(
     shared: &Shared,
     base: &TopicName,
+    table: &LakeTableOf,
 ) -> Result<Option<(PayloadCodec, Vec<(String, iceberg::spec::Type)>)>, SqlError> {
+    if table.topic().is_some() {
+        return Ok(None);
+    }
     let versions = topic_schema::versions(&shared.log.metadata(), &base.to_string())
         .await
         .map_err(|e| SqlError::Execution(format!("topic schema: {e}")))?;
     Ok(typed::topic_codec(&base.to_string(), &versions))
 }
 
-/// The table's columns: the lake table's current schema, else the envelope plus the typed
-/// columns `codec` asks for.
+/// The table's columns: the lake table's current schema, else (nothing offloaded yet) the
+/// shared table's schema or the envelope plus the typed columns `codec` asks for.
 fn columns_of(
-    table: Option<&Table>,
+    table: &LakeTableOf,
     codec: Option<&(PayloadCodec, Vec<(String, iceberg::spec::Type)>)>,
 ) -> Result<SchemaRef, SqlError> {
-    match table {
+    match &table.table {
         Some(t) => iceberg_to_arrow(t.metadata().current_schema()),
+        None if table.topic().is_some() => iceberg_to_arrow(&lake_schema::shared_schema()),
         None => {
             let wanted = codec.map(|(_, w)| w.as_slice()).unwrap_or(&[]);
             iceberg_to_arrow(&schema_without_table(wanted)?)
@@ -476,13 +503,15 @@ fn columns_of(
 
 async fn open_live(shared: &Shared, base: &TopicName) -> Result<Arc<dyn TableProvider>, SqlError> {
     // 1. The lake table: snapshot and watermark from one metadata file.
-    let table = load_lake_table(shared, base).await?;
-    let codec = codec_of(shared, base).await?;
-    let schema = columns_of(table.as_ref(), codec.as_ref())?;
-    let watermark = match &table {
+    let located = load_lake_table(shared, base).await?;
+    let codec = codec_of(shared, base, &located).await?;
+    let schema = columns_of(&located, codec.as_ref())?;
+    let own = located.topic().cloned();
+    let watermark = match &located.table {
         Some(t) => read_watermark(t).map_err(|e| SqlError::Execution(e.to_string()))?,
         None => Default::default(),
     };
+    let table = located.table;
     // 2. Then the log's end, per partition.
     let logs = shared
         .log
@@ -494,7 +523,9 @@ async fn open_live(shared: &Shared, base: &TopicName) -> Result<Arc<dyn TablePro
         let Some(end) = log.last_confirmed() else {
             continue;
         };
-        let committed = watermark.get(&partition).copied();
+        let committed = watermark
+            .get(&watermark_key(own.as_deref(), partition))
+            .copied();
         let ledgers: Vec<TailLedger> = log
             .ledgers()
             .into_iter()
@@ -535,6 +566,7 @@ async fn open_live(shared: &Shared, base: &TopicName) -> Result<Arc<dyn TablePro
     // project one column twice, e.g. `SELECT entry_id AS e ... ORDER BY entry_id`).
     let tail = (!parts.is_empty()).then(|| {
         Arc::new(TailSource {
+            topic: own.as_deref().map(Arc::from),
             table_name,
             schema: schema.clone(),
             codec: codec.map(|(c, _)| c),
@@ -547,6 +579,7 @@ async fn open_live(shared: &Shared, base: &TopicName) -> Result<Arc<dyn TablePro
             table: t,
             snapshot,
             lake,
+            topic: own,
         })
     });
     Ok(Arc::new(TopicTable::new(schema, lake, tail)))
@@ -559,7 +592,9 @@ async fn open_lake_only(
 ) -> Result<Arc<dyn TableProvider>, SqlError> {
     let no_table = || SqlError::Invalid(format!("topic {base} has no lake table yet"));
     let lake = shared.lake.as_ref().ok_or_else(no_table)?;
-    let table = load_lake_table(shared, base).await?.ok_or_else(no_table)?;
+    let located = load_lake_table(shared, base).await?;
+    let own = located.topic().cloned();
+    let table = located.table.ok_or_else(no_table)?;
     let snapshot_id = match wanted {
         Wanted::Snapshots => {
             let batches: Vec<_> = table
@@ -613,6 +648,7 @@ async fn open_lake_only(
         table,
         snapshot: snapshot_id,
         lake: lake.clone(),
+        topic: own,
     };
     Ok(Arc::new(TopicTable::new(schema, Some(side), None)))
 }

@@ -45,9 +45,9 @@ use datafusion::physical_plan::{
 };
 use futures::{StreamExt, TryStreamExt};
 use iceberg::arrow::ArrowReaderBuilder;
-use iceberg::expr::Predicate;
+use iceberg::expr::{Predicate, Reference};
 use iceberg::scan::FileScanTask;
-use iceberg::spec::DataFileFormat;
+use iceberg::spec::{DataFileFormat, Datum, Literal, PrimitiveLiteral};
 use iceberg::table::Table;
 use iceberg_datafusion::physical_plan::convert_filters_to_predicate;
 
@@ -69,6 +69,11 @@ pub(crate) struct LakeSide {
     pub snapshot: i64,
     /// Where the table's files are read from by DataFusion's reader.
     pub lake: LakeHandle,
+    /// In a namespace's shared table, the topic whose rows this side reads (`None`: the
+    /// table is the topic's own).
+    /// Invariant: then only files whose `identity(topic)` partition value is this topic are
+    /// planned, so every row read is the topic's.
+    pub topic: Option<String>,
 }
 
 /// What a scan of the lake side reads: the table's full schema, the projected columns, the
@@ -88,23 +93,32 @@ pub(crate) async fn plan(
     state: &dyn Session,
     request: ScanRequest<'_>,
 ) -> DFResult<Arc<dyn ExecutionPlan>> {
+    let own = side
+        .topic
+        .as_ref()
+        .map(|t| Reference::new(crate::lake::schema::TOPIC_COLUMN).equal_to(Datum::string(t)));
     let predicate = convert_filters_to_predicate(&prunable(request.filters));
+    let with_own = |p: Option<Predicate>| match (p, own.clone()) {
+        (Some(p), Some(o)) => Some(p.and(o)),
+        (p, o) => p.or(o),
+    };
     let columns: Vec<String> = request
         .projected
         .fields()
         .iter()
         .map(|f| f.name().clone())
         .collect();
-    let (tasks, predicate) = match plan_files(side, &columns, predicate.clone()).await {
-        Ok(tasks) => (tasks, predicate),
+    let (tasks, predicate) = match plan_files(side, &columns, with_own(predicate.clone())).await {
+        Ok(tasks) => (tasks, with_own(predicate)),
         // The filters are hints (DataFusion applies them above): a predicate Iceberg cannot
         // bind costs pruning, not the query.
         Err(e) if predicate.is_some() => {
             tracing::debug!(error = %e, "lake scan planned without its predicate");
-            (plan_files(side, &columns, None).await?, None)
+            (plan_files(side, &columns, own.clone()).await?, own.clone())
         }
         Err(e) => return Err(e),
     };
+    let tasks = own_files(side, tasks)?;
     if tasks.is_empty() {
         return Ok(Arc::new(EmptyExec::new(request.projected)));
     }
@@ -142,6 +156,37 @@ async fn plan_files(
         .try_collect()
         .await
         .map_err(external)
+}
+
+/// In a shared table, the planned files of the side's topic: each file of ours holds one
+/// topic (partitioned by `identity(topic)` first); a file without a topic partition value
+/// (an outside engine rewrote the table under another spec) cannot be read exactly here.
+fn own_files(side: &LakeSide, tasks: Vec<FileScanTask>) -> DFResult<Vec<FileScanTask>> {
+    let Some(topic) = &side.topic else {
+        return Ok(tasks);
+    };
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        match t
+            .partition
+            .as_ref()
+            .and_then(|p| p.fields().first().cloned())
+        {
+            Some(Some(Literal::Primitive(PrimitiveLiteral::String(s)))) => {
+                if &s == topic {
+                    out.push(t);
+                }
+            }
+            _ => {
+                return Err(DataFusionError::Execution(format!(
+                    "data file {} of the shared table {} is not partitioned by topic",
+                    t.data_file_path,
+                    side.table.identifier()
+                )))
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The filters Iceberg may prune with: those without a cast (iceberg-datafusion 0.10 drops a

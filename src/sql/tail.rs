@@ -75,6 +75,8 @@ pub(crate) struct TailPart {
 /// What the tail of one topic table reads.
 #[derive(Debug)]
 pub(crate) struct TailSource {
+    /// In a namespace's shared table, the `topic` column of the rows.
+    pub topic: Option<Arc<str>>,
     /// `tenant.namespace.topic`, for messages.
     pub table_name: String,
     /// The table's full Arrow schema.
@@ -306,7 +308,10 @@ async fn read_tail(
                 .codec
                 .clone()
                 .and_then(|c| TypedColumns::new(&out.stored, c));
-            let mut rows = Some(RowBuilder::new(out.stored.clone(), part.partition, typed));
+            let mut rows = Some(
+                RowBuilder::new(out.stored.clone(), part.partition, typed)
+                    .with_topic(source.topic.clone()),
+            );
             let mut next = first;
             while next <= last {
                 let wanted = (last - next + 1).min(READ_CHUNK) as usize;

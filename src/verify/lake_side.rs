@@ -21,8 +21,9 @@ use parquet::arrow::ProjectionMask;
 use super::check::LakeRow;
 use super::report::Finding;
 use super::VerifyError;
-use crate::lake::commit::{read_watermark, Watermark, RANGES_KEY};
-use crate::lake::{inspect, naming, Lake, LakeHandle};
+use crate::lake::commit::{parse_watermark_key, read_watermark, RANGES_KEY};
+use crate::lake::naming::TopicTable;
+use crate::lake::{inspect, schema, Lake, LakeHandle};
 use crate::naming::TopicName;
 
 /// Data files fetched and decoded at once.
@@ -48,8 +49,8 @@ pub(super) struct LakeView {
     pub table: Option<String>,
     /// Its current snapshot.
     pub snapshot_id: Option<i64>,
-    /// Partition → highest ledger committed.
-    pub watermark: Watermark,
+    /// Partition → highest ledger committed (this topic's, in a shared table).
+    pub watermark: std::collections::BTreeMap<i32, u64>,
     /// Ranges the snapshots in the table's history recorded.
     pub ranges: Vec<RecordedRange>,
     /// Data files of the current snapshot, by index.
@@ -72,18 +73,31 @@ pub(super) async fn read(
     deep: bool,
 ) -> Result<LakeView, VerifyError> {
     let lake = handle.lake().clone();
-    let ident = naming::table_ident(topic);
+    let table = handle.table_of(topic).await.map_err(VerifyError::Lake)?;
     handle
-        .run(async move { read_table(lake, ident, deep).await })
+        .run(async move { read_table(lake, table, deep).await })
         .await
         .map_err(VerifyError::Lake)?
 }
 
-async fn read_table(
-    lake: Arc<Lake>,
-    ident: iceberg::TableIdent,
-    deep: bool,
-) -> Result<LakeView, VerifyError> {
+/// This topic's entries of a table's watermark (its own table: all of them).
+fn topic_watermark(
+    table: &iceberg::table::Table,
+    topic: Option<&str>,
+) -> Result<std::collections::BTreeMap<i32, u64>, VerifyError> {
+    let all = read_watermark(table).map_err(VerifyError::Lake)?;
+    Ok(all
+        .iter()
+        .filter_map(|(k, v)| match parse_watermark_key(k)? {
+            (t, p) if t == topic => Some((p, *v)),
+            _ => None,
+        })
+        .collect())
+}
+
+async fn read_table(lake: Arc<Lake>, at: TopicTable, deep: bool) -> Result<LakeView, VerifyError> {
+    let ident = at.ident.clone();
+    let topic = at.topic.as_deref();
     let Some(table) = lake.load_table(&ident).await.map_err(VerifyError::Lake)? else {
         return Ok(LakeView {
             deep,
@@ -94,15 +108,23 @@ async fn read_table(
         deep,
         table: Some(ident.to_string()),
         snapshot_id: table.metadata().current_snapshot_id(),
-        watermark: read_watermark(&table).map_err(VerifyError::Lake)?,
-        ranges: recorded_ranges(&table),
+        watermark: topic_watermark(&table, topic)?,
+        ranges: recorded_ranges(&table, topic),
         ..LakeView::default()
     };
     let files = inspect::current_files(&table)
         .await
         .map_err(VerifyError::Lake)?;
     let mut data = Vec::new();
+    // In a shared table, this topic's files: partitioned by `identity(topic)` first.
+    let own = topic.map(|t| format!("{}={t}", schema::TOPIC_COLUMN));
     for f in files {
+        if own
+            .as_ref()
+            .is_some_and(|own| f.partition.split('/').next() != Some(own.as_str()))
+        {
+            continue;
+        }
         if f.content == "data" {
             data.push(f.file_path);
         } else {
@@ -140,7 +162,7 @@ async fn read_table(
 
 /// The ranges in the summaries of the current snapshot and its ancestors still in the
 /// table's metadata (snapshots of other branches, or rolled back, are not the table's).
-fn recorded_ranges(table: &iceberg::table::Table) -> Vec<RecordedRange> {
+fn recorded_ranges(table: &iceberg::table::Table, topic: Option<&str>) -> Vec<RecordedRange> {
     let metadata = table.metadata();
     let mut out = Vec::new();
     let mut next = metadata.current_snapshot();
@@ -152,26 +174,31 @@ fn recorded_ranges(table: &iceberg::table::Table) -> Vec<RecordedRange> {
             continue;
         };
         for r in ranges.split(',').filter(|r| !r.is_empty()) {
-            if let Some(range) = parse_range(s.snapshot_id(), r) {
-                out.push(range);
+            if let Some((of, range)) = parse_range(s.snapshot_id(), r) {
+                if of == topic {
+                    out.push(range);
+                }
             }
         }
     }
     out
 }
 
-/// `partition:ledger:0-last` (the commit's format).
-fn parse_range(snapshot_id: i64, text: &str) -> Option<RecordedRange> {
-    let mut parts = text.split(':');
-    let partition = parts.next()?.parse().ok()?;
-    let ledger = parts.next()?.parse().ok()?;
+/// `[topic:]partition:ledger:0-last` (the commit's format), with the topic (shared tables).
+fn parse_range(snapshot_id: i64, text: &str) -> Option<(Option<&str>, RecordedRange)> {
+    let mut parts = text.rsplitn(3, ':');
     let (_, last) = parts.next()?.split_once('-')?;
-    Some(RecordedRange {
-        snapshot_id,
-        partition,
-        ledger,
-        last_entry: last.parse().ok()?,
-    })
+    let ledger = parts.next()?.parse().ok()?;
+    let (topic, partition) = parse_watermark_key(parts.next()?)?;
+    Some((
+        topic,
+        RecordedRange {
+            snapshot_id,
+            partition,
+            ledger,
+            last_entry: last.parse().ok()?,
+        },
+    ))
 }
 
 type KeyedRows = Vec<((i32, u64), LakeRow)>;
@@ -296,16 +323,22 @@ mod tests {
 
     #[test]
     fn recorded_ranges_parse_as_the_commit_writes_them() {
+        let range = |partition, ledger, last_entry| RecordedRange {
+            snapshot_id: 5,
+            partition,
+            ledger,
+            last_entry,
+        };
         assert_eq!(
             parse_range(5, "-1:12:0-99"),
-            Some(RecordedRange {
-                snapshot_id: 5,
-                partition: -1,
-                ledger: 12,
-                last_entry: 99,
-            })
+            Some((None, range(-1, 12, 99)))
         );
         assert_eq!(parse_range(5, "3:12"), None);
         assert_eq!(parse_range(5, "x:12:0-1"), None);
+        // A shared table's ranges name their topic (which may contain ':').
+        assert_eq!(
+            parse_range(5, "a:b:2:12:0-7"),
+            Some((Some("a:b"), range(2, 12, 7)))
+        );
     }
 }

@@ -433,6 +433,7 @@ fn commits_are_exactly_once_and_orphans_are_removed() -> TestResult {
         }
         let sealed = tlog.seal_current().await?.ok_or("nothing sealed")?;
         let slices = vec![LedgerSlice {
+            topic: None,
             partition: -1,
             log: tlog.clone(),
             ledger: sealed.id,

@@ -1,0 +1,187 @@
+"""A namespace whose lake table layout is `shared` (issue 22): all its topics in one Iceberg
+table, `__topics`, with a `topic` column it is partitioned by. One offload pass commits many
+topics at once; replay from the lake, SQL over lake and tail, verify, retention and topic
+deletion each stay exact per topic; PyIceberg reads the one table."""
+import json
+import subprocess
+import uuid
+
+import pulsar
+from pyiceberg.catalog.sql import SqlCatalog
+
+from conftest import Sends, _binary, eventually
+from lake import http, offload_and_wait, stats
+from test_replay import wait_all_deleted
+from test_sql import psql_rows
+
+FAST = {
+    "LEDGERLAKE_LAKE__CHECK_INTERVAL": "100ms",
+    "LEDGERLAKE_LEDGER__ROLLOVER_ENTRIES": "20",
+}
+
+
+def policy(svc, ns, name, value, expect=204):
+    status, body = http("PUT", f"{svc.http}/admin/v2/namespaces/{ns}/{name}", value)
+    assert status == expect, body
+    return body
+
+
+def produce(client, topic, n):
+    """`n` messages, alternately unbatched and in batches; returns (id, payload) in id order."""
+    sent = []
+    for batched in (False, True):
+        producer = client.create_producer(topic, batching_enabled=batched,
+                                          batching_max_messages=7,
+                                          batching_max_publish_delay_ms=5)
+        sends = Sends()
+        count = n // 2 if not batched else n - n // 2
+        base = len(sent)
+        for i in range(count):
+            payload = f"{topic}#{base + i}".encode()
+            producer.send_async(payload, sends.callback(), properties={"i": str(base + i)})
+            sent.append([None, payload])
+        for i, mid in enumerate(sends.check(producer, count, timeout=60)):
+            sent[base + i][0] = (mid.ledger_id(), mid.entry_id(), mid.batch_index())
+        producer.close()
+    sent.sort(key=lambda s: s[0])
+    return sent
+
+
+def read_all(client, topic, n):
+    consumer = client.subscribe(topic, f"read-{uuid.uuid4().hex[:6]}",
+                                initial_position=pulsar.InitialPosition.Earliest)
+    out = []
+    while len(out) < n:
+        m = consumer.receive(timeout_millis=60000)
+        mid = m.message_id()
+        out.append([(mid.ledger_id(), mid.entry_id(), mid.batch_index()), m.data()])
+        consumer.acknowledge(m)
+    consumer.close()
+    return out
+
+
+def shared_table(svc, ns):
+    catalog = SqlCatalog("ledgerlake", uri=f"sqlite:///{svc.data_dir}/data/catalog.db",
+                         warehouse="")
+    return catalog.load_table(tuple(ns.split("/")) + ("__topics",))
+
+
+def verify_json(svc, topic):
+    r = subprocess.run([_binary(), "verify", "--url", svc.http, "--json", "--deep", topic],
+                       capture_output=True, text=True, timeout=300)
+    return r.returncode, json.loads(r.stdout), r
+
+
+def shared_namespace(make_service, ns):
+    """A service of its own with namespace `ns` in the shared layout."""
+    svc = make_service(FAST)
+    svc.start()
+    svc.create_namespace(ns)
+    policy(svc, ns, "lakeTableLayout", "shared")
+    return svc
+
+
+def test_many_topics_share_one_table_and_stay_exact(make_service):
+    ns = "public/many"
+    svc = shared_namespace(make_service, ns)
+    # No offload while producing: the pass that starts afterwards finds every topic's sealed
+    # ledgers at once.
+    policy(svc, ns, "offloadThreshold", "-1")
+    policy(svc, ns, "offloadDeletionLagMs", "0")
+    assert http("GET", f"{svc.http}/admin/v2/namespaces/{ns}/lakeTableLayout") == (200, "shared")
+    policy(svc, ns, "lakeTableLayout", "hourly", expect=400)
+
+    client = pulsar.Client(svc.url, operation_timeout_seconds=30)
+    names = [f"t{i}" for i in range(10)] + ["with-dash", "parts-partition-0", "parts-partition-1"]
+    sent = {}
+    for i, name in enumerate(names):
+        sent[name] = produce(client, f"persistent://{ns}/{name}", 41 + 3 * i)
+    # The layout cannot change under existing topics.
+    policy(svc, ns, "lakeTableLayout", "per-topic", expect=409)
+
+    policy(svc, ns, "offloadThreshold", "0")
+    for name in names:
+        offload_and_wait(svc, f"persistent://{ns}/{name}")
+        lake = stats(svc, f"persistent://{ns}/{name}")["lake"]
+        assert lake["tableName"] == "__topics" and lake["namespace"] == ["public", "many"], lake
+
+    # One table holds every topic, each row tagged with its topic; a commit carried many.
+    table = shared_table(svc, ns)
+    assert [f.name for f in table.spec().fields] == ["topic", "publish_day"]
+    rows = table.scan(selected_fields=("topic", "partition", "ledger_id", "entry_id")).to_arrow()
+    counts, expected = {}, {}
+    for topic in rows.column("topic").to_pylist():
+        counts[topic] = counts.get(topic, 0) + 1
+    for name, messages in sent.items():
+        base = name.split("-partition-")[0]
+        expected[base] = expected.get(base, 0) + len(messages)
+    assert counts == expected
+    per_commit = []
+    for snap in table.snapshots():
+        ranges = (snap.summary.additional_properties.get("ledgerlake.ranges") or "")
+        per_commit.append(len({r.rsplit(":", 3)[0] for r in ranges.split(",") if r}))
+    assert max(per_commit) >= 5, per_commit
+    # One topic's scan plans only its own files.
+    plan = list(table.scan(row_filter="topic == 't3'").plan_files())
+    assert plan and all(t.file.partition[0] == "t3" for t in plan)
+
+    # Local copies deleted: consumers read every topic back from the lake, same ids and bytes.
+    for name in names:
+        topic = f"persistent://{ns}/{name}"
+        wait_all_deleted(svc, topic)
+        assert read_all(client, topic, len(sent[name])) == sent[name], name
+
+    # SQL: lake plus a live tail, per topic, with the topic column.
+    producer = client.create_producer(f"persistent://{ns}/t3", batching_enabled=False)
+    for i in range(5):
+        producer.send(f"tail-{i}".encode())
+    producer.close()
+    assert psql_rows(svc, "SELECT count(*), count(DISTINCT topic), min(topic) FROM many.t3") == [
+        [str(len(sent["t3"]) + 5), "1", "t3"]]
+    assert psql_rows(svc, 'SELECT count(*) FROM many."with-dash"') == [[str(len(sent["with-dash"]))]]
+    assert psql_rows(svc, "SELECT partition, count(*) FROM many.parts GROUP BY 1 ORDER BY 1") == [
+        ["0", str(len(sent["parts-partition-0"]))], ["1", str(len(sent["parts-partition-1"]))]]
+
+    # verify compares each topic's log with its own rows of the shared table.
+    for name in ("t3", "parts"):
+        code, doc, r = verify_json(svc, f"persistent://{ns}/{name}")
+        assert code == 0 and doc["clean"], r.stdout + r.stderr
+        lake_rows = sum(p["rows_lake"] for p in doc["topics"][0]["partitions"])
+        expected = sum(len(v) for n, v in sent.items() if n.split("-partition-")[0] == name)
+        assert lake_rows == expected, doc
+
+    # Deleting a topic removes its rows; the table and the other topics stay.
+    status, body = http("DELETE", f"{svc.http}/admin/v2/persistent/{ns}/t0")
+    assert status == 204, body
+
+    def t0_gone():
+        t = shared_table(svc, ns)
+        left = t.scan(selected_fields=("topic",)).to_arrow().column("topic").to_pylist()
+        assert "t0" not in left and left.count("t1") == len(sent["t1"])
+    eventually(t0_gone, 60)
+    client.close()
+
+
+def test_retention_in_a_shared_table_removes_only_the_expired_topics_files(make_service):
+    ns = "public/kept"
+    svc = shared_namespace(make_service, ns)
+    client = pulsar.Client(svc.url, operation_timeout_seconds=30)
+    held = f"persistent://{ns}/held"
+    free = f"persistent://{ns}/free"
+    # A durable subscription that acknowledges nothing holds `held`'s data back.
+    client.subscribe(held, "slow", initial_position=pulsar.InitialPosition.Earliest).close()
+    sent_held = produce(client, held, 60)
+    produce(client, free, 60)
+    offload_and_wait(svc, held)
+    offload_and_wait(svc, free)
+    status, body = http("POST", f"{svc.http}/admin/v2/namespaces/{ns}/retention",
+                        '{"retentionTimeInMinutes": 0, "retentionSizeInMB": -1}')
+    assert status == 204, body
+
+    def only_held_left():
+        t = shared_table(svc, ns)
+        topics = t.scan(selected_fields=("topic",)).to_arrow().column("topic").to_pylist()
+        assert "free" not in topics and topics.count("held") == len(sent_held), topics
+    eventually(only_held_left, 120)
+    assert read_all(client, held, len(sent_held)) == sent_held
+    client.close()
