@@ -8,7 +8,10 @@
 //! 2. Write the remaining ledgers' rows to new data files named
 //!    `<first ledger>-<last ledger>-<attempt id>-<n>.parquet` (never reused: the attempt id is
 //!    random per attempt).
-//! 3. Reload the table; if the watermark moved, abandon the attempt (delete its files).
+//! 3. Reload the table; if the watermark of a partition this attempt writes moved, abandon
+//!    the attempt (delete its files). Other keys may move (other topics of a namespace's
+//!    shared table, written by other nodes): the new watermark is the reloaded one with this
+//!    attempt's keys raised.
 //! 4. One transaction: fast-append the files with snapshot properties (`ledgerlake.watermark`,
 //!    `ledgerlake.ranges` with this commit's exact entry ranges, `ledgerlake.attempt`), and set
 //!    the table property `ledgerlake.watermark`. The property survives snapshot expiry and
@@ -167,14 +170,19 @@ pub async fn write_and_commit(
         .iter()
         .map(|f| f.file_path().to_string())
         .collect();
-    if read_watermark(&fresh)? != watermark {
+    let now = read_watermark(&fresh)?;
+    if todo
+        .iter()
+        .map(slice_key)
+        .any(|k| now.get(&k) != watermark.get(&k))
+    {
         delete_files(&fresh, &locations).await;
         return Err(LakeError::Table {
             table: ident.to_string(),
-            reason: "another writer committed to the table during this offload".into(),
+            reason: "another writer committed the same partitions during this offload".into(),
         });
     }
-    let mut next = watermark.clone();
+    let mut next = now;
     let mut ranges = Vec::new();
     for s in &todo {
         let key = slice_key(s);

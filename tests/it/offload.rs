@@ -416,36 +416,9 @@ fn commits_are_exactly_once_and_orphans_are_removed() -> TestResult {
         let lake = Lake::open(&cfg).await?;
         let topic: TopicName = "persistent://t/n/x".parse()?;
         let tlog = log.topic(&topic.to_string()).await?;
-        for i in 0..50u64 {
-            let meta = ledgerlake::protocol::proto::MessageMetadata {
-                producer_name: "p".into(),
-                sequence_id: i,
-                publish_time: 1_700_000_000_000 + i,
-                ..Default::default()
-            };
-            tlog.append(
-                1_700_000_000_000 + i as i64,
-                ledgerlake::protocol::frame::build_entry(&meta, b"x"),
-            )
-            .await?
-            .durable()
-            .await?;
-        }
-        let sealed = tlog.seal_current().await?.ok_or("nothing sealed")?;
-        let slices = vec![LedgerSlice {
-            topic: None,
-            partition: -1,
-            log: tlog.clone(),
-            ledger: sealed.id,
-            entry_count: 50,
-            size_bytes: 0,
-        }];
-        let options = WriteOptions {
-            target_file_size: 1 << 20,
-            batch_rows: 16,
-            partitioning: LakePartitioning::Day,
-            payload_codec: None,
-        };
+        let slices = vec![sealed_slice(&tlog, -1, 50).await?];
+        let sealed_id = slices[0].ledger;
+        let options = write_options();
         let progress = Arc::new(Progress::default());
         let stale = lake
             .load_or_create_table(&topic, LakePartitioning::Day)
@@ -453,7 +426,7 @@ fn commits_are_exactly_once_and_orphans_are_removed() -> TestResult {
         let (_, first) =
             commit::write_and_commit(&lake, stale.clone(), slices.clone(), &options, &progress)
                 .await?;
-        assert_eq!(first.committed, vec![sealed.id]);
+        assert_eq!(first.committed, vec![sealed_id]);
         assert_eq!(first.rows, 50);
         // A stale handle (loaded before the commit) must not commit the range again.
         let again =
@@ -467,7 +440,7 @@ fn commits_are_exactly_once_and_orphans_are_removed() -> TestResult {
         let (_, second) =
             commit::write_and_commit(&lake, fresh.clone(), slices, &options, &progress).await?;
         assert!(second.committed.is_empty());
-        assert_eq!(second.already_committed, vec![sealed.id]);
+        assert_eq!(second.already_committed, vec![sealed_id]);
         let files = orphans::referenced_files(&fresh).await?;
         assert_eq!(files.current.len(), 1, "one data file per day partition");
         assert_eq!(fresh.metadata().snapshots().count(), 1, "one snapshot");
@@ -488,6 +461,89 @@ fn commits_are_exactly_once_and_orphans_are_removed() -> TestResult {
                 "{f}"
             );
         }
+        log.shutdown().await?;
+        Ok(())
+    })
+}
+
+/// `n` entries appended to `tlog` and sealed, as the slice of partition `partition`.
+async fn sealed_slice(
+    tlog: &ledgerlake::ledger::TopicLog,
+    partition: i32,
+    n: u64,
+) -> Result<LedgerSlice, Box<dyn std::error::Error>> {
+    for i in 0..n {
+        let meta = ledgerlake::protocol::proto::MessageMetadata {
+            producer_name: "p".into(),
+            sequence_id: i,
+            publish_time: 1_700_000_000_000 + i,
+            ..Default::default()
+        };
+        tlog.append(
+            1_700_000_000_000 + i as i64,
+            ledgerlake::protocol::frame::build_entry(&meta, b"x"),
+        )
+        .await?
+        .durable()
+        .await?;
+    }
+    let sealed = tlog.seal_current().await?.ok_or("nothing sealed")?;
+    Ok(LedgerSlice {
+        topic: None,
+        partition,
+        log: tlog.clone(),
+        ledger: sealed.id,
+        entry_count: n,
+        size_bytes: 0,
+    })
+}
+
+fn write_options() -> WriteOptions {
+    WriteOptions {
+        target_file_size: 1 << 20,
+        batch_rows: 16,
+        partitioning: LakePartitioning::Day,
+        payload_codec: None,
+    }
+}
+
+/// Two writers of one table that write different partitions (two nodes offloading their own
+/// partitions, or their own topics of a shared table) both commit: a commit is abandoned only
+/// when a partition it writes moved, and keeps the others' watermark.
+#[test]
+fn commits_of_other_partitions_do_not_abandon_an_attempt() -> TestResult {
+    let rt = runtime()?;
+    rt.block_on(async {
+        let dir = tempfile::tempdir()?;
+        let cfg = config(dir.path())?;
+        let meta = Arc::new(MemoryMetadataStore::new());
+        let log = Log::open(&dir.path().join("ledger"), cfg.ledger.clone(), meta).await?;
+        let lake = Lake::open(&cfg).await?;
+        let topic: TopicName = "persistent://t/n/y".parse()?;
+        let p0 = sealed_slice(&log.topic(&format!("{topic}-partition-0")).await?, 0, 10).await?;
+        let p1 = sealed_slice(&log.topic(&format!("{topic}-partition-1")).await?, 1, 20).await?;
+        let progress = Arc::new(Progress::default());
+        let stale = lake
+            .load_or_create_table(&topic, LakePartitioning::Day)
+            .await?;
+        commit::write_and_commit(
+            &lake,
+            stale.clone(),
+            vec![p1.clone()],
+            &write_options(),
+            &progress,
+        )
+        .await?;
+        // The stale handle saw no watermark at all; partition 0 did not move: it commits.
+        let (table, outcome) =
+            commit::write_and_commit(&lake, stale, vec![p0.clone()], &write_options(), &progress)
+                .await?;
+        assert_eq!(outcome.committed, vec![p0.ledger]);
+        let watermark = commit::read_watermark(&table)?;
+        let expected: commit::Watermark =
+            [("0".to_string(), p0.ledger), ("1".to_string(), p1.ledger)].into();
+        assert_eq!(watermark, expected);
+        assert_eq!(table.metadata().snapshots().count(), 2);
         log.shutdown().await?;
         Ok(())
     })
