@@ -58,6 +58,12 @@ pub fn watermark_key(topic: Option<&str>, partition: i32) -> String {
     }
 }
 
+/// A shared table's topic as `ledgerlake.ranges` (comma separated) names it: `%` and `,`
+/// escaped as `%25` and `%2C` (a topic's local name may contain both).
+pub fn range_topic(topic: &str) -> String {
+    topic.replace('%', "%25").replace(',', "%2C")
+}
+
 /// The topic (shared tables) and partition of a watermark key; `None` when malformed.
 pub fn parse_watermark_key(key: &str) -> Option<(Option<&str>, i32)> {
     match key.rsplit_once(':') {
@@ -187,7 +193,9 @@ pub async fn write_and_commit(
     for s in &todo {
         let key = slice_key(s);
         if s.entry_count > 0 {
-            ranges.push(format!("{key}:{}:0-{}", s.ledger, s.entry_count - 1));
+            let topic = s.topic.as_deref().map(range_topic);
+            let range_key = watermark_key(topic.as_deref(), s.partition);
+            ranges.push(format!("{range_key}:{}:0-{}", s.ledger, s.entry_count - 1));
         }
         let hw = next.entry(key).or_insert(0);
         *hw = (*hw).max(s.ledger);
@@ -262,6 +270,7 @@ mod tests {
         assert_eq!(parse_watermark_key("-1"), Some((None, -1)));
         assert_eq!(parse_watermark_key("x"), None);
         assert_eq!(parse_watermark_key("x:"), None);
+        assert_eq!(range_topic("a,b%2C"), "a%2Cb%252C");
     }
 
     proptest! {

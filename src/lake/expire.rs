@@ -24,7 +24,7 @@
 //! The caller holds the table's writer slot, so no offload commit races with this one; a
 //! commit by an outside engine makes the commit fail with a conflict and nothing changes.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use iceberg::spec::{
     DataContentType, DataFile, FormatVersion, ManifestContentType, ManifestFile,
@@ -58,21 +58,32 @@ pub struct RemovalOutcome {
     pub files_deleted: usize,
 }
 
-/// Which topics' files a removal may touch in a namespace's shared table: files whose
-/// partition's first value (`identity(topic)`) is one of these. `None`: a topic's own table,
-/// every file.
-pub type TopicScope<'a> = Option<&'a BTreeSet<String>>;
+/// The ledgers a removal keeps, and so which files it may drop.
+#[derive(Debug, Clone, Copy)]
+pub enum Live<'a> {
+    /// A topic's own table: every file, against the live ledgers of the topic's partitions.
+    Table(&'a BTreeSet<LedgerId>),
+    /// A namespace's shared table: only the files of these topics (their `identity(topic)`
+    /// partition value), each against its own topic's live ledgers (ledger ids of different
+    /// topics interleave, so one topic's live ledger must not keep another's file).
+    Topics(&'a BTreeMap<String, BTreeSet<LedgerId>>),
+}
 
-/// Whether `file` is one of the `scope` topics' files.
-fn in_scope(file: &DataFile, scope: TopicScope<'_>) -> bool {
-    let Some(topics) = scope else {
-        return true;
-    };
+/// The `topic` partition value of a shared table's file, if it has one.
+fn file_topic(file: &DataFile) -> Option<&str> {
     match file.partition().fields().first() {
-        Some(Some(iceberg::spec::Literal::Primitive(PrimitiveLiteral::String(t)))) => {
-            topics.contains(t)
-        }
-        _ => false,
+        Some(Some(iceberg::spec::Literal::Primitive(PrimitiveLiteral::String(t)))) => Some(t),
+        _ => None,
+    }
+}
+
+/// Whether `file` can only hold rows of ledgers `live` does not keep.
+fn doomed(file: &DataFile, ledger_field: i32, live: Live<'_>) -> bool {
+    match live {
+        Live::Table(ledgers) => removable(file, ledger_field, ledgers),
+        Live::Topics(topics) => file_topic(file)
+            .and_then(|t| topics.get(t))
+            .is_some_and(|ledgers| removable(file, ledger_field, ledgers)),
     }
 }
 
@@ -95,20 +106,17 @@ fn iceberg_err(op: &str) -> impl FnOnce(iceberg::Error) -> LakeError + '_ {
     move |e| LakeError::iceberg(op)(e)
 }
 
-/// Drops from `table` the data files holding only rows of ledgers that are not `live` (`live`
-/// = every ledger of the topic's partitions that is not expired), then expires older snapshots
-/// and deletes the dropped files. `expired` is recorded in the snapshot summary. In a shared
-/// table only the files of the `scope` topics (those `live` covers) are considered.
+/// Drops from `table` the data files holding only rows of ledgers that `live` does not keep
+/// (every ledger of the topic's partitions that is not expired; per topic in a shared table,
+/// whose other topics' files are not touched), then expires older snapshots and deletes the
+/// dropped files. `expired` is recorded in the snapshot summary.
 pub async fn remove_expired(
     lake: &Lake,
     table: Table,
-    live: &BTreeSet<LedgerId>,
+    live: Live<'_>,
     expired: &[LedgerId],
-    scope: TopicScope<'_>,
 ) -> Result<(Table, RemovalOutcome), LakeError> {
-    let removable = |file: &DataFile, field: i32, live: &BTreeSet<LedgerId>| {
-        in_scope(file, scope) && removable(file, field, live)
-    };
+    let removable = |file: &DataFile, field: i32, live: Live<'_>| doomed(file, field, live);
     let mut outcome = RemovalOutcome::default();
     let metadata = table.metadata();
     let Some(current) = metadata.current_snapshot() else {
@@ -540,15 +548,27 @@ mod tests {
     }
 
     #[test]
-    fn a_shared_table_removal_touches_only_its_topics_files() {
-        let topics: BTreeSet<String> = ["a".to_string()].into_iter().collect();
+    fn a_shared_table_removal_weighs_each_file_against_its_own_topic() {
+        // Topic a keeps ledger 7, topic b keeps nothing; ledger ids interleave between topics.
+        let topics: BTreeMap<String, BTreeSet<LedgerId>> = [
+            ("a".to_string(), [7].into_iter().collect()),
+            ("b".to_string(), BTreeSet::new()),
+        ]
+        .into_iter()
+        .collect();
+        let live = Live::Topics(&topics);
         let topic = |t: &str| Struct::from_iter([Some(iceberg::spec::Literal::string(t))]);
-        let of_a = file_in(Some(1), Some(4), topic("a"));
-        let of_b = file_in(Some(1), Some(4), topic("b"));
-        assert!(in_scope(&of_a, Some(&topics)));
-        assert!(!in_scope(&of_b, Some(&topics)));
-        // A file without a topic value is nobody's to remove.
-        assert!(!in_scope(&file(Some(1), Some(4)), Some(&topics)));
-        assert!(in_scope(&of_b, None));
+        assert!(!doomed(&file_in(Some(1), Some(9), topic("a")), 1, live));
+        assert!(doomed(&file_in(Some(1), Some(6), topic("a")), 1, live));
+        // b's file spans a's live ledger 7: only b's own ledgers count.
+        assert!(doomed(&file_in(Some(1), Some(9), topic("b")), 1, live));
+        // Files of topics outside the removal, or without a topic value, stay.
+        assert!(!doomed(&file_in(Some(1), Some(4), topic("c")), 1, live));
+        assert!(!doomed(&file(Some(1), Some(4)), 1, live));
+        assert!(doomed(
+            &file_in(Some(1), Some(4), topic("c")),
+            1,
+            Live::Table(&BTreeSet::new())
+        ));
     }
 }

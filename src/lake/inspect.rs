@@ -36,6 +36,19 @@ pub struct FileRow {
     pub sequence_number: Option<i64>,
 }
 
+impl FileRow {
+    /// Whether this file of a namespace's shared table holds `topic`'s rows (the shared spec
+    /// partitions by `identity(topic)` first).
+    pub fn of_topic(&self, topic: &str) -> bool {
+        self.partition
+            .split('/')
+            .next()
+            .and_then(|first| first.strip_prefix(super::schema::TOPIC_COLUMN))
+            .and_then(|rest| rest.strip_prefix('='))
+            == Some(topic)
+    }
+}
+
 /// The manifest list of `snapshot` of `table` (read and parsed; every reader of manifests in
 /// the lake goes through here).
 pub(crate) async fn manifest_list(

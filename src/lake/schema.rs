@@ -304,7 +304,7 @@ pub fn layout_json() -> serde_json::Value {
             },
             "properties": table_properties("persistent://<tenant>/<namespace>"),
             "watermark_keys": "<topic>:<partition index>",
-            "ranges": "topic:partition:ledger:first_entry-last_entry, comma separated",
+            "ranges": "topic:partition:ledger:first_entry-last_entry, comma separated (the topic with % and , escaped as %25 and %2C)",
         },
         "snapshot_summary": {
             "ledgerlake.watermark": "JSON object: partition index -> highest ledger id committed so far (every snapshot)",

@@ -527,12 +527,17 @@ impl TopicLog {
         self.inner.lac.subscribe()
     }
 
-    /// Updates the topic's view after the service changed a ledger's state.
+    /// Updates the topic's view after the service changed a ledger's state. A record older
+    /// than the view's (a state earlier in the lifecycle, read before a later transition) is
+    /// ignored: states only move forward.
     pub(crate) fn set_record(&self, record: LedgerRecord) {
         let mut ledgers = lock(&self.inner.ledgers);
         if record.state == LedgerState::Expired {
             ledgers.remove(&record.id);
         } else if let Some(v) = ledgers.get_mut(&record.id) {
+            if matches!(v, LedgerView::Closed(old) if old.state.as_u8() > record.state.as_u8()) {
+                return;
+            }
             *v = LedgerView::Closed(Box::new(record));
         }
     }

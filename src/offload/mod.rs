@@ -112,6 +112,9 @@ struct TableStatus {
     retention: RetentionStats,
 }
 
+/// Writer locks by table identifier.
+type WriterLocks = HashMap<String, Arc<tokio::sync::Mutex<()>>>;
+
 /// What the engine keeps per base topic (requests, status, progress).
 #[derive(Debug)]
 struct TableSlot {
@@ -137,10 +140,14 @@ struct Inner {
     config: LakeConfig,
     /// Base topic → its slot.
     tables: Mutex<HashMap<String, Arc<TableSlot>>>,
-    /// Table identifier → its writer lock. Invariant: held by the one pass writing the table
-    /// (or by a topic deletion pausing it).
-    writers: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Table identifier → its writer lock, and the size at which the map is pruned next.
+    /// Invariant: a lock is held by the one pass writing the table (or by a topic deletion
+    /// pausing it); an entry nobody holds may be dropped.
+    writers: Mutex<(WriterLocks, usize)>,
     slots: Arc<Semaphore>,
+    /// Where a pass starts planning among its partitions, turned by every pass: a pass is
+    /// capped in size, and a busy first partition must not starve the others of a table.
+    rotation: std::sync::atomic::AtomicUsize,
     wake: Notify,
     stop: CancellationToken,
     tasks: TaskTracker,
@@ -185,7 +192,8 @@ impl OffloadEngine {
             policies,
             config,
             tables: Mutex::new(HashMap::new()),
-            writers: Mutex::new(HashMap::new()),
+            writers: Mutex::new((HashMap::new(), 0)),
+            rotation: std::sync::atomic::AtomicUsize::new(0),
             wake: Notify::new(),
             stop: CancellationToken::new(),
             tasks: TaskTracker::new(),
@@ -262,10 +270,9 @@ impl OffloadEngine {
                 let Some(t) = lake.load_table(&table.ident).await? else {
                     return Ok(false);
                 };
-                let scope = std::collections::BTreeSet::from([topic]);
-                let none = std::collections::BTreeSet::new();
-                let (_, outcome) =
-                    crate::lake::expire::remove_expired(&lake, t, &none, &[], Some(&scope)).await?;
+                let nothing_kept = std::collections::BTreeMap::from([(topic, Default::default())]);
+                let live = crate::lake::expire::Live::Topics(&nothing_kept);
+                let (_, outcome) = crate::lake::expire::remove_expired(&lake, t, live, &[]).await?;
                 Ok(outcome.snapshot_id.is_some())
             })
             .await??)
@@ -412,12 +419,15 @@ impl Inner {
         Ok(naming::TopicTable::of(topic, layout))
     }
 
-    /// The writer lock of the table `ident`.
+    /// The writer lock of the table `ident`. Locks nobody holds are forgotten once the map
+    /// has doubled since the last pruning (amortised: tables come and go with topics).
     fn writer(&self, ident: &iceberg::TableIdent) -> Arc<tokio::sync::Mutex<()>> {
-        lock(&self.writers)
-            .entry(ident.to_string())
-            .or_default()
-            .clone()
+        let mut writers = lock(&self.writers);
+        if writers.0.len() >= writers.1.max(1024) {
+            writers.0.retain(|_, w| Arc::strong_count(w) > 1);
+            writers.1 = writers.0.len() * 2;
+        }
+        writers.0.entry(ident.to_string()).or_default().clone()
     }
 
     fn slot(&self, base: &str) -> Arc<TableSlot> {

@@ -4,12 +4,13 @@
 //!
 //! Invariants:
 //! - The caller holds the table's writer lock for the whole pass.
-//! - A shared table's slices come topic by topic (sorted by topic, then partition), so the
-//!   writers close one topic's files before the next topic's start ([`crate::lake::commit`]).
+//! - A shared table's slices come topic by topic (sorted by topic, then partition, starting at
+//!   a partition that turns with every pass so a capped pass starves no topic), so the writers
+//!   close one topic's files before the next topic's start ([`crate::lake::commit`]).
 //! - Requests, status and progress stay per base topic ([`TableSlot`]); what a shared commit
 //!   did as a whole (its snapshot, its state) is recorded on every topic that took part.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -116,14 +117,14 @@ impl Inner {
                     st.state = OffloadState::Error;
                     st.last_error = Some(e.to_string());
                 }
-                false
+                BTreeSet::new()
             }
         };
-        for w in &work {
+        for (index, w) in work.iter().enumerate() {
             match w.ticket {
                 // A pass is capped in size: a request for everything stays pending (taken
                 // again by the next pass) until nothing is left.
-                Some(t) if more => {
+                Some(t) if more.contains(&index) => {
                     let mut m = lock(&w.slot.manual);
                     m.1 = m.1.min(t - 1);
                 }
@@ -136,11 +137,15 @@ impl Inner {
         }
     }
 
-    /// One pass over a table. Returns whether eligible ledgers were left for a later pass (a
-    /// pass commits a bounded amount).
-    async fn pass(&self, table: &PassTable, work: &[PassTopic]) -> Result<bool, OffloadError> {
+    /// One pass over a table. Returns the topics (indexes into `work`) that have eligible
+    /// ledgers left for a later pass (a pass commits a bounded amount).
+    async fn pass(
+        &self,
+        table: &PassTable,
+        work: &[PassTopic],
+    ) -> Result<BTreeSet<usize>, OffloadError> {
         let Some(first) = work.first() else {
-            return Ok(false);
+            return Ok(BTreeSet::new());
         };
         // A request seals the open ledgers, which only the loaded logs may do; otherwise the
         // pass reads views that load nothing (an unloaded topic stays unloaded).
@@ -178,7 +183,7 @@ impl Inner {
             })
         });
         if !busy && !any_manual {
-            return Ok(false);
+            return Ok(BTreeSet::new());
         }
         let _permit = self
             .slots
@@ -219,26 +224,29 @@ impl Inner {
             let m = lock(&w.slot.manual);
             m.0 > m.1
         });
-        if more || pending {
+        if !more.is_empty() || pending {
             self.wake.notify_one();
         }
         Ok(more)
     }
 
-    /// The sealed ledgers this pass writes (a bounded amount, topic by topic, each partition's
-    /// in id order), and whether eligible ones were left for a later pass.
+    /// The sealed ledgers this pass writes (a bounded amount, topic by topic from a partition
+    /// that turns with every pass, each partition's in id order), and the topics (indexes)
+    /// with eligible ones left for a later pass.
     async fn plan_slices(
         &self,
         logs: &[PassLog],
         policies: &EffectivePolicies,
-    ) -> Result<(Vec<LedgerSlice>, bool), OffloadError> {
+    ) -> Result<(Vec<LedgerSlice>, BTreeSet<usize>), OffloadError> {
         let meta = self.log.metadata();
         let now = now_ms();
         let budget = self.config.target_file_size.as_u64().saturating_mul(4);
         let mut slices = Vec::new();
         let mut planned_bytes = 0u64;
-        let mut more = false;
-        for l in logs {
+        let mut more = BTreeSet::new();
+        let start = self.rotation.fetch_add(1, Ordering::Relaxed) % logs.len().max(1);
+        let (head, tail) = logs.split_at(start);
+        for l in tail.iter().chain(head) {
             let log = &l.log;
             let records = meta.topic_ledgers(log.id()).await?;
             // Other nodes offload or delete the ledgers their bookies hold: keep this view's
@@ -265,7 +273,7 @@ impl Inner {
                 .iter()
                 .any(|r| r.state == LedgerState::Open && Some(r.id) != newest)
             {
-                more = true;
+                more.insert(l.topic_index);
             }
             // Ledgers of this bookie that hold back another bookie's (the topic moved away) go
             // whatever the thresholds: nothing else would ever offload them.
@@ -285,7 +293,8 @@ impl Inner {
                     break;
                 };
                 if !slices.is_empty() && planned_bytes + seal.size_bytes > budget {
-                    return Ok((slices, true));
+                    more.insert(l.topic_index);
+                    break;
                 }
                 planned_bytes += seal.size_bytes;
                 slices.push(LedgerSlice {

@@ -16,13 +16,14 @@
 //! no reader sees them and their local copies go), then removes their rows from the table
 //! ([`crate::lake::expire`]).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 
 use iceberg::table::Table;
 
 use super::pass::{PassLog, PassTable, PassTopic};
 use super::{lock, OffloadError};
+use crate::lake::expire::Live;
 use crate::ledger::cursor::{CursorState, DEDUP_SNAPSHOT};
 use crate::ledger::{now_ms, LedgerId, LedgerRecord, LedgerState, Log, Position, TopicLog};
 use crate::policies::{EffectivePolicies, RetentionPolicy};
@@ -153,6 +154,7 @@ impl super::Inner {
         policies: &EffectivePolicies,
     ) -> Result<Option<Table>, OffloadError> {
         let mut all = LogExpiry::default();
+        let mut live_of: BTreeMap<String, BTreeSet<LedgerId>> = BTreeMap::new();
         for (index, w) in work.iter().enumerate() {
             let mine: Vec<(i32, TopicLog)> = logs
                 .iter()
@@ -165,8 +167,12 @@ impl super::Inner {
                 lock(&w.slot.status).retention.expired_ledgers += expiry.newly.len() as u64;
             }
             all.newly.extend(expiry.newly);
-            all.live.extend(expiry.live);
             all.any_expired |= expiry.any_expired;
+            if table.shared {
+                live_of.insert(w.base.local.clone(), expiry.live);
+            } else {
+                all.live.extend(expiry.live);
+            }
         }
         let pending = work
             .iter()
@@ -183,17 +189,13 @@ impl super::Inner {
             clear();
             return Ok(None);
         };
-        let scope: Option<BTreeSet<String>> = table
-            .shared
-            .then(|| work.iter().map(|w| w.base.local.clone()).collect());
-        let (loaded, outcome) = crate::lake::expire::remove_expired(
-            &self.lake,
-            loaded,
-            &all.live,
-            &all.newly,
-            scope.as_ref(),
-        )
-        .await?;
+        let live = if table.shared {
+            Live::Topics(&live_of)
+        } else {
+            Live::Table(&all.live)
+        };
+        let (loaded, outcome) =
+            crate::lake::expire::remove_expired(&self.lake, loaded, live, &all.newly).await?;
         clear();
         for w in work {
             lock(&w.slot.status).retention.last_error.clear();

@@ -596,6 +596,13 @@ async fn open_lake_only(
     let own = located.topic().cloned();
     let table = located.table.ok_or_else(no_table)?;
     let snapshot_id = match wanted {
+        // A shared table's snapshot summaries name every topic's ranges.
+        Wanted::Snapshots if own.is_some() => {
+            return Err(SqlError::Invalid(format!(
+                "{base} is in a namespace whose topics share one lake table: its $snapshots \
+                 would show every topic's commits; use $history"
+            )))
+        }
         Wanted::Snapshots => {
             let batches: Vec<_> = table
                 .inspect()
@@ -615,9 +622,13 @@ async fn open_lake_only(
             return Ok(Arc::new(mem));
         }
         Wanted::History => return Ok(Arc::new(super::metadata_tables::history(&table)?)),
-        Wanted::Files => return Ok(Arc::new(super::metadata_tables::files(&table).await?)),
+        Wanted::Files => {
+            let files = super::metadata_tables::files(&table, own.as_deref()).await?;
+            return Ok(Arc::new(files));
+        }
         Wanted::Partitions => {
-            return Ok(Arc::new(super::metadata_tables::partitions(&table).await?))
+            let partitions = super::metadata_tables::partitions(&table, own.as_deref()).await?;
+            return Ok(Arc::new(partitions));
         }
         Wanted::Snapshot(id) => id,
         Wanted::AsOf(ms) => table

@@ -71,16 +71,21 @@ pub(super) fn history(table: &Table) -> Result<MemTable, SqlError> {
     mem(schema, columns)
 }
 
-async fn files_of(table: &Table) -> Result<Vec<FileRow>, SqlError> {
-    current_files(table)
+/// The table's live files; in a namespace's shared table, only those of topic `own`.
+async fn files_of(table: &Table, own: Option<&str>) -> Result<Vec<FileRow>, SqlError> {
+    let mut rows = current_files(table)
         .await
-        .map_err(|e| SqlError::Execution(e.to_string()))
+        .map_err(|e| SqlError::Execution(e.to_string()))?;
+    if let Some(topic) = own {
+        rows.retain(|r| r.of_topic(topic));
+    }
+    Ok(rows)
 }
 
 /// `$files`: content, file_path, file_format, partition, spec_id, record_count,
 /// file_size_in_bytes, snapshot_id, sequence_number.
-pub(super) async fn files(table: &Table) -> Result<MemTable, SqlError> {
-    let rows = files_of(table).await?;
+pub(super) async fn files(table: &Table, own: Option<&str>) -> Result<MemTable, SqlError> {
+    let rows = files_of(table, own).await?;
     let schema = Schema::new(vec![
         Field::new("content", DataType::Utf8, false),
         Field::new("file_path", DataType::Utf8, false),
@@ -123,9 +128,9 @@ pub(super) async fn files(table: &Table) -> Result<MemTable, SqlError> {
 
 /// `$partitions`: partition, record_count, file_count, total_data_file_size_in_bytes (data
 /// files only, as Spark's partitions table).
-pub(super) async fn partitions(table: &Table) -> Result<MemTable, SqlError> {
+pub(super) async fn partitions(table: &Table, own: Option<&str>) -> Result<MemTable, SqlError> {
     let mut by: BTreeMap<String, (i64, i64, i64)> = BTreeMap::new();
-    for r in files_of(table)
+    for r in files_of(table, own)
         .await?
         .iter()
         .filter(|r| r.content == "data")

@@ -21,9 +21,9 @@ use parquet::arrow::ProjectionMask;
 use super::check::LakeRow;
 use super::report::Finding;
 use super::VerifyError;
-use crate::lake::commit::{parse_watermark_key, read_watermark, RANGES_KEY};
+use crate::lake::commit::{parse_watermark_key, range_topic, read_watermark, RANGES_KEY};
 use crate::lake::naming::TopicTable;
-use crate::lake::{inspect, schema, Lake, LakeHandle};
+use crate::lake::{inspect, Lake, LakeHandle};
 use crate::naming::TopicName;
 
 /// Data files fetched and decoded at once.
@@ -116,13 +116,9 @@ async fn read_table(lake: Arc<Lake>, at: TopicTable, deep: bool) -> Result<LakeV
         .await
         .map_err(VerifyError::Lake)?;
     let mut data = Vec::new();
-    // In a shared table, this topic's files: partitioned by `identity(topic)` first.
-    let own = topic.map(|t| format!("{}={t}", schema::TOPIC_COLUMN));
     for f in files {
-        if own
-            .as_ref()
-            .is_some_and(|own| f.partition.split('/').next() != Some(own.as_str()))
-        {
+        // In a shared table, only this topic's files.
+        if topic.is_some_and(|t| !f.of_topic(t)) {
             continue;
         }
         if f.content == "data" {
@@ -165,6 +161,9 @@ async fn read_table(lake: Arc<Lake>, at: TopicTable, deep: bool) -> Result<LakeV
 fn recorded_ranges(table: &iceberg::table::Table, topic: Option<&str>) -> Vec<RecordedRange> {
     let metadata = table.metadata();
     let mut out = Vec::new();
+    // Ranges name a shared table's topics escaped (they are comma separated).
+    let topic = topic.map(range_topic);
+    let topic = topic.as_deref();
     let mut next = metadata.current_snapshot();
     while let Some(s) = next {
         next = s

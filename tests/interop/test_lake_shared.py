@@ -12,7 +12,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from conftest import Sends, _binary, eventually
 from lake import http, offload_and_wait, stats
 from test_replay import wait_all_deleted
-from test_sql import psql_rows
+from test_sql import psql, psql_rows
 
 FAST = {
     "LEDGERLAKE_LAKE__CHECK_INTERVAL": "100ms",
@@ -121,6 +121,12 @@ def test_many_topics_share_one_table_and_stay_exact(make_service):
         ranges = (snap.summary.additional_properties.get("ledgerlake.ranges") or "")
         per_commit.append(len({r.rsplit(":", 3)[0] for r in ranges.split(",") if r}))
     assert max(per_commit) >= 5, per_commit
+    # A topic's metadata tables show only its own files; snapshot summaries (every topic's
+    # ranges) are not shown per topic.
+    parts = psql_rows(svc, 'SELECT partition FROM many."t3$files"')
+    assert parts and all(p[0].startswith("topic=t3/") for p in parts), parts
+    refused = psql(svc, 'SELECT count(*) FROM many."t3$snapshots"')
+    assert refused.returncode != 0 and "share one lake table" in refused.stderr, refused
     # One topic's scan plans only its own files.
     plan = list(table.scan(row_filter="topic == 't3'").plan_files())
     assert plan and all(t.file.partition[0] == "t3" for t in plan)
@@ -170,8 +176,14 @@ def test_retention_in_a_shared_table_removes_only_the_expired_topics_files(make_
     free = f"persistent://{ns}/free"
     # A durable subscription that acknowledges nothing holds `held`'s data back.
     client.subscribe(held, "slow", initial_position=pulsar.InitialPosition.Earliest).close()
-    sent_held = produce(client, held, 60)
-    produce(client, free, 60)
+    # Ledger ids interleave between the two topics, and each topic's ledgers go in one file
+    # (offload held until the end): `free`'s file spans ledger ids of `held` that stay.
+    policy(svc, ns, "offloadThreshold", "-1")
+    sent_held = []
+    for _ in range(3):
+        sent_held += produce(client, held, 45)
+        produce(client, free, 45)
+    policy(svc, ns, "offloadThreshold", "0")
     offload_and_wait(svc, held)
     offload_and_wait(svc, free)
     status, body = http("POST", f"{svc.http}/admin/v2/namespaces/{ns}/retention",
