@@ -69,19 +69,11 @@ pub enum Live<'a> {
     Topics(&'a BTreeMap<String, BTreeSet<LedgerId>>),
 }
 
-/// The `topic` partition value of a shared table's file, if it has one.
-fn file_topic(file: &DataFile) -> Option<&str> {
-    match file.partition().fields().first() {
-        Some(Some(iceberg::spec::Literal::Primitive(PrimitiveLiteral::String(t)))) => Some(t),
-        _ => None,
-    }
-}
-
 /// Whether `file` can only hold rows of ledgers `live` does not keep.
 fn doomed(file: &DataFile, ledger_field: i32, live: Live<'_>) -> bool {
     match live {
         Live::Table(ledgers) => removable(file, ledger_field, ledgers),
-        Live::Topics(topics) => file_topic(file)
+        Live::Topics(topics) => super::schema::partition_topic(file.partition())
             .and_then(|t| topics.get(t))
             .is_some_and(|ledgers| removable(file, ledger_field, ledgers)),
     }

@@ -200,6 +200,17 @@ pub fn envelope_schema() -> Schema {
         .unwrap_or_else(|e| unreachable!("envelope schema is valid: {e}"))
 }
 
+/// The `topic` value of a shared table's file partition (the shared spec's first field), if
+/// it has one.
+pub fn partition_topic(partition: &iceberg::spec::Struct) -> Option<&str> {
+    match partition.fields().first() {
+        Some(Some(iceberg::spec::Literal::Primitive(iceberg::spec::PrimitiveLiteral::String(
+            t,
+        )))) => Some(t),
+        _ => None,
+    }
+}
+
 /// The schema of a namespace's shared table: the envelope, then the `topic` column.
 pub fn shared_schema() -> Schema {
     let envelope = envelope_schema();

@@ -47,11 +47,12 @@ use futures::{StreamExt, TryStreamExt};
 use iceberg::arrow::ArrowReaderBuilder;
 use iceberg::expr::{Predicate, Reference};
 use iceberg::scan::FileScanTask;
-use iceberg::spec::{DataFileFormat, Datum, Literal, PrimitiveLiteral};
+use iceberg::spec::{DataFileFormat, Datum};
 use iceberg::table::Table;
 use iceberg_datafusion::physical_plan::convert_filters_to_predicate;
 
 use super::tail::conform_batch;
+use crate::lake::schema::partition_topic;
 use crate::lake::LakeHandle;
 
 /// The URL the warehouse's scan store is registered under in every SQL session's runtime.
@@ -167,17 +168,13 @@ fn own_files(side: &LakeSide, tasks: Vec<FileScanTask>) -> DFResult<Vec<FileScan
     };
     let mut out = Vec::with_capacity(tasks.len());
     for t in tasks {
-        match t
-            .partition
-            .as_ref()
-            .and_then(|p| p.fields().first().cloned())
-        {
-            Some(Some(Literal::Primitive(PrimitiveLiteral::String(s)))) => {
-                if &s == topic {
+        match t.partition.as_ref().and_then(partition_topic) {
+            Some(s) => {
+                if s == topic {
                     out.push(t);
                 }
             }
-            _ => {
+            None => {
                 return Err(DataFusionError::Execution(format!(
                     "data file {} of the shared table {} is not partitioned by topic",
                     t.data_file_path,

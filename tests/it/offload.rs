@@ -405,15 +405,20 @@ fn namespace_policies_drive_automatic_offload_and_local_deletion() -> TestResult
     })
 }
 
+/// A log (in-memory metadata) and a lake under `dir`.
+async fn log_and_lake(dir: &std::path::Path) -> Result<(Log, Lake), Box<dyn std::error::Error>> {
+    let cfg = config(dir)?;
+    let meta = Arc::new(MemoryMetadataStore::new());
+    let log = Log::open(&dir.join("ledger"), cfg.ledger.clone(), meta).await?;
+    Ok((log, Lake::open(&cfg).await?))
+}
+
 #[test]
 fn commits_are_exactly_once_and_orphans_are_removed() -> TestResult {
     let rt = runtime()?;
     rt.block_on(async {
         let dir = tempfile::tempdir()?;
-        let cfg = config(dir.path())?;
-        let meta = Arc::new(MemoryMetadataStore::new());
-        let log = Log::open(&dir.path().join("ledger"), cfg.ledger.clone(), meta).await?;
-        let lake = Lake::open(&cfg).await?;
+        let (log, lake) = log_and_lake(dir.path()).await?;
         let topic: TopicName = "persistent://t/n/x".parse()?;
         let tlog = log.topic(&topic.to_string()).await?;
         let slices = vec![sealed_slice(&tlog, -1, 50).await?];
@@ -515,10 +520,7 @@ fn commits_of_other_partitions_do_not_abandon_an_attempt() -> TestResult {
     let rt = runtime()?;
     rt.block_on(async {
         let dir = tempfile::tempdir()?;
-        let cfg = config(dir.path())?;
-        let meta = Arc::new(MemoryMetadataStore::new());
-        let log = Log::open(&dir.path().join("ledger"), cfg.ledger.clone(), meta).await?;
-        let lake = Lake::open(&cfg).await?;
+        let (log, lake) = log_and_lake(dir.path()).await?;
         let topic: TopicName = "persistent://t/n/y".parse()?;
         let p0 = sealed_slice(&log.topic(&format!("{topic}-partition-0")).await?, 0, 10).await?;
         let p1 = sealed_slice(&log.topic(&format!("{topic}-partition-1")).await?, 1, 20).await?;
