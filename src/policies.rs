@@ -47,6 +47,10 @@ pub struct NamespacePolicies {
     /// namespace has no topics, so no topic ever has rows in both layouts).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lake_table_layout: Option<LakeTableLayout>,
+    /// `persistence` (Pulsar's `PersistencePolicies`): how the namespace's new ledgers are
+    /// replicated (namespace scope only; ADR 0010).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistence: Option<PersistencePolicies>,
     /// Broker deduplication (`/namespaces/{t}/{ns}/deduplication`; at topic scope
     /// `.../{topic}/deduplicationEnabled`, which wins over the namespace).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -221,6 +225,59 @@ impl NamespacePolicies {
     /// Parses the persisted form.
     pub fn decode(bytes: &[u8]) -> Result<Self, String> {
         crate::versioned::decode(POLICIES_FORMAT_VERSION, "namespace policies", bytes)
+    }
+}
+
+/// Pulsar's `PersistencePolicies`, as its admin API reads and writes them. ledgerlake writes
+/// every entry to every bookie of a ledger's ensemble: the write quorum equals the ensemble.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PersistencePolicies {
+    /// Bookies per ledger.
+    pub bookkeeper_ensemble: i32,
+    /// Bookies each entry is written to (equal to the ensemble here).
+    pub bookkeeper_write_quorum: i32,
+    /// Bookies that make an entry durable before it is acknowledged.
+    pub bookkeeper_ack_quorum: i32,
+    /// Accepted for compatibility; cursor positions are saved on their own schedule.
+    #[serde(default)]
+    pub managed_ledger_max_mark_delete_rate: f64,
+}
+
+impl Eq for PersistencePolicies {}
+
+impl PersistencePolicies {
+    /// Why these quorums cannot be used, if they cannot.
+    pub fn invalid(&self) -> Option<String> {
+        let (e, w, a) = (
+            self.bookkeeper_ensemble,
+            self.bookkeeper_write_quorum,
+            self.bookkeeper_ack_quorum,
+        );
+        if !(1..=16).contains(&e) || !(1..=16).contains(&w) || !(1..=16).contains(&a) {
+            return Some("ensemble, write quorum and ack quorum must be between 1 and 16".into());
+        }
+        if !(e >= w && w >= a) {
+            return Some(format!(
+                "Bookkeeper Ensemble ({e}) >= WriteQuorum ({w}) >= AckQuoru ({a}) must hold"
+            ));
+        }
+        if w != e {
+            return Some(format!(
+                "a write quorum ({w}) below the ensemble ({e}) (striping) is not supported: \
+                 every bookie of a ledger gets every entry"
+            ));
+        }
+        None
+    }
+
+    /// The replication new ledgers get.
+    pub fn replication(&self) -> crate::ledger::Replication {
+        let clamp = |v: i32| Some(v.clamp(1, 16) as u8);
+        crate::ledger::Replication {
+            ensemble: clamp(self.bookkeeper_ensemble),
+            ack_quorum: clamp(self.bookkeeper_ack_quorum),
+        }
     }
 }
 
@@ -535,6 +592,7 @@ mod tests {
             dispatch in proptest::option::of((any::<i64>(), any::<i64>(), any::<bool>(), any::<u32>())),
             inactive in proptest::option::of((any::<bool>(), any::<i32>(), any::<bool>())),
             shared in proptest::option::of(any::<bool>()),
+            persistence in proptest::option::of((1i32..17, 1i32..17, 0u32..1000)),
         ) {
             let p = NamespacePolicies {
                 offload_threshold_bytes: a,
@@ -542,6 +600,12 @@ mod tests {
                 offload_deletion_lag_ms: c,
                 lake_partitioning: hour.map(|h| if h { LakePartitioning::Hour } else { LakePartitioning::Day }),
                 lake_table_layout: shared.map(|s| if s { LakeTableLayout::Shared } else { LakeTableLayout::PerTopic }),
+                persistence: persistence.map(|(e, a, rate)| PersistencePolicies {
+                    bookkeeper_ensemble: e,
+                    bookkeeper_write_quorum: e,
+                    bookkeeper_ack_quorum: a,
+                    managed_ledger_max_mark_delete_rate: f64::from(rate) / 8.0,
+                }),
                 deduplication_enabled: dedup,
                 retention: retention.map(|(t, s)| RetentionPolicy {
                     retention_time_in_minutes: t,

@@ -13,6 +13,10 @@
 //! - `GET|POST|DELETE /admin/v2/namespaces/{tenant}/{namespace}/deduplication` (`true`/`false`),
 //!   and per topic `GET|POST|DELETE /admin/v2/persistent/{t}/{ns}/{topic}/deduplicationEnabled`
 //!   (wins over the namespace); applied to loaded topics before the answer.
+//! - `GET|POST|DELETE /admin/v2/namespaces/{tenant}/{namespace}/persistence`
+//!   (`{"bookkeeperEnsemble": e, "bookkeeperWriteQuorum": w, "bookkeeperAckQuorum": a,
+//!   "managedLedgerMaxMarkDeleteRate": r}`, with `w == e`; for ledgers opened afterwards;
+//!   unset: up to 3 bookies as live, ack quorum up to 2; ADR 0010),
 //! - `GET|POST|DELETE /admin/v2/namespaces/{tenant}/{namespace}/retention`
 //!   (`{"retentionTimeInMinutes": m, "retentionSizeInMB": s}`, -1 = no limit), enforced on the
 //!   log and the lake by the offload engine's passes.
@@ -34,7 +38,7 @@ use super::Routes;
 use super::{namespace_path, topic_path, AdminState};
 use crate::config::{LakePartitioning, LakeTableLayout};
 use crate::naming::TopicName;
-use crate::policies::{NamespacePolicies, RetentionPolicy};
+use crate::policies::{NamespacePolicies, PersistencePolicies, RetentionPolicy};
 
 pub(super) fn routes() -> Router<AdminState> {
     let base = "/admin/v2/namespaces/{tenant}/{namespace}";
@@ -65,6 +69,12 @@ pub(super) fn routes() -> Router<AdminState> {
             get(get_retention)
                 .post(set_retention)
                 .delete(delete_retention),
+        )
+        .at(
+            &format!("{base}/persistence"),
+            get(get_persistence)
+                .post(set_persistence)
+                .delete(delete_persistence),
         )
         .at(
             &format!("{base}/deduplication"),
@@ -331,6 +341,38 @@ async fn put_layout(
     let ns = namespace_path(&t, &n)?;
     s.ops()?.set_lake_table_layout(&ns, v).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+async fn get_persistence(
+    State(s): State<AdminState>,
+    Path((t, n)): Path<(String, String)>,
+) -> Result<Json<Option<PersistencePolicies>>, AdminError> {
+    let ns = namespace_path(&t, &n)?;
+    Ok(Json(s.ops()?.namespace_policies(&ns).await?.persistence))
+}
+
+async fn set_persistence(
+    State(s): State<AdminState>,
+    Path((t, n)): Path<(String, String)>,
+    body: String,
+) -> Result<StatusCode, AdminError> {
+    let v: PersistencePolicies = serde_json::from_str(&body).map_err(|e| {
+        AdminError::BadRequest(format!(
+            "expected {{\"bookkeeperEnsemble\": e, \"bookkeeperWriteQuorum\": w, \
+             \"bookkeeperAckQuorum\": a, \"managedLedgerMaxMarkDeleteRate\": r}}: {e}"
+        ))
+    })?;
+    if let Some(why) = v.invalid() {
+        return Err(AdminError::BadRequest(why));
+    }
+    update(&s, &t, &n, |p| p.persistence = Some(v)).await
+}
+
+async fn delete_persistence(
+    State(s): State<AdminState>,
+    Path((t, n)): Path<(String, String)>,
+) -> Result<StatusCode, AdminError> {
+    update(&s, &t, &n, |p| p.persistence = None).await
 }
 
 async fn get_retention(

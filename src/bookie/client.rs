@@ -20,7 +20,9 @@ use tokio::net::TcpStream;
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
 use crate::cluster::membership::Membership;
-use crate::ledger::{Confirmed, Entry, LedgerId, Position, ReadError, ReplicaSource};
+use crate::ledger::{
+    AddDone, Confirmed, Entry, LedgerId, Position, ReadError, ReplicaAdd, ReplicaSource,
+};
 use crate::protocol::bookie::{
     codec, decode_response, encode_request, BookieErrorCode, BookieRequest, BookieResponse,
     READ_BUDGET,
@@ -54,6 +56,10 @@ pub struct BookieClient {
     /// Invariant: every connection here answered its last request completely.
     idle: Mutex<HashMap<String, Vec<Conn>>>,
     next_id: AtomicU64,
+    /// The ordered add streams to replica bookies.
+    streams: Arc<super::streams::AddStreams>,
+    /// Turns with every ensemble chosen, so new ledgers spread over the bookies.
+    spread: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -64,6 +70,8 @@ impl BookieClient {
     /// A client resolving bookies through `membership`.
     pub fn new(membership: Arc<Membership>) -> BookieClient {
         BookieClient {
+            streams: super::streams::AddStreams::new(membership.clone()),
+            spread: AtomicU64::new(0),
             membership,
             addresses: Mutex::new((None, HashMap::new())),
             idle: Mutex::new(HashMap::new()),
@@ -282,5 +290,52 @@ impl ReplicaSource for BookieClient {
             Ok(other) => Err(Self::failed(bookie, ledger, 0, other.into())),
             Err(e) => Err(Self::failed(bookie, ledger, 0, Failure::Call(e))),
         }
+    }
+
+    fn add(&self, bookie: &str, add: ReplicaAdd, done: AddDone) {
+        self.streams.add(bookie, add, done);
+    }
+
+    async fn sealed(
+        &self,
+        bookie: &str,
+        topic: &str,
+        ledger: LedgerId,
+        count: u64,
+    ) -> Result<u64, ReadError> {
+        let req = BookieRequest::Sealed {
+            topic: topic.to_string(),
+            ledger,
+            count,
+        };
+        match self.call(bookie, &req).await {
+            Ok(BookieResponse::LastConfirmed { count, .. }) => Ok(count),
+            Ok(other) => Err(Self::failed(bookie, ledger, count, other.into())),
+            Err(e) => Err(Self::failed(bookie, ledger, count, Failure::Call(e))),
+        }
+    }
+
+    async fn choose(&self, except: &str, n: usize) -> Vec<String> {
+        let nodes = match self.membership.nodes().await {
+            Ok(nodes) => nodes,
+            Err(e) => {
+                tracing::warn!(error = %e, "listing the members for an ensemble failed");
+                return Vec::new();
+            }
+        };
+        let mut bookies: Vec<String> = nodes
+            .into_iter()
+            .filter(|m| m.bookie_addr.is_some() && m.bookie != except && !m.draining)
+            .map(|m| m.bookie)
+            .collect();
+        bookies.sort();
+        bookies.dedup();
+        if bookies.is_empty() {
+            return bookies;
+        }
+        let start = (self.spread.fetch_add(1, Ordering::Relaxed) as usize) % bookies.len();
+        bookies.rotate_left(start);
+        bookies.truncate(n);
+        bookies
     }
 }

@@ -15,7 +15,10 @@
 //!   read the sealed ledgers here until this node exits).
 //! - The listener serves only what the log has confirmed (see [`crate::ledger::replica`]).
 //!
-//! Not built yet (issue 19): writes from other nodes (replicated ledgers), fencing; the
+//! - Adds of replicated ledgers ([`Log::replica_add`]) are handed to the journal in the order
+//!   they arrive on their connection and answered in that order once durable.
+//!
+//! Not built yet (issue 19): fencing and recovery of another writer's open ledger; the
 //! listener has no authentication or TLS of its own, so it is bound to an address only the
 //! cluster's nodes reach.
 
@@ -27,7 +30,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
 
-use crate::ledger::{Confirmed, Entry, Log, ReadError};
+use crate::ledger::{Confirmed, Entry, Log, ReadError, ReplicaAddError};
 use crate::protocol::bookie::{
     codec, decode_request, encode_response, request_codec, BookieErrorCode, BookieRequest,
     BookieResponse, WireEntry, READ_BUDGET,
@@ -37,6 +40,7 @@ use crate::protocol::bookie::{
 pub const MAX_CONNECTIONS: usize = 256;
 
 pub mod client;
+pub mod streams;
 
 /// Serves the bookie protocol on `listener` until `stop` is cancelled.
 pub fn serve(
@@ -77,34 +81,110 @@ pub fn serve(
 }
 
 async fn connection(stream: TcpStream, peer: SocketAddr, log: Arc<Log>, stop: CancellationToken) {
-    // Requests are read with the small request limit, answers written with the answers' one.
+    // Requests are read with the small request limit (plus one entry, which an add carries),
+    // answers written with the answers' one.
     let (read, write) = stream.into_split();
-    let mut requests = FramedRead::new(read, request_codec());
-    let mut answers = FramedWrite::new(write, codec());
+    let mut requests = FramedRead::new(read, request_codec(log.max_entry_size()));
+    let answers = FramedWrite::new(write, codec());
+    // Answers leave in request order. An add is handed to the journal here, in the order the
+    // writer sent it; the answer waits, in the writer task, until it is durable.
+    let (tx, rx) = tokio::sync::mpsc::channel::<(u64, Pending)>(PIPELINE);
+    let writer = tokio::spawn(write_answers(answers, rx, peer));
     loop {
         let frame = tokio::select! {
-            _ = stop.cancelled() => return,
+            _ = stop.cancelled() => break,
             f = requests.next() => f,
         };
         let frame = match frame {
-            None => return,
+            None => break,
             Some(Ok(f)) => f.freeze(),
             Some(Err(e)) => {
                 tracing::warn!(%peer, error = %e, "bookie connection closed: bad framing");
-                return;
+                break;
             }
         };
         let (id, request) = match decode_request(frame) {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(%peer, error = %e, "bookie connection closed: bad frame");
-                return;
+                break;
             }
         };
-        let response = answer(&log, request).await;
+        let pending = match request {
+            BookieRequest::AddEntry {
+                topic: _,
+                ledger,
+                entry,
+                publish_time_ms,
+                payload,
+            } => add(&log, ledger, entry, publish_time_ms, payload).await,
+            other => {
+                let log = log.clone();
+                Box::pin(async move { answer(&log, other).await }) as Pending
+            }
+        };
+        if tx.send((id, pending)).await.is_err() {
+            break;
+        }
+    }
+    drop(tx);
+    let _ = writer.await;
+}
+
+/// Requests of one connection whose answers are not written yet, at most.
+const PIPELINE: usize = 1024;
+
+/// An answer still being worked out.
+type Pending = std::pin::Pin<Box<dyn std::future::Future<Output = BookieResponse> + Send>>;
+
+/// Writes each answer as it resolves, in request order.
+async fn write_answers(
+    mut answers: FramedWrite<
+        tokio::net::tcp::OwnedWriteHalf,
+        tokio_util::codec::LengthDelimitedCodec,
+    >,
+    mut rx: tokio::sync::mpsc::Receiver<(u64, Pending)>,
+    peer: SocketAddr,
+) {
+    while let Some((id, pending)) = rx.recv().await {
+        let response = pending.await;
         if let Err(e) = answers.send(encode_response(id, &response)).await {
             tracing::debug!(%peer, error = %e, "bookie connection closed while answering");
             return;
+        }
+    }
+}
+
+/// Hands a replicated entry to the log; the answer resolves once it is durable.
+async fn add(
+    log: &Log,
+    ledger: u64,
+    entry: u64,
+    publish_time_ms: i64,
+    payload: bytes::Bytes,
+) -> Pending {
+    match log
+        .replica_add(ledger, entry, publish_time_ms, payload)
+        .await
+    {
+        Ok(durable) => Box::pin(async move {
+            match durable.await {
+                Ok(Ok(_)) => BookieResponse::Added { ledger, entry },
+                Ok(Err(e)) => BookieResponse::error(BookieErrorCode::Unavailable, 0, e.to_string()),
+                Err(_) => BookieResponse::error(BookieErrorCode::Unavailable, 0, "log closed"),
+            }
+        }),
+        Err(e) => {
+            let code = match e {
+                ReplicaAddError::OutOfOrder { .. } => BookieErrorCode::BadRequest,
+                ReplicaAddError::NotReplica(_) => BookieErrorCode::NotHeld,
+                ReplicaAddError::Append(_) | ReplicaAddError::Storage(_) => {
+                    BookieErrorCode::Unavailable
+                }
+            };
+            tracing::warn!(ledger, entry, error = %e, "refused a replicated entry");
+            let response = BookieResponse::error(code, 0, e.to_string());
+            Box::pin(async move { response })
         }
     }
 }
@@ -137,6 +217,19 @@ async fn answer(log: &Log, request: BookieRequest) -> BookieResponse {
                 Err(e) => refusal(&e),
             }
         }
+        BookieRequest::Sealed {
+            topic: _,
+            ledger,
+            count,
+        } => match log.replica_seal(ledger, count).await {
+            Ok(count) => BookieResponse::LastConfirmed { count, open: false },
+            Err(e) => refusal(&e),
+        },
+        BookieRequest::AddEntry { .. } => BookieResponse::error(
+            BookieErrorCode::BadRequest,
+            0,
+            "an add is answered in order",
+        ),
     }
 }
 

@@ -159,10 +159,11 @@ async fn a_bad_frame_closes_its_connection_only_and_unheld_ledgers_are_refused()
     let mut buf = [0u8; 16];
     let n = tokio::time::timeout(std::time::Duration::from_secs(5), raw.read(&mut buf)).await??;
     assert_eq!(n, 0, "the connection is closed without an answer");
-    // A request frame declared longer than a request can be (1 MiB): closed before anything
-    // is reserved for it.
+    // A request frame declared longer than a request can be (an add of the largest entry,
+    // plus one byte): closed before anything is reserved for it.
+    let too_long = crate::protocol::bookie::MAX_REQUEST_FRAME + p.a.max_entry_size() + 1;
     let mut raw = TcpStream::connect(p.addr).await?;
-    raw.write_all(&(1u32 << 20).to_be_bytes()).await?;
+    raw.write_all(&(too_long as u32).to_be_bytes()).await?;
     let n = tokio::time::timeout(std::time::Duration::from_secs(5), raw.read(&mut buf)).await??;
     assert_eq!(n, 0);
 

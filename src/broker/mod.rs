@@ -209,6 +209,7 @@ impl Broker {
                         .rule()
                 })
                 .flatten(),
+            replication: ns.persistence.map(|p| p.replication()).unwrap_or_default(),
         })
     }
 
@@ -597,6 +598,7 @@ impl Broker {
             .policies_of(name)
             .await
             .map_err(|e| BrokerError::Stopped(format!("reading the policies of {key}: {e}")))?;
+        log.set_replication(policies.replication);
         // Backlog quotas and TTL are checked again by the tick.
         let timed = !policies.backlog.is_empty();
         let dedup = if policies.deduplication {

@@ -100,6 +100,8 @@ pub struct TopicPolicies {
     pub backlog: crate::policies::BacklogLimits,
     /// Deletion once inactive (`None`: never; non-partitioned topics only).
     pub inactive: Option<crate::policies::InactiveRule>,
+    /// How new ledgers are replicated (the namespace's persistence policy).
+    pub replication: crate::ledger::Replication,
 }
 
 /// What became of one SEND, once it is settled.
@@ -338,6 +340,7 @@ impl BrokerTopic {
 
     /// Applies resolved policies; returns when they are in force.
     pub(crate) async fn set_policies(&self, policies: TopicPolicies) {
+        self.log.set_replication(policies.replication);
         let _ = self
             .ask(|reply| TopicCommand::SetPolicies {
                 policies: Box::new(policies),

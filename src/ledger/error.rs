@@ -36,6 +36,16 @@ pub enum AppendError {
     /// The topic is being deleted (or was).
     #[error("topic {0} is deleted")]
     TopicDeleted(String),
+    /// A replicated ledger can no longer reach its ack quorum (too many of its bookies
+    /// failed), or not enough bookies are live for the ensemble the namespace asks for; the
+    /// client may retry (the next ledger gets a new ensemble).
+    #[error("ledger {ledger}: {why}")]
+    Quorum {
+        /// Ledger id (0: no ledger could be created).
+        ledger: LedgerId,
+        /// What went wrong.
+        why: Arc<str>,
+    },
 }
 
 /// Why a read returned no data.

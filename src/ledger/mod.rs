@@ -50,10 +50,12 @@ pub mod index;
 mod journal;
 pub mod metadata;
 mod open_ledger;
+mod quorum;
 mod read;
 pub mod record;
 mod recovery;
 pub mod replica;
+pub mod replicas;
 mod resident;
 mod seal;
 pub mod segment;
@@ -61,8 +63,9 @@ mod topic;
 
 pub use error::{AppendError, LifecycleError, OpenError, ReadError};
 pub use metadata::{LedgerId, LedgerRecord, LedgerState, MetadataError, MetadataStore};
-pub use replica::{Confirmed, ReplicaSource};
-pub use topic::{AppendReceipt, LedgerInfo, TopicLog};
+pub use replica::{AddDone, Confirmed, ReplicaAdd, ReplicaSource};
+pub use replicas::ReplicaAddError;
+pub use topic::{AppendReceipt, LedgerInfo, Replication, TopicLog};
 
 use crate::config::LedgerConfig;
 use crate::naming::TopicName;
@@ -70,6 +73,7 @@ use cache::{CacheBudget, IndexCache};
 use index::{read_index_file, IndexEntry};
 use journal::{Journal, JournalSettings};
 use metadata::LedgerTransition;
+use replicas::replicas_to_recover;
 use segment::{list_segments, segment_path, sync_dir, SegmentReaders};
 
 /// A message position in a topic: (ledger, entry).
@@ -134,13 +138,49 @@ pub(crate) struct LogShared {
     pub bookie: String,
     /// Reads other bookies' ledgers, once the node joined its cluster ([`replica`]).
     pub remote: std::sync::OnceLock<Arc<dyn replica::ReplicaSource>>,
+    /// The copies this bookie holds of ledgers other nodes write ([`replicas`]).
+    pub replicas: replicas::Replicas,
 }
 
 impl LogShared {
-    /// Whether this log holds the entries of `ledger` (it created it; an empty bookie is a
-    /// ledger of an embedded store from before bookie ids, always local).
+    /// Whether this log holds a copy of `ledger`'s entries: it wrote it (an empty bookie is a
+    /// ledger of an embedded store from before bookie ids, always local), or holds a replica's
+    /// copy of it ([`replicas`]).
     pub(crate) fn holds(&self, ledger: &LedgerRecord) -> bool {
+        held_by(ledger, &self.bookie) || self.replicas.holds(ledger.id)
+    }
+
+    /// Whether this log wrote `ledger` (only the writer recovers, offloads and deletes it).
+    pub(crate) fn writes(&self, ledger: &LedgerRecord) -> bool {
         held_by(ledger, &self.bookie)
+    }
+
+    /// Admits an append of `payload_len` bytes: refused while the volume is full, then waits
+    /// for room among the appends in flight (backpressure). The permit is held until done.
+    pub(crate) async fn admit(
+        &self,
+        payload_len: usize,
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, AppendError> {
+        let cost = (payload_len + record::RECORD_OVERHEAD) as u32;
+        self.disk.admit(u64::from(cost))?;
+        self.pending
+            .clone()
+            .acquire_many_owned(cost)
+            .await
+            .map_err(|_| AppendError::Closed)
+    }
+
+    /// The index of sealed ledger `record`, which this log holds: a replica's copy still open
+    /// here (its seal not heard of yet) is sealed at the recorded count first.
+    pub(crate) async fn held_sealed_index(
+        self: &Arc<Self>,
+        record: &LedgerRecord,
+    ) -> Result<Arc<[IndexEntry]>, ReadError> {
+        if self.replicas.open(record.id).is_some() {
+            let count = record.seal.map_or(0, |s| s.entry_count);
+            replicas::replica_seal(self, record.id, count).await?;
+        }
+        self.sealed_index(record.id).await
     }
 
     /// The index of a sealed ledger, from the cache or its file.
@@ -212,6 +252,9 @@ pub fn scan_segments_for_tests(
         .collect())
 }
 
+/// How often a bookie holding replica copies checks them against the store.
+const REPLICA_COLLECTION: Duration = Duration::from_secs(30);
+
 /// The states of ledgers whose entries the log holds (their segments and index files stay).
 const HELD_LOCALLY: [LedgerState; 3] = [
     LedgerState::Open,
@@ -253,7 +296,8 @@ impl Log {
     ) -> Result<Log, OpenError> {
         let segments_dir = dir.join("segments");
         let index_dir = dir.join("index");
-        for d in [dir, &segments_dir, &index_dir] {
+        let replicas_dir = dir.join("replicas");
+        for d in [dir, &segments_dir, &index_dir, &replicas_dir] {
             std::fs::create_dir_all(d).map_err(|source| OpenError::Io {
                 path: d.to_path_buf(),
                 source,
@@ -265,8 +309,11 @@ impl Log {
             .map_err(|e| OpenError::Journal(e.to_string()))??;
         let max_record_body =
             record::RECORD_BODY_FIXED_LEN + config.max_entry_size.as_u64() as usize;
+        // The copies this bookie holds of other writers' ledgers: those still open are rebuilt
+        // from the journal like its own open ledgers (but never sealed by it).
+        let mut replica_plan = replicas_to_recover(&replicas_dir, &meta, &bookie).await?;
         // Only this bookie's ledgers: another node's open ledger is that node's to recover.
-        let open: BTreeMap<LedgerId, u32> = meta
+        let mut open: BTreeMap<LedgerId, u32> = meta
             .ledgers_in_states(&[LedgerState::Open])
             .await?
             .into_iter()
@@ -282,6 +329,7 @@ impl Log {
             .filter(|l| held_by(l, &bookie))
             .filter_map(|l| l.seal.map(|s| (l.id, s.last_segment)))
             .collect();
+        open.extend(replica_plan.scan.iter().map(|(id, first)| (*id, *first)));
         let marker = segment::read_clean_marker(&segments_dir);
         let scan_dir = segments_dir.clone();
         let floor_index_dir = index_dir.clone();
@@ -336,6 +384,11 @@ impl Log {
             tasks: tokio_util::task::TaskTracker::new(),
             bookie,
             remote: std::sync::OnceLock::new(),
+            replicas: replicas::Replicas::new(
+                replicas_dir,
+                std::mem::take(&mut replica_plan.sealed),
+                Vec::new(),
+            ),
         });
 
         crate::failpoint::hit("ledger.recovery.after_scan");
@@ -344,7 +397,21 @@ impl Log {
             corrupt_records: scan.corrupt_records.clone(),
             ..Default::default()
         };
-        let recovered = seal::seal_recovered(&shared, scan.ledgers, &first_segments).await?;
+        let mut own = scan.ledgers;
+        let copies: Vec<(u32, open_ledger::OpenLedger)> = replica_plan
+            .scan
+            .iter()
+            .filter_map(|(id, first)| {
+                let written = own.remove(id)?;
+                Some((
+                    *first,
+                    open_ledger::OpenLedger::replica(*id, *first, written),
+                ))
+            })
+            .collect();
+        shared.replicas.restore(copies);
+        replica_plan.finish(&shared).await?;
+        let recovered = seal::seal_recovered(&shared, own, &first_segments).await?;
         report.sealed_ledgers = recovered.ledgers;
         report.recovered_entries = recovered.entries;
         let mut log = Log {
@@ -364,8 +431,14 @@ impl Log {
         log.report.stale_index_files = log.remove_stale_index_files().await?;
         log.spawn_age_ticker();
         log.spawn_disk_ticker();
+        log.spawn_replica_collector();
         tracing::info!(report = ?log.report, "log recovered");
         Ok(log)
+    }
+
+    /// The largest entry the log accepts (what a replica's add may carry).
+    pub fn max_entry_size(&self) -> usize {
+        self.shared.config.max_entry_size.as_u64() as usize
     }
 
     /// This log's bookie id (recorded on the ledgers it creates).
@@ -373,9 +446,16 @@ impl Log {
         &self.shared.bookie
     }
 
-    /// Whether this log holds the entries of `ledger` (another node's bookie holds the rest).
+    /// Whether this log holds a copy of the entries of `ledger`, written here or replicated
+    /// here (other nodes' bookies hold the rest).
     pub fn holds(&self, ledger: &LedgerRecord) -> bool {
         self.shared.holds(ledger)
+    }
+
+    /// Whether this log wrote `ledger`: only the writer's node offloads it and deletes its
+    /// local copy after the offload (a replica drops its copy once the store says so).
+    pub fn writes(&self, ledger: &LedgerRecord) -> bool {
+        self.shared.writes(ledger)
     }
 
     /// The directory the log lives in (its volume is the one that must not fill up).
@@ -416,6 +496,30 @@ impl Log {
                     if let Err(e) = t.seal_if_aged().await {
                         tracing::warn!(topic = %t.name(), error = %e, "age rollover failed");
                     }
+                }
+            }
+        });
+    }
+
+    /// Every [`REPLICA_COLLECTION`], drops the replica copies the store no longer lists for
+    /// a live ledger and seals those sealed meanwhile ([`Log::collect_replicas`]); a bookie
+    /// holding no copy does nothing.
+    fn spawn_replica_collector(&self) {
+        let shared = self.shared.clone();
+        let stop = self.stop.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(REPLICA_COLLECTION);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                if shared.replicas.ledgers().is_empty() {
+                    continue;
+                }
+                if let Err(e) = replicas::collect(&shared).await {
+                    tracing::warn!(error = %e, "collecting replica copies failed");
                 }
             }
         });
@@ -510,7 +614,7 @@ impl Log {
             .rev()
             .find(|l| l.state == LedgerState::Open)
             .map(|l| {
-                if self.shared.holds(l) {
+                if self.shared.writes(l) {
                     self.shared.bookie.clone()
                 } else {
                     l.bookie.clone()
@@ -645,8 +749,9 @@ impl Log {
             .ledgers_in_states(&HELD_LOCALLY)
             .await?
             .into_iter()
-            .filter(|l| self.shared.holds(l))
+            .filter(|l| self.shared.writes(l))
             .map(|l| l.id)
+            .chain(self.shared.replicas.ledgers())
             .collect();
         let dir = self.shared.index_dir.clone();
         let removed = tokio::task::spawn_blocking(move || {
@@ -665,44 +770,7 @@ impl Log {
 
     /// Deletes segment files that no live ledger may reference. Returns the ids removed.
     pub async fn reclaim_segments(&self) -> Result<Vec<u32>, LifecycleError> {
-        // Read the current segment first: a ledger created after this point starts at or after it.
-        let current = self.shared.journal.current_segment();
-        let live = self.shared.meta.ledgers_in_states(&HELD_LOCALLY).await?;
-        let ranges: Vec<(u32, u32)> = live
-            .iter()
-            .filter(|l| self.shared.holds(l))
-            .map(|l| match (l.state, l.seal) {
-                (LedgerState::Open, _) | (_, None) => (l.first_segment, u32::MAX),
-                (_, Some(s)) => (l.first_segment, s.last_segment),
-            })
-            .collect();
-        // Directory listing, removal and the directory fsync run on the blocking pool.
-        let shared = self.shared.clone();
-        blocking(move || {
-            let dir = shared.segments.dir().to_path_buf();
-            let io = |path: &Path| {
-                let path = path.to_path_buf();
-                move |source| LifecycleError::Io { path, source }
-            };
-            let segments = list_segments(&dir).map_err(io(&dir))?;
-            let mut removed = Vec::new();
-            for s in segments.into_iter().filter(|s| *s < current) {
-                if ranges.iter().any(|(lo, hi)| *lo <= s && s <= *hi) {
-                    continue;
-                }
-                shared.segments.forget(s);
-                let path = segment_path(&dir, s);
-                std::fs::remove_file(&path).map_err(io(&path))?;
-                removed.push(s);
-            }
-            if !removed.is_empty() {
-                crate::failpoint::hit("ledger.reclaim.before_sync");
-                sync_dir(&dir).map_err(io(&dir))?;
-                tracing::info!(segments = ?removed, "reclaimed segments");
-            }
-            Ok(removed)
-        })
-        .await
+        reclaim(&self.shared).await
     }
 
     /// Waits until everything appended before the call is durable.
@@ -772,6 +840,51 @@ impl Log {
             tail_cache_bytes: self.shared.cache_budget.used(),
         }
     }
+}
+
+/// Deletes segment files that no live ledger or replica copy may reference
+/// ([`Log::reclaim_segments`]).
+pub(crate) async fn reclaim(shared: &Arc<LogShared>) -> Result<Vec<u32>, LifecycleError> {
+    // Read the current segment first: a ledger created after this point starts at or after it.
+    let current = shared.journal.current_segment();
+    let live = shared.meta.ledgers_in_states(&HELD_LOCALLY).await?;
+    let mut ranges: Vec<(u32, u32)> = live
+        .iter()
+        .filter(|l| shared.writes(l))
+        .map(|l| match (l.state, l.seal) {
+            (LedgerState::Open, _) | (_, None) => (l.first_segment, u32::MAX),
+            (_, Some(s)) => (l.first_segment, s.last_segment),
+        })
+        .collect();
+    // Copies of other writers' ledgers: their segments are this journal's, not the writer's.
+    ranges.extend(shared.replicas.segment_ranges());
+    // Directory listing, removal and the directory fsync run on the blocking pool.
+    let shared = shared.clone();
+    blocking(move || {
+        let dir = shared.segments.dir().to_path_buf();
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| LifecycleError::Io { path, source }
+        };
+        let segments = list_segments(&dir).map_err(io(&dir))?;
+        let mut removed = Vec::new();
+        for s in segments.into_iter().filter(|s| *s < current) {
+            if ranges.iter().any(|(lo, hi)| *lo <= s && s <= *hi) {
+                continue;
+            }
+            shared.segments.forget(s);
+            let path = segment_path(&dir, s);
+            std::fs::remove_file(&path).map_err(io(&path))?;
+            removed.push(s);
+        }
+        if !removed.is_empty() {
+            crate::failpoint::hit("ledger.reclaim.before_sync");
+            sync_dir(&dir).map_err(io(&dir))?;
+            tracing::info!(segments = ?removed, "reclaimed segments");
+        }
+        Ok(removed)
+    })
+    .await
 }
 
 /// Runs file-system work on the blocking pool, never on an async worker.

@@ -8,6 +8,7 @@ use tokio::sync::watch;
 
 use super::index::IndexEntry;
 use super::metadata::{LedgerId, SealInfo};
+use super::quorum::Quorum;
 use super::Position;
 
 /// Where the entries of an open ledger landed, plus running seal statistics.
@@ -21,18 +22,36 @@ pub(crate) struct Written {
     pub min_publish_ms: Option<i64>,
     pub max_publish_ms: Option<i64>,
     pub last_segment: Option<u32>,
+    /// Invariant: `crcs[i]` is entry `i`'s record CRC (a replicated ledger may be sealed
+    /// short of what this journal wrote, and its seal checksum covers only that prefix).
+    pub crcs: Vec<u32>,
 }
 
 impl Written {
     /// Records one more entry.
     pub fn push(&mut self, at: IndexEntry, payload_len: usize, record_crc: u32) {
         self.entries.push(at);
+        self.crcs.push(record_crc);
         self.size_bytes += payload_len as u64;
         self.checksum = crc32c::crc32c_append(self.checksum, &record_crc.to_le_bytes());
         let t = at.publish_time_ms;
         self.min_publish_ms = Some(self.min_publish_ms.map_or(t, |m| m.min(t)));
         self.max_publish_ms = Some(self.max_publish_ms.map_or(t, |m| m.max(t)));
         self.last_segment = Some(at.segment);
+    }
+
+    /// The seal information of the first `count` entries (all of them when `count` is not
+    /// below what was written).
+    pub fn seal_info_upto(&self, first_segment: u32, count: u64) -> SealInfo {
+        if count as usize >= self.entries.len() {
+            return self.seal_info(first_segment);
+        }
+        let mut prefix = Written::default();
+        for (at, crc) in self.entries.iter().zip(&self.crcs).take(count as usize) {
+            // Payload length = record length minus the framing.
+            prefix.push(*at, at.len as usize - super::record::RECORD_OVERHEAD, *crc);
+        }
+        prefix.seal_info(first_segment)
     }
 
     /// The seal information for the entries written so far.
@@ -59,6 +78,11 @@ pub(crate) struct OpenLedger {
     confirmed: AtomicU64,
     /// The owning topic's last confirmed position, advanced by the journal thread.
     pub topic_lac: Arc<watch::Sender<Option<Position>>>,
+    /// For a replicated ledger this node writes: its bookies' progress; entries are confirmed
+    /// when their ack quorum holds them, not when this journal does.
+    pub quorum: Option<Arc<Quorum>>,
+    /// For a replica's copy: entry ids taken by adds so far (the next add's id).
+    taken: AtomicU64,
 }
 
 impl OpenLedger {
@@ -73,7 +97,43 @@ impl OpenLedger {
             written: Mutex::new(Written::default()),
             confirmed: AtomicU64::new(0),
             topic_lac,
+            quorum: None,
+            taken: AtomicU64::new(0),
         }
+    }
+
+    /// The entry id a replica's next add must carry.
+    pub fn next_entry(&self) -> u64 {
+        self.taken.load(Ordering::Acquire)
+    }
+
+    /// Takes the next entry id of a replica's copy.
+    pub fn take_entry(&self) {
+        self.taken.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A replicated ledger this node writes.
+    pub fn replicated(
+        id: LedgerId,
+        first_segment: u32,
+        topic_lac: Arc<watch::Sender<Option<Position>>>,
+        quorum: Arc<Quorum>,
+    ) -> Self {
+        Self {
+            quorum: Some(quorum),
+            ..Self::new(id, first_segment, topic_lac)
+        }
+    }
+
+    /// A replica's copy of another writer's ledger, rebuilt from `written` (recovery) or
+    /// empty: every entry written is confirmed.
+    pub fn replica(id: LedgerId, first_segment: u32, written: Written) -> Self {
+        let confirmed = written.entries.len() as u64;
+        let ledger = Self::new(id, first_segment, Arc::new(watch::channel(None).0));
+        *ledger.written() = written;
+        ledger.confirmed.store(confirmed, Ordering::Release);
+        ledger.taken.store(confirmed, Ordering::Release);
+        ledger
     }
 
     pub fn written(&self) -> MutexGuard<'_, Written> {
@@ -85,11 +145,44 @@ impl OpenLedger {
         self.confirmed.load(Ordering::Acquire)
     }
 
-    /// Called by the journal thread once entry `entry_id` is durable.
+    /// Called by the journal thread once entry `entry_id` is durable here. A replicated
+    /// ledger's entries are confirmed when their ack quorum holds them ([`Quorum`]).
     pub fn confirm(&self, entry_id: u64) {
-        self.confirmed.store(entry_id + 1, Ordering::Release);
-        self.topic_lac
-            .send_replace(Some(Position::new(self.id, entry_id)));
+        match &self.quorum {
+            None => self.publish(entry_id + 1),
+            Some(q) => {
+                if let Some(count) = q.local_durable(entry_id) {
+                    self.publish(count);
+                }
+            }
+        }
+    }
+
+    /// Replica `i` of this replicated ledger made entries `0..=entry_id` durable.
+    pub fn confirm_on_replica(&self, i: usize, entry_id: u64) {
+        if let Some(count) = self
+            .quorum
+            .as_ref()
+            .and_then(|q| q.replica_durable(i, entry_id))
+        {
+            self.publish(count);
+        }
+    }
+
+    /// Entries `0..count` are confirmed: readable, and the topic's last confirmed position.
+    /// (The journal thread and replica answers may call it at once: neither moves back.)
+    fn publish(&self, count: u64) {
+        if count == 0 || self.confirmed.fetch_max(count, Ordering::AcqRel) >= count {
+            return;
+        }
+        let at = Some(Position::new(self.id, count - 1));
+        self.topic_lac.send_if_modified(|lac| {
+            let newer = *lac < at;
+            if newer {
+                *lac = at;
+            }
+            newer
+        });
     }
 
     /// Locations of confirmed entries `first..=last` (clipped to what is confirmed).

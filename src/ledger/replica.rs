@@ -58,7 +58,45 @@ pub trait ReplicaSource: Send + Sync + fmt::Debug {
         topic: &str,
         ledger: LedgerId,
     ) -> Result<Confirmed, ReadError>;
+
+    /// Sends one entry of a replicated ledger to replica `bookie`. Entries given for one
+    /// bookie are delivered in call order over one connection; `done` is called exactly once:
+    /// `Ok` once the entry is durable there, `Err` (why) when it may not be. After an `Err`,
+    /// the caller sends that bookie nothing more of the ledger.
+    fn add(&self, bookie: &str, add: ReplicaAdd, done: AddDone);
+
+    /// Tells replica `bookie` that `ledger` was sealed with `count` entries; returns how many
+    /// entries it kept.
+    async fn sealed(
+        &self,
+        bookie: &str,
+        topic: &str,
+        ledger: LedgerId,
+        count: u64,
+    ) -> Result<u64, ReadError>;
+
+    /// Up to `n` live bookies other than `except`, for a new ledger's ensemble (spread over
+    /// calls).
+    async fn choose(&self, except: &str, n: usize) -> Vec<String>;
 }
+
+/// One entry for a replica ([`ReplicaSource::add`]).
+#[derive(Debug, Clone)]
+pub struct ReplicaAdd {
+    /// Full topic (partition) name.
+    pub topic: Arc<str>,
+    /// Ledger id.
+    pub ledger: LedgerId,
+    /// Entry id.
+    pub entry: u64,
+    /// Publish time (ms since epoch).
+    pub publish_time_ms: i64,
+    /// The entry's bytes.
+    pub payload: bytes::Bytes,
+}
+
+/// Called once with the outcome of a [`ReplicaSource::add`].
+pub type AddDone = Box<dyn FnOnce(Result<(), String>) + Send>;
 
 impl Log {
     /// Lets this log read other bookies' ledgers (set once, when the node has joined its
@@ -141,6 +179,9 @@ impl Log {
         topic: &str,
         ledger: LedgerId,
     ) -> Option<Arc<super::open_ledger::OpenLedger>> {
+        if let Some(copy) = self.shared.replicas.open(ledger) {
+            return Some(copy);
+        }
         let t = self.topics.lock().await.get(topic).cloned()?;
         t.open_view(ledger)
     }
@@ -162,7 +203,7 @@ impl Log {
                 if self.shared.holds(&r)
                     && matches!(r.state, LedgerState::Sealed | LedgerState::Offloaded) =>
             {
-                self.shared.sealed_index(ledger).await
+                self.shared.held_sealed_index(&r).await
             }
             _ => Err(self.not_held(ledger, "not held")),
         }
@@ -212,7 +253,7 @@ impl Log {
         let records = self.shared.meta.topic_ledgers(topic.id).await?;
         let foreign_open: Vec<(LedgerId, String)> = records
             .iter()
-            .filter(|r| r.state == LedgerState::Open && !self.shared.holds(r))
+            .filter(|r| r.state == LedgerState::Open && !self.shared.writes(r))
             .map(|r| (r.id, r.bookie.clone()))
             .collect();
         if let Some(t) = cached {
@@ -254,7 +295,7 @@ impl TopicLog {
         first: u64,
         last: u64,
     ) -> Result<Vec<Entry>, ReadError> {
-        let Some((bookie, count)) = self.foreign(ledger) else {
+        let Some((bookies, count)) = self.foreign(ledger) else {
             return Err(ReadError::UnknownLedger {
                 topic: self.name().to_string(),
                 ledger,
@@ -269,15 +310,25 @@ impl TopicLog {
         }
         let last = last.min(count - 1);
         let Some(remote) = self.inner.shared.remote.get() else {
-            return Err(ReadError::Remote { ledger, bookie });
+            return Err(ReadError::Remote {
+                ledger,
+                bookie: bookies.join(","),
+            });
         };
         let mut out = Vec::with_capacity((last - first + 1).min(4096) as usize);
         let mut next = first;
+        // The bookie read from; the next one holding a copy takes over when it cannot serve.
+        let mut at = 0;
         while next <= last {
-            let got = match remote.read(&bookie, self.name(), ledger, next, last).await {
+            let bookie = &bookies[at];
+            let got = match remote.read(bookie, self.name(), ledger, next, last).await {
                 Ok(got) => got,
+                Err(ReadError::Remote { .. }) if at + 1 < bookies.len() => {
+                    at += 1;
+                    continue;
+                }
                 Err(ReadError::Remote { .. }) if self.offloaded_since(ledger).await => {
-                    // The bookie dropped its copy after the offload: the lake has it.
+                    // The bookies dropped their copies after the offload: the lake has it.
                     return Err(ReadError::Deleted(ledger));
                 }
                 Err(e) => return Err(e),
@@ -293,7 +344,10 @@ impl TopicLog {
                 if e.position != super::Position::new(ledger, next) || next > last {
                     tracing::warn!(ledger, bookie, got = %e.position, expected = next,
                         "a bookie answered with entries out of order");
-                    return Err(ReadError::Remote { ledger, bookie });
+                    return Err(ReadError::Remote {
+                        ledger,
+                        bookie: bookie.clone(),
+                    });
                 }
                 next += 1;
                 out.push(e);

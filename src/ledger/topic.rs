@@ -84,7 +84,26 @@ pub(crate) struct TopicInner {
     /// Invariant: every ledger created while it is non-zero is created with it, so a newer
     /// owner's fence refuses this writer's next ledger.
     writer_epoch: std::sync::atomic::AtomicU64,
+    /// How the topic's next ledgers are replicated (the namespace's persistence policy).
+    replication: Mutex<Replication>,
 }
+
+/// How a topic's ledgers are replicated (Pulsar's persistence policy; ADR 0010). The ensemble
+/// is also the write quorum: every bookie of a ledger gets every entry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Replication {
+    /// Bookies per ledger, the writer's included; `None`: up to [`DEFAULT_ENSEMBLE`], as many
+    /// as are live (a single node writes unreplicated ledgers).
+    pub ensemble: Option<u8>,
+    /// Bookies that make an entry durable before it is acknowledged; `None`: up to
+    /// [`DEFAULT_ACK_QUORUM`], at most the ensemble.
+    pub ack_quorum: Option<u8>,
+}
+
+/// Ensemble of a ledger when the namespace sets none (fewer when fewer bookies are live).
+pub const DEFAULT_ENSEMBLE: u8 = 3;
+/// Ack quorum of a ledger when the namespace sets none (at most its ensemble).
+pub const DEFAULT_ACK_QUORUM: u8 = 2;
 
 /// Handle to one topic partition's log. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -174,6 +193,7 @@ impl TopicLog {
                 deleted: std::sync::atomic::AtomicBool::new(false),
                 foreign_open,
                 writer_epoch: std::sync::atomic::AtomicU64::new(0),
+                replication: Mutex::new(Replication::default()),
                 shared,
             }),
         }
@@ -223,14 +243,18 @@ impl TopicLog {
 
     /// For a ledger another bookie holds and has not offloaded: that bookie and the entries
     /// this view reads of it.
-    pub(super) fn foreign(&self, ledger: LedgerId) -> Option<(String, u64)> {
+    /// For a sealed replicated ledger, every bookie holding a copy (the writer's first); for
+    /// an open one, its writer's (only the writer knows what its quorum confirmed).
+    pub(super) fn foreign(&self, ledger: LedgerId) -> Option<(Vec<String>, u64)> {
+        let shared = &self.inner.shared;
         match lock(&self.inner.ledgers).get(&ledger) {
-            Some(LedgerView::Closed(r)) if !self.inner.shared.holds(r) => match r.state {
-                LedgerState::Sealed => {
-                    Some((r.bookie.clone(), r.seal.map_or(0, |s| s.entry_count)))
-                }
-                LedgerState::Open => Some((
-                    r.bookie.clone(),
+            Some(LedgerView::Closed(r)) => match r.state {
+                LedgerState::Sealed if !shared.holds(r) => Some((
+                    r.bookies().map(str::to_string).collect(),
+                    r.seal.map_or(0, |s| s.entry_count),
+                )),
+                LedgerState::Open if !shared.writes(r) => Some((
+                    vec![r.bookie.clone()],
                     self.inner.foreign_open.get(&ledger).copied().unwrap_or(0),
                 )),
                 _ => None,
@@ -279,14 +303,7 @@ impl TopicLog {
                 max,
             });
         }
-        let cost = (payload.len() + super::record::RECORD_OVERHEAD) as u32;
-        shared.disk.admit(u64::from(cost))?;
-        let permit = shared
-            .pending
-            .clone()
-            .acquire_many_owned(cost)
-            .await
-            .map_err(|_| AppendError::Closed)?;
+        let permit = shared.admit(payload.len()).await?;
         loop {
             {
                 let mut w = lock(&self.inner.writer);
@@ -302,12 +319,21 @@ impl TopicLog {
                         let position = Position::new(current.id, entry_id);
                         lock(&self.inner.cache).insert(position, publish_time_ms, payload.clone());
                         let (tx, rx) = oneshot::channel();
+                        // A replicated entry is acknowledged by its quorum, not the journal.
+                        let reply = match &current.quorum {
+                            Some(q) => {
+                                q.register(entry_id, tx);
+                                self.replicate(&current, entry_id, publish_time_ms, &payload);
+                                oneshot::channel().0
+                            }
+                            None => tx,
+                        };
                         shared.journal.submit(AppendRequest {
                             ledger: current,
                             entry_id,
                             publish_time_ms,
                             payload,
-                            reply: tx,
+                            reply,
                             _permit: permit,
                         })?;
                         return Ok(AppendReceipt { rx, position });
@@ -330,10 +356,95 @@ impl TopicLog {
 
     fn should_roll(&self, w: &WriterState, next_len: usize) -> bool {
         let c = &self.inner.shared.config;
+        let degraded = || {
+            w.current
+                .as_ref()
+                .and_then(|l| l.quorum.as_ref())
+                .is_some_and(|q| q.degraded())
+        };
         w.next_entry > 0
             && (w.bytes + next_len as u64 > c.rollover_size.as_u64()
                 || w.next_entry >= c.rollover_entries
-                || w.opened_at.elapsed() >= c.rollover_age)
+                || w.opened_at.elapsed() >= c.rollover_age
+                // A replica failed: the next entries go to a new ledger with a full ensemble.
+                || degraded())
+    }
+
+    /// Sends entry `entry` of replicated ledger `ledger` to each replica still in its quorum.
+    fn replicate(
+        &self,
+        ledger: &Arc<OpenLedger>,
+        entry: u64,
+        publish_time_ms: i64,
+        payload: &Bytes,
+    ) {
+        let (Some(q), Some(remote)) = (&ledger.quorum, self.inner.shared.remote.get()) else {
+            return;
+        };
+        let topic: Arc<str> = Arc::from(self.inner.name.as_str());
+        for (i, bookie) in q.replicas.iter().enumerate() {
+            if !q.sends_to(i) {
+                continue;
+            }
+            let add = super::replica::ReplicaAdd {
+                topic: topic.clone(),
+                ledger: ledger.id,
+                entry,
+                publish_time_ms,
+                payload: payload.clone(),
+            };
+            let copy = ledger.clone();
+            remote.add(
+                bookie,
+                add,
+                Box::new(move |done| match done {
+                    Ok(()) => copy.confirm_on_replica(i, entry),
+                    Err(why) => {
+                        if let Some(q) = &copy.quorum {
+                            q.replica_failed(i, &why);
+                        }
+                    }
+                }),
+            );
+        }
+    }
+
+    /// Puts `replication` in force for the ledgers this topic opens from now on.
+    pub fn set_replication(&self, replication: Replication) {
+        *lock(&self.inner.replication) = replication;
+    }
+
+    /// The replicas and ack quorum of the next ledger: none on a single node.
+    async fn placement(&self) -> Result<(Vec<String>, u8), AppendError> {
+        let r = *lock(&self.inner.replication);
+        let shared = &self.inner.shared;
+        let want = r.ensemble.unwrap_or(DEFAULT_ENSEMBLE).max(1);
+        let Some(remote) = shared.remote.get().filter(|_| want > 1) else {
+            return Ok((Vec::new(), 1));
+        };
+        let replicas = remote.choose(&shared.bookie, usize::from(want) - 1).await;
+        let ensemble = replicas.len() + 1;
+        let ack = match r.ack_quorum {
+            // An ensemble smaller than asked still takes writes while its ack quorum can be
+            // met (the ledger is under-replicated, as after a bookie failure).
+            Some(ack) if usize::from(ack) > ensemble => {
+                return Err(AppendError::Quorum {
+                    ledger: 0,
+                    why: format!(
+                        "the namespace asks for an ack quorum of {ack} and {ensemble} bookies \
+                         are live"
+                    )
+                    .into(),
+                });
+            }
+            Some(ack) => ack.max(1),
+            None => DEFAULT_ACK_QUORUM.clamp(1, ensemble as u8),
+        };
+        if r.ensemble.is_some() && ensemble < usize::from(want) {
+            tracing::warn!(topic = %self.inner.name, want, live = ensemble,
+                "fewer bookies live than the namespace's ensemble: the ledger is under-replicated");
+        }
+        Ok((replicas, ack))
     }
 
     /// Opens a new ledger if there is none or the current one is due; seals the old one in the
@@ -349,12 +460,17 @@ impl TopicLog {
             }
         }
         let shared = &self.inner.shared;
+        let (replicas, ack_quorum) = self.placement().await?;
         let record = shared
             .meta
-            .create_ledger(
+            .create_ledger_placed(
                 self.inner.id,
                 shared.journal.current_segment(),
-                &shared.bookie,
+                super::metadata::Placement {
+                    bookie: &shared.bookie,
+                    replicas: &replicas,
+                    ack_quorum,
+                },
                 now_ms(),
                 match self
                     .inner
@@ -367,11 +483,17 @@ impl TopicLog {
             )
             .await
             .map_err(|e| AppendError::Metadata(Arc::new(e)))?;
-        let ledger = Arc::new(OpenLedger::new(
-            record.id,
-            record.first_segment,
-            self.inner.lac.clone(),
-        ));
+        let ledger = Arc::new(if replicas.is_empty() {
+            OpenLedger::new(record.id, record.first_segment, self.inner.lac.clone())
+        } else {
+            let quorum = super::quorum::Quorum::new(record.id, replicas, ack_quorum);
+            OpenLedger::replicated(
+                record.id,
+                record.first_segment,
+                self.inner.lac.clone(),
+                Arc::new(quorum),
+            )
+        });
         lock(&self.inner.ledgers).insert(record.id, LedgerView::Open(ledger.clone()));
         let old = {
             let mut w = lock(&self.inner.writer);
@@ -474,15 +596,62 @@ impl TopicLog {
     async fn seal(&self, old: Arc<OpenLedger>) -> Result<LedgerRecord, LifecycleError> {
         let shared = self.inner.shared.clone();
         shared.journal.barrier().await?;
+        let Some(quorum) = &old.quorum else {
+            let (entries, info) = {
+                let w = old.written();
+                (w.entries.clone(), w.seal_info(old.first_segment))
+            };
+            let record = seal_ledger(&shared, old.id, entries, info).await?;
+            lock(&self.inner.ledgers)
+                .insert(record.id, LedgerView::Closed(Box::new(record.clone())));
+            tracing::debug!(topic = %self.inner.name, ledger = record.id,
+                entries = info.entry_count, "sealed ledger");
+            return Ok(record);
+        };
+        // A replicated ledger ends at what its quorum confirmed; entries that failed were
+        // refused to their producers and are left out (this journal may hold them).
+        let submitted = old.written().entries.len() as u64;
+        let (count, complete) = quorum.settled(submitted).await;
         let (entries, info) = {
             let w = old.written();
-            (w.entries.clone(), w.seal_info(old.first_segment))
+            (
+                w.entries[..count as usize].to_vec(),
+                w.seal_info_upto(old.first_segment, count),
+            )
         };
+        if count == 0 {
+            let record = discard_empty(&shared, old.id, info).await?;
+            lock(&self.inner.ledgers)
+                .insert(record.id, LedgerView::Closed(Box::new(record.clone())));
+            return Ok(record);
+        }
+        if complete != quorum.replicas {
+            // Only bookies holding every entry stay listed (readers may go to any of them).
+            shared.meta.set_replicas(old.id, &complete).await?;
+        }
         let record = seal_ledger(&shared, old.id, entries, info).await?;
+        self.notify_sealed(&complete, old.id, count);
         lock(&self.inner.ledgers).insert(record.id, LedgerView::Closed(Box::new(record.clone())));
         tracing::debug!(topic = %self.inner.name, ledger = record.id,
             entries = info.entry_count, "sealed ledger");
         Ok(record)
+    }
+
+    /// Tells the replicas holding every entry of sealed ledger `ledger` its count (in the
+    /// background: a replica that misses it learns the seal from the store later).
+    fn notify_sealed(&self, replicas: &[String], ledger: LedgerId, count: u64) {
+        let Some(remote) = self.inner.shared.remote.get().cloned() else {
+            return;
+        };
+        let (replicas, topic) = (replicas.to_vec(), self.inner.name.clone());
+        self.inner.shared.tasks.spawn(async move {
+            for bookie in replicas {
+                if let Err(e) = remote.sealed(&bookie, &topic, ledger, count).await {
+                    tracing::warn!(ledger, bookie, error = %e,
+                        "telling a replica its ledger is sealed failed");
+                }
+            }
+        });
     }
 
     /// The topic's ledgers in order, deleted ones (lake only) included, expired ones not.
@@ -605,7 +774,7 @@ impl TopicLog {
                         available: count,
                     });
                 }
-                let index = self.inner.shared.sealed_index(ledger).await?;
+                let index = self.inner.shared.held_sealed_index(&r).await?;
                 let end = last.saturating_add(1).min(count).min(index.len() as u64);
                 Ok(index[first as usize..end as usize].to_vec())
             }

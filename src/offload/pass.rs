@@ -251,7 +251,7 @@ impl Inner {
             let records = meta.topic_ledgers(log.id()).await?;
             // Other nodes offload or delete the ledgers their bookies hold: keep this view's
             // record of them current (stats, and reads that go to the lake once offloaded).
-            for r in records.iter().filter(|r| !self.log.holds(r)) {
+            for r in records.iter().filter(|r| !self.log.writes(r)) {
                 log.set_record(r.clone());
             }
             let open_bytes = log
@@ -264,7 +264,7 @@ impl Inner {
             // sealed ledgers on several bookies), in ledger order: the first ledger another
             // bookie holds stops this node until that node has offloaded it.
             let mut candidates = plan::candidates(&records);
-            if let Some(at) = candidates.iter().position(|r| !self.log.holds(r)) {
+            if let Some(at) = candidates.iter().position(|r| !self.log.writes(r)) {
                 candidates.truncate(at);
             }
             // An older ledger still sealing holds back the newer sealed ones: come back soon.
@@ -277,9 +277,11 @@ impl Inner {
             }
             // Ledgers of this bookie that hold back another bookie's (the topic moved away) go
             // whatever the thresholds: nothing else would ever offload them.
-            let blocking = candidates
-                .last()
-                .is_some_and(|last| records.iter().any(|r| r.id > last.id && !self.log.holds(r)));
+            let blocking = candidates.last().is_some_and(|last| {
+                records
+                    .iter()
+                    .any(|r| r.id > last.id && !self.log.writes(r))
+            });
             let n = if blocking {
                 candidates.len()
             } else {

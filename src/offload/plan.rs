@@ -110,6 +110,8 @@ mod tests {
             state_changed_at_ms: created + 10,
             offload_ref: None,
             bookie: String::new(),
+            replicas: Vec::new(),
+            ack_quorum: 1,
         }
     }
 

@@ -241,6 +241,8 @@ mod tests {
             state_changed_at_ms: newest_ms,
             offload_ref: None,
             bookie: String::new(),
+            replicas: Vec::new(),
+            ack_quorum: 1,
         }
     }
 

@@ -2,10 +2,11 @@
 //!
 //! A connection carries length-prefixed frames (a 4-byte big-endian length, then that many
 //! bytes, at most [`MAX_FRAME`]). Each frame is
-//! `[version 1][kind][request id: u64][body][crc32c of everything before it: u32]`, all
+//! `[version 2][kind][request id: u64][body][crc32c of everything before it: u32]`, all
 //! integers big-endian, strings as `u16` length + UTF-8. A request names a topic and a ledger;
 //! the response carries the same request id. Kinds: requests `0x01` read entries, `0x02` last
-//! confirmed; responses `0x81` entries, `0x82` last confirmed, `0xFF` error.
+//! confirmed, `0x03` add entry (a replicated ledger's writer to its replicas, ADR 0010),
+//! `0x04` sealed; responses `0x81` entries, `0x82` last confirmed, `0x83` added, `0xFF` error.
 //!
 //! Invariants:
 //! - A frame whose version, checksum, kind or body does not parse is refused as a whole
@@ -18,8 +19,9 @@
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tokio_util::codec::LengthDelimitedCodec;
 
-/// Version byte of every frame of this protocol.
-pub const VERSION: u8 = 1;
+/// Version byte of every frame of this protocol (2 added adds and seals, ADR 0010; nodes of
+/// version 1 and 2 do not talk to each other).
+pub const VERSION: u8 = 2;
 /// Largest frame accepted: one response of entries stops growing at the reader's byte budget
 /// ([`READ_BUDGET`]) but always carries at least one entry, which may be as large as the
 /// largest message a broker accepts.
@@ -29,16 +31,19 @@ pub const READ_BUDGET: u32 = 4 << 20;
 
 const KIND_READ: u8 = 0x01;
 const KIND_LAST_CONFIRMED: u8 = 0x02;
+const KIND_ADD: u8 = 0x03;
+const KIND_SEALED: u8 = 0x04;
 const KIND_ENTRIES: u8 = 0x81;
 const KIND_CONFIRMED: u8 = 0x82;
+const KIND_ADDED: u8 = 0x83;
 const KIND_ERROR: u8 = 0xFF;
 /// Version + kind + request id before the body; checksum after it.
 const HEAD: usize = 1 + 1 + 8;
 const TAIL: usize = 4;
 
-/// Largest request frame a bookie accepts: requests are a topic name (at most 64 KiB) and a
-/// few integers. The framing layer reserves a frame's declared length as soon as it reads it,
-/// so a listener must never accept the answers' limit.
+/// Largest request frame a bookie accepts besides an added entry's payload: requests are a
+/// topic name (at most 64 KiB) and a few integers. The framing layer reserves a frame's
+/// declared length as soon as it reads it, so a listener must never accept the answers' limit.
 pub const MAX_REQUEST_FRAME: usize = (64 << 10) + 64;
 
 /// The framing codec of the client side of a bookie connection (answers up to [`MAX_FRAME`]).
@@ -46,9 +51,10 @@ pub fn codec() -> LengthDelimitedCodec {
     framing(MAX_FRAME)
 }
 
-/// The framing codec of a bookie's listener (requests up to [`MAX_REQUEST_FRAME`]).
-pub fn request_codec() -> LengthDelimitedCodec {
-    framing(MAX_REQUEST_FRAME)
+/// The framing codec of a bookie's listener: requests up to [`MAX_REQUEST_FRAME`] plus
+/// `max_entry` bytes (the largest entry the log accepts, which an add carries).
+pub fn request_codec(max_entry: usize) -> LengthDelimitedCodec {
+    framing(MAX_REQUEST_FRAME + max_entry)
 }
 
 fn framing(max: usize) -> LengthDelimitedCodec {
@@ -80,6 +86,30 @@ pub enum BookieRequest {
         topic: String,
         /// Ledger id.
         ledger: u64,
+    },
+    /// Store entry `entry` of replicated `ledger` (the writer sends a ledger's entries to each
+    /// replica in order, on one connection); answered once it is durable there.
+    AddEntry {
+        /// Full topic (partition) name.
+        topic: String,
+        /// Ledger id.
+        ledger: u64,
+        /// Entry id.
+        entry: u64,
+        /// Publish time (ms since epoch).
+        publish_time_ms: i64,
+        /// The entry's bytes.
+        payload: Bytes,
+    },
+    /// `ledger` was sealed with `count` entries: the replica keeps entries `0..count` as its
+    /// sealed copy. Answered `LastConfirmed` with what it kept.
+    Sealed {
+        /// Full topic (partition) name.
+        topic: String,
+        /// Ledger id.
+        ledger: u64,
+        /// Entries of the sealed ledger.
+        count: u64,
     },
 }
 
@@ -144,6 +174,13 @@ pub enum BookieResponse {
         /// Whether the ledger is still being written.
         open: bool,
     },
+    /// Entry `entry` of `ledger` is durable on the bookie.
+    Added {
+        /// Ledger id.
+        ledger: u64,
+        /// Entry id.
+        entry: u64,
+    },
     /// The request failed.
     Error {
         /// Why.
@@ -185,6 +222,8 @@ pub fn encode_request(request_id: u64, req: &BookieRequest) -> Bytes {
     let mut b = head(match req {
         BookieRequest::ReadEntries { .. } => KIND_READ,
         BookieRequest::LastConfirmed { .. } => KIND_LAST_CONFIRMED,
+        BookieRequest::AddEntry { .. } => KIND_ADD,
+        BookieRequest::Sealed { .. } => KIND_SEALED,
     });
     b.put_u64(request_id);
     match req {
@@ -205,6 +244,29 @@ pub fn encode_request(request_id: u64, req: &BookieRequest) -> Bytes {
             put_str(&mut b, topic);
             b.put_u64(*ledger);
         }
+        BookieRequest::AddEntry {
+            topic,
+            ledger,
+            entry,
+            publish_time_ms,
+            payload,
+        } => {
+            put_str(&mut b, topic);
+            b.put_u64(*ledger);
+            b.put_u64(*entry);
+            b.put_i64(*publish_time_ms);
+            b.put_u32(payload.len() as u32);
+            b.put_slice(payload);
+        }
+        BookieRequest::Sealed {
+            topic,
+            ledger,
+            count,
+        } => {
+            put_str(&mut b, topic);
+            b.put_u64(*ledger);
+            b.put_u64(*count);
+        }
     }
     seal(b)
 }
@@ -214,6 +276,7 @@ pub fn encode_response(request_id: u64, resp: &BookieResponse) -> Bytes {
     let mut b = head(match resp {
         BookieResponse::Entries(_) => KIND_ENTRIES,
         BookieResponse::LastConfirmed { .. } => KIND_CONFIRMED,
+        BookieResponse::Added { .. } => KIND_ADDED,
         BookieResponse::Error { .. } => KIND_ERROR,
     });
     b.put_u64(request_id);
@@ -230,6 +293,10 @@ pub fn encode_response(request_id: u64, resp: &BookieResponse) -> Bytes {
         BookieResponse::LastConfirmed { count, open } => {
             b.put_u64(*count);
             b.put_u8(u8::from(*open));
+        }
+        BookieResponse::Added { ledger, entry } => {
+            b.put_u64(*ledger);
+            b.put_u64(*entry);
         }
         BookieResponse::Error {
             code,
@@ -258,6 +325,28 @@ pub fn decode_request(frame: Bytes) -> Result<(u64, BookieRequest), BookieWireEr
         KIND_LAST_CONFIRMED => BookieRequest::LastConfirmed {
             topic: get_str(&mut body)?,
             ledger: get_u64(&mut body)?,
+        },
+        KIND_ADD => {
+            let topic = get_str(&mut body)?;
+            let ledger = get_u64(&mut body)?;
+            let entry = get_u64(&mut body)?;
+            let publish_time_ms = get_u64(&mut body)? as i64;
+            let len = get_u32(&mut body)? as usize;
+            if body.remaining() < len {
+                return Err(truncated());
+            }
+            BookieRequest::AddEntry {
+                topic,
+                ledger,
+                entry,
+                publish_time_ms,
+                payload: body.split_to(len),
+            }
+        }
+        KIND_SEALED => BookieRequest::Sealed {
+            topic: get_str(&mut body)?,
+            ledger: get_u64(&mut body)?,
+            count: get_u64(&mut body)?,
         },
         other => {
             return Err(BookieWireError::Malformed(format!(
@@ -302,6 +391,10 @@ pub fn decode_response(frame: Bytes) -> Result<(u64, BookieResponse), BookieWire
                 1 => true,
                 other => return Err(BookieWireError::Malformed(format!("open flag {other}"))),
             },
+        },
+        KIND_ADDED => BookieResponse::Added {
+            ledger: get_u64(&mut body)?,
+            entry: get_u64(&mut body)?,
         },
         KIND_ERROR => BookieResponse::Error {
             code: BookieErrorCode::from_byte(get_u8(&mut body)?)?,

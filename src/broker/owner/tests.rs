@@ -58,6 +58,7 @@ impl Harness {
                 backlog: Default::default(),
                 consumers: Default::default(),
                 inactive: None,
+                replication: Default::default(),
             },
             dedup: state,
             cursors: Vec::new(),
@@ -187,6 +188,7 @@ async fn the_producer_limit_applies_to_new_producers_at_once() -> TestResult {
         backlog: Default::default(),
         consumers: Default::default(),
         inactive: None,
+        replication: Default::default(),
     };
     topic.set_policies(limit(Some(2))).await;
     let mut kept = Vec::new();

@@ -474,7 +474,7 @@ async fn topics_are_deleted_only_without_live_ledgers(store: &dyn MetadataStore)
 }
 
 /// How many checks [`run_all`] makes; each gets a store of its own.
-const CHECKS: usize = 13;
+const CHECKS: usize = 14;
 
 /// Runs every check, each against its own fresh store from `stores` (exactly [`CHECKS`] of
 /// them, so no check can silently run against another implementation).
@@ -521,6 +521,48 @@ async fn writers_are_fenced_by_epoch(store: &dyn MetadataStore) -> TestResult {
     Ok(())
 }
 
+async fn replicated_ledgers_keep_their_ensemble(store: &dyn MetadataStore) -> TestResult {
+    let t = store.get_or_create_topic("replicated", 0).await?;
+    let replicas = vec!["b2".to_string(), "b3".to_string()];
+    let placement = Placement {
+        bookie: "b1",
+        replicas: &replicas,
+        ack_quorum: 2,
+    };
+    let l = store
+        .create_ledger_placed(t.id, 1, placement, 2, None)
+        .await?;
+    assert_eq!((l.replicas.clone(), l.ack_quorum), (replicas.clone(), 2));
+    assert_eq!(store.get_ledger(l.id).await?, Some(l.clone()));
+    assert_eq!(l.bookies().collect::<Vec<_>>(), vec!["b1", "b2", "b3"]);
+    // An unreplicated ledger has none and a quorum of one.
+    let single = store.create_ledger(t.id, 1, "b1", 3, None).await?;
+    assert_eq!((single.replicas.len(), single.ack_quorum), (0, 1));
+    // The writer drops a failed bookie; the list survives the seal.
+    let dropped = store.set_replicas(l.id, &replicas[..1]).await?;
+    assert_eq!(dropped.replicas, vec!["b2".to_string()]);
+    store
+        .transition_ledger(l.id, LedgerTransition::Seal(seal(4)), 4)
+        .await?;
+    let sealed = store.get_ledger(l.id).await?.ok_or("ledger lost")?;
+    assert_eq!(
+        (sealed.replicas, sealed.ack_quorum),
+        (vec!["b2".to_string()], 2)
+    );
+    store
+        .transition_ledger(l.id, LedgerTransition::Delete, 5)
+        .await?;
+    assert!(matches!(
+        store.set_replicas(l.id, &replicas).await,
+        Err(MetadataError::InvalidTransition { .. })
+    ));
+    assert!(matches!(
+        store.set_replicas(l.id + 1000, &replicas).await,
+        Err(MetadataError::LedgerNotFound(_))
+    ));
+    Ok(())
+}
+
 async fn run_all(stores: Vec<std::sync::Arc<dyn MetadataStore>>) -> TestResult {
     assert_eq!(stores.len(), CHECKS, "one fresh store per check");
     let mut next = stores.into_iter();
@@ -538,6 +580,7 @@ async fn run_all(stores: Vec<std::sync::Arc<dyn MetadataStore>>) -> TestResult {
     topics_are_listed_by_prefix(&*store()?).await?;
     topics_are_deleted_only_without_live_ledgers(&*store()?).await?;
     writers_are_fenced_by_epoch(&*store()?).await?;
+    replicated_ledgers_keep_their_ensemble(&*store()?).await?;
     assert!(
         store().is_err(),
         "every store was used: CHECKS is out of date"

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 
 use super::{
     check_partition_change, LedgerId, LedgerRecord, LedgerState, LedgerTransition, MetadataError,
-    MetadataStore, TopicId, TopicRecord,
+    MetadataStore, Placement, TopicId, TopicRecord,
 };
 
 /// In-memory metadata store.
@@ -133,11 +133,11 @@ impl MetadataStore for MemoryMetadataStore {
         Ok(id.is_some() || schemas || partitioned)
     }
 
-    async fn create_ledger(
+    async fn create_ledger_placed(
         &self,
         topic_id: TopicId,
         first_segment: u32,
-        bookie: &str,
+        placement: Placement<'_>,
         now_ms: i64,
         writer_epoch: Option<u64>,
     ) -> Result<LedgerRecord, MetadataError> {
@@ -163,10 +163,33 @@ impl MetadataStore for MemoryMetadataStore {
             created_at_ms: now_ms,
             state_changed_at_ms: now_ms,
             offload_ref: None,
-            bookie: bookie.to_string(),
+            bookie: placement.bookie.to_string(),
+            replicas: placement.replicas.to_vec(),
+            ack_quorum: placement.ack_quorum,
         };
         s.ledgers.insert(l.id, l.clone());
         Ok(l)
+    }
+
+    async fn set_replicas(
+        &self,
+        id: LedgerId,
+        replicas: &[String],
+    ) -> Result<LedgerRecord, MetadataError> {
+        let mut s = self.lock();
+        let l = s
+            .ledgers
+            .get_mut(&id)
+            .ok_or(MetadataError::LedgerNotFound(id))?;
+        if matches!(l.state, LedgerState::Deleted | LedgerState::Expired) {
+            return Err(MetadataError::InvalidTransition {
+                ledger: id,
+                from: l.state,
+                to: l.state,
+            });
+        }
+        l.replicas = replicas.to_vec();
+        Ok(l.clone())
     }
 
     async fn fence_writers(&self, topic_id: TopicId, epoch: u64) -> Result<(), MetadataError> {

@@ -172,8 +172,47 @@ pub struct LedgerRecord {
     /// Where the lake holds it (set on offload), e.g. a table and snapshot.
     pub offload_ref: Option<String>,
     /// Bookie id of the node whose log holds its entries (ADR 0007). Empty in ledgers written
-    /// before bookies had ids: those are held by the one node of an embedded store.
+    /// before bookies had ids: those are held by the one node of an embedded store. For a
+    /// replicated ledger (ADR 0010): the writer's bookie.
     pub bookie: String,
+    /// The other bookies of a replicated ledger's ensemble (ADR 0010), each holding a copy of
+    /// every entry the writer sent it. Invariant: once the ledger is sealed, each bookie listed
+    /// here holds every entry `0..entry_count` (the writer drops a bookie that failed before it
+    /// seals). Empty for an unreplicated ledger.
+    pub replicas: Vec<String>,
+    /// How many bookies (the writer's included) made an entry durable before it was
+    /// acknowledged; 1 for an unreplicated ledger.
+    pub ack_quorum: u8,
+}
+
+impl LedgerRecord {
+    /// Every bookie holding a copy: the writer's first, then the replicas.
+    pub fn bookies(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.bookie.as_str()).chain(self.replicas.iter().map(String::as_str))
+    }
+}
+
+/// Where a new ledger's copies go (ADR 0010).
+#[derive(Debug, Clone, Copy)]
+pub struct Placement<'a> {
+    /// The writer's bookie.
+    pub bookie: &'a str,
+    /// The other bookies of the ensemble (empty: unreplicated).
+    pub replicas: &'a [String],
+    /// Bookies that must make an entry durable before it is acknowledged (>= 1, at most
+    /// `1 + replicas.len()`).
+    pub ack_quorum: u8,
+}
+
+impl<'a> Placement<'a> {
+    /// An unreplicated ledger on `bookie`.
+    pub fn single(bookie: &'a str) -> Placement<'a> {
+        Placement {
+            bookie,
+            replicas: &[],
+            ack_quorum: 1,
+        }
+    }
 }
 
 /// A state change requested by [`MetadataStore::transition_ledger`].
@@ -333,10 +372,8 @@ pub trait MetadataStore: Send + Sync + fmt::Debug + 'static {
     /// anything of that name existed.
     async fn delete_topic(&self, name: &str) -> Result<bool, MetadataError>;
 
-    /// Creates an `Open` ledger for `topic_id`, held by `bookie`, with a fresh id greater than
-    /// every earlier one. With `writer_epoch`, refused with [`MetadataError::Fenced`] (and
-    /// nothing created) when the topic's writers were fenced at a higher epoch, atomically
-    /// with the creation; `None` (a single node, which has no shared epochs) is not checked.
+    /// Creates an unreplicated `Open` ledger held by `bookie`: [`MetadataStore::create_ledger_placed`]
+    /// with [`Placement::single`].
     async fn create_ledger(
         &self,
         topic_id: TopicId,
@@ -344,6 +381,38 @@ pub trait MetadataStore: Send + Sync + fmt::Debug + 'static {
         bookie: &str,
         now_ms: i64,
         writer_epoch: Option<u64>,
+    ) -> Result<LedgerRecord, MetadataError> {
+        self.create_ledger_placed(
+            topic_id,
+            first_segment,
+            Placement::single(bookie),
+            now_ms,
+            writer_epoch,
+        )
+        .await
+    }
+
+    /// Creates an `Open` ledger for `topic_id`, written by `placement.bookie` and copied to
+    /// `placement.replicas`, with a fresh id greater than every earlier one. With
+    /// `writer_epoch`, refused with [`MetadataError::Fenced`] (and nothing created) when the
+    /// topic's writers were fenced at a higher epoch, atomically with the creation; `None` (a
+    /// single node, which has no shared epochs) is not checked.
+    async fn create_ledger_placed(
+        &self,
+        topic_id: TopicId,
+        first_segment: u32,
+        placement: Placement<'_>,
+        now_ms: i64,
+        writer_epoch: Option<u64>,
+    ) -> Result<LedgerRecord, MetadataError>;
+
+    /// Replaces the replica list of ledger `id` (the writer drops a bookie that failed before
+    /// it seals). Refused with [`MetadataError::InvalidTransition`] (to the same state) once
+    /// the ledger is `Deleted` or `Expired`.
+    async fn set_replicas(
+        &self,
+        id: LedgerId,
+        replicas: &[String],
     ) -> Result<LedgerRecord, MetadataError>;
 
     /// Fences the writers of `topic_id` below `epoch` (a new owner, before it writes): from

@@ -24,7 +24,7 @@ use sqlx::{Connection, Row, SqliteConnection, SqlitePool};
 
 use super::{
     name_range_end, LedgerId, LedgerRecord, LedgerState, LedgerTransition, MetadataError,
-    MetadataStore, SealInfo, TopicId, TopicRecord,
+    MetadataStore, Placement, SealInfo, TopicId, TopicRecord,
 };
 
 /// Schema version this build writes and reads.
@@ -36,7 +36,7 @@ mod writes;
 
 const LEDGER_COLUMNS: &str = "ledger_id, topic_id, state, first_segment, last_segment, entry_count, \
      size_bytes, min_publish_ms, max_publish_ms, checksum, created_at_ms, state_changed_at_ms, offload_ref, \
-     bookie";
+     bookie, replicas, ack_quorum";
 
 /// Read connections: reads only run in parallel, so a few suffice on any machine.
 const READERS: u32 = 4;
@@ -152,7 +152,29 @@ fn ledger_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<LedgerRecord, Metada
         bookie: row
             .try_get::<String, _>("bookie")
             .map_err(backend("decode ledger"))?,
+        replicas: decode_replicas(
+            &row.try_get::<String, _>("replicas")
+                .map_err(backend("decode ledger"))?,
+        )?,
+        ack_quorum: u8::try_from(get_i64("ack_quorum")?)
+            .map_err(|_| MetadataError::Corrupt("ledger ack quorum out of range".into()))?,
     })
+}
+
+/// The `replicas` column: a JSON array of bookie ids (`''` in rows from before ADR 0010).
+fn decode_replicas(text: &str) -> Result<Vec<String>, MetadataError> {
+    if text.is_empty() {
+        return Ok(Vec::new());
+    }
+    serde_json::from_str(text).map_err(|e| MetadataError::Corrupt(format!("ledger replicas: {e}")))
+}
+
+/// The `replicas` column of `replicas`.
+pub(super) fn encode_replicas(replicas: &[String]) -> String {
+    if replicas.is_empty() {
+        return String::new();
+    }
+    serde_json::to_string(replicas).unwrap_or_default()
 }
 
 fn topic_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<TopicRecord, MetadataError> {
@@ -280,22 +302,37 @@ impl MetadataStore for SqliteMetadataStore {
             .await
     }
 
-    async fn create_ledger(
+    async fn create_ledger_placed(
         &self,
         topic_id: TopicId,
         first_segment: u32,
-        bookie: &str,
+        placement: Placement<'_>,
         now_ms: i64,
         writer_epoch: Option<u64>,
     ) -> Result<LedgerRecord, MetadataError> {
-        let bookie = bookie.to_string();
+        let placed = writes::Placed {
+            bookie: placement.bookie.to_string(),
+            replicas: placement.replicas.to_vec(),
+            ack_quorum: placement.ack_quorum,
+        };
         self.writer
             .run(move |c| {
                 Box::pin(async move {
-                    writes::create_ledger(c, topic_id, first_segment, &bookie, now_ms, writer_epoch)
+                    writes::create_ledger(c, topic_id, first_segment, &placed, now_ms, writer_epoch)
                         .await
                 })
             })
+            .await
+    }
+
+    async fn set_replicas(
+        &self,
+        id: LedgerId,
+        replicas: &[String],
+    ) -> Result<LedgerRecord, MetadataError> {
+        let replicas = replicas.to_vec();
+        self.writer
+            .run(move |c| Box::pin(async move { writes::set_replicas(c, id, &replicas).await }))
             .await
     }
 

@@ -21,6 +21,29 @@ fn request() -> impl Strategy<Value = BookieRequest> {
             }),
         (".{0,40}", any::<u64>())
             .prop_map(|(topic, ledger)| BookieRequest::LastConfirmed { topic, ledger }),
+        (
+            ".{0,40}",
+            any::<u64>(),
+            any::<u64>(),
+            any::<i64>(),
+            proptest::collection::vec(any::<u8>(), 0..64)
+        )
+            .prop_map(|(topic, ledger, entry, publish_time_ms, p)| {
+                BookieRequest::AddEntry {
+                    topic,
+                    ledger,
+                    entry,
+                    publish_time_ms,
+                    payload: Bytes::from(p),
+                }
+            }),
+        (".{0,40}", any::<u64>(), any::<u64>()).prop_map(|(topic, ledger, count)| {
+            BookieRequest::Sealed {
+                topic,
+                ledger,
+                count,
+            }
+        }),
     ]
 }
 
@@ -46,6 +69,8 @@ fn response() -> impl Strategy<Value = BookieResponse> {
         proptest::collection::vec(entry, 0..8).prop_map(BookieResponse::Entries),
         (any::<u64>(), any::<bool>())
             .prop_map(|(count, open)| BookieResponse::LastConfirmed { count, open }),
+        (any::<u64>(), any::<u64>())
+            .prop_map(|(ledger, entry)| BookieResponse::Added { ledger, entry }),
         (code, any::<u64>(), ".{0,60}")
             .prop_map(|(code, available, message)| BookieResponse::error(code, available, message)),
     ]

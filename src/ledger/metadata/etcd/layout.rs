@@ -214,6 +214,16 @@ pub(crate) struct StoredLedger {
     /// Added by ADR 0007; absent in records written before it (read as empty).
     #[serde(default)]
     pub(crate) bookie: String,
+    /// Added by ADR 0010; absent in records written before it (unreplicated).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) replicas: Vec<String>,
+    /// Added by ADR 0010; absent in records written before it (1).
+    #[serde(default = "one")]
+    pub(crate) ack_quorum: u8,
+}
+
+fn one() -> u8 {
+    1
 }
 
 impl From<&LedgerRecord> for StoredLedger {
@@ -228,6 +238,8 @@ impl From<&LedgerRecord> for StoredLedger {
             state_changed_at_ms: l.state_changed_at_ms,
             offload_ref: l.offload_ref.clone(),
             bookie: l.bookie.clone(),
+            replicas: l.replicas.clone(),
+            ack_quorum: l.ack_quorum,
         }
     }
 }
@@ -247,6 +259,8 @@ impl TryFrom<StoredLedger> for LedgerRecord {
             state_changed_at_ms: l.state_changed_at_ms,
             offload_ref: l.offload_ref,
             bookie: l.bookie,
+            replicas: l.replicas,
+            ack_quorum: l.ack_quorum,
         })
     }
 }
@@ -297,11 +311,12 @@ mod tests {
             id in any::<u64>(), topic in any::<u64>(), state in state(), first in any::<u32>(),
             seal in seal(), created in any::<i64>(), changed in any::<i64>(),
             offload in proptest::option::of(".*"), bookie in ".*",
+            replicas in proptest::collection::vec(".*", 0..4), ack_quorum in 1u8..4,
         ) {
             let record = LedgerRecord {
                 id, topic_id: topic, state, first_segment: first, seal,
                 created_at_ms: created, state_changed_at_ms: changed, offload_ref: offload,
-                bookie,
+                bookie, replicas, ack_quorum,
             };
             let bytes = encode_ledger(&record);
             prop_assert_eq!(bytes[0], FORMAT);
@@ -349,6 +364,8 @@ mod tests {
             state_changed_at_ms: 0,
             offload_ref: None,
             bookie: String::new(),
+            replicas: Vec::new(),
+            ack_quorum: 1,
         });
         // A state this build does not know is corrupt, not a default.
         let text = String::from_utf8_lossy(&ledger[1..]).replace("\"state\":1", "\"state\":9");

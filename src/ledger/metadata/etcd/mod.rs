@@ -28,7 +28,7 @@ use crate::config::EtcdUrl;
 
 use super::{
     check_partition_change, LedgerId, LedgerRecord, LedgerState, LedgerTransition, MetadataError,
-    MetadataStore, TopicId, TopicRecord,
+    MetadataStore, Placement, TopicId, TopicRecord,
 };
 use layout::{decode, decode_ledger, encode, encode_ledger, Keys, StoredTopic};
 
@@ -415,11 +415,11 @@ impl MetadataStore for EtcdMetadataStore {
         }
     }
 
-    async fn create_ledger(
+    async fn create_ledger_placed(
         &self,
         topic_id: TopicId,
         first_segment: u32,
-        bookie: &str,
+        placement: Placement<'_>,
         now_ms: i64,
         writer_epoch: Option<u64>,
     ) -> Result<LedgerRecord, MetadataError> {
@@ -451,7 +451,9 @@ impl MetadataStore for EtcdMetadataStore {
                 created_at_ms: now_ms,
                 state_changed_at_ms: now_ms,
                 offload_ref: None,
-                bookie: bookie.to_string(),
+                bookie: placement.bookie.to_string(),
+                replicas: placement.replicas.to_vec(),
+                ack_quorum: placement.ack_quorum,
             };
             let txn = Txn::new()
                 .when(compares)
@@ -570,6 +572,34 @@ impl MetadataStore for EtcdMetadataStore {
                 .when([unchanged(key.clone(), revision)])
                 .and_then([TxnOp::put(key, encode_ledger(&ledger), None)]);
             if self.txn("transition ledger", txn).await?.succeeded() {
+                return Ok(ledger);
+            }
+        }
+    }
+
+    async fn set_replicas(
+        &self,
+        id: LedgerId,
+        replicas: &[String],
+    ) -> Result<LedgerRecord, MetadataError> {
+        loop {
+            let (mut ledger, revision) = self
+                .ledger_with_revision(id)
+                .await?
+                .ok_or(MetadataError::LedgerNotFound(id))?;
+            if matches!(ledger.state, LedgerState::Deleted | LedgerState::Expired) {
+                return Err(MetadataError::InvalidTransition {
+                    ledger: id,
+                    from: ledger.state,
+                    to: ledger.state,
+                });
+            }
+            ledger.replicas = replicas.to_vec();
+            let key = self.keys.ledger(ledger.topic_id, id);
+            let txn = Txn::new()
+                .when([unchanged(key.clone(), revision)])
+                .and_then([TxnOp::put(key, encode_ledger(&ledger), None)]);
+            if self.txn("set ledger replicas", txn).await?.succeeded() {
                 return Ok(ledger);
             }
         }

@@ -56,8 +56,9 @@ pub(super) const SCHEMA: &[&str] = &[
 ];
 
 /// Adds the columns later formats added (`ll_ledgers.bookie`, ADR 0007; `ll_topics.
-/// writer_epoch`, ADR 0008) to a database made before them: old ledger rows read as held by
-/// the local node (empty bookie), old topics as never fenced.
+/// writer_epoch`, ADR 0008; `ll_ledgers.replicas` and `ack_quorum`, ADR 0010) to a database
+/// made before them: old ledger rows read as held by the local node (empty bookie) and
+/// unreplicated, old topics as never fenced.
 pub(super) async fn add_later_columns(c: &mut SqliteConnection) -> Result<(), MetadataError> {
     for (table, column, ddl) in [
         (
@@ -69,6 +70,16 @@ pub(super) async fn add_later_columns(c: &mut SqliteConnection) -> Result<(), Me
             "ll_topics",
             "writer_epoch",
             "ALTER TABLE ll_topics ADD COLUMN writer_epoch BIGINT NOT NULL DEFAULT 0",
+        ),
+        (
+            "ll_ledgers",
+            "replicas",
+            "ALTER TABLE ll_ledgers ADD COLUMN replicas TEXT NOT NULL DEFAULT ''",
+        ),
+        (
+            "ll_ledgers",
+            "ack_quorum",
+            "ALTER TABLE ll_ledgers ADD COLUMN ack_quorum BIGINT NOT NULL DEFAULT 1",
         ),
     ] {
         let has: Option<i64> = sqlx::query("SELECT 1 FROM pragma_table_info(?) WHERE name = ?")

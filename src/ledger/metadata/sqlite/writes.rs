@@ -106,12 +106,19 @@ pub(super) async fn delete_topic(
     Ok(existed)
 }
 
+/// An owned [`crate::ledger::metadata::Placement`], for the writer task.
+pub(super) struct Placed {
+    pub bookie: String,
+    pub replicas: Vec<String>,
+    pub ack_quorum: u8,
+}
+
 /// A new open ledger of `topic_id`, refused to a writer of a fenced epoch.
 pub(super) async fn create_ledger(
     c: &mut SqliteConnection,
     topic_id: TopicId,
     first_segment: u32,
-    bookie: &str,
+    placed: &Placed,
     now_ms: i64,
     writer_epoch: Option<u64>,
 ) -> Result<LedgerRecord, MetadataError> {
@@ -132,8 +139,8 @@ pub(super) async fn create_ledger(
     .try_get(0)
     .map_err(backend("allocate ledger id"))?;
     sqlx::query(
-        "INSERT INTO ll_ledgers(ledger_id, topic_id, state, first_segment, created_at_ms, state_changed_at_ms, bookie)
-         VALUES (?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO ll_ledgers(ledger_id, topic_id, state, first_segment, created_at_ms, state_changed_at_ms, bookie, replicas, ack_quorum)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(id)
     .bind(topic_id as i64)
@@ -141,7 +148,9 @@ pub(super) async fn create_ledger(
     .bind(i64::from(first_segment))
     .bind(now_ms)
     .bind(now_ms)
-    .bind(bookie)
+    .bind(&placed.bookie)
+    .bind(super::encode_replicas(&placed.replicas))
+    .bind(i64::from(placed.ack_quorum))
     .execute(&mut *c)
     .await
     .map_err(backend("insert ledger"))?;
@@ -154,8 +163,47 @@ pub(super) async fn create_ledger(
         created_at_ms: now_ms,
         state_changed_at_ms: now_ms,
         offload_ref: None,
-        bookie: bookie.to_string(),
+        bookie: placed.bookie.clone(),
+        replicas: placed.replicas.clone(),
+        ack_quorum: placed.ack_quorum,
     })
+}
+
+/// Ledger `id`, read on the writer's connection.
+async fn ledger_on(c: &mut SqliteConnection, id: LedgerId) -> Result<LedgerRecord, MetadataError> {
+    let row = sqlx::query(&format!(
+        "SELECT {LEDGER_COLUMNS} FROM ll_ledgers WHERE ledger_id = ?"
+    ))
+    .bind(id as i64)
+    .fetch_optional(&mut *c)
+    .await
+    .map_err(backend("get ledger"))?
+    .ok_or(MetadataError::LedgerNotFound(id))?;
+    ledger_from_row(&row)
+}
+
+/// Replaces the replica list of a ledger not deleted or expired.
+pub(super) async fn set_replicas(
+    c: &mut SqliteConnection,
+    id: LedgerId,
+    replicas: &[String],
+) -> Result<LedgerRecord, MetadataError> {
+    let mut current = ledger_on(c, id).await?;
+    if matches!(current.state, LedgerState::Deleted | LedgerState::Expired) {
+        return Err(MetadataError::InvalidTransition {
+            ledger: id,
+            from: current.state,
+            to: current.state,
+        });
+    }
+    sqlx::query("UPDATE ll_ledgers SET replicas = ? WHERE ledger_id = ?")
+        .bind(super::encode_replicas(replicas))
+        .bind(id as i64)
+        .execute(&mut *c)
+        .await
+        .map_err(backend("update ledger replicas"))?;
+    current.replicas = replicas.to_vec();
+    Ok(current)
 }
 
 /// Fences the writers of `topic_id` older than `epoch`.
@@ -188,15 +236,7 @@ pub(super) async fn transition_ledger(
     transition: LedgerTransition,
     now_ms: i64,
 ) -> Result<LedgerRecord, MetadataError> {
-    let row = sqlx::query(&format!(
-        "SELECT {LEDGER_COLUMNS} FROM ll_ledgers WHERE ledger_id = ?"
-    ))
-    .bind(id as i64)
-    .fetch_optional(&mut *c)
-    .await
-    .map_err(backend("get ledger"))?
-    .ok_or(MetadataError::LedgerNotFound(id))?;
-    let mut current = ledger_from_row(&row)?;
+    let mut current = ledger_on(c, id).await?;
     let to = transition.target();
     if !current.state.can_become(to) {
         return Err(MetadataError::InvalidTransition {

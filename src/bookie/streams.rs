@@ -1,0 +1,196 @@
+//! Ordered add streams: how a replicated ledger's writer sends entries to one replica bookie.
+//!
+//! One stream (a task owning one connection) per replica bookie carries the adds of every
+//! ledger this node writes there, in the order [`AddStreams::add`] was called, pipelined: a
+//! frame goes out at once, and answers come back in order.
+//!
+//! Invariants:
+//! - Every add's `done` is called exactly once: `Ok` only for an `Added` answer naming its
+//!   ledger and entry, in order; anything else (refusal, malformed or late answer, lost
+//!   connection) fails it and every add behind it on the stream, and the stream ends.
+//! - A stream that ended is replaced by a new one (new connection) on the next add; the
+//!   replica refuses an add that is not the next entry of its copy, so a ledger whose earlier
+//!   entry failed can never get a gap there.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio_util::codec::Framed;
+
+use crate::cluster::membership::Membership;
+use crate::ledger::{AddDone, ReplicaAdd};
+use crate::protocol::bookie::{
+    codec, decode_response, encode_request, BookieRequest, BookieResponse,
+};
+
+/// Longest wait for the oldest unanswered add (connecting included).
+pub const ADD_TIMEOUT: Duration = Duration::from_secs(10);
+
+type Queued = (ReplicaAdd, AddDone);
+
+/// An add sent and not answered yet.
+struct Inflight {
+    id: u64,
+    ledger: u64,
+    entry: u64,
+    at: tokio::time::Instant,
+    done: AddDone,
+}
+
+/// The add streams of this node, one per replica bookie.
+#[derive(Debug)]
+pub struct AddStreams {
+    membership: Arc<Membership>,
+    /// Invariant: a sender here belongs to a running stream task (it removes itself on exit).
+    streams: Mutex<HashMap<String, mpsc::UnboundedSender<Queued>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl AddStreams {
+    /// Streams resolving bookies through `membership`.
+    pub fn new(membership: Arc<Membership>) -> Arc<AddStreams> {
+        Arc::new(AddStreams {
+            membership,
+            streams: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Queues `add` for `bookie` behind the adds queued before it.
+    pub fn add(self: &Arc<Self>, bookie: &str, add: ReplicaAdd, done: AddDone) {
+        let mut streams = lock(&self.streams);
+        let mut queued = (add, done);
+        if let Some(tx) = streams.get(bookie) {
+            match tx.send(queued) {
+                Ok(()) => return,
+                Err(mpsc::error::SendError(back)) => queued = back,
+            }
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let _ = tx.send(queued);
+        streams.insert(bookie.to_string(), tx.clone());
+        let me = self.clone();
+        let bookie = bookie.to_string();
+        tokio::spawn(async move {
+            let why = me.run(&bookie, rx).await;
+            tracing::warn!(bookie, why, "a replica add stream ended");
+            let mut streams = lock(&me.streams);
+            if streams.get(&bookie).is_some_and(|t| t.same_channel(&tx)) {
+                streams.remove(&bookie);
+            }
+        });
+    }
+
+    /// Runs one stream until it fails; fails what it holds and what is queued; returns why.
+    async fn run(&self, bookie: &str, mut rx: mpsc::UnboundedReceiver<Queued>) -> String {
+        let mut inflight: VecDeque<Inflight> = VecDeque::new();
+        let why = match self.connect(bookie).await {
+            Ok(conn) => stream(conn, &mut rx, &mut inflight).await,
+            Err(why) => why,
+        };
+        rx.close();
+        for sent in inflight.drain(..) {
+            (sent.done)(Err(why.clone()));
+        }
+        while let Ok((_, done)) = rx.try_recv() {
+            done(Err(why.clone()));
+        }
+        why
+    }
+
+    async fn connect(
+        &self,
+        bookie: &str,
+    ) -> Result<Framed<TcpStream, tokio_util::codec::LengthDelimitedCodec>, String> {
+        let nodes = self.membership.nodes().await.map_err(|e| e.to_string())?;
+        let addr = nodes
+            .into_iter()
+            .find(|n| n.bookie == bookie)
+            .and_then(|n| n.bookie_addr)
+            .ok_or_else(|| format!("bookie {bookie} is not a live member with a bookie address"))?;
+        let conn = tokio::time::timeout(ADD_TIMEOUT, TcpStream::connect(&addr))
+            .await
+            .map_err(|_| format!("connecting to {addr} timed out"))?
+            .map_err(|e| format!("connecting to {addr}: {e}"))?;
+        let _ = conn.set_nodelay(true);
+        Ok(Framed::new(conn, codec()))
+    }
+}
+
+/// Sends queued adds and matches answers until something fails; returns why.
+async fn stream(
+    mut conn: Framed<TcpStream, tokio_util::codec::LengthDelimitedCodec>,
+    rx: &mut mpsc::UnboundedReceiver<Queued>,
+    inflight: &mut VecDeque<Inflight>,
+) -> String {
+    let mut next_id = 1u64;
+    loop {
+        // The oldest unanswered add bounds the wait.
+        let deadline = tokio::time::sleep_until(
+            inflight
+                .front()
+                .map_or_else(tokio::time::Instant::now, |s| s.at)
+                + ADD_TIMEOUT,
+        );
+        tokio::select! {
+            queued = rx.recv() => {
+                let Some((add, done)) = queued else { return "the node is stopping".into() };
+                let (ledger, entry) = (add.ledger, add.entry);
+                let req = BookieRequest::AddEntry {
+                    topic: add.topic.to_string(),
+                    ledger,
+                    entry,
+                    publish_time_ms: add.publish_time_ms,
+                    payload: add.payload,
+                };
+                inflight.push_back(Inflight {
+                    id: next_id,
+                    ledger,
+                    entry,
+                    at: tokio::time::Instant::now(),
+                    done,
+                });
+                if let Err(e) = conn.send(encode_request(next_id, &req)).await {
+                    return format!("sending: {e}");
+                }
+                next_id += 1;
+            }
+            frame = conn.next(), if !inflight.is_empty() => {
+                let frame = match frame {
+                    None => return "connection closed".into(),
+                    Some(Err(e)) => return format!("reading: {e}"),
+                    Some(Ok(f)) => f.freeze(),
+                };
+                let Some(Inflight { id, ledger, entry, done, .. }) = inflight.pop_front() else {
+                    return "an answer nobody asked for".into();
+                };
+                match decode_response(frame) {
+                    Ok((got, BookieResponse::Added { ledger: l, entry: e }))
+                        if got == id && l == ledger && e == entry => done(Ok(())),
+                    Ok((got, BookieResponse::Error { message, .. })) if got == id => {
+                        let why = format!("refused entry {ledger}:{entry}: {message}");
+                        done(Err(why.clone()));
+                        return why;
+                    }
+                    Ok(_) => {
+                        done(Err("unexpected answer".into()));
+                        return format!("unexpected answer to entry {ledger}:{entry}");
+                    }
+                    Err(e) => {
+                        done(Err(e.to_string()));
+                        return e.to_string();
+                    }
+                }
+            }
+            _ = deadline, if !inflight.is_empty() => {
+                return format!("no answer within {ADD_TIMEOUT:?}");
+            }
+        }
+    }
+}

@@ -1,0 +1,639 @@
+//! The copies this bookie holds of ledgers other nodes write (ADR 0010).
+//!
+//! A replicated ledger's writer sends each entry to every replica of its ensemble
+//! ([`crate::protocol::bookie::BookieRequest::AddEntry`]). The replica appends it to its own
+//! journal, like its own entries (same record format, same group commit), keeps where each
+//! entry landed in memory while the ledger is open, and writes an index file once it learns the
+//! seal (from the writer, or from the metadata store at its next start or collection pass).
+//!
+//! What a replica knows of each copy is in a small registry file per ledger
+//! (`<ledger dir>/replicas/<ledger>.rep`, [`RegistryRecord`], written durably before the copy's
+//! first entry is): the segment its first entry went to, and once sealed, the last segment and
+//! the entry count. Recovery, segment reclamation and stale-index removal read it, since the
+//! metadata store's `first_segment` is the writer's.
+//!
+//! Invariants:
+//! - A copy's entries are dense from 0: an add whose entry is not the next one is refused.
+//! - A copy is served only up to what its journal confirmed, and once sealed only up to the
+//!   sealed count; entries past it (sent but never confirmed by the writer) are never served.
+//! - A copy is dropped (registry and index file removed, segments reclaimed) only once the
+//!   metadata store no longer lists this bookie for a live ledger.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+use tokio::sync::oneshot;
+
+use super::error::{AppendError, LifecycleError, ReadError};
+use super::index::{index_path, write_index_file, IndexEntry};
+use super::journal::AppendRequest;
+use super::metadata::{LedgerId, LedgerRecord, LedgerState};
+use super::open_ledger::{OpenLedger, Written};
+use super::segment::sync_dir;
+use super::{Log, LogShared, Position};
+
+const MAGIC: &[u8; 4] = b"LLRP";
+const VERSION: u8 = 1;
+const RECORD_LEN: usize = 4 + 1 + 8 + 4 + 1 + 4 + 8 + 4;
+
+/// One registry file: what this bookie holds of one ledger it replicates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RegistryRecord {
+    pub ledger: LedgerId,
+    pub first_segment: u32,
+    /// `(last segment, entry count)` once the copy is sealed (its index file is durable).
+    pub sealed: Option<(u32, u64)>,
+}
+
+impl RegistryRecord {
+    /// `LLRP`, version, ledger, first segment, sealed flag, last segment, count, CRC32C of
+    /// everything before it; integers little-endian.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(RECORD_LEN);
+        b.extend_from_slice(MAGIC);
+        b.push(VERSION);
+        b.extend_from_slice(&self.ledger.to_le_bytes());
+        b.extend_from_slice(&self.first_segment.to_le_bytes());
+        let (flag, last, count) = match self.sealed {
+            Some((last, count)) => (1u8, last, count),
+            None => (0, 0, 0),
+        };
+        b.push(flag);
+        b.extend_from_slice(&last.to_le_bytes());
+        b.extend_from_slice(&count.to_le_bytes());
+        let crc = crc32c::crc32c(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<RegistryRecord, String> {
+        if b.len() != RECORD_LEN {
+            return Err(format!("{} bytes, expected {RECORD_LEN}", b.len()));
+        }
+        if &b[..4] != MAGIC || b[4] != VERSION {
+            return Err("not a replica registry record of version 1".into());
+        }
+        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let u64_at = |i: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[i..i + 8]);
+            u64::from_le_bytes(a)
+        };
+        if crc32c::crc32c(&b[..RECORD_LEN - 4]) != u32_at(RECORD_LEN - 4) {
+            return Err("checksum mismatch".into());
+        }
+        let sealed = match b[17] {
+            0 => None,
+            1 => Some((u32_at(18), u64_at(22))),
+            other => return Err(format!("sealed flag {other}")),
+        };
+        Ok(RegistryRecord {
+            ledger: u64_at(5),
+            first_segment: u32_at(13),
+            sealed,
+        })
+    }
+}
+
+fn registry_path(dir: &Path, ledger: LedgerId) -> PathBuf {
+    dir.join(format!("{ledger}.rep"))
+}
+
+/// Writes `record` durably under its final name (blocking).
+fn write_registry(dir: &Path, record: &RegistryRecord) -> std::io::Result<()> {
+    let path = registry_path(dir, record.ledger);
+    let tmp = path.with_extension("rep.tmp");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(&record.encode())?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, &path)?;
+    sync_dir(dir)
+}
+
+/// Every registry record in `dir` (blocking); unreadable files are reported and skipped.
+pub(crate) fn read_registry(dir: &Path) -> std::io::Result<Vec<RegistryRecord>> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir)? {
+        let path = e?.path();
+        if path.extension().and_then(|x| x.to_str()) != Some("rep") {
+            continue;
+        }
+        match std::fs::read(&path).map(|b| RegistryRecord::decode(&b)) {
+            Ok(Ok(r)) => out.push(r),
+            Ok(Err(why)) => {
+                tracing::error!(path = %path.display(), why, "unreadable replica registry file")
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    out.sort_by_key(|r| r.ledger);
+    Ok(out)
+}
+
+/// One copy held.
+#[derive(Debug, Clone)]
+enum Copy {
+    /// Being written: entries so far (served up to what the journal confirmed).
+    Open(Arc<OpenLedger>),
+    /// Sealed: its index file is durable.
+    Sealed { last_segment: u32, count: u64 },
+}
+
+/// The copies this bookie holds of other writers' ledgers.
+#[derive(Debug)]
+pub(crate) struct Replicas {
+    pub dir: PathBuf,
+    /// Invariant: a ledger is here iff its registry file exists.
+    held: Mutex<BTreeMap<LedgerId, (u32, Copy)>>,
+    /// Serialises registry writes and copy creation.
+    create: tokio::sync::Mutex<()>,
+}
+
+impl Replicas {
+    /// The sealed copies recovery kept (open ones are [`Replicas::restore`]d after the scan).
+    pub fn new(dir: PathBuf, sealed: Vec<RegistryRecord>, open: Vec<(u32, OpenLedger)>) -> Self {
+        let mut held = BTreeMap::new();
+        for r in sealed {
+            if let Some((last_segment, count)) = r.sealed {
+                held.insert(
+                    r.ledger,
+                    (
+                        r.first_segment,
+                        Copy::Sealed {
+                            last_segment,
+                            count,
+                        },
+                    ),
+                );
+            }
+        }
+        for (first, ledger) in open {
+            held.insert(ledger.id, (first, Copy::Open(Arc::new(ledger))));
+        }
+        Replicas {
+            dir,
+            held: Mutex::new(held),
+            create: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<LedgerId, (u32, Copy)>> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds the open copies recovery rebuilt from the journal.
+    pub fn restore(&self, copies: Vec<(u32, OpenLedger)>) {
+        let mut held = self.lock();
+        for (first, ledger) in copies {
+            held.insert(ledger.id, (first, Copy::Open(Arc::new(ledger))));
+        }
+    }
+
+    /// Whether this bookie holds a copy of `ledger`.
+    pub fn holds(&self, ledger: LedgerId) -> bool {
+        self.lock().contains_key(&ledger)
+    }
+
+    /// The open copy of `ledger`, if it is being written.
+    pub fn open(&self, ledger: LedgerId) -> Option<Arc<OpenLedger>> {
+        match self.lock().get(&ledger) {
+            Some((_, Copy::Open(o))) => Some(o.clone()),
+            _ => None,
+        }
+    }
+
+    /// Segment ranges the copies occupy (`u32::MAX`: still growing), for reclamation.
+    pub fn segment_ranges(&self) -> Vec<(u32, u32)> {
+        self.lock()
+            .values()
+            .map(|(first, c)| match c {
+                Copy::Open(_) => (*first, u32::MAX),
+                Copy::Sealed { last_segment, .. } => (*first, *last_segment),
+            })
+            .collect()
+    }
+
+    /// Ledgers held.
+    pub fn ledgers(&self) -> Vec<LedgerId> {
+        self.lock().keys().copied().collect()
+    }
+}
+
+/// Why an add from a writer was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplicaAddError {
+    /// The entry is not the next one of the copy (or the copy is sealed).
+    #[error("ledger {ledger}: {why}")]
+    OutOfOrder {
+        /// Ledger id.
+        ledger: LedgerId,
+        /// What was wrong.
+        why: String,
+    },
+    /// The metadata store does not list this bookie as a replica of an open ledger.
+    #[error("ledger {0} is not an open ledger replicated to this bookie")]
+    NotReplica(LedgerId),
+    /// The log refused the append.
+    #[error(transparent)]
+    Append(#[from] AppendError),
+    /// The store or the registry failed.
+    #[error("{0}")]
+    Storage(String),
+}
+
+impl Log {
+    /// Stores entry `entry` of `ledger`, which another node writes and replicates here. The
+    /// returned receiver resolves once the entry is durable in this journal.
+    pub async fn replica_add(
+        &self,
+        ledger: LedgerId,
+        entry: u64,
+        publish_time_ms: i64,
+        payload: Bytes,
+    ) -> Result<oneshot::Receiver<Result<Position, AppendError>>, ReplicaAddError> {
+        let shared = &self.shared;
+        if let Some(e) = shared.journal.failure() {
+            return Err(AppendError::JournalFailed(e).into());
+        }
+        // Admission first: once the copy takes the entry id, the entry must be written.
+        let permit = shared.admit(payload.len()).await?;
+        let copy = match self.replica_copy(ledger, entry).await? {
+            Some(c) => c,
+            None => self.new_replica_copy(ledger, entry).await?,
+        };
+        let (tx, rx) = oneshot::channel();
+        shared.journal.submit(AppendRequest {
+            ledger: copy,
+            entry_id: entry,
+            publish_time_ms,
+            payload,
+            reply: tx,
+            _permit: permit,
+        })?;
+        Ok(rx)
+    }
+
+    /// The open copy of `ledger` if `entry` is its next entry; `None` when there is no copy
+    /// and `entry` is 0.
+    async fn replica_copy(
+        &self,
+        ledger: LedgerId,
+        entry: u64,
+    ) -> Result<Option<Arc<OpenLedger>>, ReplicaAddError> {
+        let replicas = &self.shared.replicas;
+        let out_of_order = |why: String| ReplicaAddError::OutOfOrder { ledger, why };
+        match replicas.lock().get(&ledger) {
+            Some((_, Copy::Open(o))) => {
+                let next = o.next_entry();
+                if entry != next {
+                    return Err(out_of_order(format!(
+                        "entry {entry} where {next} was expected"
+                    )));
+                }
+                o.take_entry();
+                Ok(Some(o.clone()))
+            }
+            Some((_, Copy::Sealed { count, .. })) => Err(out_of_order(format!(
+                "the copy is sealed with {count} entries"
+            ))),
+            None if entry == 0 => Ok(None),
+            None => Err(out_of_order(format!(
+                "entry {entry} of a ledger this bookie has no copy of"
+            ))),
+        }
+    }
+
+    /// Registers a new copy of `ledger` (after checking the store lists this bookie), durably,
+    /// before its first entry is written.
+    async fn new_replica_copy(
+        &self,
+        ledger: LedgerId,
+        entry: u64,
+    ) -> Result<Arc<OpenLedger>, ReplicaAddError> {
+        let _creating = self.shared.replicas.create.lock().await;
+        if let Some(o) = self.replica_copy(ledger, entry).await? {
+            return Ok(o);
+        }
+        let record = self
+            .shared
+            .meta
+            .get_ledger(ledger)
+            .await
+            .map_err(|e| ReplicaAddError::Storage(e.to_string()))?;
+        let listed = record.is_some_and(|r| {
+            r.state == LedgerState::Open && r.replicas.iter().any(|b| *b == self.shared.bookie)
+        });
+        if !listed {
+            return Err(ReplicaAddError::NotReplica(ledger));
+        }
+        let first_segment = self.shared.journal.current_segment();
+        let reg = RegistryRecord {
+            ledger,
+            first_segment,
+            sealed: None,
+        };
+        let dir = self.shared.replicas.dir.clone();
+        tokio::task::spawn_blocking(move || write_registry(&dir, &reg))
+            .await
+            .map_err(|e| ReplicaAddError::Storage(e.to_string()))?
+            .map_err(|e| ReplicaAddError::Storage(format!("writing the replica registry: {e}")))?;
+        let copy = Arc::new(OpenLedger::replica(
+            ledger,
+            first_segment,
+            Written::default(),
+        ));
+        copy.take_entry();
+        self.shared
+            .replicas
+            .lock()
+            .insert(ledger, (first_segment, Copy::Open(copy.clone())));
+        tracing::debug!(ledger, "holding a new replica copy");
+        Ok(copy)
+    }
+
+    /// Seals this bookie's copy of `ledger` at `count` entries (the writer sealed it so):
+    /// writes its index file, records the seal in the registry. Returns the entries kept;
+    /// fails when the copy holds fewer than `count` confirmed entries.
+    pub async fn replica_seal(&self, ledger: LedgerId, count: u64) -> Result<u64, ReadError> {
+        replica_seal(&self.shared, ledger, count).await
+    }
+
+    /// Drops the copies the metadata store no longer lists for a live ledger (offloaded and
+    /// deleted by the writer, expired, or dropped from the ensemble), seals those it recorded
+    /// sealed meanwhile, and reclaims the segments freed. Returns the copies dropped.
+    pub async fn collect_replicas(&self) -> Result<usize, LifecycleError> {
+        collect(&self.shared).await
+    }
+}
+
+/// [`Log::collect_replicas`].
+pub(crate) async fn collect(shared: &Arc<LogShared>) -> Result<usize, LifecycleError> {
+    let mut dropped = 0;
+    for ledger in shared.replicas.ledgers() {
+        let record = shared.meta.get_ledger(ledger).await?;
+        let listed = record
+            .as_ref()
+            .is_some_and(|r| r.replicas.iter().any(|b| *b == shared.bookie));
+        match record {
+            Some(r)
+                if listed && matches!(r.state, LedgerState::Sealed | LedgerState::Offloaded) =>
+            {
+                let count = r.seal.map_or(0, |s| s.entry_count);
+                if let Err(e) = replica_seal(shared, ledger, count).await {
+                    tracing::error!(ledger, error = %e, "sealing a replica copy failed");
+                }
+            }
+            Some(r) if listed && r.state == LedgerState::Open => {}
+            _ => {
+                drop_replica(shared, ledger).await?;
+                dropped += 1;
+            }
+        }
+    }
+    if dropped > 0 {
+        super::reclaim(shared).await?;
+    }
+    Ok(dropped)
+}
+
+/// Removes the copy of `ledger`: registry entry, index file, cached index.
+async fn drop_replica(shared: &Arc<LogShared>, ledger: LedgerId) -> Result<(), LifecycleError> {
+    shared.replicas.lock().remove(&ledger);
+    shared.index_cache.remove(ledger);
+    let (rep, idx) = (
+        registry_path(&shared.replicas.dir, ledger),
+        index_path(&shared.index_dir, ledger),
+    );
+    super::blocking(move || {
+        for path in [idx, rep] {
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => return Err(LifecycleError::Io { path, source }),
+            }
+        }
+        Ok(())
+    })
+    .await?;
+    tracing::info!(ledger, "dropped a replica copy");
+    Ok(())
+}
+
+/// [`Log::replica_seal`].
+pub(crate) async fn replica_seal(
+    shared: &Arc<LogShared>,
+    ledger: LedgerId,
+    count: u64,
+) -> Result<u64, ReadError> {
+    let not_held = || ReadError::Remote {
+        ledger,
+        bookie: shared.bookie.clone(),
+    };
+    let (first_segment, copy) = shared
+        .replicas
+        .lock()
+        .get(&ledger)
+        .cloned()
+        .ok_or_else(not_held)?;
+    let open = match copy {
+        Copy::Sealed { count: kept, .. } => return Ok(kept),
+        Copy::Open(o) => o,
+    };
+    // Entries the journal is still writing must be durable (and located) first.
+    shared.journal.barrier().await.map_err(|_| not_held())?;
+    let entries: Vec<IndexEntry> = {
+        let w = open.written();
+        let have = (w.entries.len() as u64).min(open.confirmed());
+        if have < count {
+            return Err(ReadError::NoSuchEntry {
+                ledger,
+                entry: have,
+                available: have,
+            });
+        }
+        w.entries[..count as usize].to_vec()
+    };
+    let last_segment = entries.last().map_or(first_segment, |e| e.segment);
+    let reg = RegistryRecord {
+        ledger,
+        first_segment,
+        sealed: Some((last_segment, count)),
+    };
+    let (index_dir, reg_dir) = (shared.index_dir.clone(), shared.replicas.dir.clone());
+    let to_write: Arc<[IndexEntry]> = entries.into();
+    let file = to_write.clone();
+    tokio::task::spawn_blocking(move || -> Result<(), ReadError> {
+        if !file.is_empty() {
+            write_index_file(&index_dir, ledger, &file)?;
+        }
+        let path = registry_path(&reg_dir, ledger);
+        write_registry(&reg_dir, &reg).map_err(|source| ReadError::Io {
+            path,
+            offset: 0,
+            source,
+        })
+    })
+    .await
+    .map_err(|_| ReadError::Cancelled)??;
+    shared.index_cache.insert(ledger, to_write);
+    shared.replicas.lock().insert(
+        ledger,
+        (
+            first_segment,
+            Copy::Sealed {
+                last_segment,
+                count,
+            },
+        ),
+    );
+    tracing::debug!(ledger, count, "sealed a replica copy");
+    Ok(count)
+}
+
+/// What recovery does with the copies the registry lists.
+#[derive(Debug, Default)]
+pub(crate) struct ReplicaPlan {
+    /// Unsealed copies of live ledgers, to rebuild from the journal: id → first segment.
+    pub scan: BTreeMap<LedgerId, u32>,
+    /// Sealed copies of live ledgers, kept as they are.
+    pub sealed: Vec<RegistryRecord>,
+    /// Copies of ledgers no longer live or no longer listed for this bookie.
+    drop: Vec<LedgerId>,
+    /// Rebuilt copies whose ledger was sealed meanwhile: seal them at that count.
+    seal_at: Vec<(LedgerId, u64)>,
+}
+
+/// Reads the registry in `dir` and the records of the ledgers it lists.
+pub(crate) async fn replicas_to_recover(
+    dir: &Path,
+    meta: &Arc<dyn super::MetadataStore>,
+    bookie: &str,
+) -> Result<ReplicaPlan, super::OpenError> {
+    let d = dir.to_path_buf();
+    let registry = tokio::task::spawn_blocking(move || read_registry(&d))
+        .await
+        .map_err(|e| super::OpenError::Journal(e.to_string()))?
+        .map_err(|source| super::OpenError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    let mut records = HashMap::new();
+    for r in &registry {
+        if let Some(l) = meta.get_ledger(r.ledger).await? {
+            records.insert(r.ledger, l);
+        }
+    }
+    let (scan, drop) = plan_recovery(&registry, &records, bookie);
+    let seal_at = scan
+        .keys()
+        .filter_map(|id| {
+            let l = records.get(id)?;
+            (l.state != LedgerState::Open).then(|| (*id, l.seal.map_or(0, |s| s.entry_count)))
+        })
+        .collect();
+    let sealed = registry
+        .into_iter()
+        .filter(|r| r.sealed.is_some() && !drop.contains(&r.ledger))
+        .collect();
+    Ok(ReplicaPlan {
+        scan,
+        sealed,
+        drop,
+        seal_at,
+    })
+}
+
+impl ReplicaPlan {
+    /// After the scan: drops the copies no longer wanted, seals those sealed meanwhile (a copy
+    /// short of the sealed count is dropped: it cannot serve the ledger).
+    pub async fn finish(&self, shared: &Arc<LogShared>) -> Result<(), super::OpenError> {
+        let failed = |e: &dyn std::fmt::Display| super::OpenError::Journal(e.to_string());
+        let mut drop = self.drop.clone();
+        for (ledger, count) in &self.seal_at {
+            if let Err(e) = replica_seal(shared, *ledger, *count).await {
+                tracing::error!(ledger, count, error = %e,
+                    "a replica copy is short of its ledger's sealed count; dropping it");
+                drop.push(*ledger);
+            }
+        }
+        for ledger in drop {
+            shared.replicas.lock().remove(&ledger);
+            let (rep, idx) = (
+                registry_path(&shared.replicas.dir, ledger),
+                index_path(&shared.index_dir, ledger),
+            );
+            tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+                for path in [idx, rep] {
+                    match std::fs::remove_file(&path) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(())
+            })
+            .await
+            .map_err(|e| failed(&e))?
+            .map_err(|e| failed(&e))?;
+            tracing::info!(ledger, "dropped a replica copy at recovery");
+        }
+        Ok(())
+    }
+}
+
+/// What recovery does with the registry: copies to rebuild from the journal (`scan`: id →
+/// first segment), and those to drop, given each ledger's record.
+pub(crate) fn plan_recovery(
+    registry: &[RegistryRecord],
+    records: &HashMap<LedgerId, LedgerRecord>,
+    bookie: &str,
+) -> (BTreeMap<LedgerId, u32>, Vec<LedgerId>) {
+    let mut scan = BTreeMap::new();
+    let mut drop = Vec::new();
+    for r in registry {
+        let live = records.get(&r.ledger).is_some_and(|l| {
+            matches!(
+                l.state,
+                LedgerState::Open | LedgerState::Sealed | LedgerState::Offloaded
+            ) && l.replicas.iter().any(|b| b == bookie)
+        });
+        if !live {
+            drop.push(r.ledger);
+        } else if r.sealed.is_none() {
+            scan.insert(r.ledger, r.first_segment);
+        }
+    }
+    (scan, drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn registry_records_round_trip(
+            ledger in any::<u64>(), first in any::<u32>(),
+            sealed in proptest::option::of((any::<u32>(), any::<u64>())),
+        ) {
+            let r = RegistryRecord { ledger, first_segment: first, sealed };
+            let bytes = r.encode();
+            prop_assert_eq!(bytes[4], VERSION);
+            prop_assert_eq!(RegistryRecord::decode(&bytes), Ok(r));
+        }
+
+        #[test]
+        fn damaged_registry_records_are_refused(at in 0usize..RECORD_LEN, bit in 0u8..8) {
+            let mut bytes = RegistryRecord { ledger: 9, first_segment: 2, sealed: Some((3, 4)) }
+                .encode();
+            bytes[at] ^= 1 << bit;
+            prop_assert!(RegistryRecord::decode(&bytes).is_err());
+        }
+    }
+}

@@ -1,0 +1,128 @@
+"""Quorum-replicated ledgers (issue 19, slice 3): three nodes on one etcd, the namespace's
+persistence policy 3/3/2. Every ledger is written to three bookies and acknowledged by two;
+a replica killed mid-stream does not stop the producer; after the writer's node is killed too,
+the one node left serves every acknowledged message from its own copies."""
+import json
+import os
+import signal
+import urllib.error
+import urllib.request
+import uuid
+
+import pulsar
+
+from conftest import _free_port, eventually
+
+TTL = "3s"
+
+
+def _http(method, url, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, method=method, data=data,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            raw = r.read()
+            return r.status, (json.loads(raw) if raw else None)
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def _ledgers(etcd, prefix):
+    """Every ledger record in etcd, by id."""
+    out = {}
+    for key, value in etcd.items(f"{prefix}/ledgers/").items():
+        assert value[0] == 1, "ledger records are format 1"
+        record = json.loads(value[1:])
+        out[record["id"]] = record
+    return out
+
+
+def _owner(etcd, prefix, topic, nodes):
+    owners = {}
+    for key, value in etcd.items(f"{prefix}/cluster/owners/").items():
+        owners[key.split("/cluster/owners/", 1)[1]] = json.loads(value[1:])["id"]
+    return [n for n in nodes if f"127.0.0.1:{n.http_port}" == owners.get(topic)]
+
+
+def _bookie_id(node):
+    with open(os.path.join(node.data_dir, "data", "ledger", "bookie-id")) as f:
+        return f.read().split()[-1]
+
+
+def _read_all(client, topic, n):
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    got = []
+    try:
+        while len(got) < n:
+            got.append(reader.read_next(timeout_millis=30000).data().decode())
+    finally:
+        reader.close()
+    return got
+
+
+def test_ledgers_survive_losing_a_replica_and_then_the_writer(etcd, make_service):
+    prefix = f"/repl-{uuid.uuid4().hex[:6]}"
+    env = {"LEDGERLAKE_METADATA__SESSION_TTL": TTL, "LEDGERLAKE_LAKE__ENABLED": "false"}
+    nodes = [make_service(env=env, args=["--metadata-url", etcd.url(prefix),
+                                         "--bookie-addr", f"127.0.0.1:{_free_port()}"])
+             for _ in range(3)]
+    for n in nodes:
+        n.start()
+    ns = f"{nodes[0].http}/admin/v2/namespaces/public/default/persistence"
+    # Striping (write quorum below the ensemble) is refused; 3/3/2 is taken and read back.
+    status, body = _http("POST", ns, {"bookkeeperEnsemble": 3, "bookkeeperWriteQuorum": 2,
+                                      "bookkeeperAckQuorum": 2})
+    assert status == 400, body
+    policy = {"bookkeeperEnsemble": 3, "bookkeeperWriteQuorum": 3, "bookkeeperAckQuorum": 2,
+              "managedLedgerMaxMarkDeleteRate": 0.0}
+    assert _http("POST", ns, policy)[0] == 204
+    assert _http("GET", ns) == (200, policy)
+
+    topic = f"persistent://public/default/repl-{uuid.uuid4().hex[:6]}"
+    path = "/admin/v2/persistent/public/default/" + topic.rsplit("/", 1)[1]
+    client = pulsar.Client("pulsar://" + ",".join(f"127.0.0.1:{n.pulsar_port}" for n in nodes),
+                           operation_timeout_seconds=60)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=60000)
+        for i in range(100):
+            producer.send(f"m{i}".encode())
+        (writer,) = _owner(etcd, prefix, topic, nodes)
+        others = [n for n in nodes if n is not writer]
+        ledgers = _ledgers(etcd, prefix)
+        first = max(ledgers.values(), key=lambda r: r["id"])
+        assert first["bookie"] == _bookie_id(writer)
+        assert sorted(first["replicas"]) == sorted(_bookie_id(n) for n in others)
+        assert first["ack_quorum"] == 2
+
+        # A replica dies: acknowledgements go on with the writer and the other replica.
+        others[0].stop(signal.SIGKILL)
+        for i in range(100, 200):
+            producer.send(f"m{i}".encode())
+        assert _read_all(client, topic, 200) == [f"m{i}" for i in range(200)]
+
+        # Seal everything, then lose the writer: the last node serves every message from its
+        # own copies (nothing was offloaded).
+        status, body = _http("PUT", f"{writer.http}{path}/unload")
+        assert status == 204, body
+        survivor = others[1]
+        sealed = [r for r in _ledgers(etcd, prefix).values() if r.get("seal")
+                  and r["seal"]["entry_count"] > 0]
+        assert sum(r["seal"]["entry_count"] for r in sealed) == 200
+        assert all(_bookie_id(survivor) in r["replicas"] for r in sealed), sealed
+
+        def copies_sealed():
+            reps = os.listdir(os.path.join(survivor.data_dir, "data", "ledger", "replicas"))
+            assert {f"{r['id']}.rep" for r in sealed} <= set(reps), reps
+        eventually(copies_sealed, timeout=30)
+        producer.close()
+        writer.stop(signal.SIGKILL)
+        alone = pulsar.Client(survivor.url, operation_timeout_seconds=60)
+        try:
+            def all_read():
+                assert _read_all(alone, topic, 200) == [f"m{i}" for i in range(200)]
+            eventually(all_read, timeout=60, interval=2)
+        finally:
+            alone.close()
+    finally:
+        client.close()
