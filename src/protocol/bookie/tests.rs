@@ -122,10 +122,11 @@ fn other_versions_kinds_and_lying_counts_are_refused() {
         },
     )
     .to_vec();
-    frame[0] = 2;
+    frame[0] = 1;
     assert_eq!(
         decode_request(Bytes::from(frame)),
-        Err(BookieWireError::Version(2))
+        Err(BookieWireError::Version(1)),
+        "a node of the protocol before adds is refused"
     );
     let mut unknown = vec![VERSION, 0x42];
     unknown.extend_from_slice(&7u64.to_be_bytes());
