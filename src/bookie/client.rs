@@ -20,8 +20,9 @@ use tokio::net::TcpStream;
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
 use crate::cluster::membership::Membership;
+use crate::ledger::metadata::SealInfo;
 use crate::ledger::{
-    AddDone, Confirmed, Entry, LedgerId, Position, ReadError, ReplicaAdd, ReplicaSource,
+    AddDone, Confirmed, Entry, FencedCopy, LedgerId, Position, ReadError, ReplicaAdd, ReplicaSource,
 };
 use crate::protocol::bookie::{
     codec, decode_response, encode_request, BookieErrorCode, BookieRequest, BookieResponse,
@@ -312,6 +313,41 @@ impl ReplicaSource for BookieClient {
             Ok(BookieResponse::LastConfirmed { count, .. }) => Ok(count),
             Ok(other) => Err(Self::failed(bookie, ledger, count, other.into())),
             Err(e) => Err(Self::failed(bookie, ledger, count, Failure::Call(e))),
+        }
+    }
+
+    async fn fence(
+        &self,
+        bookie: &str,
+        topic: &str,
+        ledger: LedgerId,
+    ) -> Result<FencedCopy, ReadError> {
+        let req = BookieRequest::Fence {
+            topic: topic.to_string(),
+            ledger,
+        };
+        match self.call(bookie, &req).await {
+            Ok(BookieResponse::Fenced(c)) => Ok(FencedCopy {
+                first_segment: c.first_segment,
+                seal: SealInfo {
+                    entry_count: c.entry_count,
+                    size_bytes: c.size_bytes,
+                    min_publish_ms: c.min_publish_ms,
+                    max_publish_ms: c.max_publish_ms,
+                    last_segment: c.last_segment,
+                    checksum: c.checksum,
+                },
+            }),
+            Ok(other) => Err(Self::failed(bookie, ledger, 0, other.into())),
+            Err(e) => Err(Self::failed(bookie, ledger, 0, Failure::Call(e))),
+        }
+    }
+
+    async fn is_live(&self, bookie: &str) -> bool {
+        match self.membership.nodes().await {
+            Ok(nodes) => nodes.iter().any(|n| n.bookie == bookie),
+            // Unknown: treated as live, so nothing is taken over on a failed listing.
+            Err(_) => true,
         }
     }
 

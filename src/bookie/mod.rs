@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 use crate::ledger::{Confirmed, Entry, Log, ReadError, ReplicaAddError};
 use crate::protocol::bookie::{
     codec, decode_request, encode_response, request_codec, BookieErrorCode, BookieRequest,
-    BookieResponse, WireEntry, READ_BUDGET,
+    BookieResponse, WireCopy, WireEntry, READ_BUDGET,
 };
 
 /// Connections served at once; more wait in the listen backlog.
@@ -176,7 +176,9 @@ async fn add(
         }),
         Err(e) => {
             let code = match e {
-                ReplicaAddError::OutOfOrder { .. } => BookieErrorCode::BadRequest,
+                ReplicaAddError::OutOfOrder { .. } | ReplicaAddError::Fenced(_) => {
+                    BookieErrorCode::BadRequest
+                }
                 ReplicaAddError::NotReplica(_) => BookieErrorCode::NotHeld,
                 ReplicaAddError::Append(_) | ReplicaAddError::Storage(_) => {
                     BookieErrorCode::Unavailable
@@ -223,6 +225,18 @@ async fn answer(log: &Log, request: BookieRequest) -> BookieResponse {
             count,
         } => match log.replica_seal(ledger, count).await {
             Ok(count) => BookieResponse::LastConfirmed { count, open: false },
+            Err(e) => refusal(&e),
+        },
+        BookieRequest::Fence { topic: _, ledger } => match log.replica_fence(ledger).await {
+            Ok(c) => BookieResponse::Fenced(WireCopy {
+                first_segment: c.first_segment,
+                entry_count: c.seal.entry_count,
+                size_bytes: c.seal.size_bytes,
+                min_publish_ms: c.seal.min_publish_ms,
+                max_publish_ms: c.seal.max_publish_ms,
+                last_segment: c.seal.last_segment,
+                checksum: c.seal.checksum,
+            }),
             Err(e) => refusal(&e),
         },
         BookieRequest::AddEntry { .. } => BookieResponse::error(

@@ -461,7 +461,7 @@ impl Broker {
         let mut loaded = slot.0.lock().await;
         if loaded.is_none() {
             // Only the owner deletes a topic: claim it first (refused if another node owns it).
-            let holder = self.log.holder(&key).await?;
+            let holder = self.log.pinning_holder(&key).await?;
             self.ownership.acquire(&key, holder.as_deref()).await?;
         }
         if let Some(t) = loaded.clone() {
@@ -490,7 +490,7 @@ impl Broker {
         authoritative: bool,
     ) -> Result<Placement, BrokerError> {
         let key = name.to_string();
-        let holder = self.log.holder(&key).await?;
+        let holder = self.log.pinning_holder(&key).await?;
         Ok(self
             .ownership
             .place(&key, holder.as_deref(), authoritative)
@@ -507,7 +507,7 @@ impl Broker {
             return Ok(t.clone());
         }
         let started = std::time::Instant::now();
-        let holder = self.log.holder(&key).await?;
+        let holder = self.log.pinning_holder(&key).await?;
         let epoch = self.ownership.acquire(&key, holder.as_deref()).await?;
         let t = match self.load_topic(name, &key, epoch).await {
             Ok(t) => t,
@@ -543,6 +543,18 @@ impl Broker {
             return Ok(log);
         }
         log.fence(epoch).await?;
+        // Open ledgers of a writer that is gone: fenced on their replicas and sealed where
+        // their ack quorum guarantees every acknowledged entry.
+        let taken = self
+            .log
+            .take_over_open_ledgers(key)
+            .await
+            .map_err(|e| BrokerError::Stopped(format!("taking over {key}: {e}")))?;
+        if !taken.is_empty() {
+            crate::metrics::node()
+                .ledgers_taken_over
+                .inc_by(taken.len() as u64);
+        }
         if let Some(bookie) = self.log.holder(key).await? {
             if bookie != self.log.bookie_id() {
                 return Err(OwnershipError::HeldElsewhere {

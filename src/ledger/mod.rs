@@ -59,12 +59,14 @@ pub mod replicas;
 mod resident;
 mod seal;
 pub mod segment;
+mod takeover;
 mod topic;
 
 pub use error::{AppendError, LifecycleError, OpenError, ReadError};
 pub use metadata::{LedgerId, LedgerRecord, LedgerState, MetadataError, MetadataStore};
-pub use replica::{AddDone, Confirmed, ReplicaAdd, ReplicaSource};
+pub use replica::{AddDone, Confirmed, FencedCopy, ReplicaAdd, ReplicaSource};
 pub use replicas::ReplicaAddError;
+pub use takeover::TakeoverError;
 pub use topic::{AppendReceipt, LedgerInfo, Replication, TopicLog};
 
 use crate::config::LedgerConfig;
@@ -313,11 +315,20 @@ impl Log {
         // from the journal like its own open ledgers (but never sealed by it).
         let mut replica_plan = replicas_to_recover(&replicas_dir, &meta, &bookie).await?;
         // Only this bookie's ledgers: another node's open ledger is that node's to recover.
-        let mut open: BTreeMap<LedgerId, u32> = meta
+        let own_open: Vec<LedgerRecord> = meta
             .ledgers_in_states(&[LedgerState::Open])
             .await?
             .into_iter()
             .filter(|l| held_by(l, &bookie))
+            .collect();
+        let mut open: BTreeMap<LedgerId, u32> =
+            own_open.iter().map(|l| (l.id, l.first_segment)).collect();
+        // Its own replicated ledgers left open are not sealed here: its copy may lack entries
+        // its quorum acknowledged. They wait, as copies, for the topic's next owner to take
+        // them over with the replicas' copies ([`takeover`]).
+        let own_replicated: Vec<(LedgerId, u32)> = own_open
+            .iter()
+            .filter(|l| !l.replicas.is_empty())
             .map(|l| (l.id, l.first_segment))
             .collect();
         // Offsets below which the newest segment is known durable: the end of sealed ledgers'
@@ -401,6 +412,7 @@ impl Log {
         let copies: Vec<(u32, open_ledger::OpenLedger)> = replica_plan
             .scan
             .iter()
+            .chain(own_replicated.iter().map(|(id, first)| (id, first)))
             .filter_map(|(id, first)| {
                 let written = own.remove(id)?;
                 Some((

@@ -69,6 +69,11 @@ impl Quorum {
         }
     }
 
+    /// The ledger's ack quorum.
+    pub fn ack_quorum(&self) -> u8 {
+        self.ack_quorum as u8
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -78,6 +78,28 @@ pub trait ReplicaSource: Send + Sync + fmt::Debug {
     /// Up to `n` live bookies other than `except`, for a new ledger's ensemble (spread over
     /// calls).
     async fn choose(&self, except: &str, n: usize) -> Vec<String>;
+
+    /// Fences replica `bookie`'s copy of open `ledger` (it refuses every later add) and
+    /// returns what the copy durably holds.
+    async fn fence(
+        &self,
+        bookie: &str,
+        topic: &str,
+        ledger: LedgerId,
+    ) -> Result<FencedCopy, ReadError>;
+
+    /// Whether `bookie` belongs to a live member.
+    async fn is_live(&self, bookie: &str) -> bool;
+}
+
+/// What a fenced replica copy durably holds ([`ReplicaSource::fence`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FencedCopy {
+    /// The segment of that bookie's journal holding the copy's first entry.
+    pub first_segment: u32,
+    /// Entries `0..seal.entry_count`, as a seal would record them (the last segment is the
+    /// bookie's own).
+    pub seal: super::metadata::SealInfo,
 }
 
 /// One entry for a replica ([`ReplicaSource::add`]).

@@ -31,6 +31,7 @@ use super::index::{index_path, write_index_file, IndexEntry};
 use super::journal::AppendRequest;
 use super::metadata::{LedgerId, LedgerRecord, LedgerState};
 use super::open_ledger::{OpenLedger, Written};
+use super::replica::FencedCopy;
 use super::segment::sync_dir;
 use super::{Log, LogShared, Position};
 
@@ -152,6 +153,10 @@ pub(crate) struct Replicas {
     held: Mutex<BTreeMap<LedgerId, (u32, Copy)>>,
     /// Serialises registry writes and copy creation.
     create: tokio::sync::Mutex<()>,
+    /// Ledgers fenced by a recovering owner (adds refused from then on), copy or not.
+    /// Invariant: only grows while the process runs (a fenced ledger is sealed in the store
+    /// soon after, which refuses its adds across restarts).
+    fenced: Mutex<std::collections::HashSet<LedgerId>>,
 }
 
 impl Replicas {
@@ -179,6 +184,7 @@ impl Replicas {
             dir,
             held: Mutex::new(held),
             create: tokio::sync::Mutex::new(()),
+            fenced: Mutex::new(std::collections::HashSet::new()),
         }
     }
 
@@ -192,6 +198,13 @@ impl Replicas {
         for (first, ledger) in copies {
             held.insert(ledger.id, (first, Copy::Open(Arc::new(ledger))));
         }
+    }
+
+    fn is_fenced(&self, ledger: LedgerId) -> bool {
+        self.fenced
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&ledger)
     }
 
     /// Whether this bookie holds a copy of `ledger`.
@@ -244,6 +257,9 @@ pub enum ReplicaAddError {
     /// The store or the registry failed.
     #[error("{0}")]
     Storage(String),
+    /// A new owner fenced the ledger to recover it: its writer may add nothing more.
+    #[error("ledger {0} is fenced: a new owner is recovering it")]
+    Fenced(LedgerId),
 }
 
 impl Log {
@@ -287,7 +303,12 @@ impl Log {
     ) -> Result<Option<Arc<OpenLedger>>, ReplicaAddError> {
         let replicas = &self.shared.replicas;
         let out_of_order = |why: String| ReplicaAddError::OutOfOrder { ledger, why };
-        match replicas.lock().get(&ledger) {
+        let held = replicas.lock();
+        // Checked under the copies' lock, which fencing takes too: no add after a fence.
+        if replicas.is_fenced(ledger) {
+            return Err(ReplicaAddError::Fenced(ledger));
+        }
+        match held.get(&ledger) {
             Some((_, Copy::Open(o))) => {
                 let next = o.next_entry();
                 if entry != next {
@@ -356,6 +377,55 @@ impl Log {
         Ok(copy)
     }
 
+    /// Fences this bookie's copy of `ledger` for a new owner recovering it: every later add
+    /// is refused; returns what the copy durably holds (nothing when it has no copy).
+    pub async fn replica_fence(&self, ledger: LedgerId) -> Result<FencedCopy, ReadError> {
+        let shared = &self.shared;
+        let copy = {
+            let held = shared.replicas.lock();
+            shared
+                .replicas
+                .fenced
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(ledger);
+            held.get(&ledger).cloned()
+        };
+        let (first_segment, open) = match copy {
+            None => {
+                let first = shared.journal.current_segment();
+                let seal = Written::default().seal_info(first);
+                return Ok(FencedCopy {
+                    first_segment: first,
+                    seal,
+                });
+            }
+            Some((_, Copy::Sealed { count, .. })) => {
+                return Err(ReadError::NoSuchEntry {
+                    ledger,
+                    entry: count,
+                    available: count,
+                })
+            }
+            Some((first, Copy::Open(o))) => (first, o),
+        };
+        // Adds handed to the journal before the fence: durable (and located) first.
+        shared
+            .journal
+            .barrier()
+            .await
+            .map_err(|_| ReadError::Cancelled)?;
+        let seal = {
+            let w = open.written();
+            w.seal_info_upto(first_segment, open.confirmed())
+        };
+        tracing::info!(ledger, entries = seal.entry_count, "fenced a replica copy");
+        Ok(FencedCopy {
+            first_segment,
+            seal,
+        })
+    }
+
     /// Seals this bookie's copy of `ledger` at `count` entries (the writer sealed it so):
     /// writes its index file, records the seal in the registry. Returns the entries kept;
     /// fails when the copy holds fewer than `count` confirmed entries.
@@ -378,7 +448,7 @@ pub(crate) async fn collect(shared: &Arc<LogShared>) -> Result<usize, LifecycleE
         let record = shared.meta.get_ledger(ledger).await?;
         let listed = record
             .as_ref()
-            .is_some_and(|r| r.replicas.iter().any(|b| *b == shared.bookie));
+            .is_some_and(|r| r.bookies().any(|b| b == shared.bookie));
         match record {
             Some(r)
                 if listed && matches!(r.state, LedgerState::Sealed | LedgerState::Offloaded) =>
@@ -600,7 +670,7 @@ pub(crate) fn plan_recovery(
             matches!(
                 l.state,
                 LedgerState::Open | LedgerState::Sealed | LedgerState::Offloaded
-            ) && l.replicas.iter().any(|b| b == bookie)
+            ) && l.bookies().any(|b| b == bookie)
         });
         if !live {
             drop.push(r.ledger);

@@ -627,7 +627,15 @@ impl TopicLog {
         }
         if complete != quorum.replicas {
             // Only bookies holding every entry stay listed (readers may go to any of them).
-            shared.meta.set_replicas(old.id, &complete).await?;
+            let placement = super::metadata::Placement {
+                bookie: &shared.bookie,
+                replicas: &complete,
+                ack_quorum: quorum.ack_quorum(),
+            };
+            shared
+                .meta
+                .set_placement(old.id, placement, old.first_segment)
+                .await?;
         }
         let record = seal_ledger(&shared, old.id, entries, info).await?;
         self.notify_sealed(&complete, old.id, count);

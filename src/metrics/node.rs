@@ -44,6 +44,8 @@ pub struct NodeMetrics {
     pub topic_load_seconds: Histogram,
     /// Topic partitions unloaded because they were idle.
     pub topics_unloaded_idle: Counter,
+    /// Open ledgers of writers that were gone, fenced, recovered and sealed here.
+    pub ledgers_taken_over: Counter,
     registry: Registry,
 }
 
@@ -85,6 +87,7 @@ impl NodeMetrics {
             topics_watched: Gauge::default(),
             topic_load_seconds: seconds_histogram(),
             topics_unloaded_idle: Counter::default(),
+            ledgers_taken_over: Counter::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -151,6 +154,11 @@ impl NodeMetrics {
             "ledgerlake_topics_unloaded_idle",
             "Topic partitions unloaded because they were idle (broker.unload_idle_after)",
             m.topics_unloaded_idle.clone(),
+        );
+        registry.register(
+            "ledgerlake_ledgers_taken_over",
+            "Open ledgers of writers that were gone, fenced on their replicas, recovered and sealed by this node",
+            m.ledgers_taken_over.clone(),
         );
         NodeMetrics { registry, ..m }
     }

@@ -6,7 +6,8 @@
 //! integers big-endian, strings as `u16` length + UTF-8. A request names a topic and a ledger;
 //! the response carries the same request id. Kinds: requests `0x01` read entries, `0x02` last
 //! confirmed, `0x03` add entry (a replicated ledger's writer to its replicas, ADR 0010),
-//! `0x04` sealed; responses `0x81` entries, `0x82` last confirmed, `0x83` added, `0xFF` error.
+//! `0x04` sealed, `0x05` fence; responses `0x81` entries, `0x82` last confirmed, `0x83` added,
+//! `0x84` fenced, `0xFF` error.
 //!
 //! Invariants:
 //! - A frame whose version, checksum, kind or body does not parse is refused as a whole
@@ -33,9 +34,11 @@ const KIND_READ: u8 = 0x01;
 const KIND_LAST_CONFIRMED: u8 = 0x02;
 const KIND_ADD: u8 = 0x03;
 const KIND_SEALED: u8 = 0x04;
+const KIND_FENCE: u8 = 0x05;
 const KIND_ENTRIES: u8 = 0x81;
 const KIND_CONFIRMED: u8 = 0x82;
 const KIND_ADDED: u8 = 0x83;
+const KIND_FENCED: u8 = 0x84;
 const KIND_ERROR: u8 = 0xFF;
 /// Version + kind + request id before the body; checksum after it.
 const HEAD: usize = 1 + 1 + 8;
@@ -111,6 +114,33 @@ pub enum BookieRequest {
         /// Entries of the sealed ledger.
         count: u64,
     },
+    /// Refuse every later add of `ledger` (a new owner recovers it) and tell what the copy
+    /// holds, all of it durable.
+    Fence {
+        /// Full topic (partition) name.
+        topic: String,
+        /// Ledger id.
+        ledger: u64,
+    },
+}
+
+/// What a fenced copy holds ([`BookieResponse::Fenced`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WireCopy {
+    /// The segment of the bookie's journal holding the copy's first entry.
+    pub first_segment: u32,
+    /// Entries held (ids `0..entry_count`).
+    pub entry_count: u64,
+    /// Payload bytes.
+    pub size_bytes: u64,
+    /// Publish-time range.
+    pub min_publish_ms: Option<i64>,
+    /// Publish-time range.
+    pub max_publish_ms: Option<i64>,
+    /// The segment holding the last entry.
+    pub last_segment: u32,
+    /// CRC32C chained over the entries' record CRCs.
+    pub checksum: u32,
 }
 
 /// One entry as a bookie sends it.
@@ -181,6 +211,8 @@ pub enum BookieResponse {
         /// Entry id.
         entry: u64,
     },
+    /// The copy is fenced; what it holds.
+    Fenced(WireCopy),
     /// The request failed.
     Error {
         /// Why.
@@ -224,6 +256,7 @@ pub fn encode_request(request_id: u64, req: &BookieRequest) -> Bytes {
         BookieRequest::LastConfirmed { .. } => KIND_LAST_CONFIRMED,
         BookieRequest::AddEntry { .. } => KIND_ADD,
         BookieRequest::Sealed { .. } => KIND_SEALED,
+        BookieRequest::Fence { .. } => KIND_FENCE,
     });
     b.put_u64(request_id);
     match req {
@@ -267,6 +300,10 @@ pub fn encode_request(request_id: u64, req: &BookieRequest) -> Bytes {
             b.put_u64(*ledger);
             b.put_u64(*count);
         }
+        BookieRequest::Fence { topic, ledger } => {
+            put_str(&mut b, topic);
+            b.put_u64(*ledger);
+        }
     }
     seal(b)
 }
@@ -277,6 +314,7 @@ pub fn encode_response(request_id: u64, resp: &BookieResponse) -> Bytes {
         BookieResponse::Entries(_) => KIND_ENTRIES,
         BookieResponse::LastConfirmed { .. } => KIND_CONFIRMED,
         BookieResponse::Added { .. } => KIND_ADDED,
+        BookieResponse::Fenced(_) => KIND_FENCED,
         BookieResponse::Error { .. } => KIND_ERROR,
     });
     b.put_u64(request_id);
@@ -297,6 +335,15 @@ pub fn encode_response(request_id: u64, resp: &BookieResponse) -> Bytes {
         BookieResponse::Added { ledger, entry } => {
             b.put_u64(*ledger);
             b.put_u64(*entry);
+        }
+        BookieResponse::Fenced(c) => {
+            b.put_u32(c.first_segment);
+            b.put_u64(c.entry_count);
+            b.put_u64(c.size_bytes);
+            put_opt_i64(&mut b, c.min_publish_ms);
+            put_opt_i64(&mut b, c.max_publish_ms);
+            b.put_u32(c.last_segment);
+            b.put_u32(c.checksum);
         }
         BookieResponse::Error {
             code,
@@ -343,6 +390,10 @@ pub fn decode_request(frame: Bytes) -> Result<(u64, BookieRequest), BookieWireEr
                 payload: body.split_to(len),
             }
         }
+        KIND_FENCE => BookieRequest::Fence {
+            topic: get_str(&mut body)?,
+            ledger: get_u64(&mut body)?,
+        },
         KIND_SEALED => BookieRequest::Sealed {
             topic: get_str(&mut body)?,
             ledger: get_u64(&mut body)?,
@@ -392,6 +443,15 @@ pub fn decode_response(frame: Bytes) -> Result<(u64, BookieResponse), BookieWire
                 other => return Err(BookieWireError::Malformed(format!("open flag {other}"))),
             },
         },
+        KIND_FENCED => BookieResponse::Fenced(WireCopy {
+            first_segment: get_u32(&mut body)?,
+            entry_count: get_u64(&mut body)?,
+            size_bytes: get_u64(&mut body)?,
+            min_publish_ms: get_opt_i64(&mut body)?,
+            max_publish_ms: get_opt_i64(&mut body)?,
+            last_segment: get_u32(&mut body)?,
+            checksum: get_u32(&mut body)?,
+        }),
         KIND_ADDED => BookieResponse::Added {
             ledger: get_u64(&mut body)?,
             entry: get_u64(&mut body)?,
@@ -471,6 +531,24 @@ fn put_str(b: &mut BytesMut, s: &str) {
     }
     b.put_u16(end as u16);
     b.put_slice(&s.as_bytes()[..end]);
+}
+
+fn put_opt_i64(b: &mut BytesMut, v: Option<i64>) {
+    match v {
+        Some(v) => {
+            b.put_u8(1);
+            b.put_i64(v);
+        }
+        None => b.put_u8(0),
+    }
+}
+
+fn get_opt_i64(b: &mut Bytes) -> Result<Option<i64>, BookieWireError> {
+    match get_u8(b)? {
+        0 => Ok(None),
+        1 => Ok(Some(get_u64(b)? as i64)),
+        other => Err(BookieWireError::Malformed(format!("option flag {other}"))),
+    }
 }
 
 fn get_u8(b: &mut Bytes) -> Result<u8, BookieWireError> {

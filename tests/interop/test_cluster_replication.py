@@ -28,6 +28,18 @@ def _http(method, url, body=None):
         return e.code, e.read().decode()
 
 
+def _cluster(etcd, make_service, name, n=3):
+    """`n` started nodes on one etcd prefix, each with a bookie listener; (prefix, nodes)."""
+    prefix = f"/{name}-{uuid.uuid4().hex[:6]}"
+    env = {"LEDGERLAKE_METADATA__SESSION_TTL": TTL, "LEDGERLAKE_LAKE__ENABLED": "false"}
+    nodes = [make_service(env=env, args=["--metadata-url", etcd.url(prefix),
+                                         "--bookie-addr", f"127.0.0.1:{_free_port()}"])
+             for _ in range(n)]
+    for node in nodes:
+        node.start()
+    return prefix, nodes
+
+
 def _ledgers(etcd, prefix):
     """Every ledger record in etcd, by id."""
     out = {}
@@ -62,13 +74,7 @@ def _read_all(client, topic, n):
 
 
 def test_ledgers_survive_losing_a_replica_and_then_the_writer(etcd, make_service):
-    prefix = f"/repl-{uuid.uuid4().hex[:6]}"
-    env = {"LEDGERLAKE_METADATA__SESSION_TTL": TTL, "LEDGERLAKE_LAKE__ENABLED": "false"}
-    nodes = [make_service(env=env, args=["--metadata-url", etcd.url(prefix),
-                                         "--bookie-addr", f"127.0.0.1:{_free_port()}"])
-             for _ in range(3)]
-    for n in nodes:
-        n.start()
+    prefix, nodes = _cluster(etcd, make_service, "repl")
     ns = f"{nodes[0].http}/admin/v2/namespaces/public/default/persistence"
     # Striping (write quorum below the ensemble) is refused; 3/3/2 is taken and read back.
     status, body = _http("POST", ns, {"bookkeeperEnsemble": 3, "bookkeeperWriteQuorum": 2,
@@ -124,5 +130,56 @@ def test_ledgers_survive_losing_a_replica_and_then_the_writer(etcd, make_service
             eventually(all_read, timeout=60, interval=2)
         finally:
             alone.close()
+    finally:
+        client.close()
+
+
+ROUNDS = int(os.environ.get("LL_KILL_ROUNDS", "10"))
+
+
+def test_killing_the_writer_loses_no_acknowledged_message(etcd, make_service):
+    """SIGKILL the owner (and writer) of a busy topic, round after round (LL_KILL_ROUNDS, 10
+    by default): the next owner fences the open ledger on its replicas, ends it where its ack
+    quorum guarantees every acknowledged entry, and the producer goes on there; with
+    deduplication on, every acknowledged message is read exactly once, in order."""
+    prefix, nodes = _cluster(etcd, make_service, "kill")
+    dedup = f"{nodes[0].http}/admin/v2/namespaces/public/default/deduplication"
+    assert _http("POST", dedup, True)[0] == 204
+    topic = f"persistent://public/default/kill-{uuid.uuid4().hex[:6]}"
+    client = pulsar.Client("pulsar://" + ",".join(f"127.0.0.1:{n.pulsar_port}" for n in nodes),
+                           operation_timeout_seconds=60)
+    sent = []
+    try:
+        producer = client.create_producer(topic, producer_name="killed-rounds",
+                                          batching_enabled=False, send_timeout_millis=60000)
+        for round_ in range(ROUNDS):
+            for i in range(20):
+                body = f"r{round_}-{i}"
+                producer.send(body.encode())
+                sent.append(body)
+            (owner,) = _owner(etcd, prefix, topic, nodes)
+            owner.stop(signal.SIGKILL)
+            # Acknowledged after the kill: the next owner took the ledger over.
+            body = f"r{round_}-after"
+            producer.send(body.encode())
+            sent.append(body)
+            owner.start()
+        got = _read_all(client, topic, len(sent))
+        assert got == sent
+        # Nothing more than what was sent: a reader that waits finds no further message.
+        reader = client.create_reader(topic, pulsar.MessageId.earliest)
+        try:
+            seen = [reader.read_next(timeout_millis=30000).data().decode() for _ in sent]
+            assert seen == sent
+            assert not reader.has_message_available()
+        finally:
+            reader.close()
+        taken = 0
+        for n in nodes:
+            with urllib.request.urlopen(f"{n.http}/metrics", timeout=30) as r:
+                for line in r.read().decode().splitlines():
+                    if line.startswith("ledgerlake_ledgers_taken_over_total "):
+                        taken += float(line.split()[1])
+        assert taken >= 1, "the killed writers' open ledgers were taken over"
     finally:
         client.close()

@@ -539,8 +539,32 @@ async fn replicated_ledgers_keep_their_ensemble(store: &dyn MetadataStore) -> Te
     let single = store.create_ledger(t.id, 1, "b1", 3, None).await?;
     assert_eq!((single.replicas.len(), single.ack_quorum), (0, 1));
     // The writer drops a failed bookie; the list survives the seal.
-    let dropped = store.set_replicas(l.id, &replicas[..1]).await?;
+    let dropped = store
+        .set_placement(
+            l.id,
+            Placement {
+                bookie: "b1",
+                replicas: &replicas[..1],
+                ack_quorum: 2,
+            },
+            1,
+        )
+        .await?;
     assert_eq!(dropped.replicas, vec!["b2".to_string()]);
+    // A recovery names the bookie holding the recovered entries, where its copy starts.
+    let moved = store
+        .set_placement(
+            l.id,
+            Placement {
+                bookie: "b3",
+                replicas: &replicas[..1],
+                ack_quorum: 2,
+            },
+            7,
+        )
+        .await?;
+    assert_eq!((moved.bookie.as_str(), moved.first_segment), ("b3", 7));
+    assert_eq!(store.get_ledger(l.id).await?, Some(moved));
     store
         .transition_ledger(l.id, LedgerTransition::Seal(seal(4)), 4)
         .await?;
@@ -553,11 +577,11 @@ async fn replicated_ledgers_keep_their_ensemble(store: &dyn MetadataStore) -> Te
         .transition_ledger(l.id, LedgerTransition::Delete, 5)
         .await?;
     assert!(matches!(
-        store.set_replicas(l.id, &replicas).await,
+        store.set_placement(l.id, placement, 1).await,
         Err(MetadataError::InvalidTransition { .. })
     ));
     assert!(matches!(
-        store.set_replicas(l.id + 1000, &replicas).await,
+        store.set_placement(l.id + 1000, placement, 1).await,
         Err(MetadataError::LedgerNotFound(_))
     ));
     Ok(())

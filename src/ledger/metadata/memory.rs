@@ -171,10 +171,11 @@ impl MetadataStore for MemoryMetadataStore {
         Ok(l)
     }
 
-    async fn set_replicas(
+    async fn set_placement(
         &self,
         id: LedgerId,
-        replicas: &[String],
+        placement: Placement<'_>,
+        first_segment: u32,
     ) -> Result<LedgerRecord, MetadataError> {
         let mut s = self.lock();
         let l = s
@@ -188,7 +189,10 @@ impl MetadataStore for MemoryMetadataStore {
                 to: l.state,
             });
         }
-        l.replicas = replicas.to_vec();
+        l.bookie = placement.bookie.to_string();
+        l.replicas = placement.replicas.to_vec();
+        l.ack_quorum = placement.ack_quorum;
+        l.first_segment = first_segment;
         Ok(l.clone())
     }
 

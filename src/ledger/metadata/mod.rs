@@ -406,13 +406,17 @@ pub trait MetadataStore: Send + Sync + fmt::Debug + 'static {
         writer_epoch: Option<u64>,
     ) -> Result<LedgerRecord, MetadataError>;
 
-    /// Replaces the replica list of ledger `id` (the writer drops a bookie that failed before
-    /// it seals). Refused with [`MetadataError::InvalidTransition`] (to the same state) once
-    /// the ledger is `Deleted` or `Expired`.
-    async fn set_replicas(
+    /// Replaces where ledger `id`'s copies are: its bookie (whose copy starts at
+    /// `first_segment` of that bookie's journal), replicas and ack quorum. The writer drops a
+    /// replica that failed before it seals; a node recovering a dead writer's ledger names the
+    /// bookies holding the recovered entries. Refused with
+    /// [`MetadataError::InvalidTransition`] (to the same state) once the ledger is `Deleted`
+    /// or `Expired`.
+    async fn set_placement(
         &self,
         id: LedgerId,
-        replicas: &[String],
+        placement: Placement<'_>,
+        first_segment: u32,
     ) -> Result<LedgerRecord, MetadataError>;
 
     /// Fences the writers of `topic_id` below `epoch` (a new owner, before it writes): from

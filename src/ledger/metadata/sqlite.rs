@@ -325,14 +325,21 @@ impl MetadataStore for SqliteMetadataStore {
             .await
     }
 
-    async fn set_replicas(
+    async fn set_placement(
         &self,
         id: LedgerId,
-        replicas: &[String],
+        placement: Placement<'_>,
+        first_segment: u32,
     ) -> Result<LedgerRecord, MetadataError> {
-        let replicas = replicas.to_vec();
+        let placed = writes::Placed {
+            bookie: placement.bookie.to_string(),
+            replicas: placement.replicas.to_vec(),
+            ack_quorum: placement.ack_quorum,
+        };
         self.writer
-            .run(move |c| Box::pin(async move { writes::set_replicas(c, id, &replicas).await }))
+            .run(move |c| {
+                Box::pin(async move { writes::set_placement(c, id, &placed, first_segment).await })
+            })
             .await
     }
 

@@ -37,6 +37,8 @@ fn request() -> impl Strategy<Value = BookieRequest> {
                     payload: Bytes::from(p),
                 }
             }),
+        (".{0,40}", any::<u64>())
+            .prop_map(|(topic, ledger)| BookieRequest::Fence { topic, ledger }),
         (".{0,40}", any::<u64>(), any::<u64>()).prop_map(|(topic, ledger, count)| {
             BookieRequest::Sealed {
                 topic,
@@ -71,6 +73,24 @@ fn response() -> impl Strategy<Value = BookieResponse> {
             .prop_map(|(count, open)| BookieResponse::LastConfirmed { count, open }),
         (any::<u64>(), any::<u64>())
             .prop_map(|(ledger, entry)| BookieResponse::Added { ledger, entry }),
+        (
+            (any::<u32>(), any::<u64>(), any::<u64>()),
+            (any::<Option<i64>>(), any::<Option<i64>>()),
+            (any::<u32>(), any::<u32>())
+        )
+            .prop_map(
+                |((first_segment, entry_count, size_bytes), (lo, hi), (last, crc))| {
+                    BookieResponse::Fenced(WireCopy {
+                        first_segment,
+                        entry_count,
+                        size_bytes,
+                        min_publish_ms: lo,
+                        max_publish_ms: hi,
+                        last_segment: last,
+                        checksum: crc,
+                    })
+                }
+            ),
         (code, any::<u64>(), ".{0,60}")
             .prop_map(|(code, available, message)| BookieResponse::error(code, available, message)),
     ]

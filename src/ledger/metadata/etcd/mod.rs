@@ -577,10 +577,11 @@ impl MetadataStore for EtcdMetadataStore {
         }
     }
 
-    async fn set_replicas(
+    async fn set_placement(
         &self,
         id: LedgerId,
-        replicas: &[String],
+        placement: Placement<'_>,
+        first_segment: u32,
     ) -> Result<LedgerRecord, MetadataError> {
         loop {
             let (mut ledger, revision) = self
@@ -594,12 +595,15 @@ impl MetadataStore for EtcdMetadataStore {
                     to: ledger.state,
                 });
             }
-            ledger.replicas = replicas.to_vec();
+            ledger.bookie = placement.bookie.to_string();
+            ledger.replicas = placement.replicas.to_vec();
+            ledger.ack_quorum = placement.ack_quorum;
+            ledger.first_segment = first_segment;
             let key = self.keys.ledger(ledger.topic_id, id);
             let txn = Txn::new()
                 .when([unchanged(key.clone(), revision)])
                 .and_then([TxnOp::put(key, encode_ledger(&ledger), None)]);
-            if self.txn("set ledger replicas", txn).await?.succeeded() {
+            if self.txn("set ledger placement", txn).await?.succeeded() {
                 return Ok(ledger);
             }
         }

@@ -182,11 +182,12 @@ async fn ledger_on(c: &mut SqliteConnection, id: LedgerId) -> Result<LedgerRecor
     ledger_from_row(&row)
 }
 
-/// Replaces the replica list of a ledger not deleted or expired.
-pub(super) async fn set_replicas(
+/// Replaces the placement of a ledger not deleted or expired.
+pub(super) async fn set_placement(
     c: &mut SqliteConnection,
     id: LedgerId,
-    replicas: &[String],
+    placed: &Placed,
+    first_segment: u32,
 ) -> Result<LedgerRecord, MetadataError> {
     let mut current = ledger_on(c, id).await?;
     if matches!(current.state, LedgerState::Deleted | LedgerState::Expired) {
@@ -196,13 +197,22 @@ pub(super) async fn set_replicas(
             to: current.state,
         });
     }
-    sqlx::query("UPDATE ll_ledgers SET replicas = ? WHERE ledger_id = ?")
-        .bind(super::encode_replicas(replicas))
-        .bind(id as i64)
-        .execute(&mut *c)
-        .await
-        .map_err(backend("update ledger replicas"))?;
-    current.replicas = replicas.to_vec();
+    sqlx::query(
+        "UPDATE ll_ledgers SET bookie = ?, replicas = ?, ack_quorum = ?, first_segment = ?
+         WHERE ledger_id = ?",
+    )
+    .bind(&placed.bookie)
+    .bind(super::encode_replicas(&placed.replicas))
+    .bind(i64::from(placed.ack_quorum))
+    .bind(i64::from(first_segment))
+    .bind(id as i64)
+    .execute(&mut *c)
+    .await
+    .map_err(backend("update ledger placement"))?;
+    current.bookie = placed.bookie.clone();
+    current.replicas = placed.replicas.clone();
+    current.ack_quorum = placed.ack_quorum;
+    current.first_segment = first_segment;
     Ok(current)
 }
 

@@ -1,0 +1,242 @@
+//! Taking over the open ledger of a writer that is gone (ADR 0010), as BookKeeper's ledger
+//! recovery does: the node that now owns the topic fences the ledger on its replicas, decides
+//! once where the ledger ends, and seals it there.
+//!
+//! Invariants:
+//! - Fencing comes first: a fenced replica refuses every later add, so the old writer (if it
+//!   still runs, cut off) can no longer reach its ack quorum on this ledger.
+//! - The ledger ends at the longest copy among at least `ensemble − ack_quorum + 1` fenced
+//!   replicas. Every acknowledged entry was durable on `ack_quorum` bookies, the writer's
+//!   included, so at least one of those replicas holds it: no acknowledged entry is lost.
+//! - The seal lists only bookies holding every entry up to that end (the longest copy first,
+//!   as the ledger's bookie); the decision is recorded once, by a compare-and-set on the
+//!   ledger's state, so every reader sees the same ledger.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::metadata::{LedgerRecord, LedgerState, LedgerTransition, MetadataError, Placement};
+use super::replica::{FencedCopy, ReplicaSource};
+use super::{now_ms, Log};
+
+/// Why an open ledger of another writer could not be taken over.
+#[derive(Debug, thiserror::Error)]
+pub enum TakeoverError {
+    /// The ledger has no replica: only its writer's node can recover it.
+    #[error(
+        "ledger {ledger} is written by bookie {bookie}, which is not live, and has no replica: \
+         the topic waits for that node"
+    )]
+    Unreplicated {
+        /// Ledger id.
+        ledger: u64,
+        /// Its writer's bookie.
+        bookie: String,
+    },
+    /// Too few replicas answered the fence to know where the ledger ends.
+    #[error(
+        "ledger {ledger}: {answered} of its {replicas} bookies answered the fence, {needed} \
+         are needed to recover it ({why})"
+    )]
+    TooFewAnswers {
+        /// Ledger id.
+        ledger: u64,
+        /// Bookies that answered.
+        answered: usize,
+        /// Bookies it has (the writer's included).
+        replicas: usize,
+        /// Answers needed.
+        needed: usize,
+        /// The first refusal seen.
+        why: String,
+    },
+    /// This node reads no other bookie (not part of a cluster).
+    #[error("ledger {0} is written by another bookie and this node reaches no other bookie")]
+    NoCluster(u64),
+    /// The store failed or refused.
+    #[error(transparent)]
+    Metadata(#[from] MetadataError),
+}
+
+impl From<super::ReadError> for TakeoverError {
+    fn from(e: super::ReadError) -> Self {
+        match e {
+            super::ReadError::Metadata(m) => TakeoverError::Metadata(m),
+            other => TakeoverError::Metadata(MetadataError::Backend {
+                op: "take over",
+                source: Box::new(other),
+            }),
+        }
+    }
+}
+
+impl Log {
+    /// The bookie whose node must serve topic `name` (see [`Log::holder`]), except that a
+    /// replicated open ledger whose writer is not live pins nothing: whichever node owns the
+    /// topic next takes it over ([`Log::take_over_open_ledgers`]).
+    pub async fn pinning_holder(&self, name: &str) -> Result<Option<String>, MetadataError> {
+        let Some(holder) = self.holder(name).await? else {
+            return Ok(None);
+        };
+        let Some(remote) = self.shared.remote.get() else {
+            return Ok(Some(holder));
+        };
+        if holder == self.shared.bookie || remote.is_live(&holder).await {
+            return Ok(Some(holder));
+        }
+        let Some(topic) = self.shared.meta.get_topic(name).await? else {
+            return Ok(Some(holder));
+        };
+        let replicated = self
+            .shared
+            .meta
+            .topic_ledgers(topic.id)
+            .await?
+            .iter()
+            .filter(|l| l.state == LedgerState::Open && !self.shared.writes(l))
+            .all(|l| !l.replicas.is_empty());
+        Ok((!replicated).then_some(holder))
+    }
+
+    /// Takes over every open ledger of topic `name` that a bookie which is not live writes:
+    /// fences, recovers and seals each. The caller owns the topic (and fenced its writers'
+    /// ledger creation at its epoch). Returns the ledgers taken over.
+    pub async fn take_over_open_ledgers(
+        &self,
+        name: &str,
+    ) -> Result<Vec<LedgerRecord>, TakeoverError> {
+        let Some(topic) = self.shared.meta.get_topic(name).await? else {
+            return Ok(Vec::new());
+        };
+        let mut done = Vec::new();
+        let view = self.topic(name).await?;
+        for r in self.shared.meta.topic_ledgers(topic.id).await? {
+            if r.state != LedgerState::Open {
+                continue;
+            }
+            let remote = self.shared.remote.get().cloned();
+            let left_open = if self.shared.writes(&r) {
+                // This bookie's own, left open by a crash (recovery kept it as a copy); not
+                // the ledger its loaded view writes now.
+                !r.replicas.is_empty() && view.open_view(r.id).is_none()
+            } else {
+                let Some(remote) = &remote else {
+                    return Err(TakeoverError::NoCluster(r.id));
+                };
+                !remote.is_live(&r.bookie).await
+            };
+            if !left_open {
+                continue;
+            }
+            let remote = remote.ok_or(TakeoverError::NoCluster(r.id))?;
+            done.push(self.take_over(&remote, name, &r).await?);
+        }
+        Ok(done)
+    }
+
+    /// Fences, recovers and seals `ledger` of topic `name`.
+    async fn take_over(
+        &self,
+        remote: &Arc<dyn ReplicaSource>,
+        name: &str,
+        ledger: &LedgerRecord,
+    ) -> Result<LedgerRecord, TakeoverError> {
+        if ledger.replicas.is_empty() {
+            return Err(TakeoverError::Unreplicated {
+                ledger: ledger.id,
+                bookie: ledger.bookie.clone(),
+            });
+        }
+        // Every bookie of the ensemble is asked, the writer's too (it answers when it is this
+        // node, restarted; a writer that is gone does not).
+        let ensemble = ledger.replicas.len() + 1;
+        let needed = (ensemble + 1).saturating_sub(usize::from(ledger.ack_quorum.max(1)));
+        let mut answers: Vec<(String, FencedCopy)> = Vec::new();
+        let mut why = String::new();
+        let fences = ledger.bookies().map(|b| async move {
+            let fenced = if *b == self.shared.bookie {
+                self.replica_fence(ledger.id).await
+            } else {
+                remote.fence(b, name, ledger.id).await
+            };
+            (b.to_string(), fenced)
+        });
+        for (bookie, fenced) in futures::future::join_all(fences).await {
+            match fenced {
+                Ok(copy) => answers.push((bookie, copy)),
+                Err(e) if why.is_empty() => why = format!("{bookie}: {e}"),
+                Err(_) => {}
+            }
+        }
+        if answers.len() < needed {
+            return Err(TakeoverError::TooFewAnswers {
+                ledger: ledger.id,
+                answered: answers.len(),
+                replicas: ensemble,
+                needed,
+                why,
+            });
+        }
+        // The longest copy first: it becomes the ledger's bookie.
+        answers.sort_by_key(|(_, c)| std::cmp::Reverse(c.seal.entry_count));
+        let (best, copy) = answers[0].clone();
+        let count = copy.seal.entry_count;
+        let meta = &self.shared.meta;
+        let record = if count == 0 {
+            meta.transition_ledger(ledger.id, LedgerTransition::Seal(copy.seal), now_ms())
+                .await?;
+            meta.transition_ledger(ledger.id, LedgerTransition::Delete, now_ms())
+                .await?
+        } else {
+            let holders: Vec<String> = answers
+                .iter()
+                .filter(|(_, c)| c.seal.entry_count == count)
+                .map(|(b, _)| b.clone())
+                .collect();
+            let placement = Placement {
+                bookie: &best,
+                replicas: &holders[1..],
+                ack_quorum: ledger.ack_quorum,
+            };
+            meta.set_placement(ledger.id, placement, copy.first_segment)
+                .await?;
+            let record = meta
+                .transition_ledger(ledger.id, LedgerTransition::Seal(copy.seal), now_ms())
+                .await?;
+            self.tell_sealed(remote, name, ledger.id, count, &holders)
+                .await;
+            record
+        };
+        self.transitions.fetch_add(1, Ordering::SeqCst);
+        if let Some(t) = self.loaded_topic(record.topic_id) {
+            t.set_record(record.clone());
+        }
+        tracing::warn!(topic = name, ledger = ledger.id, writer = %ledger.bookie,
+            entries = count, bookie = %record.bookie, replicas = ?record.replicas,
+            "took over the open ledger of a writer that is gone");
+        Ok(record)
+    }
+
+    /// Lets the bookies holding a recovered ledger write its index now (each also learns it
+    /// from the store on its next check).
+    async fn tell_sealed(
+        &self,
+        remote: &Arc<dyn ReplicaSource>,
+        name: &str,
+        ledger: u64,
+        count: u64,
+        holders: &[String],
+    ) {
+        for b in holders {
+            let sealed = if *b == self.shared.bookie {
+                self.replica_seal(ledger, count).await
+            } else {
+                remote.sealed(b, name, ledger, count).await
+            };
+            if let Err(e) = sealed {
+                tracing::warn!(ledger, bookie = %b, error = %e,
+                    "telling a bookie its recovered copy is sealed failed");
+            }
+        }
+    }
+}
