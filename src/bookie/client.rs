@@ -361,7 +361,12 @@ impl ReplicaSource for BookieClient {
         };
         let mut bookies: Vec<String> = nodes
             .into_iter()
-            .filter(|m| m.bookie_addr.is_some() && m.bookie != except && !m.draining)
+            .filter(|m| {
+                m.bookie_addr.is_some()
+                    && m.bookie != except
+                    && !m.draining
+                    && !self.streams.quarantined(&m.bookie)
+            })
             .map(|m| m.bookie)
             .collect();
         bookies.sort();

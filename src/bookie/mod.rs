@@ -117,7 +117,8 @@ async fn connection(stream: TcpStream, peer: SocketAddr, log: Arc<Log>, stop: Ca
                 entry,
                 publish_time_ms,
                 payload,
-            } => add(&log, ledger, entry, publish_time_ms, payload).await,
+                recovery,
+            } => add(&log, ledger, entry, publish_time_ms, payload, recovery).await,
             other => {
                 let log = log.clone();
                 Box::pin(async move { answer(&log, other).await }) as Pending
@@ -162,9 +163,10 @@ async fn add(
     entry: u64,
     publish_time_ms: i64,
     payload: bytes::Bytes,
+    recovery: bool,
 ) -> Pending {
     match log
-        .replica_add(ledger, entry, publish_time_ms, payload)
+        .replica_add(ledger, entry, publish_time_ms, payload, recovery)
         .await
     {
         Ok(durable) => Box::pin(async move {
@@ -278,5 +280,7 @@ fn refusal(e: &ReadError) -> BookieResponse {
     }
 }
 
+#[cfg(test)]
+mod replication_tests;
 #[cfg(test)]
 mod tests;

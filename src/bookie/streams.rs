@@ -47,7 +47,14 @@ pub struct AddStreams {
     membership: Arc<Membership>,
     /// Invariant: a sender here belongs to a running stream task (it removes itself on exit).
     streams: Mutex<HashMap<String, mpsc::UnboundedSender<Queued>>>,
+    /// When each bookie's last stream failed: new ensembles avoid it for [`QUARANTINE`]
+    /// (a bookie that just failed would otherwise roll every next ledger at once, until its
+    /// node's session expires).
+    failed: Mutex<HashMap<String, std::time::Instant>>,
 }
+
+/// How long a bookie whose stream failed is left out of new ensembles.
+pub const QUARANTINE: Duration = Duration::from_secs(30);
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -59,6 +66,7 @@ impl AddStreams {
         Arc::new(AddStreams {
             membership,
             streams: Mutex::new(HashMap::new()),
+            failed: Mutex::new(HashMap::new()),
         })
     }
 
@@ -80,11 +88,23 @@ impl AddStreams {
         tokio::spawn(async move {
             let why = me.run(&bookie, rx).await;
             tracing::warn!(bookie, why, "a replica add stream ended");
+            {
+                let mut failed = lock(&me.failed);
+                failed.retain(|_, at| at.elapsed() < QUARANTINE);
+                failed.insert(bookie.clone(), std::time::Instant::now());
+            }
             let mut streams = lock(&me.streams);
             if streams.get(&bookie).is_some_and(|t| t.same_channel(&tx)) {
                 streams.remove(&bookie);
             }
         });
+    }
+
+    /// Whether `bookie`'s stream failed within the last [`QUARANTINE`].
+    pub fn quarantined(&self, bookie: &str) -> bool {
+        lock(&self.failed)
+            .get(bookie)
+            .is_some_and(|at| at.elapsed() < QUARANTINE)
     }
 
     /// Runs one stream until it fails; fails what it holds and what is queued; returns why.
@@ -108,7 +128,10 @@ impl AddStreams {
         &self,
         bookie: &str,
     ) -> Result<Framed<TcpStream, tokio_util::codec::LengthDelimitedCodec>, String> {
-        let nodes = self.membership.nodes().await.map_err(|e| e.to_string())?;
+        let nodes = tokio::time::timeout(ADD_TIMEOUT, self.membership.nodes())
+            .await
+            .map_err(|_| "listing the members timed out".to_string())?
+            .map_err(|e| e.to_string())?;
         let addr = nodes
             .into_iter()
             .find(|n| n.bookie == bookie)
@@ -148,7 +171,9 @@ async fn stream(
                     entry,
                     publish_time_ms: add.publish_time_ms,
                     payload: add.payload,
+                    recovery: add.recovery,
                 };
+                let oldest = inflight.front().map_or_else(tokio::time::Instant::now, |s| s.at);
                 inflight.push_back(Inflight {
                     id: next_id,
                     ledger,
@@ -156,8 +181,11 @@ async fn stream(
                     at: tokio::time::Instant::now(),
                     done,
                 });
-                if let Err(e) = conn.send(encode_request(next_id, &req)).await {
-                    return format!("sending: {e}");
+                // A bookie that stops reading must not hold the stream past the deadline.
+                match tokio::time::timeout_at(oldest + ADD_TIMEOUT, conn.send(encode_request(next_id, &req))).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => return format!("sending: {e}"),
+                    Err(_) => return format!("sending: no progress within {ADD_TIMEOUT:?}"),
                 }
                 next_id += 1;
             }

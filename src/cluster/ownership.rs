@@ -64,8 +64,8 @@ pub enum OwnershipError {
         /// Its owner.
         owner: Box<NodeRecord>,
     },
-    /// The bookie holding the topic's unoffloaded ledgers is on no live node.
-    #[error("topic {topic} is unavailable: its ledgers not yet in the lake are held by bookie {bookie}, whose node is not live (ledger replication is not built yet)")]
+    /// The bookie writing the topic's unreplicated open ledger is on no live node.
+    #[error("topic {topic} is unavailable: its open ledger is written by bookie {bookie}, whose node is not live, and has no replica to take it over from (the namespace's persistence policy: ledger replication)")]
     HolderDown {
         /// Topic.
         topic: String,

@@ -408,6 +408,16 @@ impl Log {
             corrupt_records: scan.corrupt_records.clone(),
             ..Default::default()
         };
+        if !own_replicated.is_empty() {
+            let (dir, own) = (shared.replicas.dir.clone(), own_replicated.clone());
+            tokio::task::spawn_blocking(move || replicas::register_own(&dir, &own))
+                .await
+                .map_err(|e| OpenError::Journal(e.to_string()))?
+                .map_err(|source| OpenError::Io {
+                    path: shared.replicas.dir.clone(),
+                    source,
+                })?;
+        }
         let mut own = scan.ledgers;
         let copies: Vec<(u32, open_ledger::OpenLedger)> = replica_plan
             .scan

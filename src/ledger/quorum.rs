@@ -145,19 +145,36 @@ impl Quorum {
         tracing::warn!(ledger = self.ledger, bookie = %self.replicas[i], why,
             "a replica of the ledger failed; the ledger rolls to a new ensemble");
         let left = s.failed.iter().filter(|f| !**f).count();
-        if left < self.ack_quorum && s.broken.is_none() {
-            let why: Arc<str> = format!(
-                "{left} of its bookies are left, fewer than its ack quorum of {} ({} failed: {why})",
-                self.ack_quorum, self.replicas[i]
-            )
-            .into();
-            for (_, reply) in s.waiting.drain(..) {
-                let _ = reply.send(Err(self.error(&why)));
-            }
-            s.broken = Some(why);
-            drop(s);
-            self.progress.send_modify(|p| *p += 1);
+        drop(s);
+        if left < self.ack_quorum {
+            self.break_with(
+                format!(
+                    "{left} of its bookies are left, fewer than its ack quorum of {} ({} \
+                     failed: {why})",
+                    self.ack_quorum, self.replicas[i]
+                )
+                .into(),
+            );
         }
+    }
+
+    /// This node's journal failed (fail-stop): entries not confirmed yet fail, and so does
+    /// every later one.
+    pub fn journal_failed(&self, why: &str) {
+        self.break_with(format!("the writer's journal failed: {why}").into());
+    }
+
+    fn break_with(&self, why: Arc<str>) {
+        let mut s = self.lock();
+        if s.broken.is_some() {
+            return;
+        }
+        for (_, reply) in s.waiting.drain(..) {
+            let _ = reply.send(Err(self.error(&why)));
+        }
+        s.broken = Some(why);
+        drop(s);
+        self.progress.send_modify(|p| *p += 1);
     }
 
     fn error(&self, why: &Arc<str>) -> AppendError {

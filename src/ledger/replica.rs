@@ -115,6 +115,9 @@ pub struct ReplicaAdd {
     pub publish_time_ms: i64,
     /// The entry's bytes.
     pub payload: bytes::Bytes,
+    /// A node taking the ledger over completes a fenced copy (see
+    /// [`crate::protocol::bookie::BookieRequest::AddEntry`]).
+    pub recovery: bool,
 }
 
 /// Called once with the outcome of a [`ReplicaSource::add`].

@@ -28,7 +28,7 @@ use tokio::sync::oneshot;
 
 use super::error::{AppendError, LifecycleError, ReadError};
 use super::index::{index_path, write_index_file, IndexEntry};
-use super::journal::AppendRequest;
+use super::journal::{AppendRequest, Reply};
 use super::metadata::{LedgerId, LedgerRecord, LedgerState};
 use super::open_ledger::{OpenLedger, Written};
 use super::replica::FencedCopy;
@@ -116,6 +116,20 @@ fn write_registry(dir: &Path, record: &RegistryRecord) -> std::io::Result<()> {
     sync_dir(dir)
 }
 
+/// Registers copies recovery keeps of this bookie's own replicated open ledgers (id, first
+/// segment), so that they survive another restart before the takeover (blocking).
+pub(crate) fn register_own(dir: &Path, own: &[(LedgerId, u32)]) -> std::io::Result<()> {
+    for (ledger, first_segment) in own {
+        let record = RegistryRecord {
+            ledger: *ledger,
+            first_segment: *first_segment,
+            sealed: None,
+        };
+        write_registry(dir, &record)?;
+    }
+    Ok(())
+}
+
 /// Every registry record in `dir` (blocking); unreadable files are reported and skipped.
 pub(crate) fn read_registry(dir: &Path) -> std::io::Result<Vec<RegistryRecord>> {
     let mut out = Vec::new();
@@ -200,7 +214,7 @@ impl Replicas {
         }
     }
 
-    fn is_fenced(&self, ledger: LedgerId) -> bool {
+    pub(crate) fn is_fenced(&self, ledger: LedgerId) -> bool {
         self.fenced
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -263,14 +277,16 @@ pub enum ReplicaAddError {
 }
 
 impl Log {
-    /// Stores entry `entry` of `ledger`, which another node writes and replicates here. The
-    /// returned receiver resolves once the entry is durable in this journal.
+    /// Stores entry `entry` of `ledger`, which another node writes and replicates here (or,
+    /// with `recovery`, which a node taking the ledger over copies here to complete a fenced
+    /// copy). The returned receiver resolves once the entry is durable in this journal.
     pub async fn replica_add(
         &self,
         ledger: LedgerId,
         entry: u64,
         publish_time_ms: i64,
         payload: Bytes,
+        recovery: bool,
     ) -> Result<oneshot::Receiver<Result<Position, AppendError>>, ReplicaAddError> {
         let shared = &self.shared;
         if let Some(e) = shared.journal.failure() {
@@ -278,67 +294,62 @@ impl Log {
         }
         // Admission first: once the copy takes the entry id, the entry must be written.
         let permit = shared.admit(payload.len()).await?;
-        let copy = match self.replica_copy(ledger, entry).await? {
-            Some(c) => c,
-            None => self.new_replica_copy(ledger, entry).await?,
-        };
+        if entry == 0 && !shared.replicas.holds(ledger) {
+            self.new_replica_copy(ledger, recovery).await?;
+        }
         let (tx, rx) = oneshot::channel();
+        // The fence check, the entry id and the hand-over to the journal happen under the
+        // copies' lock, which fencing takes too: an add is either in the journal before the
+        // fence's barrier or refused, and adds of one copy reach the journal in id order.
+        let held = shared.replicas.lock();
+        if !recovery && shared.replicas.is_fenced(ledger) {
+            return Err(ReplicaAddError::Fenced(ledger));
+        }
+        let out_of_order = |why: String| ReplicaAddError::OutOfOrder { ledger, why };
+        let copy = match held.get(&ledger) {
+            Some((_, Copy::Open(o))) => o.clone(),
+            Some((_, Copy::Sealed { count, .. })) => {
+                return Err(out_of_order(format!(
+                    "the copy is sealed with {count} entries"
+                )))
+            }
+            None => {
+                return Err(out_of_order(format!(
+                    "entry {entry} of a ledger this bookie has no copy of"
+                )))
+            }
+        };
+        let next = copy.next_entry();
+        if entry != next {
+            return Err(out_of_order(format!(
+                "entry {entry} where {next} was expected"
+            )));
+        }
+        copy.take_entry();
         shared.journal.submit(AppendRequest {
             ledger: copy,
             entry_id: entry,
             publish_time_ms,
             payload,
-            reply: tx,
+            reply: Reply::Direct(tx),
             _permit: permit,
         })?;
+        drop(held);
         Ok(rx)
     }
 
-    /// The open copy of `ledger` if `entry` is its next entry; `None` when there is no copy
-    /// and `entry` is 0.
-    async fn replica_copy(
-        &self,
-        ledger: LedgerId,
-        entry: u64,
-    ) -> Result<Option<Arc<OpenLedger>>, ReplicaAddError> {
-        let replicas = &self.shared.replicas;
-        let out_of_order = |why: String| ReplicaAddError::OutOfOrder { ledger, why };
-        let held = replicas.lock();
-        // Checked under the copies' lock, which fencing takes too: no add after a fence.
-        if replicas.is_fenced(ledger) {
-            return Err(ReplicaAddError::Fenced(ledger));
-        }
-        match held.get(&ledger) {
-            Some((_, Copy::Open(o))) => {
-                let next = o.next_entry();
-                if entry != next {
-                    return Err(out_of_order(format!(
-                        "entry {entry} where {next} was expected"
-                    )));
-                }
-                o.take_entry();
-                Ok(Some(o.clone()))
-            }
-            Some((_, Copy::Sealed { count, .. })) => Err(out_of_order(format!(
-                "the copy is sealed with {count} entries"
-            ))),
-            None if entry == 0 => Ok(None),
-            None => Err(out_of_order(format!(
-                "entry {entry} of a ledger this bookie has no copy of"
-            ))),
-        }
-    }
-
-    /// Registers a new copy of `ledger` (after checking the store lists this bookie), durably,
-    /// before its first entry is written.
+    /// Registers a new, empty copy of `ledger` (after checking the store lists this bookie),
+    /// durably, before its first entry is written. A copy fenced meanwhile is not made (its
+    /// registry file is removed again).
     async fn new_replica_copy(
         &self,
         ledger: LedgerId,
-        entry: u64,
-    ) -> Result<Arc<OpenLedger>, ReplicaAddError> {
-        let _creating = self.shared.replicas.create.lock().await;
-        if let Some(o) = self.replica_copy(ledger, entry).await? {
-            return Ok(o);
+        recovery: bool,
+    ) -> Result<(), ReplicaAddError> {
+        let replicas = &self.shared.replicas;
+        let _creating = replicas.create.lock().await;
+        if replicas.holds(ledger) {
+            return Ok(());
         }
         let record = self
             .shared
@@ -347,7 +358,7 @@ impl Log {
             .await
             .map_err(|e| ReplicaAddError::Storage(e.to_string()))?;
         let listed = record.is_some_and(|r| {
-            r.state == LedgerState::Open && r.replicas.iter().any(|b| *b == self.shared.bookie)
+            r.state == LedgerState::Open && r.bookies().any(|b| b == self.shared.bookie)
         });
         if !listed {
             return Err(ReplicaAddError::NotReplica(ledger));
@@ -358,7 +369,7 @@ impl Log {
             first_segment,
             sealed: None,
         };
-        let dir = self.shared.replicas.dir.clone();
+        let dir = replicas.dir.clone();
         tokio::task::spawn_blocking(move || write_registry(&dir, &reg))
             .await
             .map_err(|e| ReplicaAddError::Storage(e.to_string()))?
@@ -368,19 +379,26 @@ impl Log {
             first_segment,
             Written::default(),
         ));
-        copy.take_entry();
-        self.shared
-            .replicas
-            .lock()
-            .insert(ledger, (first_segment, Copy::Open(copy.clone())));
-        tracing::debug!(ledger, "holding a new replica copy");
-        Ok(copy)
+        {
+            let mut held = replicas.lock();
+            if recovery || !replicas.is_fenced(ledger) {
+                held.insert(ledger, (first_segment, Copy::Open(copy)));
+                tracing::debug!(ledger, "holding a new replica copy");
+                return Ok(());
+            }
+        }
+        let path = registry_path(&replicas.dir, ledger);
+        let _ = tokio::task::spawn_blocking(move || std::fs::remove_file(path)).await;
+        Err(ReplicaAddError::Fenced(ledger))
     }
 
     /// Fences this bookie's copy of `ledger` for a new owner recovering it: every later add
-    /// is refused; returns what the copy durably holds (nothing when it has no copy).
+    /// is refused; returns what the copy durably holds (nothing when it has no copy). A
+    /// ledger this bookie writes itself is refused: its writer's word does not count.
     pub async fn replica_fence(&self, ledger: LedgerId) -> Result<FencedCopy, ReadError> {
         let shared = &self.shared;
+        // No copy is being made meanwhile, and no add is between its check and the journal.
+        let _creating = shared.replicas.create.lock().await;
         let copy = {
             let held = shared.replicas.lock();
             shared
@@ -393,6 +411,17 @@ impl Log {
         };
         let (first_segment, open) = match copy {
             None => {
+                let writes = shared
+                    .meta
+                    .get_ledger(ledger)
+                    .await?
+                    .is_some_and(|r| shared.writes(&r));
+                if writes {
+                    return Err(ReadError::Remote {
+                        ledger,
+                        bookie: shared.bookie.clone(),
+                    });
+                }
                 let first = shared.journal.current_segment();
                 let seal = Written::default().seal_info(first);
                 return Ok(FencedCopy {

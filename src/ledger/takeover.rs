@@ -19,6 +19,9 @@ use super::metadata::{LedgerRecord, LedgerState, LedgerTransition, MetadataError
 use super::replica::{FencedCopy, ReplicaSource};
 use super::{now_ms, Log};
 
+/// Payload bytes read from the longest copy per request while completing a shorter one.
+const COPY_BUDGET: u64 = 4 << 20;
+
 /// Why an open ledger of another writer could not be taken over.
 #[derive(Debug, thiserror::Error)]
 pub enum TakeoverError {
@@ -125,7 +128,8 @@ impl Log {
                 };
                 !remote.is_live(&r.bookie).await
             };
-            if !left_open {
+            // An unreplicated ledger is its writer's alone: the topic waits for that node.
+            if !left_open || r.replicas.is_empty() {
                 continue;
             }
             let remote = remote.ok_or(TakeoverError::NoCluster(r.id))?;
@@ -153,7 +157,14 @@ impl Log {
         let needed = (ensemble + 1).saturating_sub(usize::from(ledger.ack_quorum.max(1)));
         let mut answers: Vec<(String, FencedCopy)> = Vec::new();
         let mut why = String::new();
-        let fences = ledger.bookies().map(|b| async move {
+        // The writer's own word does not count unless it is this node, restarted (a writer
+        // that is gone cannot answer, and one cut off must not vouch for itself).
+        let asked = ledger
+            .bookies()
+            .enumerate()
+            .filter(|(i, b)| *i > 0 || *b == self.shared.bookie)
+            .map(|(_, b)| b);
+        let fences = asked.map(|b| async move {
             let fenced = if *b == self.shared.bookie {
                 self.replica_fence(ledger.id).await
             } else {
@@ -188,11 +199,30 @@ impl Log {
             meta.transition_ledger(ledger.id, LedgerTransition::Delete, now_ms())
                 .await?
         } else {
-            let holders: Vec<String> = answers
-                .iter()
-                .filter(|(_, c)| c.seal.entry_count == count)
-                .map(|(b, _)| b.clone())
-                .collect();
+            // Shorter copies are completed from the longest, so the ledger keeps as many
+            // copies as answered; one that cannot be completed is left out.
+            let mut holders = vec![best.clone()];
+            for (bookie, c) in &answers[1..] {
+                match self
+                    .complete_copy(
+                        remote,
+                        name,
+                        ledger.id,
+                        (&best, bookie),
+                        c.seal.entry_count,
+                        count,
+                    )
+                    .await
+                {
+                    Ok(()) => holders.push(bookie.clone()),
+                    Err(why) => tracing::warn!(
+                        ledger = ledger.id,
+                        bookie,
+                        why,
+                        "could not complete a fenced copy; the ledger is under-replicated"
+                    ),
+                }
+            }
             let placement = Placement {
                 bookie: &best,
                 replicas: &holders[1..],
@@ -215,6 +245,78 @@ impl Log {
             entries = count, bookie = %record.bookie, replicas = ?record.replicas,
             "took over the open ledger of a writer that is gone");
         Ok(record)
+    }
+
+    /// Copies entries `from..to` of `ledger` from bookie `source` to the fenced copy on
+    /// `target` (recovery adds, which a fenced copy accepts), and waits until they are
+    /// durable there.
+    async fn complete_copy(
+        &self,
+        remote: &Arc<dyn ReplicaSource>,
+        name: &str,
+        ledger: u64,
+        (source, target): (&str, &str),
+        from: u64,
+        to: u64,
+    ) -> Result<(), String> {
+        let topic: Arc<str> = Arc::from(name);
+        let mut next = from;
+        let mut pending = Vec::new();
+        while next < to {
+            let entries = if source == self.shared.bookie {
+                self.serve_read(name, ledger, next, to - 1, COPY_BUDGET)
+                    .await
+            } else {
+                remote.read(source, name, ledger, next, to - 1).await
+            }
+            .map_err(|e| format!("reading entries from {source}: {e}"))?;
+            if entries.is_empty() {
+                return Err(format!("{source} has no entry {next}"));
+            }
+            for e in entries {
+                let entry = e.position.entry;
+                if target == self.shared.bookie {
+                    let rx = self
+                        .replica_add(ledger, entry, e.publish_time_ms, e.payload, true)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    pending.push(rx);
+                } else {
+                    let (tx, rx) = tokio::sync::oneshot::channel();
+                    let add = super::replica::ReplicaAdd {
+                        topic: topic.clone(),
+                        ledger,
+                        entry,
+                        publish_time_ms: e.publish_time_ms,
+                        payload: e.payload,
+                        recovery: true,
+                    };
+                    remote.add(
+                        target,
+                        add,
+                        Box::new(move |done| {
+                            let _ = tx.send(
+                                done.map(|()| super::Position::new(ledger, entry))
+                                    .map_err(|why| super::AppendError::Quorum {
+                                        ledger,
+                                        why: why.into(),
+                                    }),
+                            );
+                        }),
+                    );
+                    pending.push(rx);
+                }
+                next = entry + 1;
+            }
+        }
+        for rx in pending {
+            match rx.await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(e.to_string()),
+                Err(_) => return Err("the add was dropped".into()),
+            }
+        }
+        Ok(())
     }
 
     /// Lets the bookies holding a recovered ledger write its index now (each also learns it

@@ -15,7 +15,7 @@ use tokio::sync::{oneshot, watch};
 use super::cache::TailCache;
 use super::error::{AppendError, LifecycleError, ReadError};
 use super::index::IndexEntry;
-use super::journal::AppendRequest;
+use super::journal::{AppendRequest, Reply};
 use super::metadata::{LedgerId, LedgerRecord, LedgerState, MetadataError, TopicId};
 use super::open_ledger::OpenLedger;
 use super::read::{deleted_meanwhile, read_located, read_one};
@@ -324,9 +324,9 @@ impl TopicLog {
                             Some(q) => {
                                 q.register(entry_id, tx);
                                 self.replicate(&current, entry_id, publish_time_ms, &payload);
-                                oneshot::channel().0
+                                Reply::Quorum
                             }
-                            None => tx,
+                            None => Reply::Direct(tx),
                         };
                         shared.journal.submit(AppendRequest {
                             ledger: current,
@@ -392,6 +392,7 @@ impl TopicLog {
                 entry,
                 publish_time_ms,
                 payload: payload.clone(),
+                recovery: false,
             };
             let copy = ledger.clone();
             remote.add(
@@ -453,11 +454,20 @@ impl TopicLog {
         let _guard = self.inner.roll_lock.lock().await;
         self.refuse_if_deleted()?;
         self.refuse_if_journal_failed()?;
-        {
+        let settling = {
             let w = lock(&self.inner.writer);
             if w.current.is_some() && !self.should_roll(&w, next_len) {
                 return Ok(());
             }
+            w.current
+                .as_ref()
+                .and_then(|c| c.quorum.clone().map(|q| (q, w.next_entry)))
+        };
+        // A replicated ledger's entries confirm by quorum, not in journal order: the next
+        // ledger opens only once every entry of this one is confirmed or failed, so no entry
+        // of the next is confirmed (and read past) while one of this one may still be.
+        if let Some((quorum, submitted)) = settling {
+            quorum.settled(submitted).await;
         }
         let shared = &self.inner.shared;
         let (replicas, ack_quorum) = self.placement().await?;
@@ -792,7 +802,8 @@ impl TopicLog {
     /// Reads one durable entry.
     pub async fn read_entry(&self, pos: Position) -> Result<Entry, ReadError> {
         if let Some((publish_time_ms, payload)) = lock(&self.inner.cache).get(pos) {
-            if self.last_confirmed().is_some_and(|lac| pos <= lac) {
+            if self.last_confirmed().is_some_and(|lac| pos <= lac) && self.confirmed_in_ledger(pos)
+            {
                 return Ok(Entry {
                     position: pos,
                     publish_time_ms,
@@ -813,6 +824,16 @@ impl TopicLog {
             Err(e) => Err(e),
         };
         self.or_deleted(pos.ledger, read).await
+    }
+
+    /// Whether `pos` is confirmed in its own ledger (a replicated ledger may end short of
+    /// entries this node cached: those its quorum never confirmed).
+    fn confirmed_in_ledger(&self, pos: Position) -> bool {
+        match lock(&self.inner.ledgers).get(&pos.ledger) {
+            Some(LedgerView::Open(o)) => pos.entry < o.confirmed(),
+            Some(LedgerView::Closed(r)) => r.seal.is_some_and(|s| pos.entry < s.entry_count),
+            None => false,
+        }
     }
 
     /// `read` of `ledger`, with a local copy that went missing because the ledger was deleted

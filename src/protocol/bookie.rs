@@ -103,6 +103,9 @@ pub enum BookieRequest {
         publish_time_ms: i64,
         /// The entry's bytes.
         payload: Bytes,
+        /// Sent by a node taking the ledger over, to complete a fenced copy (a fenced copy
+        /// refuses every other add).
+        recovery: bool,
     },
     /// `ledger` was sealed with `count` entries: the replica keeps entries `0..count` as its
     /// sealed copy. Answered `LastConfirmed` with what it kept.
@@ -283,11 +286,13 @@ pub fn encode_request(request_id: u64, req: &BookieRequest) -> Bytes {
             entry,
             publish_time_ms,
             payload,
+            recovery,
         } => {
             put_str(&mut b, topic);
             b.put_u64(*ledger);
             b.put_u64(*entry);
             b.put_i64(*publish_time_ms);
+            b.put_u8(u8::from(*recovery));
             b.put_u32(payload.len() as u32);
             b.put_slice(payload);
         }
@@ -378,6 +383,11 @@ pub fn decode_request(frame: Bytes) -> Result<(u64, BookieRequest), BookieWireEr
             let ledger = get_u64(&mut body)?;
             let entry = get_u64(&mut body)?;
             let publish_time_ms = get_u64(&mut body)? as i64;
+            let recovery = match get_u8(&mut body)? {
+                0 => false,
+                1 => true,
+                other => return Err(BookieWireError::Malformed(format!("recovery flag {other}"))),
+            };
             let len = get_u32(&mut body)? as usize;
             if body.remaining() < len {
                 return Err(truncated());
@@ -388,6 +398,7 @@ pub fn decode_request(frame: Bytes) -> Result<(u64, BookieRequest), BookieWireEr
                 entry,
                 publish_time_ms,
                 payload: body.split_to(len),
+                recovery,
             }
         }
         KIND_FENCE => BookieRequest::Fence {

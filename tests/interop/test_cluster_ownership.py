@@ -220,11 +220,19 @@ def test_unload_gives_the_topic_up_and_clients_come_back(etcd, make_service):
 
 
 def test_a_killed_owner_keeps_its_unreplicated_topic_until_it_returns(etcd, make_service):
-    """Without replicated ledgers (a later slice), a topic whose ledgers one node holds is
-    served by that node only: while it is down, lookups elsewhere fail with a clear reason;
-    restarted, it serves every acknowledged message again."""
+    """With unreplicated ledgers (the namespace's persistence policy 1/1/1), a topic whose
+    open ledger one node holds is served by that node only: while it is down, lookups
+    elsewhere fail with a clear reason; restarted, it serves every acknowledged message again.
+    (Replicated ledgers are taken over instead: test_cluster_replication.py.)"""
     prefix = "/own-kill"
     nodes = _cluster(etcd, make_service, prefix)
+    req = urllib.request.Request(
+        f"{nodes[0].http}/admin/v2/namespaces/public/default/persistence", method="POST",
+        data=json.dumps({"bookkeeperEnsemble": 1, "bookkeeperWriteQuorum": 1,
+                         "bookkeeperAckQuorum": 1}).encode(),
+        headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        assert r.status == 204
     topic = f"persistent://public/default/kill-{uuid.uuid4().hex[:6]}"
     client = pulsar.Client(_multi_url(nodes), operation_timeout_seconds=30)
     try:

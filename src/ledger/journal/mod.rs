@@ -44,9 +44,35 @@ pub(crate) struct AppendRequest {
     pub entry_id: u64,
     pub publish_time_ms: i64,
     pub payload: Bytes,
-    pub reply: oneshot::Sender<Result<Position, AppendError>>,
+    pub reply: Reply,
     /// Backpressure: released when the request is done.
     pub _permit: OwnedSemaphorePermit,
+}
+
+/// Who learns the outcome of an append.
+pub(crate) enum Reply {
+    /// The appender (an unreplicated ledger's producer, or a writer waiting on a replica).
+    Direct(oneshot::Sender<Result<Position, AppendError>>),
+    /// A replicated ledger this node writes: success reaches its quorum through
+    /// [`OpenLedger::confirm`]; a failure breaks the quorum, so that receipts waiting on this
+    /// journal fail instead of waiting forever.
+    Quorum,
+}
+
+impl AppendRequest {
+    /// Tells whoever waits on this append how it ended.
+    pub fn answer(self, result: Result<Position, AppendError>) {
+        match self.reply {
+            Reply::Direct(tx) => {
+                let _ = tx.send(result);
+            }
+            Reply::Quorum => {
+                if let (Err(e), Some(q)) = (result, &self.ledger.quorum) {
+                    q.journal_failed(&e.to_string());
+                }
+            }
+        }
+    }
 }
 
 pub(crate) enum Command {

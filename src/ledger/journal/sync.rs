@@ -49,7 +49,7 @@ impl WrittenBatch {
         }
         for p in self.placed {
             let pos = Position::new(p.req.ledger.id, p.req.entry_id);
-            let _ = p.req.reply.send(Ok(pos));
+            p.req.answer(Ok(pos));
         }
         for b in self.barriers {
             let _ = b.send(Ok(()));
@@ -59,10 +59,7 @@ impl WrittenBatch {
     /// Fails every append and barrier of the batch.
     pub fn fail(self, err: &Arc<str>) {
         for p in self.placed {
-            let _ = p
-                .req
-                .reply
-                .send(Err(AppendError::JournalFailed(err.clone())));
+            p.req.answer(Err(AppendError::JournalFailed(err.clone())));
         }
         for b in self.barriers {
             let _ = b.send(Err(AppendError::JournalFailed(err.clone())));

@@ -242,9 +242,7 @@ impl Writer {
     fn shutdown(&mut self) -> Result<(), AppendError> {
         while let Ok(cmd) = self.rx.try_recv() {
             match cmd {
-                Command::Append(r) => {
-                    let _ = r.reply.send(Err(AppendError::Closed));
-                }
+                Command::Append(r) => r.answer(Err(AppendError::Closed)),
                 Command::Barrier(b) | Command::Shutdown(b) => {
                     let _ = b.send(Err(AppendError::Closed));
                 }
@@ -282,6 +280,6 @@ fn fail_requests(batch: Vec<AppendRequest>, barriers: Vec<BarrierReply>, err: &A
     }
     .fail(err);
     for r in batch {
-        let _ = r.reply.send(Err(AppendError::JournalFailed(err.clone())));
+        r.answer(Err(AppendError::JournalFailed(err.clone())));
     }
 }

@@ -182,7 +182,7 @@ impl MetadataStore for MemoryMetadataStore {
             .ledgers
             .get_mut(&id)
             .ok_or(MetadataError::LedgerNotFound(id))?;
-        if matches!(l.state, LedgerState::Deleted | LedgerState::Expired) {
+        if l.state != LedgerState::Open {
             return Err(MetadataError::InvalidTransition {
                 ledger: id,
                 from: l.state,

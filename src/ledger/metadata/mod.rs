@@ -409,9 +409,9 @@ pub trait MetadataStore: Send + Sync + fmt::Debug + 'static {
     /// Replaces where ledger `id`'s copies are: its bookie (whose copy starts at
     /// `first_segment` of that bookie's journal), replicas and ack quorum. The writer drops a
     /// replica that failed before it seals; a node recovering a dead writer's ledger names the
-    /// bookies holding the recovered entries. Refused with
-    /// [`MetadataError::InvalidTransition`] (to the same state) once the ledger is `Deleted`
-    /// or `Expired`.
+    /// bookies holding the recovered entries. Only while the ledger is `Open` (its seal fixes
+    /// where its copies are): refused with [`MetadataError::InvalidTransition`] (to the same
+    /// state) otherwise, so a writer that lost the ledger to a takeover cannot rewrite it.
     async fn set_placement(
         &self,
         id: LedgerId,

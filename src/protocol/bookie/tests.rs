@@ -26,15 +26,17 @@ fn request() -> impl Strategy<Value = BookieRequest> {
             any::<u64>(),
             any::<u64>(),
             any::<i64>(),
-            proptest::collection::vec(any::<u8>(), 0..64)
+            proptest::collection::vec(any::<u8>(), 0..64),
+            any::<bool>()
         )
-            .prop_map(|(topic, ledger, entry, publish_time_ms, p)| {
+            .prop_map(|(topic, ledger, entry, publish_time_ms, p, recovery)| {
                 BookieRequest::AddEntry {
                     topic,
                     ledger,
                     entry,
                     publish_time_ms,
                     payload: Bytes::from(p),
+                    recovery,
                 }
             }),
         (".{0,40}", any::<u64>())

@@ -588,7 +588,7 @@ impl MetadataStore for EtcdMetadataStore {
                 .ledger_with_revision(id)
                 .await?
                 .ok_or(MetadataError::LedgerNotFound(id))?;
-            if matches!(ledger.state, LedgerState::Deleted | LedgerState::Expired) {
+            if ledger.state != LedgerState::Open {
                 return Err(MetadataError::InvalidTransition {
                     ledger: id,
                     from: ledger.state,

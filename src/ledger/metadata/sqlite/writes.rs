@@ -190,7 +190,7 @@ pub(super) async fn set_placement(
     first_segment: u32,
 ) -> Result<LedgerRecord, MetadataError> {
     let mut current = ledger_on(c, id).await?;
-    if matches!(current.state, LedgerState::Deleted | LedgerState::Expired) {
+    if current.state != LedgerState::Open {
         return Err(MetadataError::InvalidTransition {
             ledger: id,
             from: current.state,

@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""Issue 19 figures: replicated produce and failover.
+
+    python benches/cluster_replication.py --bin target/release/ledgerlake [--runs 3] [--rounds 5]
+
+1. **Produce at 20,000 msg/s** (`ledgerlake perf produce --rate 20000 --size 100`, one topic,
+   one producer, `--duration 20s`): one node on its embedded defaults (unreplicated, 1/1/1)
+   against three nodes on one etcd with the namespace's persistence policy 3/3/2 (every entry
+   on three bookies, acknowledged by two). Each run starts fresh services (lake off); the
+   medians of `--runs` runs of each, alternating, are reported with their ratio.
+2. **Failover**: three nodes (3/3/2), one topic, a producer of the official Python client
+   (batching off, every node in the service URL) sending synchronously; each round `t0` just
+   before SIGKILL of the topic's owner, `t1` when the next synchronous `send()` is
+   acknowledged by the new owner (which waited for the old owner's session to expire, then
+   fenced and recovered its open ledger). Measured with the default session TTL (10 s) and
+   with `metadata.session_ttl = 3s`. At the end a reader from earliest finds every
+   acknowledged message once, in order.
+
+Prints a JSON document, then a markdown snippet, on stdout; stops every process by PID.
+"""
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import pulsar
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "interop"))
+from conftest import Service, _free_port  # noqa: E402
+from servers import Etcd  # noqa: E402
+from cluster_move import owner_of  # noqa: E402  (benches/ is the script's directory)
+
+
+def post(node, path, body):
+    req = urllib.request.Request(node.http + path, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        assert r.status == 204, r.status
+
+
+def cluster(binary, etcd, ttl, dirs, n=3):
+    prefix = f"/bench-{len(dirs)}-{time.time_ns()}"
+    env = {"LEDGERLAKE_LAKE__ENABLED": "false"}
+    if ttl:
+        env["LEDGERLAKE_METADATA__SESSION_TTL"] = ttl
+    nodes = []
+    for _ in range(n):
+        d = tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR"))
+        dirs.append(d)
+        nodes.append(Service(binary, d.name, env=env,
+                             args=["--metadata-url", etcd.url(prefix),
+                                   "--bookie-addr", f"127.0.0.1:{_free_port()}"]))
+    for x in nodes:
+        x.start()
+    post(nodes[0], "/admin/v2/namespaces/public/default/persistence",
+         {"bookkeeperEnsemble": 3, "bookkeeperWriteQuorum": 3, "bookkeeperAckQuorum": 2,
+          "managedLedgerMaxMarkDeleteRate": 0})
+    return prefix, nodes
+
+
+def produce(binary, url, topic, duration):
+    out = subprocess.run(
+        [binary, "perf", "produce", "--service-url", url, "--topic", topic, "--rate", "20000",
+         "--size", "100", "--duration", duration, "--json"],
+        check=True, capture_output=True, text=True, timeout=600)
+    r = json.loads(out.stdout)
+    return {"msgs_per_s": round(r["msgs_per_s"]), "p50_ms": r["latency"]["p50_us"] / 1000,
+            "p99_ms": r["latency"]["p99_us"] / 1000, "send_errors": r["send_errors"],
+            "generator_cpu_cores": round(r["generator_cpu_cores"], 2)}
+
+
+def produce_runs(binary, etcd, runs, duration):
+    single, replicated = [], []
+    for i in range(runs):
+        dirs = []
+        d = tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR"))
+        dirs.append(d)
+        one = Service(binary, d.name, env={"LEDGERLAKE_LAKE__ENABLED": "false"})
+        one.start()
+        try:
+            single.append(produce(binary, one.url, f"persistent://public/default/one-{i}",
+                                  duration))
+        finally:
+            one.stop()
+        _, nodes = cluster(binary, etcd, None, dirs)
+        try:
+            url = "pulsar://" + ",".join(f"127.0.0.1:{x.pulsar_port}" for x in nodes)
+            replicated.append(produce(binary, url, f"persistent://public/default/three-{i}",
+                                      duration))
+        finally:
+            for x in nodes:
+                x.stop()
+    return single, replicated
+
+
+def failover_rounds(binary, etcd, ttl, rounds):
+    dirs = []
+    prefix, nodes = cluster(binary, etcd, ttl, dirs)
+    by_id = {f"127.0.0.1:{x.http_port}": x for x in nodes}
+    topic = f"persistent://public/default/failover-{time.time_ns()}"
+    client = pulsar.Client("pulsar://" + ",".join(f"127.0.0.1:{x.pulsar_port}" for x in nodes),
+                           operation_timeout_seconds=120)
+    times, sent = [], []
+    try:
+        producer = client.create_producer(topic, batching_enabled=False,
+                                          send_timeout_millis=120000)
+        for _ in range(rounds):
+            for _ in range(50):
+                sent.append(f"m{len(sent)}")
+                producer.send(sent[-1].encode())
+            owner = by_id[owner_of(etcd, prefix, topic)]
+            t0 = time.perf_counter()
+            owner.stop(signal.SIGKILL)
+            sent.append(f"m{len(sent)}")
+            producer.send(sent[-1].encode())
+            times.append(time.perf_counter() - t0)
+            owner.start()
+        reader = client.create_reader(topic, pulsar.MessageId.earliest)
+        got = [reader.read_next(timeout_millis=60000).data().decode() for _ in sent]
+        assert got == sent, "lost, duplicated or reordered messages"
+    finally:
+        client.close()
+        for x in nodes:
+            x.stop()
+    return times
+
+
+def med(rows, key):
+    return statistics.median(r[key] for r in rows)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--duration", default="20s")
+    args = ap.parse_args()
+    etcd = Etcd()
+    try:
+        single, replicated = produce_runs(args.bin, etcd, args.runs, args.duration)
+        default_ttl = failover_rounds(args.bin, etcd, None, args.rounds)
+        short_ttl = failover_rounds(args.bin, etcd, "3s", args.rounds)
+    finally:
+        etcd.stop()
+    out = {
+        "produce_single_1_1_1": single,
+        "produce_three_nodes_3_3_2": replicated,
+        "p99_ratio": round(med(replicated, "p99_ms") / med(single, "p99_ms"), 2),
+        "failover_default_ttl_s": [round(t, 2) for t in default_ttl],
+        "failover_ttl_3s_s": [round(t, 2) for t in short_ttl],
+    }
+    print(json.dumps(out, indent=2))
+    print("| setup | msg/s (median) | p50 ms | p99 ms | generator cores |")
+    print("|---|---|---|---|---|")
+    for name, rows in [("one node, 1/1/1", single), ("three nodes, 3/3/2", replicated)]:
+        print(f"| {name} | {med(rows, 'msgs_per_s'):.0f} | {med(rows, 'p50_ms'):.2f} | "
+              f"{med(rows, 'p99_ms'):.2f} | {med(rows, 'generator_cpu_cores'):.2f} |")
+    print(f"\np99 ratio (three nodes / one node): {out['p99_ratio']}")
+    for name, ts in [("default session TTL (10 s)", default_ttl), ("session TTL 3 s", short_ttl)]:
+        print(f"| failover, {name} | median {statistics.median(ts):.2f} s | max {max(ts):.2f} s |")
+
+
+if __name__ == "__main__":
+    main()
