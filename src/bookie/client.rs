@@ -359,16 +359,21 @@ impl ReplicaSource for BookieClient {
                 return Vec::new();
             }
         };
-        let mut bookies: Vec<String> = nodes
+        let candidates: Vec<String> = nodes
             .into_iter()
-            .filter(|m| {
-                m.bookie_addr.is_some()
-                    && m.bookie != except
-                    && !m.draining
-                    && !self.streams.quarantined(&m.bookie)
-            })
+            .filter(|m| m.bookie_addr.is_some() && m.bookie != except && !m.draining)
             .map(|m| m.bookie)
             .collect();
+        // Bookies whose stream failed lately are left out, unless no other is left (an
+        // unreplicated ledger would be worse than trying one of them again).
+        let mut bookies: Vec<String> = candidates
+            .iter()
+            .filter(|b| !self.streams.quarantined(b))
+            .cloned()
+            .collect();
+        if bookies.is_empty() {
+            bookies = candidates;
+        }
         bookies.sort();
         bookies.dedup();
         if bookies.is_empty() {

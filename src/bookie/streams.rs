@@ -53,6 +53,9 @@ pub struct AddStreams {
     failed: Mutex<HashMap<String, std::time::Instant>>,
 }
 
+/// Why a stream ends when its node stops (not a failure of the bookie).
+const STOPPING: &str = "the node is stopping";
+
 /// How long a bookie whose stream failed is left out of new ensembles.
 pub const QUARANTINE: Duration = Duration::from_secs(30);
 
@@ -87,6 +90,9 @@ impl AddStreams {
         let bookie = bookie.to_string();
         tokio::spawn(async move {
             let why = me.run(&bookie, rx).await;
+            if why == STOPPING {
+                return;
+            }
             tracing::warn!(bookie, why, "a replica add stream ended");
             {
                 let mut failed = lock(&me.failed);
@@ -163,7 +169,7 @@ async fn stream(
         );
         tokio::select! {
             queued = rx.recv() => {
-                let Some((add, done)) = queued else { return "the node is stopping".into() };
+                let Some((add, done)) = queued else { return STOPPING.into() };
                 let (ledger, entry) = (add.ledger, add.entry);
                 let req = BookieRequest::AddEntry {
                     topic: add.topic.to_string(),

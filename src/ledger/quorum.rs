@@ -69,11 +69,6 @@ impl Quorum {
         }
     }
 
-    /// The ledger's ack quorum.
-    pub fn ack_quorum(&self) -> u8 {
-        self.ack_quorum as u8
-    }
-
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -116,6 +111,11 @@ impl Quorum {
         let mut s = self.lock();
         if s.durable[bookie] < entry + 1 {
             s.durable[bookie] = entry + 1;
+        }
+        // Broken, the ledger ends where it was: entries failed to their producers stay
+        // unconfirmed, however many bookies hold them later.
+        if s.broken.is_some() {
+            return None;
         }
         let mut counts = s.durable.clone();
         counts.sort_unstable_by(|a, b| b.cmp(a));
@@ -258,6 +258,22 @@ mod tests {
         let (t2, mut r2) = reply();
         q.register(2, t2);
         assert!(matches!(r2.try_recv(), Ok(Err(AppendError::Quorum { .. }))));
+    }
+
+    #[test]
+    fn a_broken_quorum_confirms_nothing_more() {
+        let q = Quorum::new(1, vec!["b".into(), "c".into()], 3);
+        let (t0, mut r0) = reply();
+        q.register(0, t0);
+        q.replica_durable(0, 0);
+        q.replica_durable(1, 0);
+        q.replica_failed(0, "timed out");
+        assert!(matches!(r0.try_recv(), Ok(Err(AppendError::Quorum { .. }))));
+        assert_eq!(
+            q.local_durable(0),
+            None,
+            "entry 0 failed; it is never confirmed"
+        );
     }
 
     #[tokio::test]

@@ -31,6 +31,17 @@ pub(crate) async fn seal_ledger(
     entries: Vec<IndexEntry>,
     info: SealInfo,
 ) -> Result<LedgerRecord, LifecycleError> {
+    seal_ledger_as(shared, ledger, entries, LedgerTransition::Seal(info)).await
+}
+
+/// [`seal_ledger`] with the seal transition given (a replicated ledger's seal records where
+/// its copies are in the same step: [`LedgerTransition::SealPlaced`]).
+pub(crate) async fn seal_ledger_as(
+    shared: &Arc<LogShared>,
+    ledger: LedgerId,
+    entries: Vec<IndexEntry>,
+    seal: LedgerTransition,
+) -> Result<LedgerRecord, LifecycleError> {
     let dir = shared.index_dir.clone();
     let entries: Arc<[IndexEntry]> = entries.into();
     let to_write = entries.clone();
@@ -38,7 +49,7 @@ pub(crate) async fn seal_ledger(
         .await
         .map_err(|_| LifecycleError::Cancelled)??;
     crate::failpoint::hit("ledger.seal.after_index");
-    record_seal(shared, ledger, entries, info).await
+    record_seal(shared, ledger, entries, seal).await
 }
 
 /// Records the seal of `ledger`, whose index file is durable, and caches its index.
@@ -46,11 +57,11 @@ async fn record_seal(
     shared: &LogShared,
     ledger: LedgerId,
     entries: Arc<[IndexEntry]>,
-    info: SealInfo,
+    seal: LedgerTransition,
 ) -> Result<LedgerRecord, LifecycleError> {
     let record = shared
         .meta
-        .transition_ledger(ledger, LedgerTransition::Seal(info), now_ms())
+        .transition_ledger(ledger, seal, now_ms())
         .await?;
     crate::failpoint::hit("ledger.seal.after_record");
     shared.index_cache.insert(ledger, entries);
@@ -126,7 +137,7 @@ pub(super) async fn seal_recovered(
                 let closed = if info.entry_count == 0 {
                     discard_empty(shared, id, info).await
                 } else {
-                    record_seal(shared, id, entries, info).await
+                    record_seal(shared, id, entries, LedgerTransition::Seal(info)).await
                 };
                 closed.map(|_| info.entry_count).map_err(|e| failed(id, &e))
             })

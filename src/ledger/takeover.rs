@@ -15,7 +15,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::metadata::{LedgerRecord, LedgerState, LedgerTransition, MetadataError, Placement};
+use super::metadata::{LedgerRecord, LedgerState, LedgerTransition, MetadataError, PlacedSeal};
 use super::replica::{FencedCopy, ReplicaSource};
 use super::{now_ms, Log};
 
@@ -73,6 +73,12 @@ impl From<super::ReadError> for TakeoverError {
     }
 }
 
+/// Whether a ledger can be taken over without its writer: some replica holds each of its
+/// acknowledged entries (an ack quorum of 1 needs only the writer's own copy).
+fn recoverable(ledger: &LedgerRecord) -> bool {
+    !ledger.replicas.is_empty() && ledger.ack_quorum >= 2
+}
+
 impl Log {
     /// The bookie whose node must serve topic `name` (see [`Log::holder`]), except that a
     /// replicated open ledger whose writer is not live pins nothing: whichever node owns the
@@ -97,7 +103,7 @@ impl Log {
             .await?
             .iter()
             .filter(|l| l.state == LedgerState::Open && !self.shared.writes(l))
-            .all(|l| !l.replicas.is_empty());
+            .all(recoverable);
         Ok((!replicated).then_some(holder))
     }
 
@@ -128,8 +134,8 @@ impl Log {
                 };
                 !remote.is_live(&r.bookie).await
             };
-            // An unreplicated ledger is its writer's alone: the topic waits for that node.
-            if !left_open || r.replicas.is_empty() {
+            // Another writer's unreplicated ledger is its alone: the topic waits for that node.
+            if !left_open || (!self.shared.writes(&r) && !recoverable(&r)) {
                 continue;
             }
             let remote = remote.ok_or(TakeoverError::NoCluster(r.id))?;
@@ -145,7 +151,7 @@ impl Log {
         name: &str,
         ledger: &LedgerRecord,
     ) -> Result<LedgerRecord, TakeoverError> {
-        if ledger.replicas.is_empty() {
+        if !recoverable(ledger) && !self.shared.writes(ledger) {
             return Err(TakeoverError::Unreplicated {
                 ledger: ledger.id,
                 bookie: ledger.bookie.clone(),
@@ -223,16 +229,14 @@ impl Log {
                     ),
                 }
             }
-            let placement = Placement {
-                bookie: &best,
-                replicas: &holders[1..],
-                ack_quorum: ledger.ack_quorum,
-            };
-            meta.set_placement(ledger.id, placement, copy.first_segment)
-                .await?;
-            let record = meta
-                .transition_ledger(ledger.id, LedgerTransition::Seal(copy.seal), now_ms())
-                .await?;
+            // Placement and seal in one compare-and-set on the ledger's state.
+            let seal = LedgerTransition::SealPlaced(Box::new(PlacedSeal {
+                seal: copy.seal,
+                bookie: best.clone(),
+                replicas: holders[1..].to_vec(),
+                first_segment: copy.first_segment,
+            }));
+            let record = meta.transition_ledger(ledger.id, seal, now_ms()).await?;
             self.tell_sealed(remote, name, ledger.id, count, &holders)
                 .await;
             record

@@ -16,10 +16,12 @@ use super::cache::TailCache;
 use super::error::{AppendError, LifecycleError, ReadError};
 use super::index::IndexEntry;
 use super::journal::{AppendRequest, Reply};
-use super::metadata::{LedgerId, LedgerRecord, LedgerState, MetadataError, TopicId};
+use super::metadata::{
+    LedgerId, LedgerRecord, LedgerState, LedgerTransition, MetadataError, PlacedSeal, TopicId,
+};
 use super::open_ledger::OpenLedger;
 use super::read::{deleted_meanwhile, read_located, read_one};
-use super::seal::{discard_empty, seal_ledger};
+use super::seal::{discard_empty, seal_ledger, seal_ledger_as};
 use super::{now_ms, Entry, LogShared, Position};
 
 mod positions;
@@ -328,14 +330,21 @@ impl TopicLog {
                             }
                             None => Reply::Direct(tx),
                         };
-                        shared.journal.submit(AppendRequest {
+                        let quorum = current.quorum.clone();
+                        let submitted = shared.journal.submit(AppendRequest {
                             ledger: current,
                             entry_id,
                             publish_time_ms,
                             payload,
                             reply,
                             _permit: permit,
-                        })?;
+                        });
+                        if let (Err(e), Some(q)) = (&submitted, quorum) {
+                            // The entry went to the replicas: its receipt must not wait on a
+                            // journal that will never answer.
+                            q.journal_failed(&e.to_string());
+                        }
+                        submitted?;
                         return Ok(AppendReceipt { rx, position });
                     }
                 }
@@ -635,19 +644,16 @@ impl TopicLog {
                 .insert(record.id, LedgerView::Closed(Box::new(record.clone())));
             return Ok(record);
         }
-        if complete != quorum.replicas {
-            // Only bookies holding every entry stay listed (readers may go to any of them).
-            let placement = super::metadata::Placement {
-                bookie: &shared.bookie,
-                replicas: &complete,
-                ack_quorum: quorum.ack_quorum(),
-            };
-            shared
-                .meta
-                .set_placement(old.id, placement, old.first_segment)
-                .await?;
-        }
-        let record = seal_ledger(&shared, old.id, entries, info).await?;
+        // Only bookies holding every entry stay listed (readers may go to any of them),
+        // recorded with the seal in one step: a writer that lost the ledger to a takeover
+        // finds it sealed and changes nothing.
+        let seal = LedgerTransition::SealPlaced(Box::new(PlacedSeal {
+            seal: info,
+            bookie: shared.bookie.clone(),
+            replicas: complete.clone(),
+            first_segment: old.first_segment,
+        }));
+        let record = seal_ledger_as(&shared, old.id, entries, seal).await?;
         self.notify_sealed(&complete, old.id, count);
         lock(&self.inner.ledgers).insert(record.id, LedgerView::Closed(Box::new(record.clone())));
         tracing::debug!(topic = %self.inner.name, ledger = record.id,

@@ -538,50 +538,46 @@ async fn replicated_ledgers_keep_their_ensemble(store: &dyn MetadataStore) -> Te
     // An unreplicated ledger has none and a quorum of one.
     let single = store.create_ledger(t.id, 1, "b1", 3, None).await?;
     assert_eq!((single.replicas.len(), single.ack_quorum), (0, 1));
-    // The writer drops a failed bookie; the list survives the seal.
-    let dropped = store
-        .set_placement(
-            l.id,
-            Placement {
-                bookie: "b1",
-                replicas: &replicas[..1],
-                ack_quorum: 2,
-            },
-            1,
-        )
-        .await?;
-    assert_eq!(dropped.replicas, vec!["b2".to_string()]);
-    // A recovery names the bookie holding the recovered entries, where its copy starts.
-    let moved = store
-        .set_placement(
-            l.id,
-            Placement {
-                bookie: "b3",
-                replicas: &replicas[..1],
-                ack_quorum: 2,
-            },
-            7,
-        )
-        .await?;
-    assert_eq!((moved.bookie.as_str(), moved.first_segment), ("b3", 7));
-    assert_eq!(store.get_ledger(l.id).await?, Some(moved));
-    store
-        .transition_ledger(l.id, LedgerTransition::Seal(seal(4)), 4)
-        .await?;
-    let sealed = store.get_ledger(l.id).await?.ok_or("ledger lost")?;
+    // A seal that places the ledger: bookie, replicas and first segment change with it, in
+    // one step (a takeover names the longest copy's bookie; a writer drops a failed replica).
+    let placed = |bookie: &str, n: u64| {
+        LedgerTransition::SealPlaced(Box::new(PlacedSeal {
+            seal: seal(n),
+            bookie: bookie.to_string(),
+            replicas: replicas[..1].to_vec(),
+            first_segment: 7,
+        }))
+    };
+    let sealed = store.transition_ledger(l.id, placed("b3", 4), 4).await?;
+    assert_eq!(store.get_ledger(l.id).await?, Some(sealed.clone()));
     assert_eq!(
-        (sealed.replicas, sealed.ack_quorum),
-        (vec!["b2".to_string()], 2)
+        (
+            sealed.state,
+            sealed.bookie.as_str(),
+            sealed.first_segment,
+            sealed.seal,
+            sealed.replicas,
+            sealed.ack_quorum
+        ),
+        (
+            LedgerState::Sealed,
+            "b3",
+            7,
+            Some(seal(4)),
+            vec!["b2".to_string()],
+            2
+        )
     );
-    // Sealed, its placement is fixed (a writer that lost it to a takeover cannot rewrite it).
+    // Sealed once: a second placed seal (a writer that lost the ledger to a takeover) changes
+    // nothing.
     assert!(matches!(
-        store.set_placement(l.id, placement, 1).await,
+        store.transition_ledger(l.id, placed("b1", 9), 5).await,
         Err(MetadataError::InvalidTransition { .. })
     ));
-    assert!(matches!(
-        store.set_placement(l.id + 1000, placement, 1).await,
-        Err(MetadataError::LedgerNotFound(_))
-    ));
+    assert_eq!(
+        store.get_ledger(l.id).await?.map(|l| (l.bookie, l.seal)),
+        Some(("b3".to_string(), Some(seal(4))))
+    );
     Ok(())
 }
 

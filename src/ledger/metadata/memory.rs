@@ -171,31 +171,6 @@ impl MetadataStore for MemoryMetadataStore {
         Ok(l)
     }
 
-    async fn set_placement(
-        &self,
-        id: LedgerId,
-        placement: Placement<'_>,
-        first_segment: u32,
-    ) -> Result<LedgerRecord, MetadataError> {
-        let mut s = self.lock();
-        let l = s
-            .ledgers
-            .get_mut(&id)
-            .ok_or(MetadataError::LedgerNotFound(id))?;
-        if l.state != LedgerState::Open {
-            return Err(MetadataError::InvalidTransition {
-                ledger: id,
-                from: l.state,
-                to: l.state,
-            });
-        }
-        l.bookie = placement.bookie.to_string();
-        l.replicas = placement.replicas.to_vec();
-        l.ack_quorum = placement.ack_quorum;
-        l.first_segment = first_segment;
-        Ok(l.clone())
-    }
-
     async fn fence_writers(&self, topic_id: TopicId, epoch: u64) -> Result<(), MetadataError> {
         let mut s = self.lock();
         if !s.topics.contains_key(&topic_id) {
@@ -261,6 +236,7 @@ impl MetadataStore for MemoryMetadataStore {
         }
         match transition {
             LedgerTransition::Seal(info) => l.seal = Some(info),
+            LedgerTransition::SealPlaced(p) => p.place(l),
             LedgerTransition::Offload { reference } => l.offload_ref = Some(reference),
             LedgerTransition::Delete | LedgerTransition::Expire => {}
         }

@@ -220,6 +220,11 @@ impl<'a> Placement<'a> {
 pub enum LedgerTransition {
     /// `Open → Sealed`, recording the seal information.
     Seal(SealInfo),
+    /// `Open → Sealed` of a replicated ledger, recording the seal information and, in the same
+    /// step, where its copies are (ADR 0010): the writer's bookie with the replicas that hold
+    /// every entry, or, for a ledger taken over from a writer that is gone, the bookie of the
+    /// longest copy (with that copy's first segment) and the others completed from it.
+    SealPlaced(Box<PlacedSeal>),
     /// `Sealed → Offloaded`, recording where the lake holds it.
     Offload {
         /// Opaque reference to the lake commit.
@@ -231,11 +236,34 @@ pub enum LedgerTransition {
     Expire,
 }
 
+/// What [`LedgerTransition::SealPlaced`] records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlacedSeal {
+    /// The seal information.
+    pub seal: SealInfo,
+    /// The ledger's bookie from now on.
+    pub bookie: String,
+    /// Its other bookies, each holding every entry.
+    pub replicas: Vec<String>,
+    /// Where `bookie`'s copy starts in its journal.
+    pub first_segment: u32,
+}
+
+impl PlacedSeal {
+    /// Applies the placement to `l` (the seal is the caller's part).
+    pub(crate) fn place(&self, l: &mut LedgerRecord) {
+        l.seal = Some(self.seal);
+        l.bookie = self.bookie.clone();
+        l.replicas = self.replicas.clone();
+        l.first_segment = self.first_segment;
+    }
+}
+
 impl LedgerTransition {
     /// The state this transition leads to.
     pub fn target(&self) -> LedgerState {
         match self {
-            LedgerTransition::Seal(_) => LedgerState::Sealed,
+            LedgerTransition::Seal(_) | LedgerTransition::SealPlaced(_) => LedgerState::Sealed,
             LedgerTransition::Offload { .. } => LedgerState::Offloaded,
             LedgerTransition::Delete => LedgerState::Deleted,
             LedgerTransition::Expire => LedgerState::Expired,
@@ -404,19 +432,6 @@ pub trait MetadataStore: Send + Sync + fmt::Debug + 'static {
         placement: Placement<'_>,
         now_ms: i64,
         writer_epoch: Option<u64>,
-    ) -> Result<LedgerRecord, MetadataError>;
-
-    /// Replaces where ledger `id`'s copies are: its bookie (whose copy starts at
-    /// `first_segment` of that bookie's journal), replicas and ack quorum. The writer drops a
-    /// replica that failed before it seals; a node recovering a dead writer's ledger names the
-    /// bookies holding the recovered entries. Only while the ledger is `Open` (its seal fixes
-    /// where its copies are): refused with [`MetadataError::InvalidTransition`] (to the same
-    /// state) otherwise, so a writer that lost the ledger to a takeover cannot rewrite it.
-    async fn set_placement(
-        &self,
-        id: LedgerId,
-        placement: Placement<'_>,
-        first_segment: u32,
     ) -> Result<LedgerRecord, MetadataError>;
 
     /// Fences the writers of `topic_id` below `epoch` (a new owner, before it writes): from

@@ -325,24 +325,6 @@ impl MetadataStore for SqliteMetadataStore {
             .await
     }
 
-    async fn set_placement(
-        &self,
-        id: LedgerId,
-        placement: Placement<'_>,
-        first_segment: u32,
-    ) -> Result<LedgerRecord, MetadataError> {
-        let placed = writes::Placed {
-            bookie: placement.bookie.to_string(),
-            replicas: placement.replicas.to_vec(),
-            ack_quorum: placement.ack_quorum,
-        };
-        self.writer
-            .run(move |c| {
-                Box::pin(async move { writes::set_placement(c, id, &placed, first_segment).await })
-            })
-            .await
-    }
-
     async fn fence_writers(&self, topic_id: TopicId, epoch: u64) -> Result<(), MetadataError> {
         self.writer
             .run(move |c| Box::pin(async move { writes::fence_writers(c, topic_id, epoch).await }))

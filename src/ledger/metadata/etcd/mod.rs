@@ -560,6 +560,7 @@ impl MetadataStore for EtcdMetadataStore {
             }
             match &transition {
                 LedgerTransition::Seal(info) => ledger.seal = Some(*info),
+                LedgerTransition::SealPlaced(p) => p.place(&mut ledger),
                 LedgerTransition::Offload { reference } => {
                     ledger.offload_ref = Some(reference.clone())
                 }
@@ -572,38 +573,6 @@ impl MetadataStore for EtcdMetadataStore {
                 .when([unchanged(key.clone(), revision)])
                 .and_then([TxnOp::put(key, encode_ledger(&ledger), None)]);
             if self.txn("transition ledger", txn).await?.succeeded() {
-                return Ok(ledger);
-            }
-        }
-    }
-
-    async fn set_placement(
-        &self,
-        id: LedgerId,
-        placement: Placement<'_>,
-        first_segment: u32,
-    ) -> Result<LedgerRecord, MetadataError> {
-        loop {
-            let (mut ledger, revision) = self
-                .ledger_with_revision(id)
-                .await?
-                .ok_or(MetadataError::LedgerNotFound(id))?;
-            if ledger.state != LedgerState::Open {
-                return Err(MetadataError::InvalidTransition {
-                    ledger: id,
-                    from: ledger.state,
-                    to: ledger.state,
-                });
-            }
-            ledger.bookie = placement.bookie.to_string();
-            ledger.replicas = placement.replicas.to_vec();
-            ledger.ack_quorum = placement.ack_quorum;
-            ledger.first_segment = first_segment;
-            let key = self.keys.ledger(ledger.topic_id, id);
-            let txn = Txn::new()
-                .when([unchanged(key.clone(), revision)])
-                .and_then([TxnOp::put(key, encode_ledger(&ledger), None)]);
-            if self.txn("set ledger placement", txn).await?.succeeded() {
                 return Ok(ledger);
             }
         }

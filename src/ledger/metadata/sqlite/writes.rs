@@ -182,40 +182,6 @@ async fn ledger_on(c: &mut SqliteConnection, id: LedgerId) -> Result<LedgerRecor
     ledger_from_row(&row)
 }
 
-/// Replaces the placement of a ledger not deleted or expired.
-pub(super) async fn set_placement(
-    c: &mut SqliteConnection,
-    id: LedgerId,
-    placed: &Placed,
-    first_segment: u32,
-) -> Result<LedgerRecord, MetadataError> {
-    let mut current = ledger_on(c, id).await?;
-    if current.state != LedgerState::Open {
-        return Err(MetadataError::InvalidTransition {
-            ledger: id,
-            from: current.state,
-            to: current.state,
-        });
-    }
-    sqlx::query(
-        "UPDATE ll_ledgers SET bookie = ?, replicas = ?, ack_quorum = ?, first_segment = ?
-         WHERE ledger_id = ?",
-    )
-    .bind(&placed.bookie)
-    .bind(super::encode_replicas(&placed.replicas))
-    .bind(i64::from(placed.ack_quorum))
-    .bind(i64::from(first_segment))
-    .bind(id as i64)
-    .execute(&mut *c)
-    .await
-    .map_err(backend("update ledger placement"))?;
-    current.bookie = placed.bookie.clone();
-    current.replicas = placed.replicas.clone();
-    current.ack_quorum = placed.ack_quorum;
-    current.first_segment = first_segment;
-    Ok(current)
-}
-
 /// Fences the writers of `topic_id` older than `epoch`.
 pub(super) async fn fence_writers(
     c: &mut SqliteConnection,
@@ -272,6 +238,25 @@ pub(super) async fn transition_ledger(
         .bind(i64::from(info.checksum))
         .bind(id as i64)
         .bind(from),
+        LedgerTransition::SealPlaced(p) => sqlx::query(
+            "UPDATE ll_ledgers SET state = ?, state_changed_at_ms = ?, last_segment = ?,
+                 entry_count = ?, size_bytes = ?, min_publish_ms = ?, max_publish_ms = ?, checksum = ?,
+                 bookie = ?, replicas = ?, first_segment = ?
+             WHERE ledger_id = ? AND state = ?",
+        )
+        .bind(i64::from(to.as_u8()))
+        .bind(now_ms)
+        .bind(i64::from(p.seal.last_segment))
+        .bind(p.seal.entry_count as i64)
+        .bind(p.seal.size_bytes as i64)
+        .bind(p.seal.min_publish_ms)
+        .bind(p.seal.max_publish_ms)
+        .bind(i64::from(p.seal.checksum))
+        .bind(p.bookie.clone())
+        .bind(super::encode_replicas(&p.replicas))
+        .bind(i64::from(p.first_segment))
+        .bind(id as i64)
+        .bind(from),
         LedgerTransition::Offload { reference } => sqlx::query(
             "UPDATE ll_ledgers SET state = ?, state_changed_at_ms = ?, offload_ref = ?
              WHERE ledger_id = ? AND state = ?",
@@ -299,6 +284,7 @@ pub(super) async fn transition_ledger(
     }
     match transition {
         LedgerTransition::Seal(info) => current.seal = Some(info),
+        LedgerTransition::SealPlaced(p) => p.place(&mut current),
         LedgerTransition::Offload { reference } => current.offload_ref = Some(reference),
         LedgerTransition::Delete | LedgerTransition::Expire => {}
     }
