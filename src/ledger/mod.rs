@@ -52,6 +52,7 @@ pub mod metadata;
 mod open_ledger;
 mod quorum;
 mod read;
+mod reclaim;
 pub mod record;
 mod recovery;
 pub mod replica;
@@ -60,6 +61,7 @@ mod resident;
 mod seal;
 pub mod segment;
 mod takeover;
+mod tickers;
 mod topic;
 
 pub use error::{AppendError, LifecycleError, OpenError, ReadError};
@@ -76,7 +78,7 @@ use index::{read_index_file, IndexEntry};
 use journal::{Journal, JournalSettings};
 use metadata::LedgerTransition;
 use replicas::replicas_to_recover;
-use segment::{list_segments, segment_path, sync_dir, SegmentReaders};
+use segment::{list_segments, SegmentReaders};
 
 /// A message position in a topic: (ledger, entry).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
@@ -256,13 +258,6 @@ pub fn scan_segments_for_tests(
 
 /// How often a bookie holding replica copies checks them against the store.
 const REPLICA_COLLECTION: Duration = Duration::from_secs(30);
-
-/// The states of ledgers whose entries the log holds (their segments and index files stay).
-const HELD_LOCALLY: [LedgerState; 3] = [
-    LedgerState::Open,
-    LedgerState::Sealed,
-    LedgerState::Offloaded,
-];
 
 /// Whether bookie `bookie` holds the entries of `ledger` (an empty bookie: a ledger of an
 /// embedded store from before bookie ids, always local).
@@ -450,7 +445,7 @@ impl Log {
             .await
             .map_err(|e| OpenError::Journal(format!("reclaiming segments: {e}")))?
             .len();
-        log.report.stale_index_files = log.remove_stale_index_files().await?;
+        log.report.stale_index_files = reclaim::remove_stale_index_files(&log.shared).await?;
         log.spawn_age_ticker();
         log.spawn_disk_ticker();
         log.spawn_replica_collector();
@@ -499,77 +494,6 @@ impl Log {
     /// What recovery did when this log was opened.
     pub fn recovery_report(&self) -> &RecoveryReport {
         &self.report
-    }
-
-    fn spawn_age_ticker(&self) {
-        let age = self.shared.config.rollover_age;
-        let period = (age / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
-        let stop = self.stop.clone();
-        let loaded = self.loaded.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(period);
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tick.tick() => {}
-                }
-                let topics = loaded.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                for t in topics {
-                    if let Err(e) = t.seal_if_aged().await {
-                        tracing::warn!(topic = %t.name(), error = %e, "age rollover failed");
-                    }
-                }
-            }
-        });
-    }
-
-    /// Every [`REPLICA_COLLECTION`], drops the replica copies the store no longer lists for
-    /// a live ledger and seals those sealed meanwhile ([`Log::collect_replicas`]); a bookie
-    /// holding no copy does nothing.
-    fn spawn_replica_collector(&self) {
-        let shared = self.shared.clone();
-        let stop = self.stop.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(REPLICA_COLLECTION);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tick.tick() => {}
-                }
-                if shared.replicas.ledgers().is_empty() {
-                    continue;
-                }
-                if let Err(e) = replicas::collect(&shared).await {
-                    tracing::warn!(error = %e, "collecting replica copies failed");
-                }
-            }
-        });
-    }
-
-    /// Checks the log's volume and size every `ledger.disk_check_interval` (the first check
-    /// at once), so that appends are refused before the disk is full and admitted again after.
-    fn spawn_disk_ticker(&self) {
-        let shared = self.shared.clone();
-        let stop = self.stop.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(shared.config.disk_check_interval);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tick.tick() => {}
-                }
-                let s = shared.clone();
-                match tokio::task::spawn_blocking(move || s.disk.check()).await {
-                    Ok(Err(e)) => {
-                        tracing::warn!(error = %e, "checking the log's disk space failed")
-                    }
-                    Ok(Ok(_)) => {}
-                    Err(e) => tracing::error!(error = %e, "checking the log's disk space panicked"),
-                }
-            }
-        });
     }
 
     /// The log of topic `name`, created (in the metadata store) if it does not exist.
@@ -762,37 +686,9 @@ impl Log {
         Ok(record)
     }
 
-    /// Removes the index files of ledgers not held locally any more (recovery only: no ledger
-    /// is sealed concurrently). Returns how many.
-    async fn remove_stale_index_files(&self) -> Result<usize, OpenError> {
-        let live: std::collections::HashSet<u64> = self
-            .shared
-            .meta
-            .ledgers_in_states(&HELD_LOCALLY)
-            .await?
-            .into_iter()
-            .filter(|l| self.shared.writes(l))
-            .map(|l| l.id)
-            .chain(self.shared.replicas.ledgers())
-            .collect();
-        let dir = self.shared.index_dir.clone();
-        let removed = tokio::task::spawn_blocking(move || {
-            index::remove_stale_index_files(&dir, &live).map_err(|source| OpenError::Io {
-                path: dir.clone(),
-                source,
-            })
-        })
-        .await
-        .map_err(|e| OpenError::Journal(e.to_string()))??;
-        if !removed.is_empty() {
-            tracing::info!(ledgers = ?removed, "removed index files of ledgers no longer held locally");
-        }
-        Ok(removed.len())
-    }
-
     /// Deletes segment files that no live ledger may reference. Returns the ids removed.
     pub async fn reclaim_segments(&self) -> Result<Vec<u32>, LifecycleError> {
-        reclaim(&self.shared).await
+        reclaim::reclaim(&self.shared).await
     }
 
     /// Waits until everything appended before the call is durable.
@@ -862,51 +758,6 @@ impl Log {
             tail_cache_bytes: self.shared.cache_budget.used(),
         }
     }
-}
-
-/// Deletes segment files that no live ledger or replica copy may reference
-/// ([`Log::reclaim_segments`]).
-pub(crate) async fn reclaim(shared: &Arc<LogShared>) -> Result<Vec<u32>, LifecycleError> {
-    // Read the current segment first: a ledger created after this point starts at or after it.
-    let current = shared.journal.current_segment();
-    let live = shared.meta.ledgers_in_states(&HELD_LOCALLY).await?;
-    let mut ranges: Vec<(u32, u32)> = live
-        .iter()
-        .filter(|l| shared.writes(l))
-        .map(|l| match (l.state, l.seal) {
-            (LedgerState::Open, _) | (_, None) => (l.first_segment, u32::MAX),
-            (_, Some(s)) => (l.first_segment, s.last_segment),
-        })
-        .collect();
-    // Copies of other writers' ledgers: their segments are this journal's, not the writer's.
-    ranges.extend(shared.replicas.segment_ranges());
-    // Directory listing, removal and the directory fsync run on the blocking pool.
-    let shared = shared.clone();
-    blocking(move || {
-        let dir = shared.segments.dir().to_path_buf();
-        let io = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| LifecycleError::Io { path, source }
-        };
-        let segments = list_segments(&dir).map_err(io(&dir))?;
-        let mut removed = Vec::new();
-        for s in segments.into_iter().filter(|s| *s < current) {
-            if ranges.iter().any(|(lo, hi)| *lo <= s && s <= *hi) {
-                continue;
-            }
-            shared.segments.forget(s);
-            let path = segment_path(&dir, s);
-            std::fs::remove_file(&path).map_err(io(&path))?;
-            removed.push(s);
-        }
-        if !removed.is_empty() {
-            crate::failpoint::hit("ledger.reclaim.before_sync");
-            sync_dir(&dir).map_err(io(&dir))?;
-            tracing::info!(segments = ?removed, "reclaimed segments");
-        }
-        Ok(removed)
-    })
-    .await
 }
 
 /// Runs file-system work on the blocking pool, never on an async worker.

@@ -495,7 +495,7 @@ pub(crate) async fn collect(shared: &Arc<LogShared>) -> Result<usize, LifecycleE
         }
     }
     if dropped > 0 {
-        super::reclaim(shared).await?;
+        super::reclaim::reclaim(shared).await?;
     }
     Ok(dropped)
 }
@@ -661,25 +661,7 @@ impl ReplicaPlan {
             }
         }
         for ledger in drop {
-            shared.replicas.lock().remove(&ledger);
-            let (rep, idx) = (
-                registry_path(&shared.replicas.dir, ledger),
-                index_path(&shared.index_dir, ledger),
-            );
-            tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-                for path in [idx, rep] {
-                    match std::fs::remove_file(&path) {
-                        Ok(()) => {}
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                        Err(e) => return Err(e),
-                    }
-                }
-                Ok(())
-            })
-            .await
-            .map_err(|e| failed(&e))?
-            .map_err(|e| failed(&e))?;
-            tracing::info!(ledger, "dropped a replica copy at recovery");
+            drop_replica(shared, ledger).await.map_err(|e| failed(&e))?;
         }
         Ok(())
     }

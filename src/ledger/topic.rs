@@ -16,15 +16,16 @@ use super::cache::TailCache;
 use super::error::{AppendError, LifecycleError, ReadError};
 use super::index::IndexEntry;
 use super::journal::{AppendRequest, Reply};
-use super::metadata::{
-    LedgerId, LedgerRecord, LedgerState, LedgerTransition, MetadataError, PlacedSeal, TopicId,
-};
+use super::metadata::{LedgerId, LedgerRecord, LedgerState, MetadataError, TopicId};
 use super::open_ledger::OpenLedger;
 use super::read::{deleted_meanwhile, read_located, read_one};
-use super::seal::{discard_empty, seal_ledger, seal_ledger_as};
+use super::seal::{discard_empty, seal_ledger};
 use super::{now_ms, Entry, LogShared, Position};
 
 mod positions;
+mod replicated;
+
+pub use replicated::Replication;
 
 /// Summary of one ledger of a topic.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -89,23 +90,6 @@ pub(crate) struct TopicInner {
     /// How the topic's next ledgers are replicated (the namespace's persistence policy).
     replication: Mutex<Replication>,
 }
-
-/// How a topic's ledgers are replicated (Pulsar's persistence policy; ADR 0010). The ensemble
-/// is also the write quorum: every bookie of a ledger gets every entry.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Replication {
-    /// Bookies per ledger, the writer's included; `None`: up to [`DEFAULT_ENSEMBLE`], as many
-    /// as are live (a single node writes unreplicated ledgers).
-    pub ensemble: Option<u8>,
-    /// Bookies that make an entry durable before it is acknowledged; `None`: up to
-    /// [`DEFAULT_ACK_QUORUM`], at most the ensemble.
-    pub ack_quorum: Option<u8>,
-}
-
-/// Ensemble of a ledger when the namespace sets none (fewer when fewer bookies are live).
-pub const DEFAULT_ENSEMBLE: u8 = 3;
-/// Ack quorum of a ledger when the namespace sets none (at most its ensemble).
-pub const DEFAULT_ACK_QUORUM: u8 = 2;
 
 /// Handle to one topic partition's log. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -379,84 +363,6 @@ impl TopicLog {
                 || degraded())
     }
 
-    /// Sends entry `entry` of replicated ledger `ledger` to each replica still in its quorum.
-    fn replicate(
-        &self,
-        ledger: &Arc<OpenLedger>,
-        entry: u64,
-        publish_time_ms: i64,
-        payload: &Bytes,
-    ) {
-        let (Some(q), Some(remote)) = (&ledger.quorum, self.inner.shared.remote.get()) else {
-            return;
-        };
-        let topic: Arc<str> = Arc::from(self.inner.name.as_str());
-        for (i, bookie) in q.replicas.iter().enumerate() {
-            if !q.sends_to(i) {
-                continue;
-            }
-            let add = super::replica::ReplicaAdd {
-                topic: topic.clone(),
-                ledger: ledger.id,
-                entry,
-                publish_time_ms,
-                payload: payload.clone(),
-                recovery: false,
-            };
-            let copy = ledger.clone();
-            remote.add(
-                bookie,
-                add,
-                Box::new(move |done| match done {
-                    Ok(()) => copy.confirm_on_replica(i, entry),
-                    Err(why) => {
-                        if let Some(q) = &copy.quorum {
-                            q.replica_failed(i, &why);
-                        }
-                    }
-                }),
-            );
-        }
-    }
-
-    /// Puts `replication` in force for the ledgers this topic opens from now on.
-    pub fn set_replication(&self, replication: Replication) {
-        *lock(&self.inner.replication) = replication;
-    }
-
-    /// The replicas and ack quorum of the next ledger: none on a single node.
-    async fn placement(&self) -> Result<(Vec<String>, u8), AppendError> {
-        let r = *lock(&self.inner.replication);
-        let shared = &self.inner.shared;
-        let want = r.ensemble.unwrap_or(DEFAULT_ENSEMBLE).max(1);
-        let Some(remote) = shared.remote.get().filter(|_| want > 1) else {
-            return Ok((Vec::new(), 1));
-        };
-        let replicas = remote.choose(&shared.bookie, usize::from(want) - 1).await;
-        let ensemble = replicas.len() + 1;
-        let ack = match r.ack_quorum {
-            // An ensemble smaller than asked still takes writes while its ack quorum can be
-            // met (the ledger is under-replicated, as after a bookie failure).
-            Some(ack) if usize::from(ack) > ensemble => {
-                return Err(AppendError::Quorum {
-                    ledger: 0,
-                    why: format!(
-                        "the namespace asks for an ack quorum of {ack} and {ensemble} bookies \
-                         are live"
-                    )
-                    .into(),
-                });
-            }
-            Some(ack) => ack.max(1),
-            None => DEFAULT_ACK_QUORUM.clamp(1, ensemble as u8),
-        };
-        if r.ensemble.is_some() && ensemble < usize::from(want) {
-            tracing::warn!(topic = %self.inner.name, want, live = ensemble,
-                "fewer bookies live than the namespace's ensemble: the ledger is under-replicated");
-        }
-        Ok((replicas, ack))
-    }
-
     /// Opens a new ledger if there is none or the current one is due; seals the old one in the
     /// background once its entries are durable.
     async fn roll(&self, next_len: usize) -> Result<(), AppendError> {
@@ -615,67 +521,20 @@ impl TopicLog {
     async fn seal(&self, old: Arc<OpenLedger>) -> Result<LedgerRecord, LifecycleError> {
         let shared = self.inner.shared.clone();
         shared.journal.barrier().await?;
-        let Some(quorum) = &old.quorum else {
-            let (entries, info) = {
-                let w = old.written();
-                (w.entries.clone(), w.seal_info(old.first_segment))
-            };
-            let record = seal_ledger(&shared, old.id, entries, info).await?;
-            lock(&self.inner.ledgers)
-                .insert(record.id, LedgerView::Closed(Box::new(record.clone())));
-            tracing::debug!(topic = %self.inner.name, ledger = record.id,
-                entries = info.entry_count, "sealed ledger");
-            return Ok(record);
+        let record = match &old.quorum {
+            Some(quorum) => self.seal_replicated(&old, quorum).await?,
+            None => {
+                let (entries, info) = {
+                    let w = old.written();
+                    (w.entries.clone(), w.seal_info(old.first_segment))
+                };
+                seal_ledger(&shared, old.id, entries, info).await?
+            }
         };
-        // A replicated ledger ends at what its quorum confirmed; entries that failed were
-        // refused to their producers and are left out (this journal may hold them).
-        let submitted = old.written().entries.len() as u64;
-        let (count, complete) = quorum.settled(submitted).await;
-        let (entries, info) = {
-            let w = old.written();
-            (
-                w.entries[..count as usize].to_vec(),
-                w.seal_info_upto(old.first_segment, count),
-            )
-        };
-        if count == 0 {
-            let record = discard_empty(&shared, old.id, info).await?;
-            lock(&self.inner.ledgers)
-                .insert(record.id, LedgerView::Closed(Box::new(record.clone())));
-            return Ok(record);
-        }
-        // Only bookies holding every entry stay listed (readers may go to any of them),
-        // recorded with the seal in one step: a writer that lost the ledger to a takeover
-        // finds it sealed and changes nothing.
-        let seal = LedgerTransition::SealPlaced(Box::new(PlacedSeal {
-            seal: info,
-            bookie: shared.bookie.clone(),
-            replicas: complete.clone(),
-            first_segment: old.first_segment,
-        }));
-        let record = seal_ledger_as(&shared, old.id, entries, seal).await?;
-        self.notify_sealed(&complete, old.id, count);
         lock(&self.inner.ledgers).insert(record.id, LedgerView::Closed(Box::new(record.clone())));
         tracing::debug!(topic = %self.inner.name, ledger = record.id,
-            entries = info.entry_count, "sealed ledger");
+            entries = record.seal.map_or(0, |s| s.entry_count), "sealed ledger");
         Ok(record)
-    }
-
-    /// Tells the replicas holding every entry of sealed ledger `ledger` its count (in the
-    /// background: a replica that misses it learns the seal from the store later).
-    fn notify_sealed(&self, replicas: &[String], ledger: LedgerId, count: u64) {
-        let Some(remote) = self.inner.shared.remote.get().cloned() else {
-            return;
-        };
-        let (replicas, topic) = (replicas.to_vec(), self.inner.name.clone());
-        self.inner.shared.tasks.spawn(async move {
-            for bookie in replicas {
-                if let Err(e) = remote.sealed(&bookie, &topic, ledger, count).await {
-                    tracing::warn!(ledger, bookie, error = %e,
-                        "telling a replica its ledger is sealed failed");
-                }
-            }
-        });
     }
 
     /// The topic's ledgers in order, deleted ones (lake only) included, expired ones not.

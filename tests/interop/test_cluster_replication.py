@@ -11,10 +11,8 @@ import uuid
 
 import pulsar
 
-from conftest import _free_port, eventually
-
-TTL = "3s"
-
+from conftest import eventually
+from test_cluster_ownership import _cluster as start_cluster, _owners
 
 def _http(method, url, body=None):
     data = None if body is None else json.dumps(body).encode()
@@ -31,13 +29,7 @@ def _http(method, url, body=None):
 def _cluster(etcd, make_service, name, n=3):
     """`n` started nodes on one etcd prefix, each with a bookie listener; (prefix, nodes)."""
     prefix = f"/{name}-{uuid.uuid4().hex[:6]}"
-    env = {"LEDGERLAKE_METADATA__SESSION_TTL": TTL, "LEDGERLAKE_LAKE__ENABLED": "false"}
-    nodes = [make_service(env=env, args=["--metadata-url", etcd.url(prefix),
-                                         "--bookie-addr", f"127.0.0.1:{_free_port()}"])
-             for _ in range(n)]
-    for node in nodes:
-        node.start()
-    return prefix, nodes
+    return prefix, start_cluster(etcd, make_service, prefix, n=n)
 
 
 def _ledgers(etcd, prefix):
@@ -51,10 +43,8 @@ def _ledgers(etcd, prefix):
 
 
 def _owner(etcd, prefix, topic, nodes):
-    owners = {}
-    for key, value in etcd.items(f"{prefix}/cluster/owners/").items():
-        owners[key.split("/cluster/owners/", 1)[1]] = json.loads(value[1:])["id"]
-    return [n for n in nodes if f"127.0.0.1:{n.http_port}" == owners.get(topic)]
+    owner = _owners(etcd, prefix).get(topic)
+    return [n for n in nodes if f"127.0.0.1:{n.http_port}" == owner]
 
 
 def _bookie_id(node):

@@ -1,0 +1,80 @@
+//! The log's background work: age rollover of idle open ledgers, the volume check that
+//! refuses appends before the disk is full, and the periodic check of replica copies against
+//! the store. Each runs until the log stops.
+
+use std::time::Duration;
+
+use super::{replicas, Log, REPLICA_COLLECTION};
+
+impl Log {
+    pub(super) fn spawn_age_ticker(&self) {
+        let age = self.shared.config.rollover_age;
+        let period = (age / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
+        let stop = self.stop.clone();
+        let loaded = self.loaded.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                let topics = loaded.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                for t in topics {
+                    if let Err(e) = t.seal_if_aged().await {
+                        tracing::warn!(topic = %t.name(), error = %e, "age rollover failed");
+                    }
+                }
+            }
+        });
+    }
+
+    /// Every [`REPLICA_COLLECTION`], drops the replica copies the store no longer lists for
+    /// a live ledger and seals those sealed meanwhile ([`Log::collect_replicas`]); a bookie
+    /// holding no copy does nothing.
+    pub(super) fn spawn_replica_collector(&self) {
+        let shared = self.shared.clone();
+        let stop = self.stop.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(REPLICA_COLLECTION);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                if shared.replicas.ledgers().is_empty() {
+                    continue;
+                }
+                if let Err(e) = replicas::collect(&shared).await {
+                    tracing::warn!(error = %e, "collecting replica copies failed");
+                }
+            }
+        });
+    }
+
+    /// Checks the log's volume and size every `ledger.disk_check_interval` (the first check
+    /// at once), so that appends are refused before the disk is full and admitted again after.
+    pub(super) fn spawn_disk_ticker(&self) {
+        let shared = self.shared.clone();
+        let stop = self.stop.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(shared.config.disk_check_interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                let s = shared.clone();
+                match tokio::task::spawn_blocking(move || s.disk.check()).await {
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "checking the log's disk space failed")
+                    }
+                    Ok(Ok(_)) => {}
+                    Err(e) => tracing::error!(error = %e, "checking the log's disk space panicked"),
+                }
+            }
+        });
+    }
+}
