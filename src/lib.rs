@@ -18,7 +18,8 @@
 //!                                      (Iceberg; LakeHandle owns the runtime hop)
 //!  other nodes ◄──► bookie/ (node-to-node reads and replicated adds; protocol/bookie frames)
 //!                   ──► ledger (serves its ledgers and replica copies; reads others' and sends
-//!                   entries to replicas through ledger::ReplicaSource), cluster (addresses)
+//!                   entries to replicas through ledger::ReplicaSource), cluster (addresses);
+//!                   autorecovery copies under-replicated sealed ledgers here
 //!  HTTP ──► admin/ ──► ops/ (use cases) ──► broker, ledger, offload, policies, tenancy, sql,
 //!                                            verify/ (log ⇄ lake, every id) ──► ledger, lake
 //!  every surface ──► auth (Access: Authenticator + Authorizer ◄── tenancy's authorizer)
@@ -51,8 +52,9 @@
 //! - [`protocol`]: the Pulsar binary protocol (generated types, framing, typed commands) and
 //!   the node-to-node bookie protocol's frames.
 //! - [`bookie`]: the `--bookie-addr` listener serving this node's ledgers to the other nodes
-//!   and storing the entries their replicated ledgers send here, and the client reading theirs
-//!   and streaming this node's entries to its ledgers' replicas.
+//!   and storing the entries their replicated ledgers send here, the client reading theirs
+//!   and streaming this node's entries to its ledgers' replicas, and autorecovery (sealed
+//!   ledgers short of their write quorum copied here from the bookies still holding them).
 //! - [`broker`]: the Pulsar-protocol broker (topic slots, one owner task per loaded topic
 //!   partition, connections with one handler per command and a bounded outbound queue whose
 //!   writability dispatchers respect ([`broker::outbox`]), subscriptions, deduplication, the

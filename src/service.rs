@@ -221,6 +221,15 @@ impl Service {
         log.set_replica_source(Arc::new(crate::bookie::client::BookieClient::new(
             membership.clone(),
         )));
+        let autorecovery = config.server.bookie_addr.map(|_| {
+            let a = crate::bookie::autorecovery::AutoRecovery::new(
+                log.clone(),
+                membership.clone(),
+                config.autorecovery.clone(),
+            );
+            a.start(stop.clone());
+            a
+        });
         let ownership = Ownership::new(coord, membership.clone());
         let broker = Broker::new(
             config.broker.clone(),
@@ -237,7 +246,7 @@ impl Service {
             offload.clone(),
             (policies, tenancy, authorization),
             sql,
-            membership.clone(),
+            (membership.clone(), autorecovery),
         ));
         if let Some(found) = broker.take_inactive_topics() {
             let cell = ops_cell.clone();

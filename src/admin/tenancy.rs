@@ -3,6 +3,8 @@
 //!   (`ClusterData`; superusers only);
 //! - `GET /admin/v2/brokers/{cluster}`: the live nodes of this node's cluster (their HTTP
 //!   `host:port`; superusers only, as Pulsar);
+//! - `GET /admin/v2/autorecovery`: what this node's autorecovery last found (missing bookies,
+//!   under-replicated sealed ledgers) and copied (superusers only);
 //! - `GET /admin/v2/tenants`, `GET|PUT|POST|DELETE /admin/v2/tenants/{tenant}` (`TenantInfo`
 //!   `{"adminRoles": […], "allowedClusters": […]}`; superusers only, so the path parameter is
 //!   not named `tenant` for the access guard);
@@ -37,6 +39,7 @@ pub(super) fn routes() -> Router<AdminState> {
                 .delete(delete_cluster),
         )
         .at("/admin/v2/brokers/{cluster}", get(list_brokers))
+        .at("/admin/v2/autorecovery", get(autorecovery_status))
         .at("/admin/v2/tenants", get(list_tenants))
         .at(
             "/admin/v2/tenants/{name}",
@@ -109,6 +112,12 @@ async fn list_brokers(
     Path(c): Path<String>,
 ) -> Result<Json<Vec<String>>, AdminError> {
     Ok(Json(s.ops()?.brokers(&c).await?))
+}
+
+async fn autorecovery_status(
+    State(s): State<AdminState>,
+) -> Result<Json<crate::bookie::autorecovery::AutoRecoveryStatus>, AdminError> {
+    Ok(Json(s.ops()?.autorecovery_status()?))
 }
 
 async fn list_tenants(State(s): State<AdminState>) -> Result<Json<Vec<String>>, AdminError> {

@@ -18,9 +18,11 @@
 //! - Adds of replicated ledgers ([`Log::replica_add`]) are handed to the journal in the order
 //!   they arrive on their connection and answered in that order once durable.
 //!
-//! Not built yet (issue 19): fencing and recovery of another writer's open ledger; the
-//! listener has no authentication or TLS of its own, so it is bound to an address only the
-//! cluster's nodes reach.
+//! - [`autorecovery`]: copies sealed ledgers that lost copies to other bookies until each has
+//!   its write quorum again.
+//!
+//! Not built yet (issue 19): the listener has no authentication or TLS of its own, so it is
+//! bound to an address only the cluster's nodes reach.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -39,6 +41,7 @@ use crate::protocol::bookie::{
 /// Connections served at once; more wait in the listen backlog.
 pub const MAX_CONNECTIONS: usize = 256;
 
+pub mod autorecovery;
 pub mod client;
 pub mod streams;
 

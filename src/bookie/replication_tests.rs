@@ -132,3 +132,169 @@ async fn a_new_owner_takes_over_ends_at_the_longest_copy_and_completes_the_short
     }
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn autorecovery_copies_a_lost_bookies_ledgers_checked_against_the_seal() -> TestResult {
+    let meta: Arc<dyn MetadataStore> = Arc::new(MemoryMetadataStore::new());
+    let coord = MemoryCoordination::new();
+    let mut nodes = Vec::new();
+    for id in ["a:1", "b:1", "c:1", "d:1"] {
+        nodes.push(node(&meta, &coord, id).await?);
+    }
+    let name = "persistent://t/n/recopied";
+    let writer = &nodes[0];
+    let t = writer.log.topic(name).await?;
+    let body = |i: u64| Bytes::from(format!("entry {i}"));
+    for i in 0..25 {
+        t.append(i as i64, body(i)).await?.durable().await?;
+    }
+    let sealed = t.seal_current().await?.ok_or("nothing sealed")?;
+    assert_eq!(
+        (sealed.bookies().count(), sealed.write_quorum),
+        (3, 3),
+        "the default ensemble: three of the four bookies"
+    );
+    let holds =
+        |n: &Node, r: &crate::ledger::LedgerRecord| r.bookies().any(|b| b == n.log.bookie_id());
+    // A replica's node goes for good; the one bookie not holding the ledger is the target.
+    let (lost_at, spare_at) = (
+        (1..4)
+            .find(|i| holds(&nodes[*i], &sealed))
+            .ok_or("no replica")?,
+        (1..4)
+            .find(|i| !holds(&nodes[*i], &sealed))
+            .ok_or("no spare")?,
+    );
+    let lost = nodes[lost_at].log.bookie_id().to_string();
+    nodes[lost_at].stop.cancel();
+    nodes[lost_at].membership.leave().await?;
+
+    // Within the delay nothing is copied; the ledger waits for the missing bookie.
+    let config = |delay_ms| crate::config::AutoRecoveryConfig {
+        enabled: true,
+        delay: std::time::Duration::from_millis(delay_ms),
+        audit_interval: std::time::Duration::from_secs(60),
+    };
+    let spare = &nodes[spare_at];
+    let patient = autorecovery::AutoRecovery::new(
+        spare.log.clone(),
+        spare.membership.clone(),
+        config(60_000),
+    );
+    assert_eq!(patient.pass().await?, 0);
+    let status = patient.status();
+    assert_eq!(status.under_replicated.len(), 1);
+    assert_eq!(status.under_replicated[0].waiting_for, vec![lost.clone()]);
+
+    // Past the delay, only the target copies: every other node's pass makes nothing.
+    for (i, n) in nodes.iter().enumerate() {
+        if i == spare_at || i == lost_at {
+            continue;
+        }
+        let ar = autorecovery::AutoRecovery::new(n.log.clone(), n.membership.clone(), config(0));
+        assert_eq!(ar.pass().await?, 0, "node {i} is not the target");
+    }
+    let eager =
+        autorecovery::AutoRecovery::new(spare.log.clone(), spare.membership.clone(), config(0));
+    assert_eq!(eager.pass().await?, 1);
+    let status = eager.status();
+    assert_eq!(
+        (status.copies_made, status.bytes_copied),
+        (1, sealed.seal.map_or(0, |s| s.size_bytes))
+    );
+    let moved = meta.get_ledger(sealed.id).await?.ok_or("ledger gone")?;
+    assert!(
+        !moved.bookies().any(|b| b == lost),
+        "the lost bookie is dropped"
+    );
+    assert!(holds(spare, &moved), "the new copy is recorded");
+    assert_eq!(
+        (moved.bookie.as_str(), moved.seal),
+        (writer.log.bookie_id(), sealed.seal)
+    );
+    // Every listed bookie serves all 25 entries, the new copy included.
+    let want: Vec<Bytes> = (0..25).map(body).collect();
+    for n in nodes.iter().filter(|n| holds(n, &moved)) {
+        assert_eq!(entries(n, name, sealed.id, 25).await?, want);
+    }
+    // Nothing is left to do, and a second copy on the same bookie is refused.
+    assert_eq!(eager.pass().await?, 0);
+    assert!(eager.status().under_replicated.is_empty());
+    assert!(matches!(
+        spare.log.recopy_ledger(sealed.id, &[]).await,
+        Err(crate::ledger::RecopyError::AlreadyHeld(_))
+    ));
+
+    for n in &nodes {
+        n.stop.cancel();
+    }
+    for n in nodes {
+        n.log.shutdown().await?;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_that_cannot_be_read_whole_is_dropped_and_not_recorded() -> TestResult {
+    let meta: Arc<dyn MetadataStore> = Arc::new(MemoryMetadataStore::new());
+    let coord = MemoryCoordination::new();
+    let (a, b) = (
+        node(&meta, &coord, "a:1").await?,
+        node(&meta, &coord, "b:1").await?,
+    );
+    let name = "persistent://t/n/mismatch";
+    let t = a.log.topic(name).await?;
+    t.set_replication(crate::ledger::Replication {
+        ensemble: Some(1),
+        ack_quorum: None,
+    });
+    for i in 0..5 {
+        t.append(i, Bytes::from(format!("m{i}")))
+            .await?
+            .durable()
+            .await?;
+    }
+    let sealed = t.seal_current().await?.ok_or("nothing sealed")?;
+    assert_eq!(sealed.bookies().count(), 1);
+    // A sealed record claiming entries A does not hold (as after a lost copy).
+    let seal = sealed.seal.ok_or("no seal")?;
+    let forged = crate::ledger::metadata::LedgerTransition::SealPlaced(Box::new(
+        crate::ledger::metadata::PlacedSeal {
+            seal,
+            bookie: sealed.bookie.clone(),
+            replicas: Vec::new(),
+            first_segment: sealed.first_segment,
+        },
+    ));
+    let other = meta
+        .get_or_create_topic("persistent://t/n/other", 0)
+        .await?;
+    let l = meta
+        .create_ledger(other.id, sealed.first_segment, &sealed.bookie, 0, None)
+        .await?;
+    meta.transition_ledger(l.id, forged, 1).await?;
+    // Nothing of it can be read from A: nothing is recorded and no copy is kept.
+    let err = b.log.recopy_ledger(l.id, &[]).await;
+    assert!(
+        matches!(err, Err(crate::ledger::RecopyError::Unreadable { .. })),
+        "{err:?}"
+    );
+    let after = meta.get_ledger(l.id).await?.ok_or("gone")?;
+    assert_eq!(
+        after.bookies().collect::<Vec<_>>(),
+        vec![sealed.bookie.as_str()]
+    );
+    assert!(!b.log.holds(&after));
+    // The genuine ledger copies fine: its seal matches.
+    let ok = b.log.recopy_ledger(sealed.id, &[]).await?;
+    assert_eq!(ok.entries, 5);
+    assert!(b.log.holds(&ok.record));
+
+    for n in [&a, &b] {
+        n.stop.cancel();
+    }
+    for n in [a, b] {
+        n.log.shutdown().await?;
+    }
+    Ok(())
+}

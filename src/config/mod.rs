@@ -15,6 +15,7 @@ use bytesize::ByteSize;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+mod autorecovery;
 mod etcd_url;
 mod inactive;
 mod lake;
@@ -28,6 +29,7 @@ pub use lake::{
     S3Config,
 };
 
+pub use autorecovery::AutoRecoveryConfig;
 pub use inactive::{InactiveTopicDeleteMode, InactiveTopicsConfig};
 pub use metrics::MetricsConfig;
 pub use replay::ReplayConfig;
@@ -65,6 +67,8 @@ pub struct Config {
     pub sql: SqlConfig,
     /// Metrics, rates, hot-partition and lag-spiral warnings.
     pub metrics: MetricsConfig,
+    /// Restoring lost copies of sealed ledgers (nodes of a cluster).
+    pub autorecovery: AutoRecoveryConfig,
 }
 
 impl Default for Config {
@@ -80,6 +84,7 @@ impl Default for Config {
             replay: ReplayConfig::default(),
             sql: SqlConfig::default(),
             metrics: MetricsConfig::default(),
+            autorecovery: AutoRecoveryConfig::default(),
         }
     }
 }
@@ -600,6 +605,9 @@ impl Config {
         }
         if !(m.hot_min_rate >= 0.0 && m.hot_min_rate.is_finite()) {
             return invalid("metrics.hot_min_rate", "must be 0 or more".into());
+        }
+        if self.autorecovery.audit_interval < Duration::from_secs(1) {
+            return invalid("autorecovery.audit_interval", "must be at least 1s".into());
         }
         if self.metadata.session_ttl < Duration::from_secs(2) {
             return invalid("metadata.session_ttl", "must be at least 2s".into());

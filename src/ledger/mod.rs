@@ -53,6 +53,7 @@ mod open_ledger;
 mod quorum;
 mod read;
 mod reclaim;
+mod recopy;
 pub mod record;
 mod recovery;
 pub mod replica;
@@ -66,6 +67,7 @@ mod topic;
 
 pub use error::{AppendError, LifecycleError, OpenError, ReadError};
 pub use metadata::{LedgerId, LedgerRecord, LedgerState, MetadataError, MetadataStore};
+pub use recopy::{Recopied, RecopyError};
 pub use replica::{AddDone, Confirmed, FencedCopy, ReplicaAdd, ReplicaSource};
 pub use replicas::ReplicaAddError;
 pub use takeover::TakeoverError;

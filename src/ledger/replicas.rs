@@ -171,6 +171,11 @@ pub(crate) struct Replicas {
     /// Invariant: only grows while the process runs (a fenced ledger is sealed in the store
     /// soon after, which refuses its adds across restarts).
     fenced: Mutex<std::collections::HashSet<LedgerId>>,
+    /// Copies autorecovery is making of sealed ledgers ([`super::recopy`]), by first segment:
+    /// their registry file exists, the store does not list this bookie yet.
+    /// Invariant: a ledger here is never dropped by [`collect`] (it may be in `held` as well,
+    /// complete, between its seal and the store's compare-and-set).
+    pub(super) copying: Mutex<HashMap<LedgerId, u32>>,
 }
 
 impl Replicas {
@@ -199,6 +204,7 @@ impl Replicas {
             held: Mutex::new(held),
             create: tokio::sync::Mutex::new(()),
             fenced: Mutex::new(std::collections::HashSet::new()),
+            copying: Mutex::new(HashMap::new()),
         }
     }
 
@@ -236,18 +242,68 @@ impl Replicas {
 
     /// Segment ranges the copies occupy (`u32::MAX`: still growing), for reclamation.
     pub fn segment_ranges(&self) -> Vec<(u32, u32)> {
+        let copying: Vec<(u32, u32)> = self
+            .copying()
+            .values()
+            .map(|first| (*first, u32::MAX))
+            .collect();
         self.lock()
             .values()
             .map(|(first, c)| match c {
                 Copy::Open(_) => (*first, u32::MAX),
                 Copy::Sealed { last_segment, .. } => (*first, *last_segment),
             })
+            .chain(copying)
             .collect()
+    }
+
+    pub(super) fn copying(&self) -> MutexGuard<'_, HashMap<LedgerId, u32>> {
+        self.copying.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Ledgers held.
     pub fn ledgers(&self) -> Vec<LedgerId> {
         self.lock().keys().copied().collect()
+    }
+
+    /// Starts a copy of sealed `ledger` for autorecovery, its entries to go to the journal
+    /// from `first_segment` on: recorded in `copying` and, durably, in the registry (so a
+    /// crash leaves a copy recovery drops, since the store does not list this bookie).
+    /// `false` when this bookie holds or is making a copy already.
+    pub(super) async fn start_copy(
+        &self,
+        ledger: LedgerId,
+        first_segment: u32,
+    ) -> Result<bool, LifecycleError> {
+        let _creating = self.create.lock().await;
+        if self.holds(ledger) || self.copying().contains_key(&ledger) {
+            return Ok(false);
+        }
+        self.copying().insert(ledger, first_segment);
+        let reg = RegistryRecord {
+            ledger,
+            first_segment,
+            sealed: None,
+        };
+        let dir = self.dir.clone();
+        let written = super::blocking(move || {
+            write_registry(&dir, &reg).map_err(|source| LifecycleError::Io {
+                path: registry_path(&dir, ledger),
+                source,
+            })
+        })
+        .await;
+        if written.is_err() {
+            self.copying().remove(&ledger);
+        }
+        written.map(|()| true)
+    }
+
+    /// Holds the complete copy autorecovery made of `ledger` (still in `copying` until the
+    /// store lists this bookie), to be sealed like any other.
+    pub(super) fn adopt(&self, ledger: LedgerId, first_segment: u32, copy: Arc<OpenLedger>) {
+        self.lock()
+            .insert(ledger, (first_segment, Copy::Open(copy)));
     }
 }
 
@@ -474,6 +530,9 @@ impl Log {
 pub(crate) async fn collect(shared: &Arc<LogShared>) -> Result<usize, LifecycleError> {
     let mut dropped = 0;
     for ledger in shared.replicas.ledgers() {
+        if shared.replicas.copying().contains_key(&ledger) {
+            continue;
+        }
         let record = shared.meta.get_ledger(ledger).await?;
         let listed = record
             .as_ref()
@@ -501,7 +560,10 @@ pub(crate) async fn collect(shared: &Arc<LogShared>) -> Result<usize, LifecycleE
 }
 
 /// Removes the copy of `ledger`: registry entry, index file, cached index.
-async fn drop_replica(shared: &Arc<LogShared>, ledger: LedgerId) -> Result<(), LifecycleError> {
+pub(super) async fn drop_replica(
+    shared: &Arc<LogShared>,
+    ledger: LedgerId,
+) -> Result<(), LifecycleError> {
     shared.replicas.lock().remove(&ledger);
     shared.index_cache.remove(ledger);
     let (rep, idx) = (

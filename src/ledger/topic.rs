@@ -385,7 +385,7 @@ impl TopicLog {
             quorum.settled(submitted).await;
         }
         let shared = &self.inner.shared;
-        let (replicas, ack_quorum) = self.placement().await?;
+        let (replicas, ack_quorum, write_quorum) = self.placement().await?;
         let record = shared
             .meta
             .create_ledger_placed(
@@ -395,6 +395,7 @@ impl TopicLog {
                     bookie: &shared.bookie,
                     replicas: &replicas,
                     ack_quorum,
+                    write_quorum,
                 },
                 now_ms(),
                 match self

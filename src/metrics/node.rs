@@ -46,6 +46,16 @@ pub struct NodeMetrics {
     pub topics_unloaded_idle: Counter,
     /// Open ledgers of writers that were gone, fenced, recovered and sealed here.
     pub ledgers_taken_over: Counter,
+    /// Sealed ledgers with fewer live copies than their write quorum (as far as live bookies
+    /// allow), as this node's last autorecovery audit found them (every node audits the whole
+    /// cluster: the figure is the cluster's, not a share to be summed).
+    pub ledgers_under_replicated: Gauge,
+    /// Copies of under-replicated ledgers this node made and recorded.
+    pub ledgers_rereplicated: Counter,
+    /// Payload bytes of those copies.
+    pub rereplicated_bytes: Counter,
+    /// Copies this node started and dropped (unreadable, mismatched, or another copy won).
+    pub rereplication_failures: Counter,
     registry: Registry,
 }
 
@@ -88,6 +98,10 @@ impl NodeMetrics {
             topic_load_seconds: seconds_histogram(),
             topics_unloaded_idle: Counter::default(),
             ledgers_taken_over: Counter::default(),
+            ledgers_under_replicated: Gauge::default(),
+            ledgers_rereplicated: Counter::default(),
+            rereplicated_bytes: Counter::default(),
+            rereplication_failures: Counter::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -159,6 +173,26 @@ impl NodeMetrics {
             "ledgerlake_ledgers_taken_over",
             "Open ledgers of writers that were gone, fenced on their replicas, recovered and sealed by this node",
             m.ledgers_taken_over.clone(),
+        );
+        registry.register(
+            "ledgerlake_ledgers_under_replicated",
+            "Sealed ledgers with fewer live copies than their write quorum, at this node's last autorecovery audit (cluster-wide)",
+            m.ledgers_under_replicated.clone(),
+        );
+        registry.register(
+            "ledgerlake_ledgers_rereplicated",
+            "Copies of under-replicated ledgers this node made, checked against the seal and recorded",
+            m.ledgers_rereplicated.clone(),
+        );
+        registry.register(
+            "ledgerlake_rereplicated_bytes",
+            "Payload bytes of the ledger copies autorecovery made on this node",
+            m.rereplicated_bytes.clone(),
+        );
+        registry.register(
+            "ledgerlake_rereplication_failures",
+            "Ledger copies autorecovery started on this node and dropped",
+            m.rereplication_failures.clone(),
         );
         NodeMetrics { registry, ..m }
     }

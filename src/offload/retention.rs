@@ -243,6 +243,7 @@ mod tests {
             bookie: String::new(),
             replicas: Vec::new(),
             ack_quorum: 1,
+            write_quorum: 1,
         }
     }
 

@@ -159,6 +159,8 @@ pub struct Operations {
     sql: Option<crate::sql::SqlEngine>,
     /// This node's registration and the view of the cluster's nodes.
     membership: Arc<crate::cluster::membership::Membership>,
+    /// `None` on a node without a bookie listener (not part of a cluster).
+    autorecovery: Option<Arc<crate::bookie::autorecovery::AutoRecovery>>,
 }
 
 impl Operations {
@@ -169,7 +171,10 @@ impl Operations {
         offload: Option<OffloadEngine>,
         (policies, tenancy, authorization): (Arc<PolicyStore>, Arc<Tenancy>, bool),
         sql: Option<crate::sql::SqlEngine>,
-        membership: Arc<crate::cluster::membership::Membership>,
+        (membership, autorecovery): (
+            Arc<crate::cluster::membership::Membership>,
+            Option<Arc<crate::bookie::autorecovery::AutoRecovery>>,
+        ),
     ) -> Self {
         Operations {
             log,
@@ -180,7 +185,23 @@ impl Operations {
             authorization,
             sql,
             membership,
+            autorecovery,
         }
+    }
+
+    /// What autorecovery found at its last audit and what it copied here.
+    pub fn autorecovery_status(
+        &self,
+    ) -> Result<crate::bookie::autorecovery::AutoRecoveryStatus, OpsError> {
+        self.autorecovery
+            .as_ref()
+            .map(|a| a.status())
+            .ok_or_else(|| {
+                OpsError::NotFound(
+                    "autorecovery runs only on nodes of a cluster (started with --bookie-addr)"
+                        .into(),
+                )
+            })
     }
 
     /// Why the service cannot serve its purpose any more and must be restarted (the journal

@@ -474,7 +474,7 @@ async fn topics_are_deleted_only_without_live_ledgers(store: &dyn MetadataStore)
 }
 
 /// How many checks [`run_all`] makes; each gets a store of its own.
-const CHECKS: usize = 14;
+const CHECKS: usize = 15;
 
 /// Runs every check, each against its own fresh store from `stores` (exactly [`CHECKS`] of
 /// them, so no check can silently run against another implementation).
@@ -521,23 +521,45 @@ async fn writers_are_fenced_by_epoch(store: &dyn MetadataStore) -> TestResult {
     Ok(())
 }
 
-async fn replicated_ledgers_keep_their_ensemble(store: &dyn MetadataStore) -> TestResult {
-    let t = store.get_or_create_topic("replicated", 0).await?;
-    let replicas = vec!["b2".to_string(), "b3".to_string()];
+/// An open ledger of topic `name` written by b1 and copied to b2 and b3, acknowledged by two
+/// (first segment 1).
+async fn replicated_ledger(
+    store: &dyn MetadataStore,
+    name: &str,
+) -> Result<(TopicRecord, LedgerRecord), Box<dyn std::error::Error>> {
+    let t = store.get_or_create_topic(name, 0).await?;
+    let replicas = ["b2".to_string(), "b3".to_string()];
     let placement = Placement {
         bookie: "b1",
         replicas: &replicas,
         ack_quorum: 2,
+        write_quorum: 3,
     };
     let l = store
         .create_ledger_placed(t.id, 1, placement, 2, None)
         .await?;
-    assert_eq!((l.replicas.clone(), l.ack_quorum), (replicas.clone(), 2));
+    Ok((t, l))
+}
+
+async fn replicated_ledgers_keep_their_ensemble(store: &dyn MetadataStore) -> TestResult {
+    let (t, l) = replicated_ledger(store, "replicated").await?;
+    let replicas = vec!["b2".to_string(), "b3".to_string()];
+    assert_eq!(
+        (l.replicas.clone(), l.ack_quorum, l.write_quorum),
+        (replicas.clone(), 2, 3)
+    );
     assert_eq!(store.get_ledger(l.id).await?, Some(l.clone()));
     assert_eq!(l.bookies().collect::<Vec<_>>(), vec!["b1", "b2", "b3"]);
     // An unreplicated ledger has none and a quorum of one.
     let single = store.create_ledger(t.id, 1, "b1", 3, None).await?;
-    assert_eq!((single.replicas.len(), single.ack_quorum), (0, 1));
+    assert_eq!(
+        (
+            single.replicas.len(),
+            single.ack_quorum,
+            single.write_quorum
+        ),
+        (0, 1, 1)
+    );
     // A seal that places the ledger: bookie, replicas and first segment change with it, in
     // one step (a takeover names the longest copy's bookie; a writer drops a failed replica).
     let placed = |bookie: &str, n: u64| {
@@ -581,6 +603,89 @@ async fn replicated_ledgers_keep_their_ensemble(store: &dyn MetadataStore) -> Te
     Ok(())
 }
 
+async fn sealed_ledgers_copies_move_by_compare_and_set(store: &dyn MetadataStore) -> TestResult {
+    let (_, l) = replicated_ledger(store, "moved").await?;
+    let change = |lost: &[&str], add: &str| CopyChange {
+        lost: lost.iter().map(|b| b.to_string()).collect(),
+        add: add.to_string(),
+        segments: (40, 44),
+    };
+    // Only a sealed ledger's copies move.
+    assert!(matches!(
+        store.move_ledger_copies(l.id, &change(&["b2"], "b4")).await,
+        Err(MetadataError::Conflict(_))
+    ));
+    store
+        .transition_ledger(l.id, LedgerTransition::Seal(seal(5)), 3)
+        .await?;
+    // A lost replica is replaced: the writer and its first segment stay.
+    let moved = store
+        .move_ledger_copies(l.id, &change(&["b2"], "b4"))
+        .await?;
+    assert_eq!(store.get_ledger(l.id).await?, Some(moved.clone()));
+    assert_eq!(
+        (
+            moved.bookie.as_str(),
+            moved.first_segment,
+            moved.replicas.clone()
+        ),
+        ("b1", 1, vec!["b3".to_string(), "b4".to_string()])
+    );
+    assert_eq!((moved.seal, moved.wanted_copies()), (Some(seal(5)), 3));
+    // Refused, nothing changed: a bookie not listed, or a new copy on a listed bookie.
+    for bad in [
+        change(&["b2"], "b5"),
+        change(&["b9"], "b5"),
+        change(&[], "b3"),
+    ] {
+        assert!(matches!(
+            store.move_ledger_copies(l.id, &bad).await,
+            Err(MetadataError::Conflict(_))
+        ));
+    }
+    assert_eq!(store.get_ledger(l.id).await?, Some(moved));
+    // A lost writer: the new copy takes its place, with its own first segment; several
+    // bookies may be dropped at once, and a copy may be added with none lost.
+    let moved = store
+        .move_ledger_copies(l.id, &change(&["b1", "b3"], "b5"))
+        .await?;
+    assert_eq!(
+        (moved.bookie.as_str(), moved.first_segment, moved.replicas),
+        ("b5", 40, vec!["b4".to_string()])
+    );
+    assert_eq!(
+        moved.seal,
+        Some(SealInfo {
+            last_segment: 44,
+            ..seal(5)
+        }),
+        "the seal's segments are the new bookie's"
+    );
+    let grown = store.move_ledger_copies(l.id, &change(&[], "b6")).await?;
+    assert_eq!(grown.bookies().collect::<Vec<_>>(), vec!["b5", "b4", "b6"]);
+    assert!(matches!(
+        store
+            .move_ledger_copies(l.id + 1000, &change(&[], "b7"))
+            .await,
+        Err(MetadataError::LedgerNotFound(_))
+    ));
+    // Once offloaded, copies no longer move.
+    store
+        .transition_ledger(
+            l.id,
+            LedgerTransition::Offload {
+                reference: "r".into(),
+            },
+            4,
+        )
+        .await?;
+    assert!(matches!(
+        store.move_ledger_copies(l.id, &change(&[], "b7")).await,
+        Err(MetadataError::Conflict(_))
+    ));
+    Ok(())
+}
+
 async fn run_all(stores: Vec<std::sync::Arc<dyn MetadataStore>>) -> TestResult {
     assert_eq!(stores.len(), CHECKS, "one fresh store per check");
     let mut next = stores.into_iter();
@@ -599,6 +704,7 @@ async fn run_all(stores: Vec<std::sync::Arc<dyn MetadataStore>>) -> TestResult {
     topics_are_deleted_only_without_live_ledgers(&*store()?).await?;
     writers_are_fenced_by_epoch(&*store()?).await?;
     replicated_ledgers_keep_their_ensemble(&*store()?).await?;
+    sealed_ledgers_copies_move_by_compare_and_set(&*store()?).await?;
     assert!(
         store().is_err(),
         "every store was used: CHECKS is out of date"

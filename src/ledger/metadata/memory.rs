@@ -8,8 +8,8 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 
 use super::{
-    check_partition_change, LedgerId, LedgerRecord, LedgerState, LedgerTransition, MetadataError,
-    MetadataStore, Placement, TopicId, TopicRecord,
+    check_partition_change, CopyChange, LedgerId, LedgerRecord, LedgerState, LedgerTransition,
+    MetadataError, MetadataStore, Placement, TopicId, TopicRecord,
 };
 
 /// In-memory metadata store.
@@ -166,6 +166,7 @@ impl MetadataStore for MemoryMetadataStore {
             bookie: placement.bookie.to_string(),
             replicas: placement.replicas.to_vec(),
             ack_quorum: placement.ack_quorum,
+            write_quorum: placement.write_quorum,
         };
         s.ledgers.insert(l.id, l.clone());
         Ok(l)
@@ -243,6 +244,22 @@ impl MetadataStore for MemoryMetadataStore {
         l.state = to;
         l.state_changed_at_ms = now_ms;
         Ok(l.clone())
+    }
+
+    async fn move_ledger_copies(
+        &self,
+        id: LedgerId,
+        change: &CopyChange,
+    ) -> Result<LedgerRecord, MetadataError> {
+        let mut s = self.lock();
+        let l = s
+            .ledgers
+            .get_mut(&id)
+            .ok_or(MetadataError::LedgerNotFound(id))?;
+        let mut next = l.clone();
+        change.apply(&mut next)?;
+        *l = next.clone();
+        Ok(next)
     }
 
     async fn save_cursor(

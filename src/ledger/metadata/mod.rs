@@ -183,12 +183,81 @@ pub struct LedgerRecord {
     /// How many bookies (the writer's included) made an entry durable before it was
     /// acknowledged; 1 for an unreplicated ledger.
     pub ack_quorum: u8,
+    /// How many copies the ledger is meant to have (the namespace's write quorum when it was
+    /// created; ADR 0011): autorecovery copies a sealed ledger until it has that many again,
+    /// as far as live bookies allow. 0 in records from before ADR 0011: as many as it lists.
+    pub write_quorum: u8,
 }
 
 impl LedgerRecord {
     /// Every bookie holding a copy: the writer's first, then the replicas.
     pub fn bookies(&self) -> impl Iterator<Item = &str> {
         std::iter::once(self.bookie.as_str()).chain(self.replicas.iter().map(String::as_str))
+    }
+
+    /// The copies the ledger is meant to have ([`LedgerRecord::write_quorum`], or for a record
+    /// from before it, the bookies it lists).
+    pub fn wanted_copies(&self) -> usize {
+        match self.write_quorum {
+            0 => self.bookies().count(),
+            wq => usize::from(wq),
+        }
+    }
+}
+
+/// A change of where a sealed ledger's copies are ([`MetadataStore::move_ledger_copies`]):
+/// autorecovery made a new copy on `add` and drops the bookies in `lost`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyChange {
+    /// Bookies the ledger no longer lists (gone past the recovery delay); each must be listed.
+    pub lost: Vec<String>,
+    /// The bookie holding the new, complete copy; must not be listed.
+    pub add: String,
+    /// The first and last segment of `add`'s journal holding the copy (recorded as the
+    /// ledger's `first_segment` and seal's `last_segment` when `add` becomes its `bookie`,
+    /// because the writer's bookie is among `lost`: both always describe `bookie`'s copy).
+    pub segments: (u32, u32),
+}
+
+impl CopyChange {
+    /// The one rule every store applies, under its compare-and-set: the ledger is sealed,
+    /// lists every bookie in `lost` and not `add`. The new copy takes the writer's place (with
+    /// its segments) when the writer's bookie is lost (it then offloads the ledger), else joins
+    /// the replicas.
+    pub(crate) fn apply(&self, l: &mut LedgerRecord) -> Result<(), MetadataError> {
+        if l.state != LedgerState::Sealed {
+            return Err(MetadataError::Conflict(format!(
+                "ledger {} is {}, not sealed: its copies are not moved",
+                l.id, l.state
+            )));
+        }
+        if let Some(b) = self
+            .lost
+            .iter()
+            .find(|b| !l.bookies().any(|x| x == b.as_str()))
+        {
+            return Err(MetadataError::Conflict(format!(
+                "ledger {} does not list bookie {b}",
+                l.id
+            )));
+        }
+        if l.bookies().any(|x| x == self.add) {
+            return Err(MetadataError::Conflict(format!(
+                "ledger {} lists bookie {} already",
+                l.id, self.add
+            )));
+        }
+        l.replicas.retain(|r| !self.lost.contains(r));
+        if self.lost.contains(&l.bookie) {
+            l.bookie = self.add.clone();
+            l.first_segment = self.segments.0;
+            if let Some(seal) = &mut l.seal {
+                seal.last_segment = self.segments.1;
+            }
+        } else {
+            l.replicas.push(self.add.clone());
+        }
+        Ok(())
     }
 }
 
@@ -202,6 +271,9 @@ pub struct Placement<'a> {
     /// Bookies that must make an entry durable before it is acknowledged (>= 1, at most
     /// `1 + replicas.len()`).
     pub ack_quorum: u8,
+    /// Copies the ledger is meant to have ([`LedgerRecord::write_quorum`]); more than
+    /// `1 + replicas.len()` when fewer bookies were live than the namespace asks for.
+    pub write_quorum: u8,
 }
 
 impl<'a> Placement<'a> {
@@ -211,6 +283,7 @@ impl<'a> Placement<'a> {
             bookie,
             replicas: &[],
             ack_quorum: 1,
+            write_quorum: 1,
         }
     }
 }
@@ -432,6 +505,16 @@ pub trait MetadataStore: Send + Sync + fmt::Debug + 'static {
         placement: Placement<'_>,
         now_ms: i64,
         writer_epoch: Option<u64>,
+    ) -> Result<LedgerRecord, MetadataError>;
+
+    /// Records that a sealed ledger's copies moved ([`CopyChange::apply`]'s rule), as one
+    /// compare-and-set on the ledger record: refused with `Conflict` (nothing changed) when
+    /// the ledger is not sealed, does not list a lost bookie or lists the new one already;
+    /// `LedgerNotFound` when it does not exist.
+    async fn move_ledger_copies(
+        &self,
+        id: LedgerId,
+        change: &CopyChange,
     ) -> Result<LedgerRecord, MetadataError>;
 
     /// Fences the writers of `topic_id` below `epoch` (a new owner, before it writes): from

@@ -23,8 +23,8 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Connection, Row, SqliteConnection, SqlitePool};
 
 use super::{
-    name_range_end, LedgerId, LedgerRecord, LedgerState, LedgerTransition, MetadataError,
-    MetadataStore, Placement, SealInfo, TopicId, TopicRecord,
+    name_range_end, CopyChange, LedgerId, LedgerRecord, LedgerState, LedgerTransition,
+    MetadataError, MetadataStore, Placement, SealInfo, TopicId, TopicRecord,
 };
 
 /// Schema version this build writes and reads.
@@ -36,7 +36,7 @@ mod writes;
 
 const LEDGER_COLUMNS: &str = "ledger_id, topic_id, state, first_segment, last_segment, entry_count, \
      size_bytes, min_publish_ms, max_publish_ms, checksum, created_at_ms, state_changed_at_ms, offload_ref, \
-     bookie, replicas, ack_quorum";
+     bookie, replicas, ack_quorum, write_quorum";
 
 /// Read connections: reads only run in parallel, so a few suffice on any machine.
 const READERS: u32 = 4;
@@ -158,6 +158,8 @@ fn ledger_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<LedgerRecord, Metada
         )?,
         ack_quorum: u8::try_from(get_i64("ack_quorum")?)
             .map_err(|_| MetadataError::Corrupt("ledger ack quorum out of range".into()))?,
+        write_quorum: u8::try_from(get_i64("write_quorum")?)
+            .map_err(|_| MetadataError::Corrupt("ledger write quorum out of range".into()))?,
     })
 }
 
@@ -314,6 +316,7 @@ impl MetadataStore for SqliteMetadataStore {
             bookie: placement.bookie.to_string(),
             replicas: placement.replicas.to_vec(),
             ack_quorum: placement.ack_quorum,
+            write_quorum: placement.write_quorum,
         };
         self.writer
             .run(move |c| {
@@ -388,6 +391,17 @@ impl MetadataStore for SqliteMetadataStore {
             .run(move |c| {
                 Box::pin(async move { writes::transition_ledger(c, id, transition, now_ms).await })
             })
+            .await
+    }
+
+    async fn move_ledger_copies(
+        &self,
+        id: LedgerId,
+        change: &CopyChange,
+    ) -> Result<LedgerRecord, MetadataError> {
+        let change = change.clone();
+        self.writer
+            .run(move |c| Box::pin(async move { writes::move_ledger_copies(c, id, &change).await }))
             .await
     }
 

@@ -76,13 +76,15 @@ impl TopicLog {
         *lock(&self.inner.replication) = replication;
     }
 
-    /// The replicas and ack quorum of the next ledger: none on a single node.
-    pub(super) async fn placement(&self) -> Result<(Vec<String>, u8), AppendError> {
+    /// The replicas, ack quorum and write quorum of the next ledger: none on a single node.
+    /// The write quorum is the ensemble the namespace asks for (by default up to
+    /// [`DEFAULT_ENSEMBLE`]), even when fewer bookies are live: autorecovery restores it.
+    pub(super) async fn placement(&self) -> Result<(Vec<String>, u8, u8), AppendError> {
         let r = *lock(&self.inner.replication);
         let shared = &self.inner.shared;
         let want = r.ensemble.unwrap_or(DEFAULT_ENSEMBLE).max(1);
         let Some(remote) = shared.remote.get().filter(|_| want > 1) else {
-            return Ok((Vec::new(), 1));
+            return Ok((Vec::new(), 1, 1));
         };
         let replicas = remote.choose(&shared.bookie, usize::from(want) - 1).await;
         let ensemble = replicas.len() + 1;
@@ -106,7 +108,7 @@ impl TopicLog {
             tracing::warn!(topic = %self.inner.name, want, live = ensemble,
                 "fewer bookies live than the namespace's ensemble: the ledger is under-replicated");
         }
-        Ok((replicas, ack))
+        Ok((replicas, ack, want))
     }
 
     /// Seals replicated ledger `old` (its journal writes are durable): at what its quorum

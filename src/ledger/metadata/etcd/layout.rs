@@ -220,6 +220,9 @@ pub(crate) struct StoredLedger {
     /// Added by ADR 0010; absent in records written before it (1).
     #[serde(default = "one")]
     pub(crate) ack_quorum: u8,
+    /// Added by ADR 0011; absent in records written before it (0: as many as listed).
+    #[serde(default)]
+    pub(crate) write_quorum: u8,
 }
 
 fn one() -> u8 {
@@ -240,6 +243,7 @@ impl From<&LedgerRecord> for StoredLedger {
             bookie: l.bookie.clone(),
             replicas: l.replicas.clone(),
             ack_quorum: l.ack_quorum,
+            write_quorum: l.write_quorum,
         }
     }
 }
@@ -261,6 +265,7 @@ impl TryFrom<StoredLedger> for LedgerRecord {
             bookie: l.bookie,
             replicas: l.replicas,
             ack_quorum: l.ack_quorum,
+            write_quorum: l.write_quorum,
         })
     }
 }
@@ -312,11 +317,12 @@ mod tests {
             seal in seal(), created in any::<i64>(), changed in any::<i64>(),
             offload in proptest::option::of(".*"), bookie in ".*",
             replicas in proptest::collection::vec(".*", 0..4), ack_quorum in 1u8..4,
+            write_quorum in any::<u8>(),
         ) {
             let record = LedgerRecord {
                 id, topic_id: topic, state, first_segment: first, seal,
                 created_at_ms: created, state_changed_at_ms: changed, offload_ref: offload,
-                bookie, replicas, ack_quorum,
+                bookie, replicas, ack_quorum, write_quorum,
             };
             let bytes = encode_ledger(&record);
             prop_assert_eq!(bytes[0], FORMAT);
@@ -366,6 +372,7 @@ mod tests {
             bookie: String::new(),
             replicas: Vec::new(),
             ack_quorum: 1,
+            write_quorum: 1,
         });
         // A state this build does not know is corrupt, not a default.
         let text = String::from_utf8_lossy(&ledger[1..]).replace("\"state\":1", "\"state\":9");

@@ -27,8 +27,8 @@ use etcd_client::{
 use crate::config::EtcdUrl;
 
 use super::{
-    check_partition_change, LedgerId, LedgerRecord, LedgerState, LedgerTransition, MetadataError,
-    MetadataStore, Placement, TopicId, TopicRecord,
+    check_partition_change, CopyChange, LedgerId, LedgerRecord, LedgerState, LedgerTransition,
+    MetadataError, MetadataStore, Placement, TopicId, TopicRecord,
 };
 use layout::{decode, decode_ledger, encode, encode_ledger, Keys, StoredTopic};
 
@@ -454,6 +454,7 @@ impl MetadataStore for EtcdMetadataStore {
                 bookie: placement.bookie.to_string(),
                 replicas: placement.replicas.to_vec(),
                 ack_quorum: placement.ack_quorum,
+                write_quorum: placement.write_quorum,
             };
             let txn = Txn::new()
                 .when(compares)
@@ -573,6 +574,27 @@ impl MetadataStore for EtcdMetadataStore {
                 .when([unchanged(key.clone(), revision)])
                 .and_then([TxnOp::put(key, encode_ledger(&ledger), None)]);
             if self.txn("transition ledger", txn).await?.succeeded() {
+                return Ok(ledger);
+            }
+        }
+    }
+
+    async fn move_ledger_copies(
+        &self,
+        id: LedgerId,
+        change: &CopyChange,
+    ) -> Result<LedgerRecord, MetadataError> {
+        loop {
+            let (mut ledger, revision) = self
+                .ledger_with_revision(id)
+                .await?
+                .ok_or(MetadataError::LedgerNotFound(id))?;
+            change.apply(&mut ledger)?;
+            let key = self.keys.ledger(ledger.topic_id, id);
+            let txn = Txn::new()
+                .when([unchanged(key.clone(), revision)])
+                .and_then([TxnOp::put(key, encode_ledger(&ledger), None)]);
+            if self.txn("move ledger copies", txn).await?.succeeded() {
                 return Ok(ledger);
             }
         }

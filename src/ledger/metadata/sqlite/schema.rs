@@ -56,7 +56,8 @@ pub(super) const SCHEMA: &[&str] = &[
 ];
 
 /// Adds the columns later formats added (`ll_ledgers.bookie`, ADR 0007; `ll_topics.
-/// writer_epoch`, ADR 0008; `ll_ledgers.replicas` and `ack_quorum`, ADR 0010) to a database
+/// writer_epoch`, ADR 0008; `ll_ledgers.replicas` and `ack_quorum`, ADR 0010;
+/// `write_quorum`, ADR 0011) to a database
 /// made before them: old ledger rows read as held by the local node (empty bookie) and
 /// unreplicated, old topics as never fenced.
 pub(super) async fn add_later_columns(c: &mut SqliteConnection) -> Result<(), MetadataError> {
@@ -80,6 +81,11 @@ pub(super) async fn add_later_columns(c: &mut SqliteConnection) -> Result<(), Me
             "ll_ledgers",
             "ack_quorum",
             "ALTER TABLE ll_ledgers ADD COLUMN ack_quorum BIGINT NOT NULL DEFAULT 1",
+        ),
+        (
+            "ll_ledgers",
+            "write_quorum",
+            "ALTER TABLE ll_ledgers ADD COLUMN write_quorum BIGINT NOT NULL DEFAULT 0",
         ),
     ] {
         let has: Option<i64> = sqlx::query("SELECT 1 FROM pragma_table_info(?) WHERE name = ?")

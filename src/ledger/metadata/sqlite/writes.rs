@@ -6,8 +6,8 @@ use sqlx::{Row, SqliteConnection};
 
 use super::{backend, ledger_from_row, schema, topic_from_row, LEDGER_COLUMNS};
 use crate::ledger::metadata::{
-    check_partition_change, LedgerId, LedgerRecord, LedgerState, LedgerTransition, MetadataError,
-    TopicId, TopicRecord,
+    check_partition_change, CopyChange, LedgerId, LedgerRecord, LedgerState, LedgerTransition,
+    MetadataError, TopicId, TopicRecord,
 };
 
 /// The topic named `name`, created if it does not exist.
@@ -111,6 +111,7 @@ pub(super) struct Placed {
     pub bookie: String,
     pub replicas: Vec<String>,
     pub ack_quorum: u8,
+    pub write_quorum: u8,
 }
 
 /// A new open ledger of `topic_id`, refused to a writer of a fenced epoch.
@@ -139,8 +140,8 @@ pub(super) async fn create_ledger(
     .try_get(0)
     .map_err(backend("allocate ledger id"))?;
     sqlx::query(
-        "INSERT INTO ll_ledgers(ledger_id, topic_id, state, first_segment, created_at_ms, state_changed_at_ms, bookie, replicas, ack_quorum)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO ll_ledgers(ledger_id, topic_id, state, first_segment, created_at_ms, state_changed_at_ms, bookie, replicas, ack_quorum, write_quorum)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(id)
     .bind(topic_id as i64)
@@ -151,6 +152,7 @@ pub(super) async fn create_ledger(
     .bind(&placed.bookie)
     .bind(super::encode_replicas(&placed.replicas))
     .bind(i64::from(placed.ack_quorum))
+    .bind(i64::from(placed.write_quorum))
     .execute(&mut *c)
     .await
     .map_err(backend("insert ledger"))?;
@@ -166,6 +168,7 @@ pub(super) async fn create_ledger(
         bookie: placed.bookie.clone(),
         replicas: placed.replicas.clone(),
         ack_quorum: placed.ack_quorum,
+        write_quorum: placed.write_quorum,
     })
 }
 
@@ -291,6 +294,41 @@ pub(super) async fn transition_ledger(
     current.state = to;
     current.state_changed_at_ms = now_ms;
     Ok(current)
+}
+
+/// Records a sealed ledger's new copies ([`CopyChange::apply`]), compared and set on the
+/// columns it changes.
+pub(super) async fn move_ledger_copies(
+    c: &mut SqliteConnection,
+    id: LedgerId,
+    change: &CopyChange,
+) -> Result<LedgerRecord, MetadataError> {
+    let current = ledger_on(c, id).await?;
+    let mut next = current.clone();
+    change.apply(&mut next)?;
+    let last = |l: &LedgerRecord| l.seal.map(|s| i64::from(s.last_segment));
+    let result = sqlx::query(
+        "UPDATE ll_ledgers SET bookie = ?, replicas = ?, first_segment = ?, last_segment = ?
+         WHERE ledger_id = ? AND state = ? AND bookie = ? AND replicas = ? AND first_segment = ?",
+    )
+    .bind(next.bookie.clone())
+    .bind(super::encode_replicas(&next.replicas))
+    .bind(i64::from(next.first_segment))
+    .bind(last(&next))
+    .bind(id as i64)
+    .bind(i64::from(current.state.as_u8()))
+    .bind(current.bookie.clone())
+    .bind(super::encode_replicas(&current.replicas))
+    .bind(i64::from(current.first_segment))
+    .execute(&mut *c)
+    .await
+    .map_err(backend("move ledger copies"))?;
+    if result.rows_affected() != 1 {
+        return Err(MetadataError::Conflict(format!(
+            "ledger {id} changed while its copies were moved"
+        )));
+    }
+    Ok(next)
 }
 
 /// Saves a subscription's cursor (upsert).

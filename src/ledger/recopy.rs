@@ -1,0 +1,378 @@
+//! Autorecovery's part in the log (issue 19, ADR 0011): making a new copy of a sealed,
+//! under-replicated ledger on this bookie from the bookies that still hold it, and recording
+//! it in the store.
+//!
+//! The copy goes into this bookie's journal like a replica's copy (same records, group commit
+//! and registry file) and is checked against the ledger's seal (entry count, bytes, publish
+//! times and the chained record checksum) before it is sealed here. Only then is the store
+//! told, in one compare-and-set ([`super::metadata::CopyChange`]), that this bookie holds it
+//! and which lost bookies the ledger no longer lists.
+//!
+//! Invariants:
+//! - The store lists this bookie for a ledger only once its copy is complete, checked and
+//!   sealed here (index file and registry durable).
+//! - A copy that fails, does not match the seal, or loses the compare-and-set (a concurrent
+//!   copy, an offload, a deletion) is dropped again; a crash mid-copy leaves a registry entry
+//!   that recovery drops, since the store does not list this bookie.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+
+use super::error::{AppendError, LifecycleError, ReadError};
+use super::journal::{AppendRequest, Reply};
+use super::metadata::{CopyChange, LedgerId, LedgerRecord, LedgerState, MetadataError, SealInfo};
+use super::open_ledger::{OpenLedger, Written};
+use super::replicas::{drop_replica, replica_seal};
+use super::{Log, LogShared, Position, ReplicaSource};
+
+/// Entries handed to the journal and not yet durable, at most, while copying.
+const IN_FLIGHT: usize = 256;
+
+/// Why a ledger could not be copied here.
+#[derive(Debug, thiserror::Error)]
+pub enum RecopyError {
+    /// This node reads no other bookies (not a member of a cluster).
+    #[error("this node has no bookie client: it is not part of a cluster")]
+    NoCluster,
+    /// The ledger does not exist (any more).
+    #[error("ledger {0} does not exist")]
+    NotFound(LedgerId),
+    /// Only sealed ledgers are copied (an open one is taken over, an offloaded one is in the
+    /// lake).
+    #[error("ledger {ledger} is {state}: only sealed ledgers are copied")]
+    NotSealed {
+        /// Ledger id.
+        ledger: LedgerId,
+        /// Its state.
+        state: LedgerState,
+    },
+    /// This bookie holds (or is making) a copy already.
+    #[error("ledger {0}: this bookie holds or is making a copy already")]
+    AlreadyHeld(LedgerId),
+    /// No bookie left holding it could serve every entry.
+    #[error("ledger {ledger}: no surviving copy could be read: {why}")]
+    Unreadable {
+        /// Ledger id.
+        ledger: LedgerId,
+        /// The last failure.
+        why: String,
+    },
+    /// What was copied differs from what the ledger was sealed with.
+    #[error("ledger {ledger}: the copy does not match the seal ({why})")]
+    Mismatch {
+        /// Ledger id.
+        ledger: LedgerId,
+        /// Which figure differs.
+        why: String,
+    },
+    /// This bookie's journal refused an entry.
+    #[error("ledger {ledger}: {source}")]
+    Append {
+        /// Ledger id.
+        ledger: LedgerId,
+        /// The refusal.
+        #[source]
+        source: AppendError,
+    },
+    /// Sealing the copy here failed.
+    #[error("ledger {ledger}: sealing the copy: {source}")]
+    Seal {
+        /// Ledger id.
+        ledger: LedgerId,
+        /// Why.
+        #[source]
+        source: ReadError,
+    },
+    /// The registry or dropping a failed copy failed.
+    #[error(transparent)]
+    Lifecycle(#[from] LifecycleError),
+    /// The store failed or refused the change (another copy or an offload came first).
+    #[error(transparent)]
+    Metadata(#[from] MetadataError),
+}
+
+/// A copy made ([`Log::recopy_ledger`]).
+#[derive(Debug, Clone)]
+pub struct Recopied {
+    /// The ledger as the store records it now.
+    pub record: LedgerRecord,
+    /// Entries copied.
+    pub entries: u64,
+    /// Payload bytes copied.
+    pub bytes: u64,
+}
+
+/// Takes the ledger out of `copying` however the copy ends.
+struct Copying<'a>(&'a LogShared, LedgerId);
+
+impl Drop for Copying<'_> {
+    fn drop(&mut self) {
+        self.0.replicas.copying().remove(&self.1);
+    }
+}
+
+impl Log {
+    /// Makes a copy of sealed `ledger` on this bookie from the bookies that hold it (those in
+    /// `lost` excepted), checks it against the seal, seals it here and records it in the
+    /// store, dropping `lost` from the ledger's bookies in the same step.
+    pub async fn recopy_ledger(
+        &self,
+        ledger: LedgerId,
+        lost: &[String],
+    ) -> Result<Recopied, RecopyError> {
+        let shared = &self.shared;
+        let remote = shared.remote.get().cloned().ok_or(RecopyError::NoCluster)?;
+        let record = shared
+            .meta
+            .get_ledger(ledger)
+            .await?
+            .ok_or(RecopyError::NotFound(ledger))?;
+        let seal = match (record.state, record.seal) {
+            (LedgerState::Sealed, Some(seal)) => seal,
+            (state, _) => return Err(RecopyError::NotSealed { ledger, state }),
+        };
+        if shared.holds(&record) {
+            return Err(RecopyError::AlreadyHeld(ledger));
+        }
+        let topic = shared
+            .meta
+            .get_topic_by_id(record.topic_id)
+            .await?
+            .ok_or(RecopyError::NotFound(ledger))?
+            .name;
+        let sources: Vec<String> = record
+            .bookies()
+            .filter(|b| !lost.iter().any(|l| l == b) && *b != shared.bookie)
+            .map(str::to_string)
+            .collect();
+        let first_segment = shared.journal.current_segment();
+        if !shared.replicas.start_copy(ledger, first_segment).await? {
+            return Err(RecopyError::AlreadyHeld(ledger));
+        }
+        let _copying = Copying(shared, ledger);
+        let made = self
+            .make_copy(&*remote, &sources, &topic, &record, seal, first_segment)
+            .await;
+        let out = match made {
+            Ok((bytes, last_segment)) => {
+                let change = CopyChange {
+                    lost: lost.to_vec(),
+                    add: shared.bookie.clone(),
+                    segments: (first_segment, last_segment),
+                };
+                match shared.meta.move_ledger_copies(ledger, &change).await {
+                    Ok(record) => Ok(Recopied {
+                        record,
+                        entries: seal.entry_count,
+                        bytes,
+                    }),
+                    Err(e) => Err(e.into()),
+                }
+            }
+            Err(e) => Err(e),
+        };
+        if out.is_err() {
+            drop_replica(&self.shared, ledger).await?;
+            super::reclaim::reclaim(&self.shared).await?;
+        }
+        out
+    }
+
+    /// Copies every entry of sealed `record` from `sources` into this journal, checks the copy
+    /// against `seal`, and seals it here. Returns the payload bytes copied and the last
+    /// segment of this journal holding the copy.
+    async fn make_copy(
+        &self,
+        remote: &dyn ReplicaSource,
+        sources: &[String],
+        topic: &str,
+        record: &LedgerRecord,
+        seal: SealInfo,
+        first_segment: u32,
+    ) -> Result<(u64, u32), RecopyError> {
+        let shared = &self.shared;
+        let ledger = record.id;
+        let copy = Arc::new(OpenLedger::replica(
+            ledger,
+            first_segment,
+            Written::default(),
+        ));
+        let mut pending: VecDeque<oneshot::Receiver<Result<Position, AppendError>>> =
+            VecDeque::new();
+        let (mut next, mut bytes) = (0u64, 0u64);
+        while next < seal.entry_count {
+            let entries =
+                read_any(remote, sources, topic, ledger, next, seal.entry_count - 1).await?;
+            for e in entries {
+                if e.position.entry != next {
+                    return Err(RecopyError::Unreadable {
+                        ledger,
+                        why: format!("entry {} served where {next} was asked", e.position.entry),
+                    });
+                }
+                let append = |source| RecopyError::Append { ledger, source };
+                let permit = shared.admit(e.payload.len()).await.map_err(append)?;
+                bytes += e.payload.len() as u64;
+                let (tx, rx) = oneshot::channel();
+                copy.take_entry();
+                shared
+                    .journal
+                    .submit(AppendRequest {
+                        ledger: copy.clone(),
+                        entry_id: next,
+                        publish_time_ms: e.publish_time_ms,
+                        payload: e.payload,
+                        reply: Reply::Direct(tx),
+                        _permit: permit,
+                    })
+                    .map_err(append)?;
+                pending.push_back(rx);
+                if pending.len() >= IN_FLIGHT {
+                    durable(ledger, pending.pop_front()).await?;
+                }
+                next += 1;
+            }
+        }
+        while let Some(rx) = pending.pop_front() {
+            durable(ledger, Some(rx)).await?;
+        }
+        let made = copy
+            .written()
+            .seal_info_upto(first_segment, seal.entry_count);
+        check_against_seal(ledger, &made, &seal)?;
+        shared.replicas.adopt(ledger, first_segment, copy);
+        replica_seal(&self.shared, ledger, seal.entry_count)
+            .await
+            .map_err(|source| RecopyError::Seal { ledger, source })?;
+        Ok((bytes, made.last_segment))
+    }
+}
+
+/// Entries from `first` on (up to `last`) from the first of `sources` that serves them.
+async fn read_any(
+    remote: &dyn ReplicaSource,
+    sources: &[String],
+    topic: &str,
+    ledger: LedgerId,
+    first: u64,
+    last: u64,
+) -> Result<Vec<super::Entry>, RecopyError> {
+    let mut why = String::from("no bookie left holding it");
+    for bookie in sources {
+        match remote.read(bookie, topic, ledger, first, last).await {
+            Ok(entries) if !entries.is_empty() => return Ok(entries),
+            Ok(_) => why = format!("bookie {bookie} served no entry from {first}"),
+            Err(e) => why = format!("bookie {bookie}: {e}"),
+        }
+    }
+    Err(RecopyError::Unreadable { ledger, why })
+}
+
+/// Waits until one copied entry is durable here.
+async fn durable(
+    ledger: LedgerId,
+    rx: Option<oneshot::Receiver<Result<Position, AppendError>>>,
+) -> Result<(), RecopyError> {
+    let Some(rx) = rx else { return Ok(()) };
+    match rx.await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(source)) => Err(RecopyError::Append { ledger, source }),
+        Err(_) => Err(RecopyError::Append {
+            ledger,
+            source: AppendError::Closed,
+        }),
+    }
+}
+
+/// The copy must hold what the ledger was sealed with (its last segment is this journal's).
+fn check_against_seal(
+    ledger: LedgerId,
+    made: &SealInfo,
+    seal: &SealInfo,
+) -> Result<(), RecopyError> {
+    let differs = |what: &str, got: String, want: String| RecopyError::Mismatch {
+        ledger,
+        why: format!("{what} {got}, sealed with {want}"),
+    };
+    if made.entry_count != seal.entry_count {
+        return Err(differs(
+            "entries",
+            made.entry_count.to_string(),
+            seal.entry_count.to_string(),
+        ));
+    }
+    if made.size_bytes != seal.size_bytes {
+        return Err(differs(
+            "bytes",
+            made.size_bytes.to_string(),
+            seal.size_bytes.to_string(),
+        ));
+    }
+    if (made.min_publish_ms, made.max_publish_ms) != (seal.min_publish_ms, seal.max_publish_ms) {
+        return Err(differs(
+            "publish times",
+            format!("{:?}..{:?}", made.min_publish_ms, made.max_publish_ms),
+            format!("{:?}..{:?}", seal.min_publish_ms, seal.max_publish_ms),
+        ));
+    }
+    if made.checksum != seal.checksum {
+        return Err(differs(
+            "checksum",
+            format!("{:08x}", made.checksum),
+            format!("{:08x}", seal.checksum),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_copy_differing_from_the_seal_in_any_figure_is_refused() {
+        let seal = SealInfo {
+            entry_count: 4,
+            size_bytes: 40,
+            min_publish_ms: Some(1),
+            max_publish_ms: Some(9),
+            last_segment: 3,
+            checksum: 0xabcd,
+        };
+        // The last segment is this journal's own: it may differ.
+        let same = SealInfo {
+            last_segment: 8,
+            ..seal
+        };
+        assert!(check_against_seal(1, &same, &seal).is_ok());
+        for bad in [
+            SealInfo {
+                entry_count: 3,
+                ..seal
+            },
+            SealInfo {
+                size_bytes: 41,
+                ..seal
+            },
+            SealInfo {
+                min_publish_ms: Some(2),
+                ..seal
+            },
+            SealInfo {
+                max_publish_ms: None,
+                ..seal
+            },
+            SealInfo {
+                checksum: 0xabce,
+                ..seal
+            },
+        ] {
+            assert!(matches!(
+                check_against_seal(1, &bad, &seal),
+                Err(RecopyError::Mismatch { ledger: 1, .. })
+            ));
+        }
+    }
+}
