@@ -2,27 +2,34 @@
 //! that have fewer copies than their write quorum and makes the missing copies, so a node lost
 //! for good (crashed, its disk wiped) costs no ledger its redundancy for long.
 //!
-//! What counts: a bookie listed by a sealed ledger and advertised by no live member is
-//! *missing*; once missing for [`AutoRecoveryConfig::delay`] (as this node has seen it) it is
-//! *lost*. A sealed ledger is *under-replicated* when its listed bookies that are not lost
-//! number fewer than its write quorum, capped at the live bookies (a cluster of two cannot
-//! hold three copies). It is *recoverable now* when none of its listed bookies is missing but
-//! not yet lost (one that may come back is waited for).
+//! What counts: a bookie listed by a ledger and advertised by no live member is *missing*; once
+//! missing for [`AutoRecoveryConfig::delay`] (as this node has seen it) it is *lost*. A sealed
+//! ledger is *under-replicated* when its listed live bookies number fewer than its write quorum,
+//! capped at the live bookies (a cluster of two cannot hold three copies); *unrecoverable* when
+//! none of them is live. Empty ledgers are left alone.
 //!
-//! Who copies: each under-replicated ledger has one target, the same on every node that sees
-//! the same members — a live, non-draining bookie the ledger does not list, picked by ledger
-//! id and the current minute (so a target that keeps failing is replaced). Only the target
-//! copies ([`Log::recopy_ledger`]): from the bookies still holding it, checked against the
-//! seal, recorded with one compare-and-set that drops the lost bookies. Two nodes that
-//! disagree about the members at worst both copy; one compare-and-set wins, the other copy is
-//! dropped. No node coordinates the others (BookKeeper elects an auditor; here every node
-//! audits, which costs one listing of the sealed ledgers per audit).
+//! Who does what, the same on every node that sees the same members (no coordinator):
+//! - A copy: each under-replicated sealed ledger with no missing-but-not-lost bookie (one that
+//!   may come back is waited for) has one target, a live, non-draining bookie the ledger does
+//!   not list, picked by ledger id and the current minute (so a target that keeps failing is
+//!   replaced). Only the target copies ([`Log::recopy_ledger`]): from the bookies still holding
+//!   it, checked against the seal, recorded with one compare-and-set that also drops the lost
+//!   bookies.
+//! - A drop: lost bookies of a ledger that needs no copy (as many copies as live bookies allow,
+//!   no bookie to copy to, or offloaded) are dropped from it by its writer, or when the writer
+//!   is not live by the first live bookie holding a copy, which takes a lost writer's place
+//!   ([`Log::drop_lost_copies`]; the writer offloads the ledger and deletes local copies).
 //!
-//! When: an audit runs when a bookie disappears from the members, every tick while the last
-//! audit found work (or missing bookies) and otherwise every
+//! Nodes that disagree about the members may both act; the store's compare-and-set lets one
+//! change land (a copy is recorded only while the ledger is short of copies) and the other
+//! copy is dropped. Every node audits, which costs one listing of the sealed and offloaded
+//! ledgers per audit (BookKeeper elects an auditor instead).
+//!
+//! When: an audit runs when the live bookies change, every tick while something can still
+//! change (a copy or drop to make, a missing bookie to wait for) and otherwise every
 //! [`AutoRecoveryConfig::audit_interval`]; the tick itself only lists the members.
 //!
-//! Invariant: this node never copies while its coordination session is not live, and never
+//! Invariant: this node changes nothing while its coordination session is not live, and never
 //! copies a ledger it holds already (the log refuses it).
 
 use std::collections::{HashMap, HashSet};
@@ -67,8 +74,21 @@ pub struct UnderReplicated {
     pub lost: Vec<String>,
     /// Listed bookies missing but not yet lost: the copy waits for them.
     pub waiting_for: Vec<String>,
-    /// The bookie that will copy it (`None`: no live bookie left that does not hold it).
+    /// No live bookie holds a copy: it cannot be copied (its entries are lost unless a bookie
+    /// listed comes back).
+    pub unrecoverable: bool,
+    /// The bookie that will copy it (`None`: waiting, unrecoverable, or no live bookie left
+    /// that does not hold it).
     pub target: Option<String>,
+}
+
+/// What falls to this bookie after an audit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Task {
+    /// Copy the ledger here, dropping the lost bookies.
+    Copy { ledger: u64, lost: Vec<String> },
+    /// Drop the lost bookies from the ledger (taking a lost writer's place).
+    Drop { ledger: u64, lost: Vec<String> },
 }
 
 /// A bookie listed by a sealed ledger that no live member advertises.
@@ -107,7 +127,10 @@ pub struct AutoRecoveryStatus {
     pub copies_made: u64,
     /// Payload bytes of those copies.
     pub bytes_copied: u64,
-    /// Copies this node started and dropped since it started.
+    /// Ledgers this node dropped lost bookies from without a copy (as many copies as live
+    /// bookies allow, or in the lake), taking a lost writer's place.
+    pub lost_dropped: u64,
+    /// Copies and drops this node started and failed since it started.
     pub failures: u64,
     /// The last failure, if any.
     pub last_error: Option<String>,
@@ -129,6 +152,7 @@ struct State {
     under: Vec<UnderReplicated>,
     copies_made: u64,
     bytes_copied: u64,
+    lost_dropped: u64,
     failures: u64,
     last_error: Option<String>,
 }
@@ -189,29 +213,36 @@ impl AutoRecovery {
         });
     }
 
-    /// One tick: looks at the members, audits when due, and copies the ledgers this bookie is
-    /// the target of. Returns how many copies it made.
+    /// One tick: looks at the members, audits when due, and does what falls to this bookie
+    /// (copies it is the target of; lost bookies to drop from ledgers it holds). Returns how
+    /// many copies it made.
     pub async fn pass(&self) -> Result<usize, AutoRecoveryError> {
         let nodes = self.membership.nodes().await?;
         if !self.audit_due(&nodes) {
             return Ok(0);
         }
-        let sealed = self
+        let ledgers = self
             .log
             .metadata()
-            .ledgers_in_states(&[LedgerState::Sealed])
+            .ledgers_in_states(&[LedgerState::Sealed, LedgerState::Offloaded])
             .await?;
-        let mine = self.audit(&nodes, &sealed);
+        let session = self.membership.session();
         let mut made = 0;
-        for (ledger, lost) in mine {
-            if self.copy(ledger, &lost).await {
-                made += 1;
+        for task in self.audit(&nodes, &ledgers) {
+            // A node cut off from the cluster changes nothing more.
+            if *session.borrow() != SessionState::Live {
+                break;
+            }
+            match task {
+                Task::Copy { ledger, lost } => made += usize::from(self.copy(ledger, &lost).await),
+                Task::Drop { ledger, lost } => self.drop_lost(ledger, &lost).await,
             }
         }
         Ok(made)
     }
 
-    /// Records the live bookies; whether an audit is due (a bookie left, or it is time).
+    /// Records the live bookies; whether an audit is due (a bookie left or joined, or it is
+    /// time).
     fn audit_due(&self, nodes: &[NodeRecord]) -> bool {
         let live: HashSet<String> = nodes
             .iter()
@@ -219,14 +250,14 @@ impl AutoRecovery {
             .map(|n| n.bookie.clone())
             .collect();
         let mut s = self.state();
-        let left = s.live.iter().any(|b| !live.contains(b));
+        let changed = s.live != live;
         s.live = live;
-        left || s.next_audit.is_none_or(|at| Instant::now() >= at)
+        changed || s.next_audit.is_none_or(|at| Instant::now() >= at)
     }
 
-    /// Finds the under-replicated ledgers among `sealed`, records them, and returns those
-    /// this bookie should copy now, each with the lost bookies to drop.
-    fn audit(&self, nodes: &[NodeRecord], sealed: &[LedgerRecord]) -> Vec<(u64, Vec<String>)> {
+    /// Finds the under-replicated ledgers among `ledgers` (sealed and offloaded), records
+    /// them, and returns what falls to this bookie.
+    fn audit(&self, nodes: &[NodeRecord], ledgers: &[LedgerRecord]) -> Vec<Task> {
         let now = Instant::now();
         let me = self.log.bookie_id().to_string();
         let mut targets: Vec<String> = nodes
@@ -240,7 +271,7 @@ impl AutoRecovery {
         let mut s = self.state();
         let live = s.live.clone();
         // Missing bookies: first seen now, or since earlier; forgotten once back or unlisted.
-        let listed: HashSet<&str> = sealed.iter().flat_map(|l| l.bookies()).collect();
+        let listed: HashSet<&str> = ledgers.iter().flat_map(|l| l.bookies()).collect();
         s.missing_since
             .retain(|b, _| !live.contains(b) && listed.contains(b.as_str()));
         for b in listed
@@ -249,22 +280,45 @@ impl AutoRecovery {
         {
             s.missing_since.entry(b.to_string()).or_insert(now);
         }
+        let delay = self.config.delay;
         let lost = |b: &str| {
             s.missing_since
                 .get(b)
-                .is_some_and(|at| now.duration_since(*at) >= self.config.delay)
+                .is_some_and(|at| now.duration_since(*at) >= delay)
         };
-        let mut under = Vec::new();
-        let mut mine = Vec::new();
-        for l in sealed {
-            let finding = assess(l, &live, &targets, minute, &lost);
-            let Some(f) = finding else { continue };
-            if f.waiting_for.is_empty() && f.target.as_deref() == Some(me.as_str()) {
-                mine.push((l.id, f.lost.clone()));
+        let (mut under, mut tasks, mut drops) = (Vec::new(), Vec::new(), 0);
+        for l in ledgers {
+            let a = assess(l, &live, &targets, minute, &lost);
+            if let Some((actor, gone)) = a.drop {
+                drops += 1;
+                if actor == me {
+                    tasks.push(Task::Drop {
+                        ledger: l.id,
+                        lost: gone,
+                    });
+                }
             }
-            under.push(f);
+            if let Some(f) = a.under {
+                if f.target.as_deref() == Some(me.as_str()) {
+                    tasks.push(Task::Copy {
+                        ledger: l.id,
+                        lost: f.lost.clone(),
+                    });
+                }
+                under.push(f);
+            }
         }
-        let pending = !under.is_empty() || !s.missing_since.is_empty();
+        // Audited again at the next tick while anything can still change: a copy or a drop to
+        // make, a missing bookie to wait for.
+        let waiting = s
+            .missing_since
+            .values()
+            .any(|at| now.duration_since(*at) < delay);
+        let pending = drops > 0
+            || waiting
+            || under
+                .iter()
+                .any(|u| u.target.is_some() || !u.waiting_for.is_empty());
         s.next_audit = Some(
             now + if pending {
                 self.tick()
@@ -273,25 +327,46 @@ impl AutoRecovery {
             },
         );
         s.last_audit_ms = now_ms();
-        s.sealed_ledgers = sealed.len();
+        s.sealed_ledgers = ledgers
+            .iter()
+            .filter(|l| l.state == LedgerState::Sealed)
+            .count();
         crate::metrics::node::node()
             .ledgers_under_replicated
             .set(under.len() as i64);
         // Said when the count changes, not at every audit while waiting.
-        if under.len() != s.under.len() || !mine.is_empty() {
+        if under.len() != s.under.len() || !tasks.is_empty() {
             tracing::info!(
                 under_replicated = under.len(),
-                copying_here = mine.len(),
+                tasks_here = tasks.len(),
                 "autorecovery audit: sealed ledgers short of copies"
             );
         }
         s.under = under;
-        mine
+        tasks
+    }
+
+    /// Drops the lost bookies from `ledger` (this bookie takes a lost writer's place).
+    async fn drop_lost(&self, ledger: u64, lost: &[String]) {
+        match self.log.drop_lost_copies(ledger, lost).await {
+            Ok(record) => {
+                tracing::info!(ledger, ?lost, bookies = ?record.bookies().collect::<Vec<_>>(),
+                    "autorecovery dropped lost bookies from a ledger");
+                self.state().lost_dropped += 1;
+            }
+            Err(e) => {
+                tracing::warn!(ledger, error = %e, "autorecovery could not drop lost bookies");
+                let mut s = self.state();
+                s.failures += 1;
+                s.last_error = Some(format!("ledger {ledger}: {e}"));
+            }
+        }
     }
 
     /// Copies `ledger` here; whether the copy was made and recorded.
     async fn copy(&self, ledger: u64, lost: &[String]) -> bool {
         let metrics = crate::metrics::node::node();
+        tracing::info!(ledger, ?lost, "autorecovery copying a ledger here");
         match self.log.recopy_ledger(ledger, lost).await {
             Ok(done) => {
                 metrics.ledgers_rereplicated.inc();
@@ -344,51 +419,102 @@ impl AutoRecovery {
             sealed_ledgers: s.sealed_ledgers,
             copies_made: s.copies_made,
             bytes_copied: s.bytes_copied,
+            lost_dropped: s.lost_dropped,
             failures: s.failures,
             last_error: s.last_error.clone(),
         }
     }
 }
 
-/// Whether sealed ledger `l` is short of copies, and if so what to do about it: `live` are the
-/// live bookies, `targets` those that may take copies (sorted), `lost` tells a lost bookie.
+/// What falls to whom for one ledger.
+#[derive(Debug, Default)]
+struct Assessment {
+    /// A sealed ledger short of copies.
+    under: Option<UnderReplicated>,
+    /// Lost bookies to drop from the ledger without a copy, and the bookie that does it.
+    drop: Option<(String, Vec<String>)>,
+}
+
+/// Whether ledger `l` (sealed or offloaded) is short of copies or lists lost bookies, and
+/// what to do about it: `live` are the live bookies, `targets` those that may take copies
+/// (sorted), `lost` tells a lost bookie.
 fn assess(
     l: &LedgerRecord,
     live: &HashSet<String>,
     targets: &[String],
     minute: u64,
     lost: &dyn Fn(&str) -> bool,
-) -> Option<UnderReplicated> {
-    // A ledger from before bookie ids (empty bookie) belongs to a single node.
-    if l.bookie.is_empty() {
-        return None;
+) -> Assessment {
+    // A ledger from before bookie ids (empty bookie) belongs to a single node; an empty one
+    // has nothing to keep.
+    if l.bookie.is_empty() || l.seal.is_none_or(|s| s.entry_count == 0) {
+        return Assessment::default();
     }
     let listed: Vec<&str> = l.bookies().collect();
-    let live_copies = listed.iter().filter(|b| live.contains(**b)).count();
-    let wanted = l.wanted_copies().min(live.len());
-    if live_copies >= wanted {
-        return None;
-    }
+    let mut holding: Vec<&str> = listed
+        .iter()
+        .copied()
+        .filter(|b| live.contains(*b))
+        .collect();
+    holding.sort_unstable();
     let (gone, waiting): (Vec<&str>, Vec<&str>) = listed
         .iter()
-        .filter(|b| !live.contains(**b))
+        .copied()
+        .filter(|b| !live.contains(*b))
         .partition(|b| lost(b));
+    let gone: Vec<String> = gone.into_iter().map(str::to_string).collect();
+    // Drops are made by the writer, or when the writer is not live by the first live bookie
+    // holding a copy (which takes the writer's place when the writer is lost).
+    let actor = if live.contains(&l.bookie) {
+        Some(l.bookie.clone())
+    } else {
+        holding.first().map(|b| b.to_string())
+    };
+    let drop = |gone: Vec<String>| {
+        actor
+            .clone()
+            .filter(|_| !gone.is_empty())
+            .map(|a| (a, gone))
+    };
+    if l.state != LedgerState::Sealed {
+        // In the lake: no copy is made, lost bookies are only dropped.
+        return Assessment {
+            under: None,
+            drop: drop(gone),
+        };
+    }
+    let wanted = l.wanted_copies().min(live.len());
+    if holding.len() >= wanted {
+        return Assessment {
+            under: None,
+            drop: drop(gone),
+        };
+    }
     let candidates: Vec<&String> = targets
         .iter()
         .filter(|t| !listed.contains(&t.as_str()))
         .collect();
-    let target = (!candidates.is_empty()).then(|| {
-        candidates[((l.id.wrapping_add(minute)) % candidates.len() as u64) as usize].clone()
+    let target = (!holding.is_empty() && waiting.is_empty() && !candidates.is_empty()).then(|| {
+        candidates[(l.id.wrapping_add(minute) % candidates.len() as u64) as usize].clone()
     });
-    Some(UnderReplicated {
-        ledger: l.id,
-        topic_id: l.topic_id,
-        live_copies,
-        wanted_copies: wanted,
-        lost: gone.into_iter().map(str::to_string).collect(),
-        waiting_for: waiting.into_iter().map(str::to_string).collect(),
-        target,
-    })
+    // No bookie to copy to: the lost bookies are dropped all the same.
+    let drop = match target {
+        None if waiting.is_empty() => drop(gone.clone()),
+        _ => None,
+    };
+    Assessment {
+        under: Some(UnderReplicated {
+            ledger: l.id,
+            topic_id: l.topic_id,
+            live_copies: holding.len(),
+            wanted_copies: wanted,
+            lost: gone,
+            waiting_for: waiting.into_iter().map(str::to_string).collect(),
+            unrecoverable: holding.is_empty(),
+            target,
+        }),
+        drop,
+    }
 }
 
 #[cfg(test)]
@@ -432,32 +558,46 @@ mod tests {
     fn a_ledger_with_its_write_quorum_of_live_copies_is_left_alone() {
         let live = set(&["a", "b", "c", "d"]);
         let l = sealed(1, "a", &["b", "c"], 3);
-        assert!(assess(&l, &live, &strings(&["a", "b", "c", "d"]), 0, &|_| false).is_none());
+        let a = assess(&l, &live, &strings(&["a", "b", "c", "d"]), 0, &|_| false);
+        assert!(a.under.is_none() && a.drop.is_none());
         // A cluster of two cannot hold three copies: two live copies are all it can have.
         let l = sealed(2, "a", &["b"], 3);
-        assert!(assess(&l, &set(&["a", "b"]), &strings(&["a", "b"]), 0, &|_| false).is_none());
+        let a = assess(&l, &set(&["a", "b"]), &strings(&["a", "b"]), 0, &|_| false);
+        assert!(a.under.is_none() && a.drop.is_none());
+        // An empty ledger has nothing to keep.
+        let mut l = sealed(3, "a", &[], 3);
+        l.seal = l.seal.map(|s| SealInfo {
+            entry_count: 0,
+            ..s
+        });
+        assert!(assess(&l, &live, &strings(&["a", "b"]), 0, &|_| true)
+            .under
+            .is_none());
     }
 
     #[test]
     fn a_lost_bookie_is_replaced_by_one_that_does_not_hold_the_ledger() {
         let live = set(&["a", "b", "d"]);
         let l = sealed(7, "a", &["b", "c"], 3);
-        let f = assess(&l, &live, &strings(&["a", "b", "d"]), 0, &|b| b == "c").expect("short");
+        let a = assess(&l, &live, &strings(&["a", "b", "d"]), 0, &|b| b == "c");
+        let f = a.under.expect("short");
         assert_eq!((f.live_copies, f.wanted_copies), (2, 3));
         assert_eq!(
             (f.lost, f.waiting_for),
             (strings(&["c"]), Vec::<String>::new())
         );
         assert_eq!(f.target.as_deref(), Some("d"));
+        assert!(a.drop.is_none(), "the copy drops the lost bookie");
     }
 
     #[test]
     fn a_missing_bookie_within_the_delay_is_waited_for() {
         let live = set(&["a", "b", "d"]);
         let l = sealed(7, "a", &["b", "c"], 3);
-        let f = assess(&l, &live, &strings(&["a", "b", "d"]), 0, &|_| false).expect("short");
+        let a = assess(&l, &live, &strings(&["a", "b", "d"]), 0, &|_| false);
+        let f = a.under.expect("short");
         assert_eq!(f.waiting_for, strings(&["c"]));
-        assert!(f.lost.is_empty());
+        assert!(f.lost.is_empty() && f.target.is_none() && a.drop.is_none());
     }
 
     #[test]
@@ -467,7 +607,7 @@ mod tests {
         let targets = strings(&["a", "b", "c", "d"]);
         let l = sealed(4, "a", &["b"], 3);
         let picked: HashSet<String> = (0..4)
-            .filter_map(|m| assess(&l, &live, &targets, m, &|_| false)?.target)
+            .filter_map(|m| assess(&l, &live, &targets, m, &|_| false).under?.target)
             .collect();
         assert_eq!(
             picked,
@@ -477,14 +617,40 @@ mod tests {
     }
 
     #[test]
-    fn a_lost_writer_with_no_bookie_left_to_take_a_copy_has_no_target() {
+    fn lost_bookies_are_dropped_when_no_copy_is_needed_and_a_live_copy_takes_a_lost_writers_place()
+    {
+        // Two live bookies, both holding it: as many copies as the cluster can hold; the lost
+        // writer is dropped by the first live bookie holding a copy.
         let live = set(&["b", "c"]);
-        let l = sealed(5, "a", &["b", "c"], 3);
-        let f = assess(&l, &live, &strings(&["b", "c"]), 0, &|_| true);
-        // Two live bookies, two live copies: as many as the cluster can hold.
-        assert!(f.is_none());
-        let l = sealed(6, "a", &["b"], 3);
-        let f = assess(&l, &live, &strings(&["b", "c"]), 0, &|_| true).expect("short");
+        let l = sealed(5, "a", &["c", "b"], 3);
+        let a = assess(&l, &live, &strings(&["b", "c"]), 0, &|_| true);
+        assert!(a.under.is_none());
+        assert_eq!(a.drop, Some(("b".to_string(), strings(&["a"]))));
+        // A lost replica, the writer live: the writer drops it.
+        let l = sealed(6, "b", &["a", "c"], 3);
+        let a = assess(&l, &live, &strings(&["b", "c"]), 0, &|_| true);
+        assert_eq!(a.drop, Some(("b".to_string(), strings(&["a"]))));
+        // An offloaded ledger is never copied, its lost writer is replaced all the same.
+        let mut l = sealed(8, "a", &["c"], 3);
+        l.state = LedgerState::Offloaded;
+        let a = assess(&l, &live, &strings(&["b", "c"]), 0, &|_| true);
+        assert!(a.under.is_none());
+        assert_eq!(a.drop, Some(("c".to_string(), strings(&["a"]))));
+        // Short of copies with a bookie left to copy to: copied, and the copy drops the lost.
+        let l = sealed(9, "a", &["b"], 3);
+        let a = assess(&l, &live, &strings(&["b", "c"]), 0, &|_| true);
+        let f = a.under.expect("short");
         assert_eq!((f.lost, f.target), (strings(&["a"]), Some("c".to_string())));
+        assert!(a.drop.is_none());
+    }
+
+    #[test]
+    fn a_ledger_no_live_bookie_holds_is_unrecoverable_and_nobody_acts() {
+        let live = set(&["b", "c"]);
+        let l = sealed(10, "a", &[], 1);
+        let a = assess(&l, &live, &strings(&["b", "c"]), 0, &|_| true);
+        let f = a.under.expect("short");
+        assert!(f.unrecoverable && f.target.is_none());
+        assert!(a.drop.is_none());
     }
 }

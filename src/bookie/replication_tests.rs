@@ -64,6 +64,23 @@ async fn entries(n: &Node, topic: &str, ledger: u64, count: u64) -> Result<Vec<B
     Ok(out)
 }
 
+/// Waits until every node's bookie confirms `count` entries of `ledger` (a writer acknowledges
+/// at its ack quorum; the last replica may still be writing, and a seal then leaves it out).
+async fn confirmed_everywhere(nodes: &[&Node], topic: &str, ledger: u64, count: u64) -> TestResult {
+    for _ in 0..500 {
+        let mut all = true;
+        for n in nodes {
+            let c = n.log.serve_confirmed(topic, ledger).await;
+            all &= c.is_ok_and(|c| c.count >= count);
+        }
+        if all {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    Err(format!("ledger {ledger}: not every bookie confirmed {count} entries").into())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_owner_takes_over_ends_at_the_longest_copy_and_completes_the_shorter() -> TestResult {
     let meta: Arc<dyn MetadataStore> = Arc::new(MemoryMetadataStore::new());
@@ -148,6 +165,15 @@ async fn autorecovery_copies_a_lost_bookies_ledgers_checked_against_the_seal() -
     for i in 0..25 {
         t.append(i as i64, body(i)).await?.durable().await?;
     }
+    let open = t.ledgers()[0].id;
+    let holders: Vec<&Node> = {
+        let r = meta.get_ledger(open).await?.ok_or("no ledger")?;
+        nodes
+            .iter()
+            .filter(|n| r.bookies().any(|b| b == n.log.bookie_id()))
+            .collect()
+    };
+    confirmed_everywhere(&holders, name, open, 25).await?;
     let sealed = t.seal_current().await?.ok_or("nothing sealed")?;
     assert_eq!(
         (sealed.bookies().count(), sealed.write_quorum),
@@ -238,15 +264,13 @@ async fn autorecovery_copies_a_lost_bookies_ledgers_checked_against_the_seal() -
 async fn a_copy_that_cannot_be_read_whole_is_dropped_and_not_recorded() -> TestResult {
     let meta: Arc<dyn MetadataStore> = Arc::new(MemoryMetadataStore::new());
     let coord = MemoryCoordination::new();
-    let (a, b) = (
-        node(&meta, &coord, "a:1").await?,
-        node(&meta, &coord, "b:1").await?,
-    );
+    // A writes alone a ledger its namespace wants on two bookies; then B joins.
+    let a = node(&meta, &coord, "a:1").await?;
     let name = "persistent://t/n/mismatch";
     let t = a.log.topic(name).await?;
     t.set_replication(crate::ledger::Replication {
-        ensemble: Some(1),
-        ack_quorum: None,
+        ensemble: Some(2),
+        ack_quorum: Some(1),
     });
     for i in 0..5 {
         t.append(i, Bytes::from(format!("m{i}")))
@@ -255,7 +279,8 @@ async fn a_copy_that_cannot_be_read_whole_is_dropped_and_not_recorded() -> TestR
             .await?;
     }
     let sealed = t.seal_current().await?.ok_or("nothing sealed")?;
-    assert_eq!(sealed.bookies().count(), 1);
+    assert_eq!((sealed.bookies().count(), sealed.write_quorum), (1, 2));
+    let b = node(&meta, &coord, "b:1").await?;
     // A sealed record claiming entries A does not hold (as after a lost copy).
     let seal = sealed.seal.ok_or("no seal")?;
     let forged = crate::ledger::metadata::LedgerTransition::SealPlaced(Box::new(
@@ -270,7 +295,18 @@ async fn a_copy_that_cannot_be_read_whole_is_dropped_and_not_recorded() -> TestR
         .get_or_create_topic("persistent://t/n/other", 0)
         .await?;
     let l = meta
-        .create_ledger(other.id, sealed.first_segment, &sealed.bookie, 0, None)
+        .create_ledger_placed(
+            other.id,
+            sealed.first_segment,
+            crate::ledger::metadata::Placement {
+                bookie: &sealed.bookie,
+                replicas: &[],
+                ack_quorum: 1,
+                write_quorum: 2,
+            },
+            0,
+            None,
+        )
         .await?;
     meta.transition_ledger(l.id, forged, 1).await?;
     // Nothing of it can be read from A: nothing is recorded and no copy is kept.
@@ -294,6 +330,73 @@ async fn a_copy_that_cannot_be_read_whole_is_dropped_and_not_recorded() -> TestR
         n.stop.cancel();
     }
     for n in [a, b] {
+        n.log.shutdown().await?;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_writer_is_dropped_and_a_replica_takes_its_place_when_no_copy_can_be_made(
+) -> TestResult {
+    let meta: Arc<dyn MetadataStore> = Arc::new(MemoryMetadataStore::new());
+    let coord = MemoryCoordination::new();
+    let mut nodes = Vec::new();
+    for id in ["a:1", "b:1", "c:1"] {
+        nodes.push(node(&meta, &coord, id).await?);
+    }
+    let name = "persistent://t/n/promoted";
+    let t = nodes[0].log.topic(name).await?;
+    for i in 0..12 {
+        t.append(i, Bytes::from(format!("m{i}")))
+            .await?
+            .durable()
+            .await?;
+    }
+    let open = t.ledgers()[0].id;
+    confirmed_everywhere(&nodes.iter().collect::<Vec<_>>(), name, open, 12).await?;
+    let sealed = t.seal_current().await?.ok_or("nothing sealed")?;
+    assert_eq!(sealed.bookies().count(), 3);
+    // A copy is refused before anything is copied while the ledger has its copies.
+    assert!(matches!(
+        nodes[1].log.recopy_ledger(sealed.id, &[]).await,
+        Err(crate::ledger::RecopyError::AlreadyHeld(_))
+    ));
+    // The writer's node goes for good; two bookies are left, both holding the ledger: no copy
+    // can be made, the lost writer is dropped and the first live holder takes its place.
+    let writer = nodes[0].log.bookie_id().to_string();
+    nodes[0].stop.cancel();
+    nodes[0].membership.leave().await?;
+    let config = crate::config::AutoRecoveryConfig {
+        enabled: true,
+        delay: std::time::Duration::ZERO,
+        audit_interval: std::time::Duration::from_secs(60),
+    };
+    let mut heirs: Vec<&Node> = nodes[1..].iter().collect();
+    heirs.sort_by_key(|n| n.log.bookie_id().to_string());
+    for n in heirs.iter().rev() {
+        let ar =
+            autorecovery::AutoRecovery::new(n.log.clone(), n.membership.clone(), config.clone());
+        assert_eq!(ar.pass().await?, 0, "no copy is made");
+        assert!(ar.status().under_replicated.is_empty());
+    }
+    let after = meta.get_ledger(sealed.id).await?.ok_or("gone")?;
+    assert!(!after.bookies().any(|b| b == writer));
+    assert_eq!(
+        after.bookie,
+        heirs[0].log.bookie_id(),
+        "the first live holder writes it now"
+    );
+    assert_eq!(after.bookies().count(), 2);
+    assert!(heirs[0].log.writes(&after));
+    assert_eq!(after.seal.map(|s| s.entry_count), Some(12));
+    // Both copies still serve every entry.
+    for n in &heirs {
+        assert_eq!(entries(n, name, sealed.id, 12).await?.len(), 12);
+    }
+    for n in &nodes {
+        n.stop.cancel();
+    }
+    for n in nodes {
         n.log.shutdown().await?;
     }
     Ok(())

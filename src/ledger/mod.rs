@@ -335,7 +335,12 @@ impl Log {
             .await?
             .into_iter()
             .filter(|l| held_by(l, &bookie))
-            .filter_map(|l| l.seal.map(|s| (l.id, s.last_segment)))
+            // An empty ledger has no index file (and no entry to bound the floor).
+            .filter_map(|l| {
+                l.seal
+                    .filter(|s| s.entry_count > 0)
+                    .map(|s| (l.id, s.last_segment))
+            })
             .collect();
         open.extend(replica_plan.scan.iter().map(|(id, first)| (*id, *first)));
         let marker = segment::read_clean_marker(&segments_dir);

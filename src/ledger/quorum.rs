@@ -47,7 +47,8 @@ pub(crate) struct Quorum {
     pub replicas: Vec<String>,
     ack_quorum: usize,
     state: Mutex<State>,
-    /// Bumped whenever an entry settles (confirmed or failed), for [`Quorum::settled`].
+    /// Bumped whenever a bookie holds more, a replica fails or the quorum breaks, for
+    /// [`Quorum::settled`] and [`Quorum::settled_complete`].
     progress: watch::Sender<u64>,
 }
 
@@ -108,20 +109,31 @@ impl Quorum {
     }
 
     fn durable_on(&self, bookie: usize, entry: u64) -> Option<u64> {
+        let (grew, confirmed) = self.record_durable(bookie, entry);
+        if grew {
+            self.progress.send_modify(|p| *p += 1);
+        }
+        confirmed
+    }
+
+    /// Records that `bookie` holds entries `0..=entry`: whether that is news, and the new
+    /// confirmed count if it grew (its receipts sent).
+    fn record_durable(&self, bookie: usize, entry: u64) -> (bool, Option<u64>) {
         let mut s = self.lock();
-        if s.durable[bookie] < entry + 1 {
+        let grew = s.durable[bookie] < entry + 1;
+        if grew {
             s.durable[bookie] = entry + 1;
         }
         // Broken, the ledger ends where it was: entries failed to their producers stay
         // unconfirmed, however many bookies hold them later.
         if s.broken.is_some() {
-            return None;
+            return (grew, None);
         }
         let mut counts = s.durable.clone();
         counts.sort_unstable_by(|a, b| b.cmp(a));
         let q = counts[self.ack_quorum - 1];
         if q <= s.confirmed {
-            return None;
+            return (grew, None);
         }
         s.confirmed = q;
         while s.waiting.front().is_some_and(|(e, _)| *e < q) {
@@ -129,9 +141,7 @@ impl Quorum {
                 let _ = reply.send(Ok(Position::new(self.ledger, e)));
             }
         }
-        drop(s);
-        self.progress.send_modify(|p| *p += 1);
-        Some(q)
+        (grew, Some(q))
     }
 
     /// Replica `i` failed: it gets nothing more of this ledger. When too few bookies are left
@@ -146,6 +156,7 @@ impl Quorum {
             "a replica of the ledger failed; the ledger rolls to a new ensemble");
         let left = s.failed.iter().filter(|f| !**f).count();
         drop(s);
+        self.progress.send_modify(|p| *p += 1);
         if left < self.ack_quorum {
             self.break_with(
                 format!(
@@ -182,6 +193,35 @@ impl Quorum {
             ledger: self.ledger,
             why: why.clone(),
         }
+    }
+
+    /// [`Quorum::settled`], then up to `grace` more until every replica that did not fail
+    /// holds every confirmed entry (their answers may still be on the way): a seal lists every
+    /// complete copy, and a replica only slow to answer is not left out for autorecovery to
+    /// copy again.
+    pub async fn settled_complete(
+        &self,
+        submitted: u64,
+        grace: std::time::Duration,
+    ) -> (u64, Vec<String>) {
+        let (count, _) = self.settled(submitted).await;
+        let mut progress = self.progress.subscribe();
+        let caught_up = async {
+            loop {
+                {
+                    let s = self.lock();
+                    let behind = (1..s.durable.len()).any(|i| !s.failed[i] && s.durable[i] < count);
+                    if s.broken.is_some() || !behind {
+                        return;
+                    }
+                }
+                if progress.changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(grace, caught_up).await;
+        self.settled(submitted).await
     }
 
     /// Waits until every entry below `submitted` is confirmed or failed; returns the entries
@@ -287,5 +327,38 @@ mod tests {
         q.replica_durable(1, 0);
         q.replica_failed(1, "gone");
         assert_eq!(q.settled(3).await, (3, vec!["b".to_string()]));
+    }
+
+    #[tokio::test]
+    async fn a_seal_waits_a_grace_for_a_replica_only_slow_to_answer() {
+        let q = std::sync::Arc::new(Quorum::new(1, vec!["b".into(), "c".into()], 2));
+        for e in 0..3 {
+            q.register(e, reply().0);
+        }
+        q.local_durable(2);
+        q.replica_durable(0, 2);
+        q.replica_durable(1, 1);
+        // C's answer for the last entry arrives within the grace: C is complete.
+        let late = q.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            late.replica_durable(1, 2);
+        });
+        let (count, complete) = q
+            .settled_complete(3, std::time::Duration::from_secs(10))
+            .await;
+        assert_eq!(
+            (count, complete),
+            (3, vec!["b".to_string(), "c".to_string()])
+        );
+        // One that never answers is left out once the grace is over.
+        let q = Quorum::new(2, vec!["b".into(), "c".into()], 2);
+        q.register(0, reply().0);
+        q.local_durable(0);
+        q.replica_durable(0, 0);
+        let (count, complete) = q
+            .settled_complete(1, std::time::Duration::from_millis(50))
+            .await;
+        assert_eq!((count, complete), (1, vec!["b".to_string()]));
     }
 }

@@ -13,7 +13,11 @@
 //!   sealed here (index file and registry durable).
 //! - A copy that fails, does not match the seal, or loses the compare-and-set (a concurrent
 //!   copy, an offload, a deletion) is dropped again; a crash mid-copy leaves a registry entry
-//!   that recovery drops, since the store does not list this bookie.
+//!   that recovery drops, since the store does not list this bookie. A copy whose recording
+//!   is in doubt (the store's answer lost) is kept, sealed, for the next collection to decide.
+//! - A copy is recorded only while the ledger is short of its write quorum (the store's rule,
+//!   [`CopyChange::apply`]), and asked before copying: stale plans copy nothing.
+//! - Until the store lists this bookie, no reader uses the copy (`Replicas::holds`).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -51,6 +55,9 @@ pub enum RecopyError {
     /// This bookie holds (or is making) a copy already.
     #[error("ledger {0}: this bookie holds or is making a copy already")]
     AlreadyHeld(LedgerId),
+    /// This bookie holds no sealed copy to take a lost writer's place with.
+    #[error("ledger {0}: this bookie holds no sealed copy of it")]
+    NotHeld(LedgerId),
     /// No bookie left holding it could serve every entry.
     #[error("ledger {ledger}: no surviving copy could be read: {why}")]
     Unreadable {
@@ -104,6 +111,20 @@ pub struct Recopied {
     pub bytes: u64,
 }
 
+/// Whether `record` shows `change` applied: no lost bookie listed, the new copy and the new
+/// writer in place.
+fn shows(change: &CopyChange, record: &LedgerRecord) -> bool {
+    !change.lost.iter().any(|b| record.bookies().any(|x| x == b))
+        && change
+            .add
+            .as_ref()
+            .is_none_or(|a| record.bookies().any(|x| x == a))
+        && change
+            .writer
+            .as_ref()
+            .is_none_or(|(w, _)| *w == record.bookie)
+}
+
 /// Takes the ledger out of `copying` however the copy ends.
 struct Copying<'a>(&'a LogShared, LedgerId);
 
@@ -113,10 +134,22 @@ impl Drop for Copying<'_> {
     }
 }
 
+/// Whether the store took a change whose answer was lost.
+enum Landed {
+    /// It did: the ledger as recorded now.
+    Yes(LedgerRecord),
+    /// It did not (refused, or the ledger is gone).
+    No(RecopyError),
+    /// Unknown: the store could not be asked.
+    Unknown(RecopyError),
+}
+
 impl Log {
     /// Makes a copy of sealed `ledger` on this bookie from the bookies that hold it (those in
     /// `lost` excepted), checks it against the seal, seals it here and records it in the
-    /// store, dropping `lost` from the ledger's bookies in the same step.
+    /// store, dropping `lost` from the ledger's bookies in the same step. Refused before
+    /// anything is copied when the store would refuse the change (the ledger no longer short
+    /// of copies, a lost bookie no longer listed, this bookie listed already).
     pub async fn recopy_ledger(
         &self,
         ledger: LedgerId,
@@ -136,6 +169,15 @@ impl Log {
         if shared.holds(&record) {
             return Err(RecopyError::AlreadyHeld(ledger));
         }
+        let change = |segments| CopyChange {
+            lost: lost.to_vec(),
+            add: Some(shared.bookie.clone()),
+            writer: lost
+                .contains(&record.bookie)
+                .then(|| (shared.bookie.clone(), segments)),
+        };
+        // The plan may be stale (another copy landed meanwhile): ask before copying.
+        change((0, 0)).apply(&mut record.clone())?;
         let topic = shared
             .meta
             .get_topic_by_id(record.topic_id)
@@ -151,33 +193,117 @@ impl Log {
         if !shared.replicas.start_copy(ledger, first_segment).await? {
             return Err(RecopyError::AlreadyHeld(ledger));
         }
-        let _copying = Copying(shared, ledger);
+        let copying = Copying(shared, ledger);
         let made = self
             .make_copy(&*remote, &sources, &topic, &record, seal, first_segment)
             .await;
-        let out = match made {
+        let landed = match made {
             Ok((bytes, last_segment)) => {
-                let change = CopyChange {
-                    lost: lost.to_vec(),
-                    add: shared.bookie.clone(),
-                    segments: (first_segment, last_segment),
-                };
-                match shared.meta.move_ledger_copies(ledger, &change).await {
-                    Ok(record) => Ok(Recopied {
+                match self
+                    .record_change(ledger, &change((first_segment, last_segment)))
+                    .await
+                {
+                    Landed::Yes(record) => Ok(Recopied {
                         record,
                         entries: seal.entry_count,
                         bytes,
                     }),
-                    Err(e) => Err(e.into()),
+                    Landed::No(e) => Err((e, true)),
+                    // The copy stays; the next collection keeps it if the store lists this
+                    // bookie, and drops it otherwise.
+                    Landed::Unknown(e) => Err((e, false)),
                 }
             }
-            Err(e) => Err(e),
+            Err(e) => Err((e, true)),
         };
-        if out.is_err() {
-            drop_replica(&self.shared, ledger).await?;
-            super::reclaim::reclaim(&self.shared).await?;
+        drop(copying);
+        match landed {
+            Ok(done) => Ok(done),
+            Err((e, drop_copy)) => {
+                if drop_copy {
+                    self.drop_failed_copy(ledger).await;
+                }
+                Err(e)
+            }
         }
-        out
+    }
+
+    /// Drops the lost bookies in `lost` from `ledger` (sealed or offloaded) without adding a
+    /// copy: the ledger has as many copies as live bookies allow, or is in the lake. When its
+    /// writer is lost, this bookie takes the writer's place with its own sealed copy (and then
+    /// offloads the ledger and deletes the local copies after the lag).
+    pub async fn drop_lost_copies(
+        &self,
+        ledger: LedgerId,
+        lost: &[String],
+    ) -> Result<LedgerRecord, RecopyError> {
+        let shared = &self.shared;
+        let record = shared
+            .meta
+            .get_ledger(ledger)
+            .await?
+            .ok_or(RecopyError::NotFound(ledger))?;
+        let writer = if lost.contains(&record.bookie) {
+            if shared.replicas.open(ledger).is_some() {
+                let count = record.seal.map_or(0, |s| s.entry_count);
+                replica_seal(shared, ledger, count)
+                    .await
+                    .map_err(|source| RecopyError::Seal { ledger, source })?;
+            }
+            let segments = shared
+                .replicas
+                .sealed_segments(ledger)
+                .ok_or(RecopyError::NotHeld(ledger))?;
+            Some((shared.bookie.clone(), segments))
+        } else {
+            None
+        };
+        let change = CopyChange {
+            lost: lost.to_vec(),
+            add: None,
+            writer,
+        };
+        match self.record_change(ledger, &change).await {
+            Landed::Yes(record) => Ok(record),
+            Landed::No(e) | Landed::Unknown(e) => Err(e),
+        }
+    }
+
+    /// Records `change` in the store; when the answer is an error other than a refusal (it
+    /// may have landed all the same), reads the ledger back to learn whether it did. A change
+    /// that landed is shown to the loaded topic's view.
+    async fn record_change(&self, ledger: LedgerId, change: &CopyChange) -> Landed {
+        let meta = &self.shared.meta;
+        let landed = match meta.move_ledger_copies(ledger, change).await {
+            Ok(record) => Landed::Yes(record),
+            Err(e @ (MetadataError::Conflict(_) | MetadataError::LedgerNotFound(_))) => {
+                Landed::No(e.into())
+            }
+            Err(e) => match meta.get_ledger(ledger).await {
+                Ok(Some(r)) if shows(change, &r) => Landed::Yes(r),
+                Ok(_) => Landed::No(e.into()),
+                Err(_) => Landed::Unknown(e.into()),
+            },
+        };
+        if let Landed::Yes(r) = &landed {
+            if let Some(t) = self.loaded_topic(r.topic_id) {
+                t.set_record(r.clone());
+            }
+        }
+        landed
+    }
+
+    /// Removes a copy that failed or was not recorded, then reclaims its segments; a failure
+    /// here is logged (the copy's registry entry is dropped at the next start, its segments at
+    /// the next reclamation).
+    async fn drop_failed_copy(&self, ledger: LedgerId) {
+        if let Err(e) = drop_replica(&self.shared, ledger).await {
+            tracing::warn!(ledger, error = %e, "dropping a failed ledger copy");
+            return;
+        }
+        if let Err(e) = super::reclaim::reclaim(&self.shared).await {
+            tracing::warn!(ledger, error = %e, "reclaiming a failed copy's segments");
+        }
     }
 
     /// Copies every entry of sealed `record` from `sources` into this journal, checks the copy

@@ -313,8 +313,42 @@ impl TopicLog {
     }
 
     /// Entries `first..=last` of a ledger another bookie holds, read from that bookie and
-    /// clipped to what this view reads of it.
+    /// clipped to what this view reads of it. When no bookie the view lists can serve it, the
+    /// view is refreshed from the store once (autorecovery may have moved the copies).
     pub(super) async fn read_foreign(
+        &self,
+        ledger: LedgerId,
+        first: u64,
+        last: u64,
+    ) -> Result<Vec<Entry>, ReadError> {
+        match self.read_listed(ledger, first, last).await {
+            Err(e @ ReadError::Remote { .. }) => {
+                if self.copies_moved(ledger).await {
+                    self.read_listed(ledger, first, last).await
+                } else {
+                    Err(e)
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Whether the store lists other bookies for sealed `ledger` than this view does; if so the
+    /// view takes the store's record.
+    async fn copies_moved(&self, ledger: LedgerId) -> bool {
+        let Ok(Some(r)) = self.inner.shared.meta.get_ledger(ledger).await else {
+            return false;
+        };
+        let listed = self.foreign(ledger).map(|(b, _)| b);
+        let moved = r.state == LedgerState::Sealed
+            && listed.is_some_and(|b| !b.iter().map(String::as_str).eq(r.bookies()));
+        if moved {
+            self.set_record(r);
+        }
+        moved
+    }
+
+    async fn read_listed(
         &self,
         ledger: LedgerId,
         first: u64,

@@ -176,7 +176,13 @@ pub(crate) struct Replicas {
     /// Invariant: a ledger here is never dropped by [`collect`] (it may be in `held` as well,
     /// complete, between its seal and the store's compare-and-set).
     pub(super) copying: Mutex<HashMap<LedgerId, u32>>,
+    /// Seals of one ledger's copy run one at a time (the writer's word, a reader, collection
+    /// and autorecovery may seal it at once; they write the same files): stripe `ledger % N`.
+    sealing: Vec<tokio::sync::Mutex<()>>,
 }
+
+/// Stripes of [`Replicas::sealing`].
+const SEAL_STRIPES: usize = 64;
 
 impl Replicas {
     /// The sealed copies recovery kept (open ones are [`Replicas::restore`]d after the scan).
@@ -205,6 +211,9 @@ impl Replicas {
             create: tokio::sync::Mutex::new(()),
             fenced: Mutex::new(std::collections::HashSet::new()),
             copying: Mutex::new(HashMap::new()),
+            sealing: (0..SEAL_STRIPES)
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
         }
     }
 
@@ -227,15 +236,28 @@ impl Replicas {
             .contains(&ledger)
     }
 
-    /// Whether this bookie holds a copy of `ledger`.
+    /// Whether this bookie holds a copy of `ledger` (a copy autorecovery is still making is
+    /// not one yet: no reader uses it before the store lists it).
     pub fn holds(&self, ledger: LedgerId) -> bool {
-        self.lock().contains_key(&ledger)
+        let held = self.lock().contains_key(&ledger);
+        held && !self.copying().contains_key(&ledger)
     }
 
-    /// The open copy of `ledger`, if it is being written.
+    /// The open copy of `ledger`, if it is being written (not one autorecovery is making).
     pub fn open(&self, ledger: LedgerId) -> Option<Arc<OpenLedger>> {
+        if self.copying().contains_key(&ledger) {
+            return None;
+        }
         match self.lock().get(&ledger) {
             Some((_, Copy::Open(o))) => Some(o.clone()),
+            _ => None,
+        }
+    }
+
+    /// The first and last segment of this bookie's sealed copy of `ledger`, if it has one.
+    pub(super) fn sealed_segments(&self, ledger: LedgerId) -> Option<(u32, u32)> {
+        match self.lock().get(&ledger) {
+            Some((first, Copy::Sealed { last_segment, .. })) => Some((*first, *last_segment)),
             _ => None,
         }
     }
@@ -276,7 +298,8 @@ impl Replicas {
         first_segment: u32,
     ) -> Result<bool, LifecycleError> {
         let _creating = self.create.lock().await;
-        if self.holds(ledger) || self.copying().contains_key(&ledger) {
+        let held = self.lock().contains_key(&ledger);
+        if held || self.copying().contains_key(&ledger) {
             return Ok(false);
         }
         self.copying().insert(ledger, first_segment);
@@ -595,6 +618,9 @@ pub(crate) async fn replica_seal(
         ledger,
         bookie: shared.bookie.clone(),
     };
+    let _sealing = shared.replicas.sealing[(ledger % SEAL_STRIPES as u64) as usize]
+        .lock()
+        .await;
     let (first_segment, copy) = shared
         .replicas
         .lock()

@@ -605,22 +605,27 @@ async fn replicated_ledgers_keep_their_ensemble(store: &dyn MetadataStore) -> Te
 
 async fn sealed_ledgers_copies_move_by_compare_and_set(store: &dyn MetadataStore) -> TestResult {
     let (_, l) = replicated_ledger(store, "moved").await?;
-    let change = |lost: &[&str], add: &str| CopyChange {
-        lost: lost.iter().map(|b| b.to_string()).collect(),
-        add: add.to_string(),
-        segments: (40, 44),
+    let strings = |b: &[&str]| b.iter().map(|b| b.to_string()).collect::<Vec<_>>();
+    let change = |lost: &[&str], add: Option<&str>, writer: Option<&str>| CopyChange {
+        lost: strings(lost),
+        add: add.map(str::to_string),
+        writer: writer.map(|w| (w.to_string(), (40, 44))),
+    };
+    let refused = |r: Result<LedgerRecord, MetadataError>| {
+        assert!(matches!(r, Err(MetadataError::Conflict(_))), "{r:?}");
     };
     // Only a sealed ledger's copies move.
-    assert!(matches!(
-        store.move_ledger_copies(l.id, &change(&["b2"], "b4")).await,
-        Err(MetadataError::Conflict(_))
-    ));
+    refused(
+        store
+            .move_ledger_copies(l.id, &change(&["b2"], Some("b4"), None))
+            .await,
+    );
     store
         .transition_ledger(l.id, LedgerTransition::Seal(seal(5)), 3)
         .await?;
     // A lost replica is replaced: the writer and its first segment stay.
     let moved = store
-        .move_ledger_copies(l.id, &change(&["b2"], "b4"))
+        .move_ledger_copies(l.id, &change(&["b2"], Some("b4"), None))
         .await?;
     assert_eq!(store.get_ledger(l.id).await?, Some(moved.clone()));
     assert_eq!(
@@ -629,29 +634,33 @@ async fn sealed_ledgers_copies_move_by_compare_and_set(store: &dyn MetadataStore
             moved.first_segment,
             moved.replicas.clone()
         ),
-        ("b1", 1, vec!["b3".to_string(), "b4".to_string()])
+        ("b1", 1, strings(&["b3", "b4"]))
     );
     assert_eq!((moved.seal, moved.wanted_copies()), (Some(seal(5)), 3));
-    // Refused, nothing changed: a bookie not listed, or a new copy on a listed bookie.
+    // Refused, nothing changed: a bookie not listed, a new copy on a listed bookie, a copy
+    // more than the write quorum, a writer's place taken when the writer is not lost, or not
+    // taken (or by a bookie without a copy) when it is.
     for bad in [
-        change(&["b2"], "b5"),
-        change(&["b9"], "b5"),
-        change(&[], "b3"),
+        change(&["b2"], Some("b5"), None),
+        change(&["b9"], Some("b5"), None),
+        change(&[], Some("b3"), None),
+        change(&[], Some("b5"), None),
+        change(&["b3"], Some("b5"), Some("b5")),
+        change(&["b1"], Some("b5"), None),
+        change(&["b1"], Some("b5"), Some("b9")),
+        change(&["b1", "b3"], Some("b5"), Some("b1")),
     ] {
-        assert!(matches!(
-            store.move_ledger_copies(l.id, &bad).await,
-            Err(MetadataError::Conflict(_))
-        ));
+        refused(store.move_ledger_copies(l.id, &bad).await);
     }
     assert_eq!(store.get_ledger(l.id).await?, Some(moved));
-    // A lost writer: the new copy takes its place, with its own first segment; several
-    // bookies may be dropped at once, and a copy may be added with none lost.
+    // A lost writer: the new copy takes its place, with its own segments; several bookies
+    // may be dropped at once.
     let moved = store
-        .move_ledger_copies(l.id, &change(&["b1", "b3"], "b5"))
+        .move_ledger_copies(l.id, &change(&["b1", "b3"], Some("b5"), Some("b5")))
         .await?;
     assert_eq!(
         (moved.bookie.as_str(), moved.first_segment, moved.replicas),
-        ("b5", 40, vec!["b4".to_string()])
+        ("b5", 40, strings(&["b4"]))
     );
     assert_eq!(
         moved.seal,
@@ -661,15 +670,19 @@ async fn sealed_ledgers_copies_move_by_compare_and_set(store: &dyn MetadataStore
         }),
         "the seal's segments are the new bookie's"
     );
-    let grown = store.move_ledger_copies(l.id, &change(&[], "b6")).await?;
+    // A copy is added with none lost while the ledger is short of its write quorum.
+    let grown = store
+        .move_ledger_copies(l.id, &change(&[], Some("b6"), None))
+        .await?;
     assert_eq!(grown.bookies().collect::<Vec<_>>(), vec!["b5", "b4", "b6"]);
     assert!(matches!(
         store
-            .move_ledger_copies(l.id + 1000, &change(&[], "b7"))
+            .move_ledger_copies(l.id + 1000, &change(&[], Some("b7"), None))
             .await,
         Err(MetadataError::LedgerNotFound(_))
     ));
-    // Once offloaded, copies no longer move.
+    // Once offloaded, no copy is added, but a lost writer's place is taken by a replica
+    // (which then deletes the local copies after the lag).
     store
         .transition_ledger(
             l.id,
@@ -679,10 +692,23 @@ async fn sealed_ledgers_copies_move_by_compare_and_set(store: &dyn MetadataStore
             4,
         )
         .await?;
-    assert!(matches!(
-        store.move_ledger_copies(l.id, &change(&[], "b7")).await,
-        Err(MetadataError::Conflict(_))
-    ));
+    refused(
+        store
+            .move_ledger_copies(l.id, &change(&["b4"], Some("b7"), None))
+            .await,
+    );
+    let dropped = store
+        .move_ledger_copies(l.id, &change(&["b5"], None, Some("b6")))
+        .await?;
+    assert_eq!(
+        (
+            dropped.bookie.as_str(),
+            dropped.first_segment,
+            dropped.replicas
+        ),
+        ("b6", 40, strings(&["b4"]))
+    );
+    assert_eq!(dropped.state, LedgerState::Offloaded);
     Ok(())
 }
 

@@ -205,57 +205,82 @@ impl LedgerRecord {
     }
 }
 
-/// A change of where a sealed ledger's copies are ([`MetadataStore::move_ledger_copies`]):
-/// autorecovery made a new copy on `add` and drops the bookies in `lost`.
+/// A change of where a ledger's copies are ([`MetadataStore::move_ledger_copies`], ADR 0011):
+/// autorecovery drops the bookies in `lost` and, for a sealed ledger short of copies, adds the
+/// new copy on `add`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CopyChange {
     /// Bookies the ledger no longer lists (gone past the recovery delay); each must be listed.
     pub lost: Vec<String>,
-    /// The bookie holding the new, complete copy; must not be listed.
-    pub add: String,
-    /// The first and last segment of `add`'s journal holding the copy (recorded as the
-    /// ledger's `first_segment` and seal's `last_segment` when `add` becomes its `bookie`,
-    /// because the writer's bookie is among `lost`: both always describe `bookie`'s copy).
-    pub segments: (u32, u32),
+    /// The bookie holding a new, complete copy, not listed yet (`None`: bookies are dropped
+    /// only).
+    pub add: Option<String>,
+    /// When the writer's bookie is among `lost`: the bookie taking its place (`add`, or a
+    /// listed replica not lost) with the first and last segment of its journal holding its
+    /// copy, recorded as the ledger's `first_segment` and its seal's `last_segment` (both
+    /// always describe `bookie`'s copy). `None` otherwise.
+    pub writer: Option<(String, (u32, u32))>,
 }
 
 impl CopyChange {
-    /// The one rule every store applies, under its compare-and-set: the ledger is sealed,
-    /// lists every bookie in `lost` and not `add`. The new copy takes the writer's place (with
-    /// its segments) when the writer's bookie is lost (it then offloads the ledger), else joins
-    /// the replicas.
+    /// The one rule every store applies, under its compare-and-set:
+    /// - the ledger is sealed, or offloaded when nothing is added (the lake holds it);
+    /// - it lists every bookie in `lost`, and not `add`;
+    /// - a copy is added only while the bookies left number fewer than its write quorum (two
+    ///   copies made at once never both land);
+    /// - the writer's place goes to `writer` exactly when the writer's bookie is lost (that
+    ///   bookie then offloads the ledger and deletes its local copies).
     pub(crate) fn apply(&self, l: &mut LedgerRecord) -> Result<(), MetadataError> {
-        if l.state != LedgerState::Sealed {
-            return Err(MetadataError::Conflict(format!(
-                "ledger {} is {}, not sealed: its copies are not moved",
-                l.id, l.state
-            )));
+        let refuse = |why: String| Err(MetadataError::Conflict(format!("ledger {}: {why}", l.id)));
+        match (l.state, &self.add) {
+            (LedgerState::Sealed, _) | (LedgerState::Offloaded, None) => {}
+            (state, _) => return refuse(format!("it is {state}: its copies are not moved")),
         }
         if let Some(b) = self
             .lost
             .iter()
             .find(|b| !l.bookies().any(|x| x == b.as_str()))
         {
-            return Err(MetadataError::Conflict(format!(
-                "ledger {} does not list bookie {b}",
-                l.id
-            )));
+            return refuse(format!("it does not list bookie {b}"));
         }
-        if l.bookies().any(|x| x == self.add) {
-            return Err(MetadataError::Conflict(format!(
-                "ledger {} lists bookie {} already",
-                l.id, self.add
-            )));
-        }
-        l.replicas.retain(|r| !self.lost.contains(r));
-        if self.lost.contains(&l.bookie) {
-            l.bookie = self.add.clone();
-            l.first_segment = self.segments.0;
-            if let Some(seal) = &mut l.seal {
-                seal.last_segment = self.segments.1;
+        let left: Vec<String> = l
+            .bookies()
+            .filter(|b| !self.lost.iter().any(|x| x == b))
+            .map(str::to_string)
+            .collect();
+        if let Some(add) = &self.add {
+            if l.bookies().any(|x| x == add) {
+                return refuse(format!("it lists bookie {add} already"));
             }
-        } else {
-            l.replicas.push(self.add.clone());
+            if left.len() >= l.wanted_copies() {
+                return refuse(format!("it has its {} copies", l.wanted_copies()));
+            }
+        }
+        let writer_lost = self.lost.contains(&l.bookie);
+        let (bookie, first_segment, last_segment) = match (&self.writer, writer_lost) {
+            (None, false) => (l.bookie.clone(), l.first_segment, None),
+            (Some((w, (first, last))), true)
+                if self.add.as_ref() == Some(w) || (left.contains(w) && *w != l.bookie) =>
+            {
+                (w.clone(), *first, Some(*last))
+            }
+            (Some((w, _)), true) => {
+                return refuse(format!(
+                    "bookie {w} holds no copy to take the writer's place"
+                ))
+            }
+            (Some(_), false) => return refuse("its writer is not lost".into()),
+            (None, true) => return refuse("its writer is lost and none takes its place".into()),
+        };
+        l.replicas = left
+            .into_iter()
+            .chain(self.add.clone())
+            .filter(|b| *b != bookie)
+            .collect();
+        l.bookie = bookie;
+        l.first_segment = first_segment;
+        if let (Some(seal), Some(last)) = (&mut l.seal, last_segment) {
+            seal.last_segment = last;
         }
         Ok(())
     }

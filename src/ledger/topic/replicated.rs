@@ -29,6 +29,9 @@ pub struct Replication {
 pub const DEFAULT_ENSEMBLE: u8 = 3;
 /// Ack quorum of a ledger when the namespace sets none (at most its ensemble).
 pub const DEFAULT_ACK_QUORUM: u8 = 2;
+/// How long a seal waits for replicas that did not fail but have not answered for every
+/// confirmed entry yet, before leaving them out of the sealed ledger's bookies.
+const SEAL_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl TopicLog {
     /// Sends entry `entry` of replicated ledger `ledger` to each replica still in its quorum.
@@ -122,7 +125,7 @@ impl TopicLog {
         // Entries that failed were refused to their producers and are left out (this journal
         // may hold them).
         let submitted = old.written().entries.len() as u64;
-        let (count, complete) = quorum.settled(submitted).await;
+        let (count, complete) = quorum.settled_complete(submitted, SEAL_GRACE).await;
         let (entries, info) = {
             let w = old.written();
             (
