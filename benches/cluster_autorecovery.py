@@ -72,18 +72,25 @@ def one_run(binary, etcd, mb, run):
     try:
         for n in nodes:
             n.start()
-        url = "pulsar://" + ",".join(f"127.0.0.1:{n.pulsar_port}" for n in nodes)
+        # The perf tool takes one host; lookups redirect it to each topic's owner.
+        url = nodes[0].url
         rate = 4000
         duration = max(2, round(mb * 1024 * 1024 / SIZE / rate))
-        subprocess.run([binary, "perf", "produce", "--service-url", url, "--topic",
-                        "persistent://public/default/arbench", "--topic-count", "4",
-                        "--rate", str(rate), "--size", str(SIZE), "--duration", f"{duration}s",
-                        "--json"], check=True, capture_output=True, text=True, timeout=900)
+        out = subprocess.run([binary, "perf", "produce", "--service-url", url, "--topic",
+                              "persistent://public/default/arbench", "--topic-count", "4",
+                              "--rate", str(rate), "--size", str(SIZE), "--duration",
+                              f"{duration}s", "--json"],
+                             capture_output=True, text=True, timeout=900)
+        assert out.returncode == 0, out.stderr[:1500]
         http(nodes[0], "PUT", "/admin/v2/namespaces/public/default/unload")
         time.sleep(1)
         sealed = sealed_ledgers(etcd, prefix)
         total = sum(r["seal"]["size_bytes"] for r in sealed.values())
         victim = nodes[2]
+        with open(os.path.join(victim.data_dir, "data", "ledger", "bookie-id")) as f:
+            old = f.read().split()[-1]
+        held = [r for r in sealed.values() if old in [r["bookie"], *r["replicas"]]]
+        assert held, f"no sealed ledger on the victim: {sealed}"
         victim.stop(signal.SIGKILL)
         shutil.rmtree(os.path.join(victim.data_dir, "data"))
         restarted = time.time()
@@ -91,8 +98,8 @@ def one_run(binary, etcd, mb, run):
         deadline = time.time() + 600
         while True:
             records = sealed_ledgers(etcd, prefix)
-            if all(len({r["bookie"], *r["replicas"]}) == 3
-                   and len(r["replicas"]) == 2 for r in records.values()) \
+            if all(len({r["bookie"], *r["replicas"]}) == 3 and len(r["replicas"]) == 2
+                   and old not in [r["bookie"], *r["replicas"]] for r in records.values()) \
                     and all(not http(n, "GET", "/admin/v2/autorecovery")["underReplicated"]
                             for n in nodes):
                 done = time.time()
