@@ -1,0 +1,126 @@
+"""A network partition between the owner of a busy topic and etcd (issue 19): three nodes,
+default 3/3/2 replication, deduplication on. The owner's only path to etcd goes through a TCP
+proxy that the test turns into a black hole (bytes dropped, nothing closed: as a partition
+looks). The owner keeps its own path to the other nodes' bookies, the harder case: it could
+still reach an ack quorum if nothing fenced it.
+
+It must stop acknowledging within its session's lease; another node takes the topic over,
+fences the open ledger on its replicas and goes on; every acknowledged message is read exactly
+once, in order, and a message read that was not acknowledged is one whose send failed to the
+client (its acknowledgement lost, the write kept): nothing never sent is read."""
+import os
+import threading
+import time
+import urllib.request
+import uuid
+
+import pulsar
+
+from conftest import _free_port, eventually
+from tcpproxy import TcpProxy
+from test_cluster_ownership import TTL, _owners
+from test_cluster_replication import _ledgers
+
+ENV = {"LEDGERLAKE_METADATA__SESSION_TTL": TTL, "LEDGERLAKE_LAKE__ENABLED": "false"}
+
+
+def _node(etcd_url, make_service):
+    return make_service(env=ENV, args=["--metadata-url", etcd_url,
+                                       "--bookie-addr", f"127.0.0.1:{_free_port()}"])
+
+
+def test_an_owner_cut_off_from_etcd_stops_acknowledging_and_loses_nothing(etcd, make_service):
+    prefix = f"/partition-{uuid.uuid4().hex[:6]}"
+    proxy = TcpProxy(int(etcd.endpoint.rsplit(":", 1)[1]))
+    try:
+        cut = _node(f"etcd://127.0.0.1:{proxy.port}{prefix}", make_service)
+        others = [_node(etcd.url(prefix), make_service) for _ in range(2)]
+        nodes = [cut, *others]
+        for n in nodes:
+            n.start()
+        ids = {f"127.0.0.1:{n.http_port}": n for n in nodes}
+        client = pulsar.Client("pulsar://" + ",".join(f"127.0.0.1:{n.pulsar_port}"
+                                                      for n in nodes),
+                               operation_timeout_seconds=60)
+        try:
+            admin = f"{others[0].http}/admin/v2/namespaces/public/default/deduplication"
+            req = urllib.request.Request(admin, data=b"true", method="POST",
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=30) as r:
+                assert r.status == 204
+            # A topic the partitioned node owns.
+            for _ in range(40):
+                topic = f"persistent://public/default/part-{uuid.uuid4().hex[:6]}"
+                producer = client.create_producer(topic, producer_name="partitioned",
+                                                  batching_enabled=False,
+                                                  send_timeout_millis=60000)
+                producer.send(b"probe")
+                if ids.get(_owners(etcd, prefix).get(topic)) is cut:
+                    break
+                producer.close()
+            else:
+                raise AssertionError("no topic placed on the node to be cut off")
+            acked, failed = [b"probe"], []
+            stop = threading.Event()
+
+            def produce():
+                i = 0
+                while not stop.is_set():
+                    body = f"m{i}".encode()
+                    try:
+                        producer.send(body)
+                        acked.append((body, time.monotonic()))
+                    except pulsar.PulsarException:
+                        failed.append(body)
+                    i += 1
+            sender = threading.Thread(target=produce, daemon=True)
+            sender.start()
+            eventually(lambda: len(acked) >= 50, timeout=30, interval=0.05)
+            proxy.partition()
+            cut_at = time.monotonic()
+
+            # The owner notices within its lease (2/3 of the 3 s TTL without a renewal) and
+            # stops serving; another node owns the topic and acknowledges again.
+            def gone():
+                assert "coordination session ended: serving no topic" in open(cut.log_path).read()
+            eventually(gone, timeout=15, interval=0.05)
+            stopped_at = time.monotonic()
+            assert stopped_at - cut_at < 3.0 + 1.0, stopped_at - cut_at
+
+            def moved():
+                owner = ids.get(_owners(etcd, prefix).get(topic))
+                assert owner in others, owner
+                assert any(t > stopped_at for _, t in acked[1:]), "no send acknowledged since"
+            eventually(moved, timeout=60, interval=0.1)
+            time.sleep(1)
+            stop.set()
+            sender.join(timeout=120)
+            assert not sender.is_alive()
+            sent = [b"probe"] + [b for b, _ in acked[1:]]
+            reader = client.create_reader(topic, pulsar.MessageId.earliest)
+            try:
+                got = []
+                while reader.has_message_available():
+                    got.append(reader.read_next(timeout_millis=30000).data())
+            finally:
+                reader.close()
+            # Every acknowledged message exactly once, in send order; anything else read is a
+            # send whose acknowledgement the client never saw (retried, deduplicated).
+            assert len(got) == len(set(got)), "a message read twice"
+            acked_set = set(sent)
+            assert [b for b in got if b in acked_set] == sent
+            assert set(got) - acked_set <= set(failed)
+            # The cut-off owner's open ledger was fenced and sealed by the new owner: no ledger
+            # of the topic it wrote is open any more.
+            records = _ledgers(etcd, prefix)
+            assert not [r for r in records.values()
+                        if r["state"] == 1 and r["bookie"] == _bookie(cut)], records
+        finally:
+            client.close()
+    finally:
+        proxy.stop()
+
+
+def _bookie(node):
+    with open(os.path.join(node.data_dir, "data", "ledger", "bookie-id")) as f:
+        return f.read().split()[-1]
