@@ -18,7 +18,7 @@ import pulsar
 
 from conftest import _free_port, eventually
 from tcpproxy import TcpProxy
-from test_cluster_ownership import TTL, _owners
+from test_cluster_ownership import TTL, _owners, _sql
 from test_cluster_replication import _ledgers
 
 ENV = {"LEDGERLAKE_METADATA__SESSION_TTL": TTL, "LEDGERLAKE_LAKE__ENABLED": "false"}
@@ -110,6 +110,13 @@ def test_an_owner_cut_off_from_etcd_stops_acknowledging_and_loses_nothing(etcd, 
             acked_set = set(sent)
             assert [b for b in got if b in acked_set] == sent
             assert set(got) - acked_set <= set(failed)
+            # SQL on each node left reads the same messages (the sealed ledger from its copies,
+            # the new owner's open ledger from its bookie).
+            name = topic.rsplit("/", 1)[1]
+            for n in others:
+                status, rows = _sql(n, f'SELECT count(*) AS n, count(DISTINCT payload) AS d '
+                                       f'FROM "{name}"')
+                assert status == 200 and rows == [{"n": len(got), "d": len(got)}], (n.http, rows)
             # The cut-off owner's open ledger was fenced and sealed by the new owner: no ledger
             # of the topic it wrote is open any more.
             records = _ledgers(etcd, prefix)
