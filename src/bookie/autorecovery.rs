@@ -17,17 +17,20 @@
 //!   bookies.
 //! - A drop: lost bookies of a ledger that needs no copy (as many copies as live bookies allow,
 //!   no bookie to copy to, or offloaded) are dropped from it by its writer, or when the writer
-//!   is not live by the first live bookie holding a copy, which takes a lost writer's place
-//!   ([`Log::drop_lost_copies`]; the writer offloads the ledger and deletes local copies).
+//!   is not live by a live bookie holding a copy (by ledger id and minute), which takes a lost
+//!   writer's place ([`Log::drop_lost_copies`]; the writer offloads the ledger and deletes
+//!   local copies).
 //!
 //! Nodes that disagree about the members may both act; the store's compare-and-set lets one
 //! change land (a copy is recorded only while the ledger is short of copies) and the other
 //! copy is dropped. Every node audits, which costs one listing of the sealed and offloaded
 //! ledgers per audit (BookKeeper elects an auditor instead).
 //!
-//! When: an audit runs when the live bookies change, every tick while something can still
-//! change (a copy or drop to make, a missing bookie to wait for) and otherwise every
-//! [`AutoRecoveryConfig::audit_interval`]; the tick itself only lists the members.
+//! When: an audit runs when the live bookies change, every tick while this bookie has a task
+//! or waits for a missing bookie, every [`ELSEWHERE_TICKS`] ticks while only others have tasks,
+//! and otherwise every [`AutoRecoveryConfig::audit_interval`]; a task that failed here is put
+//! off (doubling from a tick up to the audit interval). The tick itself only lists the
+//! members.
 //!
 //! Invariant: this node changes nothing while its coordination session is not live, and never
 //! copies a ledger it holds already (the log refuses it).
@@ -46,6 +49,8 @@ use crate::ledger::{now_ms, LedgerRecord, LedgerState, Log, MetadataError};
 
 /// Longest pause between two looks at the members.
 const MAX_TICK: Duration = Duration::from_secs(5);
+/// Ticks between two audits while only other bookies have copies or drops to make.
+const ELSEWHERE_TICKS: u32 = 6;
 
 /// Why one autorecovery pass stopped.
 #[derive(Debug, thiserror::Error)]
@@ -89,6 +94,14 @@ enum Task {
     Copy { ledger: u64, lost: Vec<String> },
     /// Drop the lost bookies from the ledger (taking a lost writer's place).
     Drop { ledger: u64, lost: Vec<String> },
+}
+
+impl Task {
+    fn ledger(&self) -> u64 {
+        match self {
+            Task::Copy { ledger, .. } | Task::Drop { ledger, .. } => *ledger,
+        }
+    }
 }
 
 /// A bookie listed by a sealed ledger that no live member advertises.
@@ -146,6 +159,10 @@ struct State {
     missing_since: HashMap<String, Instant>,
     /// When the next audit is due (`None`: at the next tick).
     next_audit: Option<Instant>,
+    /// Ledgers whose copy or drop failed here: not tried again before `.0`; `.1` doubles
+    /// with each failure (from the tick up to the audit interval).
+    /// Invariant: holds only ledgers the last audit gave this bookie a task for.
+    backoff: HashMap<u64, (Instant, Duration)>,
     /// The last audit's findings.
     last_audit_ms: i64,
     sealed_ledgers: usize,
@@ -271,7 +288,11 @@ impl AutoRecovery {
         let mut s = self.state();
         let live = s.live.clone();
         // Missing bookies: first seen now, or since earlier; forgotten once back or unlisted.
-        let listed: HashSet<&str> = ledgers.iter().flat_map(|l| l.bookies()).collect();
+        let listed: HashSet<&str> = ledgers
+            .iter()
+            .filter(|l| l.seal.is_some_and(|s| s.entry_count > 0))
+            .flat_map(|l| l.bookies())
+            .collect();
         s.missing_since
             .retain(|b, _| !live.contains(b) && listed.contains(b.as_str()));
         for b in listed
@@ -308,24 +329,38 @@ impl AutoRecovery {
                 under.push(f);
             }
         }
-        // Audited again at the next tick while anything can still change: a copy or a drop to
-        // make, a missing bookie to wait for.
+        // Tasks that failed lately wait their turn; the others run now.
+        let mine: HashSet<u64> = tasks.iter().map(Task::ledger).collect();
+        s.backoff.retain(|l, _| mine.contains(l));
+        let retry = s
+            .backoff
+            .values()
+            .map(|(at, _)| *at)
+            .filter(|at| *at > now)
+            .min();
+        let backoff = &s.backoff;
+        tasks.retain(|t| backoff.get(&t.ledger()).is_none_or(|(at, _)| *at <= now));
+        // Audited again at the next tick while this bookie has something to do or waits for a
+        // missing bookie; every few ticks while other bookies have (to keep this node's
+        // status and gauge current, at a sixth of the cost should theirs keep failing).
         let waiting = s
             .missing_since
             .values()
             .any(|at| now.duration_since(*at) < delay);
-        let pending = drops > 0
-            || waiting
-            || under
-                .iter()
-                .any(|u| u.target.is_some() || !u.waiting_for.is_empty());
-        s.next_audit = Some(
-            now + if pending {
-                self.tick()
+        let elsewhere = under.iter().any(|u| u.target.is_some()) || drops > 0;
+        let idle = now
+            + if elsewhere {
+                self.config
+                    .audit_interval
+                    .min(self.tick() * ELSEWHERE_TICKS)
             } else {
                 self.config.audit_interval
-            },
-        );
+            };
+        s.next_audit = Some(if waiting || !tasks.is_empty() {
+            now + self.tick()
+        } else {
+            retry.map_or(idle, |r| r.min(idle))
+        });
         s.last_audit_ms = now_ms();
         s.sealed_ledgers = ledgers
             .iter()
@@ -352,15 +387,30 @@ impl AutoRecovery {
             Ok(record) => {
                 tracing::info!(ledger, ?lost, bookies = ?record.bookies().collect::<Vec<_>>(),
                     "autorecovery dropped lost bookies from a ledger");
-                self.state().lost_dropped += 1;
+                let mut s = self.state();
+                s.lost_dropped += 1;
+                s.backoff.remove(&ledger);
             }
             Err(e) => {
                 tracing::warn!(ledger, error = %e, "autorecovery could not drop lost bookies");
-                let mut s = self.state();
-                s.failures += 1;
-                s.last_error = Some(format!("ledger {ledger}: {e}"));
+                self.failed(ledger, &e);
             }
         }
+    }
+
+    /// Counts a failed task and puts it off: twice as long as last time, from a tick up to
+    /// the audit interval.
+    fn failed(&self, ledger: u64, e: &dyn std::fmt::Display) {
+        let tick = self.tick();
+        let cap = self.config.audit_interval.max(tick);
+        let mut s = self.state();
+        s.failures += 1;
+        s.last_error = Some(format!("ledger {ledger}: {e}"));
+        let step = s
+            .backoff
+            .get(&ledger)
+            .map_or(tick, |(_, step)| (*step * 2).min(cap));
+        s.backoff.insert(ledger, (Instant::now() + step, step));
     }
 
     /// Copies `ledger` here; whether the copy was made and recorded.
@@ -378,14 +428,13 @@ impl AutoRecovery {
                 s.copies_made += 1;
                 s.bytes_copied += done.bytes;
                 s.under.retain(|u| u.ledger != ledger);
+                s.backoff.remove(&ledger);
                 true
             }
             Err(e) => {
                 metrics.rereplication_failures.inc();
                 tracing::warn!(ledger, error = %e, "autorecovery could not copy a ledger here");
-                let mut s = self.state();
-                s.failures += 1;
-                s.last_error = Some(format!("ledger {ledger}: {e}"));
+                self.failed(ledger, &e);
                 false
             }
         }
@@ -463,12 +512,16 @@ fn assess(
         .filter(|b| !live.contains(*b))
         .partition(|b| lost(b));
     let gone: Vec<String> = gone.into_iter().map(str::to_string).collect();
-    // Drops are made by the writer, or when the writer is not live by the first live bookie
-    // holding a copy (which takes the writer's place when the writer is lost).
+    // Drops are made by the writer, or when the writer is not live by a live bookie holding
+    // a copy (which takes the writer's place when the writer is lost), by ledger id and
+    // minute: one whose copy turns out unusable is replaced the next minute.
     let actor = if live.contains(&l.bookie) {
         Some(l.bookie.clone())
+    } else if holding.is_empty() {
+        None
     } else {
-        holding.first().map(|b| b.to_string())
+        let at = l.id.wrapping_add(minute) % holding.len() as u64;
+        Some(holding[at as usize].to_string())
     };
     let drop = |gone: Vec<String>| {
         actor
@@ -620,11 +673,13 @@ mod tests {
     fn lost_bookies_are_dropped_when_no_copy_is_needed_and_a_live_copy_takes_a_lost_writers_place()
     {
         // Two live bookies, both holding it: as many copies as the cluster can hold; the lost
-        // writer is dropped by the first live bookie holding a copy.
+        // writer is dropped by a live bookie holding a copy, another one the next minute.
         let live = set(&["b", "c"]);
         let l = sealed(5, "a", &["c", "b"], 3);
         let a = assess(&l, &live, &strings(&["b", "c"]), 0, &|_| true);
         assert!(a.under.is_none());
+        assert_eq!(a.drop, Some(("c".to_string(), strings(&["a"]))));
+        let a = assess(&l, &live, &strings(&["b", "c"]), 1, &|_| true);
         assert_eq!(a.drop, Some(("b".to_string(), strings(&["a"]))));
         // A lost replica, the writer live: the writer drops it.
         let l = sealed(6, "b", &["a", "c"], 3);

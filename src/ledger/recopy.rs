@@ -216,12 +216,11 @@ impl Log {
             }
             Err(e) => Err((e, true)),
         };
-        drop(copying);
         match landed {
             Ok(done) => Ok(done),
             Err((e, drop_copy)) => {
                 if drop_copy {
-                    self.drop_failed_copy(ledger).await;
+                    self.drop_failed_copy(ledger, copying).await;
                 }
                 Err(e)
             }
@@ -279,13 +278,16 @@ impl Log {
             Err(e @ (MetadataError::Conflict(_) | MetadataError::LedgerNotFound(_))) => {
                 Landed::No(e.into())
             }
+            // The change may still land after this read (a transaction the client gave up on):
+            // not shown yet is not "refused".
             Err(e) => match meta.get_ledger(ledger).await {
                 Ok(Some(r)) if shows(change, &r) => Landed::Yes(r),
-                Ok(_) => Landed::No(e.into()),
-                Err(_) => Landed::Unknown(e.into()),
+                _ => Landed::Unknown(e.into()),
             },
         };
         if let Landed::Yes(r) = &landed {
+            self.transitions
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             if let Some(t) = self.loaded_topic(r.topic_id) {
                 t.set_record(r.clone());
             }
@@ -296,8 +298,12 @@ impl Log {
     /// Removes a copy that failed or was not recorded, then reclaims its segments; a failure
     /// here is logged (the copy's registry entry is dropped at the next start, its segments at
     /// the next reclamation).
-    async fn drop_failed_copy(&self, ledger: LedgerId) {
-        if let Err(e) = drop_replica(&self.shared, ledger).await {
+    async fn drop_failed_copy(&self, ledger: LedgerId, copying: Copying<'_>) {
+        // Dropped while still marked as copying (no reader sees it meanwhile), then unmarked
+        // so that reclamation frees its segments.
+        let dropped = drop_replica(&self.shared, ledger).await;
+        drop(copying);
+        if let Err(e) = dropped {
             tracing::warn!(ledger, error = %e, "dropping a failed ledger copy");
             return;
         }

@@ -709,6 +709,32 @@ async fn sealed_ledgers_copies_move_by_compare_and_set(store: &dyn MetadataStore
         ("b6", 40, strings(&["b4"]))
     );
     assert_eq!(dropped.state, LedgerState::Offloaded);
+    // A record from before the write quorum was recorded (0) wants as many copies as it
+    // lists: pinned at the first change, so dropping a lost bookie does not lower it.
+    let t = store.get_or_create_topic("legacy", 0).await?;
+    let replicas = ["b2".to_string(), "b3".to_string()];
+    let old = store
+        .create_ledger_placed(
+            t.id,
+            1,
+            Placement {
+                bookie: "b1",
+                replicas: &replicas,
+                ack_quorum: 2,
+                write_quorum: 0,
+            },
+            2,
+            None,
+        )
+        .await?;
+    store
+        .transition_ledger(old.id, LedgerTransition::Seal(seal(5)), 3)
+        .await?;
+    let pinned = store
+        .move_ledger_copies(old.id, &change(&["b3"], None, None))
+        .await?;
+    assert_eq!((pinned.write_quorum, pinned.wanted_copies()), (3, 3));
+    assert_eq!(store.get_ledger(old.id).await?, Some(pinned));
     Ok(())
 }
 

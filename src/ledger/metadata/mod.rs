@@ -272,6 +272,9 @@ impl CopyChange {
             (Some(_), false) => return refuse("its writer is not lost".into()),
             (None, true) => return refuse("its writer is lost and none takes its place".into()),
         };
+        // A record from before the write quorum was recorded wants as many copies as it
+        // listed: pinned now, before the list changes.
+        l.write_quorum = u8::try_from(l.wanted_copies()).unwrap_or(u8::MAX);
         l.replicas = left
             .into_iter()
             .chain(self.add.clone())

@@ -31,7 +31,7 @@ pub const DEFAULT_ENSEMBLE: u8 = 3;
 pub const DEFAULT_ACK_QUORUM: u8 = 2;
 /// How long a seal waits for replicas that did not fail but have not answered for every
 /// confirmed entry yet, before leaving them out of the sealed ledger's bookies.
-const SEAL_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+const SEAL_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
 impl TopicLog {
     /// Sends entry `entry` of replicated ledger `ledger` to each replica still in its quorum.

@@ -308,13 +308,15 @@ pub(super) async fn move_ledger_copies(
     change.apply(&mut next)?;
     let last = |l: &LedgerRecord| l.seal.map(|s| i64::from(s.last_segment));
     let result = sqlx::query(
-        "UPDATE ll_ledgers SET bookie = ?, replicas = ?, first_segment = ?, last_segment = ?
+        "UPDATE ll_ledgers SET bookie = ?, replicas = ?, first_segment = ?, last_segment = ?,
+             write_quorum = ?
          WHERE ledger_id = ? AND state = ? AND bookie = ? AND replicas = ? AND first_segment = ?",
     )
     .bind(next.bookie.clone())
     .bind(super::encode_replicas(&next.replicas))
     .bind(i64::from(next.first_segment))
     .bind(last(&next))
+    .bind(i64::from(next.write_quorum))
     .bind(id as i64)
     .bind(i64::from(current.state.as_u8()))
     .bind(current.bookie.clone())
