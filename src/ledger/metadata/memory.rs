@@ -46,6 +46,25 @@ impl MemoryMetadataStore {
     }
 }
 
+impl MemoryMetadataStore {
+    /// Changes ledger `id` by `change`, all or nothing (under the store's lock).
+    fn update_ledger(
+        &self,
+        id: LedgerId,
+        change: impl FnOnce(&mut LedgerRecord) -> Result<(), MetadataError>,
+    ) -> Result<LedgerRecord, MetadataError> {
+        let mut s = self.lock();
+        let l = s
+            .ledgers
+            .get_mut(&id)
+            .ok_or(MetadataError::LedgerNotFound(id))?;
+        let mut next = l.clone();
+        change(&mut next)?;
+        *l = next.clone();
+        Ok(next)
+    }
+}
+
 #[async_trait]
 impl MetadataStore for MemoryMetadataStore {
     async fn get_or_create_topic(
@@ -222,28 +241,7 @@ impl MetadataStore for MemoryMetadataStore {
         transition: LedgerTransition,
         now_ms: i64,
     ) -> Result<LedgerRecord, MetadataError> {
-        let mut s = self.lock();
-        let l = s
-            .ledgers
-            .get_mut(&id)
-            .ok_or(MetadataError::LedgerNotFound(id))?;
-        let to = transition.target();
-        if !l.state.can_become(to) {
-            return Err(MetadataError::InvalidTransition {
-                ledger: id,
-                from: l.state,
-                to,
-            });
-        }
-        match transition {
-            LedgerTransition::Seal(info) => l.seal = Some(info),
-            LedgerTransition::SealPlaced(p) => p.place(l),
-            LedgerTransition::Offload { reference } => l.offload_ref = Some(reference),
-            LedgerTransition::Delete | LedgerTransition::Expire => {}
-        }
-        l.state = to;
-        l.state_changed_at_ms = now_ms;
-        Ok(l.clone())
+        self.update_ledger(id, |l| transition.apply(l, now_ms))
     }
 
     async fn move_ledger_copies(
@@ -251,15 +249,7 @@ impl MetadataStore for MemoryMetadataStore {
         id: LedgerId,
         change: &CopyChange,
     ) -> Result<LedgerRecord, MetadataError> {
-        let mut s = self.lock();
-        let l = s
-            .ledgers
-            .get_mut(&id)
-            .ok_or(MetadataError::LedgerNotFound(id))?;
-        let mut next = l.clone();
-        change.apply(&mut next)?;
-        *l = next.clone();
-        Ok(next)
+        self.update_ledger(id, |l| change.apply(l))
     }
 
     async fn save_cursor(

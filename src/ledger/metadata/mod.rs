@@ -370,6 +370,29 @@ impl LedgerTransition {
             LedgerTransition::Expire => LedgerState::Expired,
         }
     }
+
+    /// The one rule every store applies, under its compare-and-set: refused with
+    /// `InvalidTransition` unless `l`'s state may become the target; then the record as the
+    /// transition leaves it.
+    pub(crate) fn apply(&self, l: &mut LedgerRecord, now_ms: i64) -> Result<(), MetadataError> {
+        let to = self.target();
+        if !l.state.can_become(to) {
+            return Err(MetadataError::InvalidTransition {
+                ledger: l.id,
+                from: l.state,
+                to,
+            });
+        }
+        match self {
+            LedgerTransition::Seal(info) => l.seal = Some(*info),
+            LedgerTransition::SealPlaced(p) => p.place(l),
+            LedgerTransition::Offload { reference } => l.offload_ref = Some(reference.clone()),
+            LedgerTransition::Delete | LedgerTransition::Expire => {}
+        }
+        l.state = to;
+        l.state_changed_at_ms = now_ms;
+        Ok(())
+    }
 }
 
 /// Errors of the metadata store.

@@ -32,7 +32,10 @@ use super::{
 };
 use layout::{decode, decode_ledger, encode, encode_ledger, Keys, StoredTopic};
 
+mod cas;
 pub mod layout;
+
+use cas::{absent, exists, first_get_found, unchanged};
 
 /// Keys read per request when listing a range.
 const PAGE: i64 = 500;
@@ -72,13 +75,6 @@ fn prefix_end(prefix: &[u8]) -> Vec<u8> {
         }
     }
     vec![0]
-}
-
-fn get_response(op: &TxnOpResponse) -> Option<&etcd_client::GetResponse> {
-    match op {
-        TxnOpResponse::Get(r) => Some(r),
-        _ => None,
-    }
 }
 
 impl EtcdMetadataStore {
@@ -220,43 +216,6 @@ impl EtcdMetadataStore {
         }
         Ok(())
     }
-
-    /// A ledger's record with its mod revision.
-    async fn ledger_with_revision(
-        &self,
-        id: LedgerId,
-    ) -> Result<Option<(LedgerRecord, i64)>, MetadataError> {
-        let Some(index) = self.get("find ledger", self.keys.ledger_topic(id)).await? else {
-            return Ok(None);
-        };
-        let topic: TopicId = decode("ledger index", index.value())?;
-        let Some(kv) = self.get("get ledger", self.keys.ledger(topic, id)).await? else {
-            return Ok(None);
-        };
-        Ok(Some((decode_ledger(kv.value())?, kv.mod_revision())))
-    }
-}
-
-/// The compare that holds while `key` has not changed since it was read at `mod_revision`
-/// (0: it was absent).
-/// Whether the first operation of a failed transaction's `or_else` (a get) found its key.
-fn first_get_found(resp: &TxnResponse) -> bool {
-    resp.op_responses()
-        .first()
-        .and_then(get_response)
-        .is_some_and(|r| !r.kvs().is_empty())
-}
-
-fn unchanged(key: impl Into<Vec<u8>>, mod_revision: i64) -> Compare {
-    Compare::mod_revision(key, CompareOp::Equal, mod_revision)
-}
-
-fn exists(key: impl Into<Vec<u8>>) -> Compare {
-    Compare::version(key, CompareOp::Greater, 0)
-}
-
-fn absent(key: impl Into<Vec<u8>>) -> Compare {
-    Compare::version(key, CompareOp::Equal, 0)
 }
 
 #[async_trait]
@@ -546,37 +505,8 @@ impl MetadataStore for EtcdMetadataStore {
         transition: LedgerTransition,
         now_ms: i64,
     ) -> Result<LedgerRecord, MetadataError> {
-        let to = transition.target();
-        loop {
-            let (mut ledger, revision) = self
-                .ledger_with_revision(id)
-                .await?
-                .ok_or(MetadataError::LedgerNotFound(id))?;
-            if !ledger.state.can_become(to) {
-                return Err(MetadataError::InvalidTransition {
-                    ledger: id,
-                    from: ledger.state,
-                    to,
-                });
-            }
-            match &transition {
-                LedgerTransition::Seal(info) => ledger.seal = Some(*info),
-                LedgerTransition::SealPlaced(p) => p.place(&mut ledger),
-                LedgerTransition::Offload { reference } => {
-                    ledger.offload_ref = Some(reference.clone())
-                }
-                LedgerTransition::Delete | LedgerTransition::Expire => {}
-            }
-            ledger.state = to;
-            ledger.state_changed_at_ms = now_ms;
-            let key = self.keys.ledger(ledger.topic_id, id);
-            let txn = Txn::new()
-                .when([unchanged(key.clone(), revision)])
-                .and_then([TxnOp::put(key, encode_ledger(&ledger), None)]);
-            if self.txn("transition ledger", txn).await?.succeeded() {
-                return Ok(ledger);
-            }
-        }
+        self.update_ledger("transition ledger", id, |l| transition.apply(l, now_ms))
+            .await
     }
 
     async fn move_ledger_copies(
@@ -584,20 +514,8 @@ impl MetadataStore for EtcdMetadataStore {
         id: LedgerId,
         change: &CopyChange,
     ) -> Result<LedgerRecord, MetadataError> {
-        loop {
-            let (mut ledger, revision) = self
-                .ledger_with_revision(id)
-                .await?
-                .ok_or(MetadataError::LedgerNotFound(id))?;
-            change.apply(&mut ledger)?;
-            let key = self.keys.ledger(ledger.topic_id, id);
-            let txn = Txn::new()
-                .when([unchanged(key.clone(), revision)])
-                .and_then([TxnOp::put(key, encode_ledger(&ledger), None)]);
-            if self.txn("move ledger copies", txn).await?.succeeded() {
-                return Ok(ledger);
-            }
-        }
+        self.update_ledger("move ledger copies", id, |l| change.apply(l))
+            .await
     }
 
     async fn save_cursor(

@@ -285,14 +285,8 @@ pub(super) async fn transition_ledger(
             "ledger {id} changed state during a transition"
         )));
     }
-    match transition {
-        LedgerTransition::Seal(info) => current.seal = Some(info),
-        LedgerTransition::SealPlaced(p) => p.place(&mut current),
-        LedgerTransition::Offload { reference } => current.offload_ref = Some(reference),
-        LedgerTransition::Delete | LedgerTransition::Expire => {}
-    }
-    current.state = to;
-    current.state_changed_at_ms = now_ms;
+    // The row is updated as the transition leaves the record: the same rule, applied here.
+    transition.apply(&mut current, now_ms)?;
     Ok(current)
 }
 
