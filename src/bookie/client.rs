@@ -16,8 +16,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::{SinkExt, StreamExt};
-use tokio::net::TcpStream;
-use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
 use crate::cluster::membership::Membership;
 use crate::ledger::metadata::SealInfo;
@@ -25,8 +23,7 @@ use crate::ledger::{
     AddDone, Confirmed, Entry, FencedCopy, LedgerId, Position, ReadError, ReplicaAdd, ReplicaSource,
 };
 use crate::protocol::bookie::{
-    codec, decode_response, encode_request, BookieErrorCode, BookieRequest, BookieResponse,
-    READ_BUDGET,
+    decode_response, encode_request, BookieErrorCode, BookieRequest, BookieResponse, READ_BUDGET,
 };
 
 /// How long a resolved bookie address is used before the members are listed again.
@@ -36,7 +33,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Idle connections kept per bookie.
 const IDLE_PER_BOOKIE: usize = 4;
 
-type Conn = Framed<TcpStream, LengthDelimitedCodec>;
+use super::dial::Conn;
 
 /// Why a call to a bookie failed (mapped to [`ReadError`] in [`BookieClient::failed`]).
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +58,8 @@ pub struct BookieClient {
     streams: Arc<super::streams::AddStreams>,
     /// Turns with every ensemble chosen, so new ledgers spread over the bookies.
     spread: AtomicU64,
+    /// What this node presents to other bookies ([`super::dial`]).
+    token: Option<Arc<str>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -68,10 +67,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl BookieClient {
-    /// A client resolving bookies through `membership`.
-    pub fn new(membership: Arc<Membership>) -> BookieClient {
+    /// A client resolving bookies through `membership`, presenting `token` to them.
+    pub fn new(membership: Arc<Membership>, token: Option<String>) -> BookieClient {
+        let token: Option<Arc<str>> = token.map(Into::into);
         BookieClient {
-            streams: super::streams::AddStreams::new(membership.clone()),
+            streams: super::streams::AddStreams::new(membership.clone(), token.clone()),
+            token,
             spread: AtomicU64::new(0),
             membership,
             addresses: Mutex::new((None, HashMap::new())),
@@ -116,12 +117,10 @@ impl BookieClient {
                 return Ok(resp);
             }
         }
-        let conn = tokio::time::timeout(REQUEST_TIMEOUT, TcpStream::connect(&addr))
+        let conn = super::dial::dial(&addr, self.token.as_deref(), REQUEST_TIMEOUT)
             .await
-            .map_err(|_| transport(&addr, "connect timed out"))?
             .map_err(|e| transport(&addr, &e.to_string()))?;
-        let _ = conn.set_nodelay(true);
-        self.exchange(Framed::new(conn, codec()), &addr, req).await
+        self.exchange(conn, &addr, req).await
     }
 
     async fn exchange(

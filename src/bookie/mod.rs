@@ -21,8 +21,14 @@
 //! - [`autorecovery`]: copies sealed ledgers that lost copies to other bookies until each has
 //!   its write quorum again.
 //!
-//! Not built yet (issue 19): the listener has no authentication or TLS of its own, so it is
-//! bound to an address only the cluster's nodes reach.
+//! - With authentication on ([`PeerCheck`]), a connection is served only after its first
+//!   request, `Hello`, presented a token of a superuser role (ADR 0012); anything else first,
+//!   or a refused token, is answered `Unauthorized` and the connection closed. Nodes dial
+//!   with their `broker.authentication.node_token` ([`dial`]).
+//!
+//! Not built yet (issue 19): the listener has no TLS of its own, so its traffic (entries
+//! included) crosses the network in the clear: bind it to an address only the cluster's nodes
+//! reach.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -43,12 +49,41 @@ pub const MAX_CONNECTIONS: usize = 256;
 
 pub mod autorecovery;
 pub mod client;
+pub mod dial;
 pub mod streams;
 
-/// Serves the bookie protocol on `listener` until `stop` is cancelled.
+/// Checks a connecting node's token: the superuser role it names, or why it is refused.
+pub type PeerCheck = Arc<dyn Fn(&str) -> Result<String, String> + Send + Sync>;
+
+/// The check of a listener whose clients authenticate through `access`: a token must name one
+/// of `superusers`. `None` when authentication is off. A connection admitted stays admitted:
+/// credentials that expire later are not asked for again (a node reconnects with its token).
+pub fn peer_check(access: &crate::auth::Access, superusers: &[String]) -> Option<PeerCheck> {
+    if !access.required() {
+        return None;
+    }
+    let (access, superusers) = (access.clone(), superusers.to_vec());
+    Some(Arc::new(move |token: &str| {
+        let principal = access
+            .authenticate_token(Some(token))
+            .map_err(|e| e.to_string())?;
+        if superusers.contains(&principal.role) {
+            Ok(principal.role)
+        } else {
+            Err(format!(
+                "role '{}' is not a superuser (broker.authentication.superuser_roles)",
+                principal.role
+            ))
+        }
+    }))
+}
+
+/// Serves the bookie protocol on `listener` until `stop` is cancelled; with `check`, only to
+/// connections that authenticate first.
 pub fn serve(
     listener: TcpListener,
     log: Arc<Log>,
+    check: Option<PeerCheck>,
     stop: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
@@ -68,9 +103,9 @@ pub fn serve(
             match accepted {
                 Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
-                    let (log, stop) = (log.clone(), stop.clone());
+                    let (log, check, stop) = (log.clone(), check.clone(), stop.clone());
                     tokio::spawn(async move {
-                        connection(stream, peer, log, stop).await;
+                        connection(stream, peer, log, check, stop).await;
                         drop(permit);
                     });
                 }
@@ -83,7 +118,13 @@ pub fn serve(
     })
 }
 
-async fn connection(stream: TcpStream, peer: SocketAddr, log: Arc<Log>, stop: CancellationToken) {
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    log: Arc<Log>,
+    check: Option<PeerCheck>,
+    stop: CancellationToken,
+) {
     // Requests are read with the small request limit (plus one entry, which an add carries),
     // answers written with the answers' one.
     let (read, write) = stream.into_split();
@@ -93,6 +134,8 @@ async fn connection(stream: TcpStream, peer: SocketAddr, log: Arc<Log>, stop: Ca
     // writer sent it; the answer waits, in the writer task, until it is durable.
     let (tx, rx) = tokio::sync::mpsc::channel::<(u64, Pending)>(PIPELINE);
     let writer = tokio::spawn(write_answers(answers, rx, peer));
+    // Invariant: no request but `Hello` is served before this is set.
+    let mut admitted = check.is_none();
     loop {
         let frame = tokio::select! {
             _ = stop.cancelled() => break,
@@ -113,7 +156,22 @@ async fn connection(stream: TcpStream, peer: SocketAddr, log: Arc<Log>, stop: Ca
                 break;
             }
         };
-        let pending = match request {
+        let (pending, close) = match request {
+            BookieRequest::Hello { token } => {
+                let response = admit(check.as_ref(), &token, peer);
+                let ok = matches!(response, BookieResponse::Welcome { .. });
+                admitted |= ok;
+                (ready(response), !ok)
+            }
+            _ if !admitted => {
+                tracing::warn!(%peer, "bookie connection closed: a request before credentials");
+                let response = BookieResponse::error(
+                    BookieErrorCode::Unauthorized,
+                    0,
+                    "this bookie serves only nodes of its cluster: present a superuser token (Hello) first",
+                );
+                (ready(response), true)
+            }
             BookieRequest::AddEntry {
                 topic: _,
                 ledger,
@@ -121,13 +179,17 @@ async fn connection(stream: TcpStream, peer: SocketAddr, log: Arc<Log>, stop: Ca
                 publish_time_ms,
                 payload,
                 recovery,
-            } => add(&log, ledger, entry, publish_time_ms, payload, recovery).await,
+            } => (
+                add(&log, ledger, entry, publish_time_ms, payload, recovery).await,
+                false,
+            ),
             other => {
                 let log = log.clone();
-                Box::pin(async move { answer(&log, other).await }) as Pending
+                let pending = Box::pin(async move { answer(&log, other).await }) as Pending;
+                (pending, false)
             }
         };
-        if tx.send((id, pending)).await.is_err() {
+        if tx.send((id, pending)).await.is_err() || close {
             break;
         }
     }
@@ -155,6 +217,28 @@ async fn write_answers(
         if let Err(e) = answers.send(encode_response(id, &response)).await {
             tracing::debug!(%peer, error = %e, "bookie connection closed while answering");
             return;
+        }
+    }
+}
+
+/// An answer known at once.
+fn ready(response: BookieResponse) -> Pending {
+    Box::pin(async move { response })
+}
+
+/// The answer to a `Hello`: `Welcome` when no credentials are required or the token names a
+/// superuser role; `Unauthorized` otherwise.
+fn admit(check: Option<&PeerCheck>, token: &str, peer: SocketAddr) -> BookieResponse {
+    let Some(check) = check else {
+        return BookieResponse::Welcome {
+            role: String::new(),
+        };
+    };
+    match check(token) {
+        Ok(role) => BookieResponse::Welcome { role },
+        Err(why) => {
+            tracing::warn!(%peer, why, "bookie connection refused: bad credentials");
+            BookieResponse::error(BookieErrorCode::Unauthorized, 0, why)
         }
     }
 }
@@ -190,8 +274,7 @@ async fn add(
                 }
             };
             tracing::warn!(ledger, entry, error = %e, "refused a replicated entry");
-            let response = BookieResponse::error(code, 0, e.to_string());
-            Box::pin(async move { response })
+            ready(BookieResponse::error(code, 0, e.to_string()))
         }
     }
 }
@@ -244,10 +327,10 @@ async fn answer(log: &Log, request: BookieRequest) -> BookieResponse {
             }),
             Err(e) => refusal(&e),
         },
-        BookieRequest::AddEntry { .. } => BookieResponse::error(
+        BookieRequest::AddEntry { .. } | BookieRequest::Hello { .. } => BookieResponse::error(
             BookieErrorCode::BadRequest,
             0,
-            "an add is answered in order",
+            "answered in the connection's loop",
         ),
     }
 }

@@ -17,15 +17,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
-use tokio_util::codec::Framed;
 
+use super::dial::{dial, Conn};
 use crate::cluster::membership::Membership;
 use crate::ledger::{AddDone, ReplicaAdd};
-use crate::protocol::bookie::{
-    codec, decode_response, encode_request, BookieRequest, BookieResponse,
-};
+use crate::protocol::bookie::{decode_response, encode_request, BookieRequest, BookieResponse};
 
 /// Longest wait for the oldest unanswered add (connecting included).
 pub const ADD_TIMEOUT: Duration = Duration::from_secs(10);
@@ -51,6 +48,8 @@ pub struct AddStreams {
     /// (a bookie that just failed would otherwise roll every next ledger at once, until its
     /// node's session expires).
     failed: Mutex<HashMap<String, std::time::Instant>>,
+    /// What this node presents to other bookies ([`super::dial`]).
+    token: Option<Arc<str>>,
 }
 
 /// Why a stream ends when its node stops (not a failure of the bookie).
@@ -65,9 +64,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl AddStreams {
     /// Streams resolving bookies through `membership`.
-    pub fn new(membership: Arc<Membership>) -> Arc<AddStreams> {
+    pub fn new(membership: Arc<Membership>, token: Option<Arc<str>>) -> Arc<AddStreams> {
         Arc::new(AddStreams {
             membership,
+            token,
             streams: Mutex::new(HashMap::new()),
             failed: Mutex::new(HashMap::new()),
         })
@@ -130,10 +130,7 @@ impl AddStreams {
         why
     }
 
-    async fn connect(
-        &self,
-        bookie: &str,
-    ) -> Result<Framed<TcpStream, tokio_util::codec::LengthDelimitedCodec>, String> {
+    async fn connect(&self, bookie: &str) -> Result<Conn, String> {
         let nodes = tokio::time::timeout(ADD_TIMEOUT, self.membership.nodes())
             .await
             .map_err(|_| "listing the members timed out".to_string())?
@@ -143,18 +140,15 @@ impl AddStreams {
             .find(|n| n.bookie == bookie)
             .and_then(|n| n.bookie_addr)
             .ok_or_else(|| format!("bookie {bookie} is not a live member with a bookie address"))?;
-        let conn = tokio::time::timeout(ADD_TIMEOUT, TcpStream::connect(&addr))
+        dial(&addr, self.token.as_deref(), ADD_TIMEOUT)
             .await
-            .map_err(|_| format!("connecting to {addr} timed out"))?
-            .map_err(|e| format!("connecting to {addr}: {e}"))?;
-        let _ = conn.set_nodelay(true);
-        Ok(Framed::new(conn, codec()))
+            .map_err(|e| e.to_string())
     }
 }
 
 /// Sends queued adds and matches answers until something fails; returns why.
 async fn stream(
-    mut conn: Framed<TcpStream, tokio_util::codec::LengthDelimitedCodec>,
+    mut conn: Conn,
     rx: &mut mpsc::UnboundedReceiver<Queued>,
     inflight: &mut VecDeque<Inflight>,
 ) -> String {

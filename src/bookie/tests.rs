@@ -44,6 +44,14 @@ struct Pair {
 
 /// Log A serving its bookie, registered as a member; log B reading through the client.
 async fn pair() -> Result<Pair, Box<dyn std::error::Error>> {
+    pair_with(None, None).await
+}
+
+/// [`pair`], A checking credentials with `check`, B presenting `token`.
+async fn pair_with(
+    check: Option<PeerCheck>,
+    token: Option<&str>,
+) -> Result<Pair, Box<dyn std::error::Error>> {
     let meta: Arc<dyn MetadataStore> = Arc::new(MemoryMetadataStore::new());
     let dirs = (tempfile::tempdir()?, tempfile::tempdir()?);
     let a = Arc::new(Log::open(dirs.0.path(), config(), meta.clone()).await?);
@@ -51,7 +59,7 @@ async fn pair() -> Result<Pair, Box<dyn std::error::Error>> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let stop = CancellationToken::new();
-    serve(listener, a.clone(), stop.clone());
+    serve(listener, a.clone(), check, stop.clone());
     let coord: Arc<dyn Coordination> = Arc::new(MemoryCoordination::new());
     let me = NodeRecord {
         bookie: a.bookie_id().to_string(),
@@ -65,7 +73,10 @@ async fn pair() -> Result<Pair, Box<dyn std::error::Error>> {
         ..record("b:1")
     };
     let membership = Arc::new(Membership::join(coord, reader, std::time::Duration::ZERO).await?);
-    b.set_replica_source(Arc::new(client::BookieClient::new(membership)));
+    b.set_replica_source(Arc::new(client::BookieClient::new(
+        membership,
+        token.map(str::to_string),
+    )));
     Ok(Pair {
         a,
         b,
@@ -183,6 +194,122 @@ async fn a_bad_frame_closes_its_connection_only_and_unheld_ledgers_are_refused()
         p.b.topic_to_read(name).await,
         Err(ReadError::Remote { .. })
     ));
+    p.a.shutdown().await?;
+    p.b.shutdown().await?;
+    Ok(())
+}
+
+/// Sends one framed request on `raw`; the answer, or `None` when the bookie closed.
+async fn raw_call(
+    raw: &mut TcpStream,
+    id: u64,
+    req: &BookieRequest,
+) -> Result<Option<BookieResponse>, Box<dyn std::error::Error>> {
+    let frame = crate::protocol::bookie::encode_request(id, req);
+    raw.write_all(&(frame.len() as u32).to_be_bytes()).await?;
+    raw.write_all(&frame).await?;
+    let mut len = [0u8; 4];
+    let read = tokio::time::timeout(std::time::Duration::from_secs(5), raw.read_exact(&mut len));
+    if read.await?.is_err() {
+        return Ok(None);
+    }
+    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+    raw.read_exact(&mut body).await?;
+    let (got, resp) = crate::protocol::bookie::decode_response(Bytes::from(body))?;
+    assert_eq!(got, id);
+    Ok(Some(resp))
+}
+
+async fn closed(raw: &mut TcpStream) -> Result<bool, Box<dyn std::error::Error>> {
+    let mut buf = [0u8; 1];
+    let n = tokio::time::timeout(std::time::Duration::from_secs(5), raw.read(&mut buf)).await??;
+    Ok(n == 0)
+}
+
+/// A pair whose A admits only `node-token` (of role `cluster-node`; `app-token` names a role
+/// that is no superuser), B presenting `token`; A's topic `name` with one entry.
+async fn guarded_pair(
+    token: &str,
+    name: &str,
+) -> Result<(Pair, TopicLog), Box<dyn std::error::Error>> {
+    let check: PeerCheck = Arc::new(|token: &str| match token {
+        "node-token" => Ok("cluster-node".to_string()),
+        "app-token" => Err("role app is not a superuser".to_string()),
+        _ => Err("unknown token".to_string()),
+    });
+    let p = pair_with(Some(check), Some(token)).await?;
+    let ta = p.a.topic(name).await?;
+    ta.append(1, Bytes::from_static(b"one"))
+        .await?
+        .durable()
+        .await?;
+    Ok((p, ta))
+}
+
+#[tokio::test]
+async fn an_authenticating_bookie_serves_only_nodes_presenting_a_superuser_token() -> TestResult {
+    let (p, ta) = guarded_pair("node-token", "persistent://t/n/guarded").await?;
+    let name = "persistent://t/n/guarded";
+    // B's client says hello with its token and reads.
+    let tb = p.b.topic_to_read(name).await?;
+    assert_eq!(read_all(&tb).await?, read_all(&ta).await?);
+
+    let ask = BookieRequest::LastConfirmed {
+        topic: name.into(),
+        ledger: ta.ledgers()[0].id,
+    };
+    let unauthorized = |r: &Option<BookieResponse>| {
+        matches!(
+            r,
+            Some(BookieResponse::Error {
+                code: crate::protocol::bookie::BookieErrorCode::Unauthorized,
+                ..
+            })
+        )
+    };
+    // A request before credentials: refused, and the connection closed.
+    let mut raw = TcpStream::connect(p.addr).await?;
+    assert!(unauthorized(&raw_call(&mut raw, 1, &ask).await?));
+    assert!(closed(&mut raw).await?);
+    // A token of a role that is not a superuser, or no known token: the same.
+    for token in ["app-token", "forged"] {
+        let mut raw = TcpStream::connect(p.addr).await?;
+        let hello = BookieRequest::Hello {
+            token: token.into(),
+        };
+        assert!(unauthorized(&raw_call(&mut raw, 0, &hello).await?));
+        assert!(closed(&mut raw).await?);
+    }
+    // A superuser's token: welcomed, then served.
+    let mut raw = TcpStream::connect(p.addr).await?;
+    let hello = BookieRequest::Hello {
+        token: "node-token".into(),
+    };
+    assert_eq!(
+        raw_call(&mut raw, 0, &hello).await?,
+        Some(BookieResponse::Welcome {
+            role: "cluster-node".into()
+        })
+    );
+    assert!(matches!(
+        raw_call(&mut raw, 2, &ask).await?,
+        Some(BookieResponse::LastConfirmed { count: 1, .. })
+    ));
+    p.stop.cancel();
+    p.a.shutdown().await?;
+    p.b.shutdown().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_node_with_a_refused_token_reads_nothing() -> TestResult {
+    let name = "persistent://t/n/refused";
+    let (p, _ta) = guarded_pair("stale-token", name).await?;
+    assert!(matches!(
+        p.b.topic_to_read(name).await,
+        Err(ReadError::Remote { .. })
+    ));
+    p.stop.cancel();
     p.a.shutdown().await?;
     p.b.shutdown().await?;
     Ok(())

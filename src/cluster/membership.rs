@@ -3,9 +3,12 @@
 //! is cut off drops out when its session's lease runs out.
 //!
 //! A node's id is its advertised HTTP `host:port`, as Pulsar names brokers
-//! (`/admin/v2/brokers/{cluster}` lists them). A node restarted after a crash finds its old
-//! registration still standing until the old lease expires; it waits for that, up to twice the
-//! session's time-to-live, rather than take over a key another live process may hold.
+//! (`/admin/v2/brokers/{cluster}` lists them). A node restarted after a crash may find its old
+//! registration still standing (the old lease has not expired and no peer ended it yet). When
+//! the record names its own bookie id with another start time, it is an earlier process of the
+//! data directory this process holds locked ([`crate::dir_lock`]), so it is gone: the node ends
+//! that session and registers at once. Any other holder of the id may be a live process: the
+//! node waits for it to go, up to twice the session's time-to-live, rather than take its key.
 //!
 //! Record: `[format 1][JSON]` of [`NodeRecord`] (ADR 0006).
 
@@ -85,6 +88,13 @@ pub enum MembershipError {
     Coordination(#[from] CoordError),
 }
 
+/// Whether `holder`, registered under `me`'s id, is an earlier process of `me`'s data
+/// directory: the same bookie id, another start. The service holds the directory's lock
+/// ([`crate::dir_lock`]) before it joins, so that process is gone.
+fn predecessor(holder: &NodeRecord, me: &NodeRecord) -> bool {
+    !me.bookie.is_empty() && holder.bookie == me.bookie && holder.started_at_ms != me.started_at_ms
+}
+
 /// This node's registration, and the view of the others.
 #[derive(Debug)]
 pub struct Membership {
@@ -107,10 +117,21 @@ impl Membership {
             match coord.put(&key, &me.encode(), Expect::Absent, true).await {
                 Ok(_) => return Ok(Membership { coord, me }),
                 Err(CoordError::Conflict { .. }) => {
-                    let holder = match coord.get(&key).await? {
-                        Some(v) => NodeRecord::decode(&v.value)?,
+                    let (holder, version) = match coord.get(&key).await? {
+                        Some(v) => (NodeRecord::decode(&v.value)?, v.version),
                         None => continue,
                     };
+                    if predecessor(&holder, &me) {
+                        // An earlier process of this data directory, which this one now
+                        // holds locked: it is gone, and its session goes with it.
+                        let ended = coord.end_session_of(&key, Expect::Version(version)).await;
+                        if !matches!(ended, Err(CoordError::Conflict { .. })) {
+                            ended?;
+                        }
+                        tracing::info!(id = %me.id, started_at_ms = holder.started_at_ms,
+                            "ended the session of this node's previous process");
+                        continue;
+                    }
                     if tokio::time::Instant::now() >= deadline {
                         return Err(MembershipError::IdInUse {
                             id: me.id,
@@ -137,6 +158,31 @@ impl Membership {
             .iter()
             .map(|(_, v)| NodeRecord::decode(&v.value))
             .collect()
+    }
+
+    /// Every registered node with the version of its registration.
+    pub async fn registrations(&self) -> Result<Vec<(NodeRecord, u64)>, MembershipError> {
+        let (items, _) = self.coord.list(NODES).await?;
+        items
+            .iter()
+            .map(|(_, v)| Ok((NodeRecord::decode(&v.value)?, v.version)))
+            .collect()
+    }
+
+    /// Ends the session of node `id`, registered at `version`, whose process is known to be
+    /// gone: its registration and every topic it owned go at once. `false`: that registration
+    /// is no longer there (it left, expired, or was ended by another node).
+    pub async fn expel(&self, id: &str, version: u64) -> Result<bool, MembershipError> {
+        let key = format!("{NODES}{id}");
+        match self
+            .coord
+            .end_session_of(&key, Expect::Version(version))
+            .await
+        {
+            Ok(ended) => Ok(ended),
+            Err(CoordError::Conflict { .. }) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// The state of the session this node is registered under.
@@ -227,11 +273,51 @@ pub(crate) mod tests {
         let _a = Membership::join(Arc::new(first), record("a:1"), Duration::ZERO).await?;
         let wait = Duration::from_millis(600);
         let started = tokio::time::Instant::now();
-        let refused = Membership::join(second, record("a:1"), wait).await;
+        // Another data directory (another bookie id), started later: maybe a live process.
+        let other = NodeRecord {
+            bookie: "bookie-elsewhere".into(),
+            started_at_ms: 8,
+            ..record("a:1")
+        };
+        let refused = Membership::join(second, other, wait).await;
         assert!(matches!(refused, Err(MembershipError::IdInUse { .. })));
         assert!(
             started.elapsed() >= wait,
             "it waited for a stale registration first"
+        );
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_restarted_node_ends_its_predecessors_session_at_once() -> Result<(), MembershipError>
+    {
+        let first = MemoryCoordination::new();
+        let mut old_session = first.session();
+        let second: Arc<dyn Coordination> = Arc::new(first.new_session());
+        let owner: Arc<dyn Coordination> = Arc::new(first.new_session());
+        let crashed = Arc::new(first);
+        let _old = Membership::join(crashed.clone(), record("a:1"), Duration::ZERO).await?;
+        crashed
+            .put("owners/t", b"a:1", Expect::Absent, true)
+            .await?;
+        let restarted = NodeRecord {
+            started_at_ms: 8,
+            ..record("a:1")
+        };
+        let started = tokio::time::Instant::now();
+        let joined = Membership::join(second, restarted, Duration::from_secs(30)).await?;
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "no wait for the lease"
+        );
+        assert_eq!(joined.nodes().await?[0].started_at_ms, 8);
+        assert_eq!(
+            *old_session.borrow_and_update(),
+            crate::coord::SessionState::Lost
+        );
+        assert!(
+            owner.get("owners/t").await?.is_none(),
+            "what the old process owned went with its session"
         );
         Ok(())
     }

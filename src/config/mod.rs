@@ -101,9 +101,10 @@ pub struct ServerConfig {
     pub pg_addr: SocketAddr,
     /// Pulsar binary protocol over TLS (`pulsar+ssl://`), with `tls_cert_file`. Unset: off.
     pub pulsar_tls_addr: Option<SocketAddr>,
-    /// Node-to-node bookie listener: the other nodes of a cluster read this node's ledgers
-    /// there (SQL on any node). No authentication of its own: bind it to an address only the
-    /// cluster's nodes reach. Unset: off (a single node needs none).
+    /// Node-to-node bookie listener: the other nodes of a cluster replicate ledgers to this
+    /// node's bookie and read them there. With authentication on it serves only nodes that
+    /// present a superuser token (`broker.authentication.node_token`); it has no TLS: bind it
+    /// to an address only the cluster's nodes reach. Unset: off (a single node needs none).
     pub bookie_addr: Option<SocketAddr>,
     /// HTTPS listener (the same routes as `http_addr`), with `tls_cert_file`. Unset: off.
     pub https_addr: Option<SocketAddr>,
@@ -276,6 +277,12 @@ pub struct AuthenticationConfig {
     #[serde(with = "humantime_serde")]
     #[schemars(with = "String")]
     pub refresh_check_interval: Duration,
+    /// The token this node presents to the bookie listeners of the other nodes of its cluster
+    /// (Pulsar's `brokerClientAuthenticationParameters`): a token of a role in
+    /// `superuser_roles`, or `file:PATH` of a file holding one. With authentication on, a
+    /// bookie listener serves only connections that present such a token first, and a node
+    /// with `server.bookie_addr` needs one.
+    pub node_token: Option<String>,
 }
 
 impl Default for AuthenticationConfig {
@@ -290,6 +297,7 @@ impl Default for AuthenticationConfig {
             token_audience: None,
             superuser_roles: Vec::new(),
             refresh_check_interval: Duration::from_secs(60),
+            node_token: None,
         }
     }
 }
@@ -440,6 +448,14 @@ pub struct MetadataConfig {
     #[serde(with = "humantime_serde")]
     #[schemars(with = "String")]
     pub session_ttl: Duration,
+    /// How often each node of a cluster probes the others: a node whose bookie and Pulsar
+    /// addresses both refuse connections (no process listens there) twice in a row has its
+    /// session ended by the prober at once, so its topics move in about a second rather than
+    /// after `session_ttl`. A node that does not answer at all (hung, cut off) is left to its
+    /// lease. 0 turns probing off.
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub peer_probe_interval: Duration,
 }
 
 impl Default for MetadataConfig {
@@ -447,6 +463,7 @@ impl Default for MetadataConfig {
         MetadataConfig {
             url: String::new(),
             session_ttl: Duration::from_secs(10),
+            peer_probe_interval: Duration::from_millis(500),
         }
     }
 }
@@ -608,6 +625,13 @@ impl Config {
         }
         if self.autorecovery.audit_interval < Duration::from_secs(1) {
             return invalid("autorecovery.audit_interval", "must be at least 1s".into());
+        }
+        let auth = &self.broker.authentication;
+        if auth.enabled && self.server.bookie_addr.is_some() && auth.node_token.is_none() {
+            return invalid(
+                "broker.authentication.node_token",
+                "a node with a bookie listener needs a superuser token to present to the other nodes when authentication is on".into(),
+            );
         }
         if self.metadata.session_ttl < Duration::from_secs(2) {
             return invalid("metadata.session_ttl", "must be at least 2s".into());

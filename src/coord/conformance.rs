@@ -137,8 +137,47 @@ async fn closing_a_session_removes_its_ephemeral_keys(
     Ok(())
 }
 
+async fn ending_another_session_removes_its_keys(
+    a: &dyn Coordination,
+    b: &dyn Coordination,
+) -> TestResult {
+    let va = a.put("members/a", b"addr-a", Expect::Absent, true).await?;
+    a.put("owners/t", b"a", Expect::Absent, true).await?;
+    a.put("durable", b"stays", Expect::Absent, false).await?;
+    b.put("members/b", b"addr-b", Expect::Absent, true).await?;
+    assert!(matches!(
+        b.end_session_of("members/a", Expect::Version(va + 100))
+            .await,
+        Err(CoordError::Conflict { .. })
+    ));
+    assert!(!b.end_session_of("durable", Expect::Any).await?);
+    assert!(!b.end_session_of("absent", Expect::Any).await?);
+    assert!(
+        a.get("members/a").await?.is_some(),
+        "refused ends end nothing"
+    );
+    let mut state = a.session();
+    assert!(b.end_session_of("members/a", Expect::Version(va)).await?);
+    for key in ["members/a", "owners/t"] {
+        assert!(b.get(key).await?.is_none(), "{key} went with its session");
+    }
+    assert!(b.get("durable").await?.is_some());
+    assert!(b.get("members/b").await?.is_some(), "other sessions stand");
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        state.wait_for(|s| *s == SessionState::Lost),
+    )
+    .await??;
+    assert!(matches!(
+        a.put("members/a", b"again", Expect::Any, true).await,
+        Err(CoordError::SessionEnded(SessionState::Lost))
+    ));
+    b.put("owners/t", b"b", Expect::Absent, true).await?;
+    Ok(())
+}
+
 /// How many checks [`run_all`] makes; each gets a pair of handles on a store of its own.
-const CHECKS: usize = 5;
+const CHECKS: usize = 6;
 
 type Handle = Box<dyn Coordination>;
 
@@ -156,6 +195,8 @@ async fn run_all(mut pairs: Vec<(Handle, Handle)>) -> TestResult {
     watches_deliver_every_change_after_a_version(&*a, &*b).await?;
     let (a, b) = pair()?;
     closing_a_session_removes_its_ephemeral_keys(&*a, &*b).await?;
+    let (a, b) = pair()?;
+    ending_another_session_removes_its_keys(&*a, &*b).await?;
     assert!(
         pair().is_err(),
         "every store was used: CHECKS is out of date"

@@ -331,6 +331,31 @@ impl Coordination for EtcdCoordination {
         Ok(())
     }
 
+    async fn end_session_of(&self, key: &str, expect: Expect) -> Result<bool, CoordError> {
+        // Read the key's lease under the same guard; the lease ended is the one the expected
+        // version was written under, even if the key changes after the read.
+        let read = TxnOp::get(self.full(key), None);
+        let resp = self.guarded("end session", key, expect, read).await?;
+        let lease = match resp.op_responses().first() {
+            Some(TxnOpResponse::Get(r)) => r.kvs().first().map_or(0, |kv| kv.lease()),
+            _ => 0,
+        };
+        if lease == 0 {
+            return Ok(false);
+        }
+        match self.client.lease_client().revoke(lease).await {
+            Ok(_) => Ok(true),
+            Err(e) => match self.get(key).await? {
+                // Expired or revoked meanwhile, or the key rewritten: the session it was
+                // written under is gone all the same.
+                Some(v) if Expect::Version(v.version) == expect || expect == Expect::Any => {
+                    Err(backend("revoke another session's lease")(e))
+                }
+                _ => Ok(true),
+            },
+        }
+    }
+
     fn versions_outlive_processes(&self) -> bool {
         true
     }

@@ -33,6 +33,8 @@ struct Store {
     /// Invariant: the last changes in version order, at most [`HISTORY`].
     history: VecDeque<WatchEvent>,
     watchers: Vec<(String, mpsc::Sender<WatchEvent>)>,
+    /// Invariant: the state of every handle made on this store, by session id.
+    sessions: std::collections::HashMap<u64, Arc<watch::Sender<SessionState>>>,
 }
 
 fn key_of(event: &WatchEvent) -> &str {
@@ -78,6 +80,19 @@ impl Store {
         }
     }
 
+    /// Removes every ephemeral key of `session`.
+    fn end(&mut self, session: u64) {
+        let owned: Vec<String> = self
+            .keys
+            .iter()
+            .filter(|(_, e)| e.session == Some(session))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in owned {
+            self.remove(&key);
+        }
+    }
+
     fn remove(&mut self, key: &str) {
         if self.keys.remove(key).is_some() {
             self.version += 1;
@@ -96,8 +111,9 @@ pub struct MemoryCoordination {
     /// Invariant: shared by every handle of the same store.
     store: Arc<Mutex<Store>>,
     session: u64,
-    /// Invariant: `Live` until `close`; never `Lost` (nothing to renew).
-    state: watch::Sender<SessionState>,
+    /// Invariant: `Live` until `close` (then `Closed`) or another handle ends this session
+    /// (then `Lost`); never changes again after that. Registered in the store.
+    state: Arc<watch::Sender<SessionState>>,
 }
 
 impl Default for MemoryCoordination {
@@ -113,15 +129,18 @@ impl MemoryCoordination {
     }
 
     fn on(store: Arc<Mutex<Store>>) -> Self {
+        let state = Arc::new(watch::channel(SessionState::Live).0);
         let session = {
             let mut s = lock(&store);
             s.next_session += 1;
-            s.next_session
+            let session = s.next_session;
+            s.sessions.insert(session, state.clone());
+            session
         };
         MemoryCoordination {
             store,
             session,
-            state: watch::channel(SessionState::Live).0,
+            state,
         }
     }
 
@@ -226,16 +245,26 @@ impl Coordination for MemoryCoordination {
 
     async fn close(&self) -> Result<(), CoordError> {
         self.state.send_replace(SessionState::Closed);
-        let mut s = self.lock();
-        let owned: Vec<String> = s
-            .keys
-            .iter()
-            .filter(|(_, e)| e.session == Some(self.session))
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in owned {
-            s.remove(&key);
-        }
+        self.lock().end(self.session);
         Ok(())
+    }
+
+    async fn end_session_of(&self, key: &str, expect: Expect) -> Result<bool, CoordError> {
+        let mut s = self.lock();
+        s.check(key, expect)?;
+        let Some(session) = s.keys.get(key).and_then(|e| e.session) else {
+            return Ok(false);
+        };
+        if let Some(state) = s.sessions.get(&session) {
+            state.send_if_modified(|st| {
+                let live = *st == SessionState::Live;
+                if live {
+                    *st = SessionState::Lost;
+                }
+                live
+            });
+        }
+        s.end(session);
+        Ok(true)
     }
 }

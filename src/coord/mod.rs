@@ -22,6 +22,12 @@
 //!   nothing and repeats nothing). When the store can no longer deliver the changes in order
 //!   (history compacted, connection lost, a reader too slow), the watch ends: [`Watch::next`]
 //!   returns `None` and the reader lists again.
+//! - **Ending another session.** [`Coordination::end_session_of`] ends the session owning an
+//!   ephemeral key at once, as if its time-to-live had run out: all its ephemeral keys go for
+//!   every reader, and that session turns [`SessionState::Lost`] no later than its next
+//!   renewal (etcd: a third of its time-to-live). This reverses the usual order (lost before
+//!   the keys go) on purpose: it is for a session whose process is known to be gone, and what
+//!   its keys claimed must be fenced by other means (epochs, ledger fencing) should it not be.
 //!
 //! Keys are `/`-separated paths relative to the root a handle was made with.
 
@@ -170,6 +176,10 @@ pub trait Coordination: Send + Sync + fmt::Debug + 'static {
 
     /// Ends the session: its ephemeral keys disappear at once.
     async fn close(&self) -> Result<(), CoordError>;
+
+    /// Ends the session owning the ephemeral key `key`, if `expect` holds for it (see the
+    /// module docs); whether a session was ended (`false`: the key is absent or durable).
+    async fn end_session_of(&self, key: &str, expect: Expect) -> Result<bool, CoordError>;
 
     /// Whether versions keep increasing across restarts of every process using the store (a
     /// shared server's revisions do; an in-process store starts again at 1). Only then can a

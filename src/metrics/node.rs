@@ -56,6 +56,8 @@ pub struct NodeMetrics {
     pub rereplicated_bytes: Counter,
     /// Copies this node started and dropped (unreadable, mismatched, or another copy won).
     pub rereplication_failures: Counter,
+    /// Sessions of peers this node found gone (both listeners refusing) and ended.
+    pub peer_sessions_ended: Counter,
     registry: Registry,
 }
 
@@ -102,6 +104,7 @@ impl NodeMetrics {
             ledgers_rereplicated: Counter::default(),
             rereplicated_bytes: Counter::default(),
             rereplication_failures: Counter::default(),
+            peer_sessions_ended: Counter::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -193,6 +196,11 @@ impl NodeMetrics {
             "ledgerlake_rereplication_failures",
             "Ledger copies autorecovery started on this node and dropped",
             m.rereplication_failures.clone(),
+        );
+        registry.register(
+            "ledgerlake_peer_sessions_ended",
+            "Sessions of peer nodes this node found gone (bookie and Pulsar addresses refusing connections) and ended, so their topics moved before their leases ran out",
+            m.peer_sessions_ended.clone(),
         );
         NodeMetrics { registry, ..m }
     }

@@ -6,8 +6,8 @@
 //! integers big-endian, strings as `u16` length + UTF-8. A request names a topic and a ledger;
 //! the response carries the same request id. Kinds: requests `0x01` read entries, `0x02` last
 //! confirmed, `0x03` add entry (a replicated ledger's writer to its replicas, ADR 0010),
-//! `0x04` sealed, `0x05` fence; responses `0x81` entries, `0x82` last confirmed, `0x83` added,
-//! `0x84` fenced, `0xFF` error.
+//! `0x04` sealed, `0x05` fence, `0x06` hello (credentials, ADR 0012); responses `0x81`
+//! entries, `0x82` last confirmed, `0x83` added, `0x84` fenced, `0x85` welcome, `0xFF` error.
 //!
 //! Invariants:
 //! - A frame whose version, checksum, kind or body does not parse is refused as a whole
@@ -35,10 +35,12 @@ const KIND_LAST_CONFIRMED: u8 = 0x02;
 const KIND_ADD: u8 = 0x03;
 const KIND_SEALED: u8 = 0x04;
 const KIND_FENCE: u8 = 0x05;
+const KIND_HELLO: u8 = 0x06;
 const KIND_ENTRIES: u8 = 0x81;
 const KIND_CONFIRMED: u8 = 0x82;
 const KIND_ADDED: u8 = 0x83;
 const KIND_FENCED: u8 = 0x84;
+const KIND_WELCOME: u8 = 0x85;
 const KIND_ERROR: u8 = 0xFF;
 /// Version + kind + request id before the body; checksum after it.
 const HEAD: usize = 1 + 1 + 8;
@@ -125,6 +127,12 @@ pub enum BookieRequest {
         /// Ledger id.
         ledger: u64,
     },
+    /// The connecting node's credentials (a token of a superuser role): the first request on
+    /// a bookie whose node requires authentication, answered [`BookieResponse::Welcome`].
+    Hello {
+        /// The token, as the node would present it on the Pulsar protocol.
+        token: String,
+    },
 }
 
 /// What a fenced copy holds ([`BookieResponse::Fenced`]).
@@ -170,6 +178,9 @@ pub enum BookieErrorCode {
     Unavailable,
     /// The request itself made no sense (e.g. `last < first`).
     BadRequest,
+    /// The connection has not presented valid credentials of a superuser role; the bookie
+    /// closes it after this answer.
+    Unauthorized,
 }
 
 impl BookieErrorCode {
@@ -180,6 +191,7 @@ impl BookieErrorCode {
             Self::Corrupt => 3,
             Self::Unavailable => 4,
             Self::BadRequest => 5,
+            Self::Unauthorized => 6,
         }
     }
 
@@ -190,6 +202,7 @@ impl BookieErrorCode {
             3 => Self::Corrupt,
             4 => Self::Unavailable,
             5 => Self::BadRequest,
+            6 => Self::Unauthorized,
             other => return Err(BookieWireError::Malformed(format!("error code {other}"))),
         })
     }
@@ -216,6 +229,11 @@ pub enum BookieResponse {
     },
     /// The copy is fenced; what it holds.
     Fenced(WireCopy),
+    /// The connection is authenticated (or the bookie requires no credentials).
+    Welcome {
+        /// The role the credentials name (empty when none were required).
+        role: String,
+    },
     /// The request failed.
     Error {
         /// Why.
@@ -260,6 +278,7 @@ pub fn encode_request(request_id: u64, req: &BookieRequest) -> Bytes {
         BookieRequest::AddEntry { .. } => KIND_ADD,
         BookieRequest::Sealed { .. } => KIND_SEALED,
         BookieRequest::Fence { .. } => KIND_FENCE,
+        BookieRequest::Hello { .. } => KIND_HELLO,
     });
     b.put_u64(request_id);
     match req {
@@ -309,6 +328,7 @@ pub fn encode_request(request_id: u64, req: &BookieRequest) -> Bytes {
             put_str(&mut b, topic);
             b.put_u64(*ledger);
         }
+        BookieRequest::Hello { token } => put_str(&mut b, token),
     }
     seal(b)
 }
@@ -320,6 +340,7 @@ pub fn encode_response(request_id: u64, resp: &BookieResponse) -> Bytes {
         BookieResponse::LastConfirmed { .. } => KIND_CONFIRMED,
         BookieResponse::Added { .. } => KIND_ADDED,
         BookieResponse::Fenced(_) => KIND_FENCED,
+        BookieResponse::Welcome { .. } => KIND_WELCOME,
         BookieResponse::Error { .. } => KIND_ERROR,
     });
     b.put_u64(request_id);
@@ -350,6 +371,7 @@ pub fn encode_response(request_id: u64, resp: &BookieResponse) -> Bytes {
             b.put_u32(c.last_segment);
             b.put_u32(c.checksum);
         }
+        BookieResponse::Welcome { role } => put_str(&mut b, role),
         BookieResponse::Error {
             code,
             available,
@@ -410,6 +432,9 @@ pub fn decode_request(frame: Bytes) -> Result<(u64, BookieRequest), BookieWireEr
             ledger: get_u64(&mut body)?,
             count: get_u64(&mut body)?,
         },
+        KIND_HELLO => BookieRequest::Hello {
+            token: get_str(&mut body)?,
+        },
         other => {
             return Err(BookieWireError::Malformed(format!(
                 "request kind {other:#x}"
@@ -466,6 +491,9 @@ pub fn decode_response(frame: Bytes) -> Result<(u64, BookieResponse), BookieWire
         KIND_ADDED => BookieResponse::Added {
             ledger: get_u64(&mut body)?,
             entry: get_u64(&mut body)?,
+        },
+        KIND_WELCOME => BookieResponse::Welcome {
+            role: get_str(&mut body)?,
         },
         KIND_ERROR => BookieResponse::Error {
             code: BookieErrorCode::from_byte(get_u8(&mut body)?)?,

@@ -17,8 +17,9 @@ from conftest import _free_port, eventually
 TTL = "3s"
 
 
-def _cluster(etcd, make_service, prefix, n=2):
-    env = {"LEDGERLAKE_METADATA__SESSION_TTL": TTL, "LEDGERLAKE_LAKE__ENABLED": "false"}
+def _cluster(etcd, make_service, prefix, n=2, env=None):
+    env = {"LEDGERLAKE_METADATA__SESSION_TTL": TTL, "LEDGERLAKE_LAKE__ENABLED": "false",
+           **(env or {})}
     nodes = [make_service(env=env, args=["--metadata-url", etcd.url(prefix),
                                          "--bookie-addr", f"127.0.0.1:{_free_port()}"])
              for _ in range(n)]

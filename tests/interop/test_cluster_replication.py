@@ -173,3 +173,48 @@ def test_killing_the_writer_loses_no_acknowledged_message(etcd, make_service):
         assert taken >= 1, "the killed writers' open ledgers were taken over"
     finally:
         client.close()
+
+
+def send_numbered(producer, sent, label, n):
+    """Sends `label-0` … `label-(n-1)` synchronously, appending each to `sent`."""
+    for i in range(n):
+        sent.append(f"{label}-{i}")
+        producer.send(sent[-1].encode())
+
+
+def _metric(node, name):
+    with urllib.request.urlopen(f"{node.http}/metrics", timeout=30) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    return 0.0
+
+
+def test_a_killed_owner_is_found_gone_before_its_lease_runs_out(etcd, make_service):
+    """With a session TTL of 120 s, the lease cannot be what moves the topic: the survivors
+    find the killed owner's listeners refusing, end its session, and the next send (30 s
+    timeout) is acknowledged by the new owner. Every acknowledged message is read once."""
+    prefix = f"/gone-{uuid.uuid4().hex[:6]}"
+    nodes = start_cluster(etcd, make_service, prefix, n=3,
+                          env={"LEDGERLAKE_METADATA__SESSION_TTL": "120s"})
+    topic = f"persistent://public/default/gone-{uuid.uuid4().hex[:6]}"
+    client = pulsar.Client("pulsar://" + ",".join(f"127.0.0.1:{n.pulsar_port}" for n in nodes),
+                           operation_timeout_seconds=30)
+    sent = []
+    try:
+        producer = client.create_producer(topic, batching_enabled=False,
+                                          send_timeout_millis=30000)
+        send_numbered(producer, sent, "before", 50)
+        (owner,) = _owner(etcd, prefix, topic, nodes)
+        owner.stop(signal.SIGKILL)
+        send_numbered(producer, sent, "after", 50)
+        survivors = [n for n in nodes if n is not owner]
+        (new_owner,) = _owner(etcd, prefix, topic, survivors)
+        assert new_owner is not owner
+        members = etcd.items(f"{prefix}/cluster/nodes/")
+        assert not any(k.endswith(f"127.0.0.1:{owner.http_port}") for k in members), \
+            "the killed node's registration is gone long before its lease could expire"
+        assert sum(_metric(n, "ledgerlake_peer_sessions_ended_total") for n in survivors) >= 1
+        assert _read_all(client, topic, len(sent)) == sent
+    finally:
+        client.close()

@@ -102,3 +102,29 @@ def test_batch_index_acks_survive_restart(fresh_service):
     with pytest.raises(pulsar.Timeout):
         consumer.receive(timeout_millis=500)
     client.close()
+
+
+def test_a_second_process_on_the_same_data_directory_is_refused(fresh_service):
+    """The data directory is locked by its process: a second `serve` on it (other ports) exits
+    at once with a clear error and touches nothing; the first keeps serving."""
+    import os
+    import subprocess
+    from conftest import _free_port
+
+    svc = fresh_service
+    svc.start()
+    second = subprocess.run(
+        [svc.binary, "serve", "--data-dir", os.path.join(svc.data_dir, "data"),
+         "--pulsar-addr", f"127.0.0.1:{_free_port()}", "--http-addr", f"127.0.0.1:{_free_port()}",
+         "--pg-addr", f"127.0.0.1:{_free_port()}"],
+        capture_output=True, text=True, timeout=60, env=svc.env)
+    assert second.returncode != 0
+    assert "in use by another ledgerlake process" in second.stderr, second.stderr
+    client = pulsar.Client(svc.url, operation_timeout_seconds=20)
+    try:
+        topic = "persistent://public/default/locked-dir"
+        client.create_producer(topic).send(b"still served")
+        reader = client.create_reader(topic, pulsar.MessageId.earliest)
+        assert reader.read_next(timeout_millis=10000).data() == b"still served"
+    finally:
+        client.close()

@@ -48,6 +48,7 @@ fn request() -> impl Strategy<Value = BookieRequest> {
                 count,
             }
         }),
+        ".{0,400}".prop_map(|token| BookieRequest::Hello { token }),
     ]
 }
 
@@ -68,6 +69,7 @@ fn response() -> impl Strategy<Value = BookieResponse> {
         Just(BookieErrorCode::Corrupt),
         Just(BookieErrorCode::Unavailable),
         Just(BookieErrorCode::BadRequest),
+        Just(BookieErrorCode::Unauthorized),
     ];
     prop_oneof![
         proptest::collection::vec(entry, 0..8).prop_map(BookieResponse::Entries),
@@ -95,6 +97,7 @@ fn response() -> impl Strategy<Value = BookieResponse> {
             ),
         (code, any::<u64>(), ".{0,60}")
             .prop_map(|(code, available, message)| BookieResponse::error(code, available, message)),
+        ".{0,40}".prop_map(|role| BookieResponse::Welcome { role }),
     ]
 }
 

@@ -32,6 +32,9 @@ use crate::replay::Replay;
 use crate::tenancy::authorizer::TenancyAuthorizer;
 use crate::tenancy::{ClusterData, Tenancy};
 
+mod runtime;
+use runtime::{own_runtime, OwnRuntime};
+
 /// Why the service failed to start or stop cleanly.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -86,6 +89,18 @@ pub enum ServiceError {
     /// The node could not join its cluster.
     #[error("cluster membership: {0}")]
     Membership(#[from] crate::cluster::membership::MembershipError),
+    /// Another process runs on the data directory.
+    #[error(transparent)]
+    DirLock(#[from] crate::dir_lock::DirLockError),
+    /// The token this node presents to its peers could not be read.
+    #[error("broker.authentication.node_token: cannot read {}: {source}", path.display())]
+    NodeToken {
+        /// The token file.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// A runtime of its own (lake, replay, SQL) could not start.
     #[error("starting a runtime: {0}")]
     Runtime(std::io::Error),
@@ -128,6 +143,9 @@ pub struct Service {
     /// Queries (`.0`) and PostgreSQL connections (`.1`: sessions, planning, deadlines and
     /// cancels, never starved by a query's work). Invariant: `Some` exactly when SQL is enabled.
     sql_runtime: Option<(OwnRuntime, OwnRuntime)>,
+    /// Invariant: held until the service is dropped, after shutdown closed everything in the
+    /// data directory.
+    _dir_lock: crate::dir_lock::DirLock,
 }
 
 impl Service {
@@ -138,6 +156,7 @@ impl Service {
             path: config.data_dir.clone(),
             source,
         })?;
+        let dir_lock = crate::dir_lock::lock(&config.data_dir)?;
         let health = Health::new();
         let stop = CancellationToken::new();
         let http_listener = bind(config.server.http_addr, "http").await?;
@@ -175,7 +194,11 @@ impl Service {
             Some(addr) => {
                 let listener = bind(addr, "bookie").await?;
                 let bound = listener.local_addr().map_err(ServiceError::Http)?;
-                crate::bookie::serve(listener, log.clone(), bookie_stop.clone());
+                let check = crate::bookie::peer_check(
+                    &access,
+                    &config.broker.authentication.superuser_roles,
+                );
+                crate::bookie::serve(listener, log.clone(), check, bookie_stop.clone());
                 tracing::info!(bookie_addr = %bound, "bookie listening (node-to-node reads)");
                 // Bound to every interface: advertise the broker's advertised host.
                 Some(if bound.ip().is_unspecified() {
@@ -220,6 +243,7 @@ impl Service {
             Arc::new(Membership::join(coord.clone(), me, config.metadata.session_ttl * 2).await?);
         log.set_replica_source(Arc::new(crate::bookie::client::BookieClient::new(
             membership.clone(),
+            node_token(config)?,
         )));
         let autorecovery = config.server.bookie_addr.map(|_| {
             let a = crate::bookie::autorecovery::AutoRecovery::new(
@@ -230,6 +254,12 @@ impl Service {
             a.start(stop.clone());
             a
         });
+        if let Some(d) = crate::cluster::failure::PeerFailureDetector::new(
+            membership.clone(),
+            config.metadata.peer_probe_interval,
+        ) {
+            d.start(stop.clone());
+        }
         let ownership = Ownership::new(coord, membership.clone());
         let broker = Broker::new(
             config.broker.clone(),
@@ -287,6 +317,7 @@ impl Service {
             replay_runtime,
             pg_addr,
             sql_runtime,
+            _dir_lock: dir_lock,
         })
     }
 
@@ -349,6 +380,14 @@ fn access_for(
         tenancy.clone(),
         config.broker.authentication.superuser_roles.clone(),
     ))))
+}
+
+/// The token this node presents to other nodes' bookies, if it has one.
+fn node_token(config: &Config) -> Result<Option<String>, ServiceError> {
+    let spec = config.broker.authentication.node_token.as_deref();
+    spec.map(crate::bookie::dial::load_token)
+        .transpose()
+        .map_err(|(path, source)| ServiceError::NodeToken { path, source })
 }
 
 /// This node's cluster record at its addresses.
@@ -603,60 +642,6 @@ async fn bind(addr: SocketAddr, what: &'static str) -> Result<TcpListener, Servi
     TcpListener::bind(addr)
         .await
         .map_err(|source| ServiceError::Bind { addr, what, source })
-}
-
-/// A runtime of its own (lake, replay, SQL). Dropped, it shuts down in the background: a
-/// runtime dropped on an async thread would panic, which is where a startup failing midway
-/// (a port taken) drops the ones already started; the startup error must be what is reported.
-struct OwnRuntime(Option<tokio::runtime::Runtime>);
-
-impl std::ops::Deref for OwnRuntime {
-    type Target = tokio::runtime::Runtime;
-
-    fn deref(&self) -> &Self::Target {
-        self.0.as_ref().expect("Invariant: Some until dropped")
-    }
-}
-
-impl Drop for OwnRuntime {
-    fn drop(&mut self) {
-        if let Some(rt) = self.0.take() {
-            rt.shutdown_background();
-        }
-    }
-}
-
-impl std::fmt::Debug for OwnRuntime {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("OwnRuntime")
-    }
-}
-
-/// A multi-thread runtime of its own (lake, replay, SQL), so its work cannot slow the broker;
-/// with `niceness` above 0 each of its threads (workers and blocking ones) runs at that nice
-/// value, so the kernel prefers the broker's threads when both want the CPU.
-fn own_runtime(name: &str, threads: usize, niceness: i32) -> Result<OwnRuntime, ServiceError> {
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    builder
-        .worker_threads(threads)
-        .thread_name(name)
-        .enable_all();
-    if niceness > 0 {
-        builder.on_thread_start(move || lower_thread_priority(niceness));
-    }
-    builder
-        .build()
-        .map(|rt| OwnRuntime(Some(rt)))
-        .map_err(ServiceError::Runtime)
-}
-
-/// Sets the calling thread's nice value (on Linux the nice value belongs to the thread). A
-/// failure is logged: the thread still works, only at the service's own priority.
-fn lower_thread_priority(niceness: i32) {
-    let me = rustix::thread::gettid();
-    if let Err(e) = rustix::process::setpriority_process(Some(me), niceness) {
-        tracing::warn!(error = %e, niceness, "could not lower a thread's priority");
-    }
 }
 
 /// Starts the SQL runtimes, the engine and the PostgreSQL-protocol listener. Queries run on

@@ -1,0 +1,235 @@
+//! Failure detection of peers: a node whose process is gone is noticed in about a second,
+//! rather than when its session's lease runs out (`metadata.session_ttl`, 10 s by default).
+//!
+//! Every node probes each other registered node every `metadata.peer_probe_interval`: it opens
+//! a TCP connection to the peer's bookie address and closes it. A refused connection says that
+//! no process listens there (the kernel answered for a process that is gone); a timeout or an
+//! unreachable network says nothing (a hung node, a partition) and is left to the lease.
+//!
+//! A peer is declared gone when every address it advertises (bookie, Pulsar) refuses, in
+//! [`CONFIRMATIONS`] rounds [`CONFIRM_GAP`] apart, and its registration is still the one
+//! probed. The prober then ends the peer's session ([`Membership::expel`]): its registration
+//! and its topic ownerships go at once, and its topics move exactly as when a lease expires
+//! (lookups place them on live nodes, which fence and recover the open ledgers).
+//!
+//! Invariants:
+//! - Only a registration that is not draining is ever ended (a stopping node closes its
+//!   listeners before it leaves, and hands its topics over itself).
+//! - A registration is ended only at the version every probe of the verdict saw: a node that
+//!   restarted and registered again meanwhile is never ended by a verdict about its
+//!   predecessor.
+//! - A wrong verdict (a live process refusing on both listeners) costs availability, never
+//!   data: ownership epochs and ledger fencing stop the node whose session was ended from
+//!   writing, as after a lease it could not renew.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+
+use crate::cluster::membership::{Membership, MembershipError, NodeRecord};
+
+/// Rounds of refusals that make a verdict.
+pub const CONFIRMATIONS: u32 = 2;
+/// Time between the rounds of one verdict.
+pub const CONFIRM_GAP: Duration = Duration::from_millis(150);
+/// Longest wait for one connection.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What one connection attempt showed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe {
+    /// Something accepted the connection.
+    Up,
+    /// Refused: nothing listens there.
+    Refused,
+    /// No answer, or an error that proves nothing about the process.
+    Unknown,
+}
+
+/// Opens and closes one connection to `addr`.
+pub async fn probe(addr: &str) -> Probe {
+    match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+        Ok(Ok(_)) => Probe::Up,
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => Probe::Refused,
+        Ok(Err(_)) | Err(_) => Probe::Unknown,
+    }
+}
+
+/// The addresses `node` advertises that a process of it listens on.
+fn addresses(node: &NodeRecord) -> Vec<String> {
+    let pulsar = node
+        .broker_service_url
+        .strip_prefix("pulsar://")
+        .map(str::to_string);
+    node.bookie_addr.iter().cloned().chain(pulsar).collect()
+}
+
+/// Whether every address of `node` refuses, in every round of a verdict.
+async fn gone(node: &NodeRecord) -> bool {
+    let addrs = addresses(node);
+    if addrs.is_empty() {
+        return false;
+    }
+    for round in 0..CONFIRMATIONS {
+        if round > 0 {
+            tokio::time::sleep(CONFIRM_GAP).await;
+        }
+        for addr in &addrs {
+            if probe(addr).await != Probe::Refused {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// Ends the sessions of peers whose processes are gone.
+#[derive(Debug)]
+pub struct PeerFailureDetector {
+    membership: Arc<Membership>,
+    /// Invariant: non-zero (a zero interval is never started).
+    interval: Duration,
+}
+
+impl PeerFailureDetector {
+    /// A detector for this node's peers, probing every `interval`; `None` when `interval` is 0.
+    pub fn new(membership: Arc<Membership>, interval: Duration) -> Option<Arc<Self>> {
+        (!interval.is_zero()).then(|| {
+            Arc::new(PeerFailureDetector {
+                membership,
+                interval,
+            })
+        })
+    }
+
+    /// Probes until `stop`.
+    pub fn start(self: &Arc<Self>, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(me.interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                let pass = tokio::select! {
+                    _ = stop.cancelled() => return,
+                    p = me.pass() => p,
+                };
+                if let Err(e) = pass {
+                    tracing::debug!(error = %e, "probing the peers failed; next tick");
+                }
+            }
+        })
+    }
+
+    /// Probes every peer once, at the same time; the ids of those whose sessions were ended.
+    pub async fn pass(&self) -> Result<Vec<String>, MembershipError> {
+        let me = self.membership.me().id.clone();
+        let peers = self.membership.registrations().await?;
+        let verdicts = peers
+            .into_iter()
+            .filter(|(node, _)| node.id != me && !node.draining)
+            .map(|(node, version)| async move { (gone(&node).await, node, version) });
+        let mut ended = Vec::new();
+        for (gone, node, version) in futures::future::join_all(verdicts).await {
+            if !gone {
+                continue;
+            }
+            if self.membership.expel(&node.id, version).await? {
+                crate::metrics::node().peer_sessions_ended.inc();
+                tracing::warn!(
+                    node = %node.id,
+                    addresses = ?addresses(&node),
+                    "peer gone: its addresses refuse connections; its session is ended and its topics move now"
+                );
+                ended.push(node.id);
+            }
+        }
+        Ok(ended)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::membership::tests::record;
+    use crate::coord::memory::MemoryCoordination;
+    use crate::coord::{Coordination, SessionState};
+
+    type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+    /// A loopback address nothing listens on.
+    fn closed_addr() -> Result<String, std::io::Error> {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        Ok(l.local_addr()?.to_string())
+    }
+
+    fn node(id: &str, bookie: String, pulsar: String) -> NodeRecord {
+        NodeRecord {
+            bookie_addr: Some(bookie),
+            broker_service_url: format!("pulsar://{pulsar}"),
+            ..record(id)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_peer_refusing_on_every_address_is_expelled_and_a_listening_one_is_not() -> TestResult
+    {
+        let coord = MemoryCoordination::new();
+        let gone_coord = coord.new_session();
+        let mut gone_state = gone_coord.session();
+        let up_coord: Arc<dyn Coordination> = Arc::new(coord.new_session());
+        let half_coord: Arc<dyn Coordination> = Arc::new(coord.new_session());
+        let listening = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let up_addr = listening.local_addr()?.to_string();
+        let me = Arc::new(Membership::join(Arc::new(coord), record("me:1"), Duration::ZERO).await?);
+        let gone = node("gone:2", closed_addr()?, closed_addr()?);
+        let up = node("up:3", up_addr.clone(), up_addr.clone());
+        // Its bookie refuses but its broker answers: a live process.
+        let half = node("half:4", closed_addr()?, up_addr);
+        Membership::join(Arc::new(gone_coord), gone, Duration::ZERO).await?;
+        let _up = Membership::join(up_coord, up, Duration::ZERO).await?;
+        let _half = Membership::join(half_coord, half, Duration::ZERO).await?;
+
+        let detector = PeerFailureDetector::new(me.clone(), Duration::from_millis(100))
+            .ok_or("a non-zero interval makes a detector")?;
+        assert_eq!(detector.pass().await?, vec!["gone:2".to_string()]);
+        let ids: Vec<String> = me.nodes().await?.into_iter().map(|n| n.id).collect();
+        assert_eq!(ids, vec!["half:4", "me:1", "up:3"]);
+        assert_eq!(*gone_state.borrow_and_update(), SessionState::Lost);
+        assert!(detector.pass().await?.is_empty(), "nothing more to end");
+        drop(listening);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn draining_peers_and_newer_registrations_are_left_alone() -> TestResult {
+        let coord = MemoryCoordination::new();
+        let peer: Arc<dyn Coordination> = Arc::new(coord.new_session());
+        let me = Arc::new(Membership::join(Arc::new(coord), record("me:1"), Duration::ZERO).await?);
+        let stopping = node("peer:2", closed_addr()?, closed_addr()?);
+        let peer = Membership::join(peer, stopping, Duration::ZERO).await?;
+        peer.drain().await?;
+        let detector = PeerFailureDetector::new(me.clone(), Duration::from_millis(100))
+            .ok_or("a non-zero interval makes a detector")?;
+        assert!(
+            detector.pass().await?.is_empty(),
+            "a draining node is not probed"
+        );
+        // A verdict about an older registration ends nothing.
+        let (record, version) = me
+            .registrations()
+            .await?
+            .into_iter()
+            .find(|(n, _)| n.id == "peer:2")
+            .ok_or("registered")?;
+        assert!(!me.expel(&record.id, version - 1).await?);
+        assert!(me.expel(&record.id, version).await?);
+        assert!(PeerFailureDetector::new(me, Duration::ZERO).is_none());
+        Ok(())
+    }
+}
