@@ -48,6 +48,7 @@ mod idle;
 pub mod limits;
 pub mod manage;
 pub(crate) mod measure;
+mod orphans;
 pub mod outbox;
 mod owner;
 mod rates;
@@ -226,6 +227,7 @@ impl Broker {
         });
         self.spawn_load_manager(self.ownership.load_board());
         self.spawn_idle_unloader();
+        self.spawn_orphan_takeover();
         let broker = self.clone();
         self.tasks.spawn(async move {
             loop {

@@ -160,6 +160,19 @@ impl Membership {
             .collect()
     }
 
+    /// Every registered node by key, and a watch of every later change under the same prefix
+    /// (the coordination contract: nothing missed, nothing twice; list again when it ends).
+    pub async fn watch(
+        &self,
+    ) -> Result<(Vec<(String, NodeRecord)>, crate::coord::Watch), MembershipError> {
+        let (items, at) = self.coord.list(NODES).await?;
+        let nodes = items
+            .iter()
+            .map(|(k, v)| Ok((k.clone(), NodeRecord::decode(&v.value)?)))
+            .collect::<Result<Vec<_>, MembershipError>>()?;
+        Ok((nodes, self.coord.watch(NODES, at).await?))
+    }
+
     /// Every registered node with the version of its registration.
     pub async fn registrations(&self) -> Result<Vec<(NodeRecord, u64)>, MembershipError> {
         let (items, _) = self.coord.list(NODES).await?;

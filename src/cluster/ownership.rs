@@ -360,6 +360,13 @@ impl Ownership {
         Ok(live.into_iter().find(|n| n.id == named.id && !n.draining))
     }
 
+    /// The registered nodes by key and a watch of their changes ([`Membership::watch`]).
+    pub async fn watch_nodes(
+        &self,
+    ) -> Result<(Vec<(String, NodeRecord)>, crate::coord::Watch), OwnershipError> {
+        Ok(self.membership.watch().await?)
+    }
+
     /// The live node with id `id`, unless it is stopping.
     pub async fn live_node(&self, id: &str) -> Result<Option<NodeRecord>, OwnershipError> {
         let live = self.membership.nodes().await?;

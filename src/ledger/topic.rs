@@ -582,7 +582,8 @@ impl TopicLog {
 
     /// Updates the topic's view after the service changed a ledger's state. A record older
     /// than the view's (a state earlier in the lifecycle, read before a later transition) is
-    /// ignored: states only move forward.
+    /// ignored: states only move forward. A sealed record of a ledger the view had as another
+    /// writer's open one (a takeover) moves the last confirmed position up to its last entry.
     pub(crate) fn set_record(&self, record: LedgerRecord) {
         let mut ledgers = lock(&self.inner.ledgers);
         if record.state == LedgerState::Expired {
@@ -591,7 +592,21 @@ impl TopicLog {
             if matches!(v, LedgerView::Closed(old) if old.state.as_u8() > record.state.as_u8()) {
                 return;
             }
+            let last = record
+                .seal
+                .as_ref()
+                .and_then(|s| s.entry_count.checked_sub(1))
+                .map(|e| Position::new(record.id, e));
             *v = LedgerView::Closed(Box::new(record));
+            if let Some(last) = last {
+                self.inner.lac.send_if_modified(|lac| {
+                    let behind = lac.is_none_or(|p| p < last);
+                    if behind {
+                        *lac = Some(last);
+                    }
+                    behind
+                });
+            }
         }
     }
 
