@@ -46,6 +46,8 @@ use crate::protocol::bookie::{
 
 /// Connections served at once; more wait in the listen backlog.
 pub const MAX_CONNECTIONS: usize = 256;
+/// How long a connection to a bookie that requires credentials has to present them.
+pub const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub mod autorecovery;
 pub mod client;
@@ -134,11 +136,27 @@ async fn connection(
     // writer sent it; the answer waits, in the writer task, until it is durable.
     let (tx, rx) = tokio::sync::mpsc::channel::<(u64, Pending)>(PIPELINE);
     let writer = tokio::spawn(write_answers(answers, rx, peer));
-    // Invariant: no request but `Hello` is served before this is set.
+    // Invariant: no request but `Hello` is served before this is set; until then frames are
+    // held to a request's size without an entry and the first must come within HELLO_TIMEOUT.
     let mut admitted = check.is_none();
+    if !admitted {
+        requests
+            .decoder_mut()
+            .set_max_frame_length(crate::protocol::bookie::MAX_REQUEST_FRAME);
+    }
     loop {
+        let deadline = async {
+            if admitted {
+                std::future::pending::<()>().await;
+            }
+            tokio::time::sleep(HELLO_TIMEOUT).await;
+        };
         let frame = tokio::select! {
             _ = stop.cancelled() => break,
+            () = deadline => {
+                tracing::warn!(%peer, "bookie connection closed: no credentials in time");
+                break;
+            }
             f = requests.next() => f,
         };
         let frame = match frame {
@@ -160,7 +178,11 @@ async fn connection(
             BookieRequest::Hello { token } => {
                 let response = admit(check.as_ref(), &token, peer);
                 let ok = matches!(response, BookieResponse::Welcome { .. });
-                admitted |= ok;
+                if ok && !admitted {
+                    admitted = true;
+                    let max = crate::protocol::bookie::MAX_REQUEST_FRAME + log.max_entry_size();
+                    requests.decoder_mut().set_max_frame_length(max);
+                }
                 (ready(response), !ok)
             }
             _ if !admitted => {

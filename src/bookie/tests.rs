@@ -280,6 +280,11 @@ async fn an_authenticating_bookie_serves_only_nodes_presenting_a_superuser_token
         assert!(unauthorized(&raw_call(&mut raw, 0, &hello).await?));
         assert!(closed(&mut raw).await?);
     }
+    // Before credentials, a frame may not be larger than a request without an entry.
+    let mut raw = TcpStream::connect(p.addr).await?;
+    let big = (crate::protocol::bookie::MAX_REQUEST_FRAME + 1) as u32;
+    raw.write_all(&big.to_be_bytes()).await?;
+    assert!(closed(&mut raw).await?);
     // A superuser's token: welcomed, then served.
     let mut raw = TcpStream::connect(p.addr).await?;
     let hello = BookieRequest::Hello {

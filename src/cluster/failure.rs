@@ -6,11 +6,16 @@
 //! no process listens there (the kernel answered for a process that is gone); a timeout or an
 //! unreachable network says nothing (a hung node, a partition) and is left to the lease.
 //!
-//! A peer is declared gone when every address it advertises (bookie, Pulsar) refuses, in
-//! [`CONFIRMATIONS`] rounds [`CONFIRM_GAP`] apart, and its registration is still the one
-//! probed. The prober then ends the peer's session ([`Membership::expel`]): its registration
-//! and its topic ownerships go at once, and its topics move exactly as when a lease expires
-//! (lookups place them on live nodes, which fence and recover the open ledgers).
+//! A prober's verdict that a peer is gone needs every address the peer advertises (bookie,
+//! Pulsar) to refuse, in [`CONFIRMATIONS`] rounds [`CONFIRM_GAP`] apart. A verdict alone ends
+//! nothing: a refusal can also come from a firewall rule (`REJECT`) on the prober's own path.
+//! The prober records it ([`Membership::suspect`], an ephemeral key per prober), and the
+//! session is ended ([`Membership::expel`]) only once a majority of the registered nodes
+//! other than the peer hold the same verdict about the same registration. Its registration
+//! and its topic ownerships then go at once, and its topics move exactly as when a lease
+//! expires (lookups place them on live nodes, which fence and recover the open ledgers; idle
+//! ones are taken over by `broker::orphans`). A prober withdraws its verdict when the peer
+//! answers again.
 //!
 //! Invariants:
 //! - Only a registration that is not draining is ever ended (a stopping node closes its
@@ -18,9 +23,12 @@
 //! - A registration is ended only at the version every probe of the verdict saw: a node that
 //!   restarted and registered again meanwhile is never ended by a verdict about its
 //!   predecessor.
-//! - A wrong verdict (a live process refusing on both listeners) costs availability, never
-//!   data: ownership epochs and ledger fencing stop the node whose session was ended from
-//!   writing, as after a lease it could not renew.
+//! - One node ends another's session only with a majority of the other nodes agreeing (in
+//!   a cluster of two, the one other node is that majority).
+//! - A wrong verdict (a live process refusing on both listeners to most nodes) ends its
+//!   session while it still believes it live, until its next renewal (a third of the TTL):
+//!   ledger fencing and ownership epochs stop its ledger writes, but cursor and
+//!   deduplication snapshots it saves in that window are not fenced.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -89,6 +97,8 @@ async fn gone(node: &NodeRecord) -> bool {
 #[derive(Debug)]
 pub struct PeerFailureDetector {
     membership: Arc<Membership>,
+    /// Peers this node recorded a verdict about and has not withdrawn yet.
+    suspected: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Invariant: non-zero (a zero interval is never started).
     interval: Duration,
 }
@@ -99,6 +109,7 @@ impl PeerFailureDetector {
         (!interval.is_zero()).then(|| {
             Arc::new(PeerFailureDetector {
                 membership,
+                suspected: Default::default(),
                 interval,
             })
         })
@@ -136,21 +147,53 @@ impl PeerFailureDetector {
             .map(|(node, version)| async move { (gone(&node).await, node, version) });
         let mut ended = Vec::new();
         for (gone, node, version) in futures::future::join_all(verdicts).await {
-            if !gone {
-                continue;
-            }
-            if self.membership.expel(&node.id, version).await? {
-                crate::metrics::node().peer_sessions_ended.inc();
-                tracing::warn!(
-                    node = %node.id,
-                    addresses = ?addresses(&node),
-                    "peer gone: its addresses refuse connections; its session is ended and its topics move now"
-                );
-                ended.push(node.id);
+            match self.act(gone, &node, version).await {
+                Ok(true) => ended.push(node.id),
+                Ok(false) => {}
+                Err(e) => tracing::warn!(node = %node.id, error = %e,
+                    "acting on a peer's probe failed; next pass"),
             }
         }
         Ok(ended)
     }
+
+    /// Records or withdraws this node's verdict about `node`; ends its session once a majority
+    /// of the other nodes holds the verdict. Whether this call ended it.
+    async fn act(
+        &self,
+        gone: bool,
+        node: &NodeRecord,
+        version: u64,
+    ) -> Result<bool, MembershipError> {
+        if !gone {
+            if lock(&self.suspected).remove(&node.id) {
+                self.membership.unsuspect(&node.id).await?;
+            }
+            return Ok(false);
+        }
+        lock(&self.suspected).insert(node.id.clone());
+        if !self.membership.suspect(&node.id, version).await? {
+            tracing::info!(node = %node.id, "peer refuses connections; waiting for the other nodes to agree");
+            return Ok(false);
+        }
+        let ended = self.membership.expel(&node.id, version).await?;
+        if lock(&self.suspected).remove(&node.id) {
+            self.membership.unsuspect(&node.id).await?;
+        }
+        if ended {
+            crate::metrics::node().peer_sessions_ended.inc();
+            tracing::warn!(
+                node = %node.id,
+                addresses = ?addresses(node),
+                "peer gone: its addresses refuse connections and most nodes agree; its session is ended and its topics move now"
+            );
+        }
+        Ok(ended)
+    }
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]
@@ -192,12 +235,18 @@ mod tests {
         // Its bookie refuses but its broker answers: a live process.
         let half = node("half:4", closed_addr()?, up_addr);
         Membership::join(Arc::new(gone_coord), gone, Duration::ZERO).await?;
-        let _up = Membership::join(up_coord, up, Duration::ZERO).await?;
+        let up = Arc::new(Membership::join(up_coord, up, Duration::ZERO).await?);
         let _half = Membership::join(half_coord, half, Duration::ZERO).await?;
 
-        let detector = PeerFailureDetector::new(me.clone(), Duration::from_millis(100))
+        let interval = Duration::from_millis(100);
+        let detector = PeerFailureDetector::new(me.clone(), interval)
             .ok_or("a non-zero interval makes a detector")?;
-        assert_eq!(detector.pass().await?, vec!["gone:2".to_string()]);
+        let second = PeerFailureDetector::new(up, interval).ok_or("a detector")?;
+        // One verdict of three possible voters (me, up, half) is no majority.
+        assert!(detector.pass().await?.is_empty());
+        assert_eq!(*gone_state.borrow_and_update(), SessionState::Live);
+        // A second one is.
+        assert_eq!(second.pass().await?, vec!["gone:2".to_string()]);
         let ids: Vec<String> = me.nodes().await?.into_iter().map(|n| n.id).collect();
         assert_eq!(ids, vec!["half:4", "me:1", "up:3"]);
         assert_eq!(*gone_state.borrow_and_update(), SessionState::Lost);

@@ -23,6 +23,18 @@ use crate::coord::{CoordError, Coordination, Expect};
 pub const FORMAT: u8 = 1;
 /// Where node records live, relative to the coordination root.
 pub const NODES: &str = "nodes/";
+/// Where nodes record their verdicts that another node is gone:
+/// `suspects/<node id>/<prober id>`, ephemeral on the prober's session, `[format 1][JSON]` of
+/// [`Suspicion`].
+pub const SUSPECTS: &str = "suspects/";
+
+/// One node's verdict that another is gone, about one registration of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Suspicion {
+    /// The version of the registration the verdict is about.
+    pub registration: u64,
+}
 
 /// What a node tells the others about itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -125,12 +137,20 @@ impl Membership {
                         // An earlier process of this data directory, which this one now
                         // holds locked: it is gone, and its session goes with it.
                         let ended = coord.end_session_of(&key, Expect::Version(version)).await;
-                        if !matches!(ended, Err(CoordError::Conflict { .. })) {
-                            ended?;
+                        match ended {
+                            Ok(true) => {
+                                tracing::info!(id = %me.id, started_at_ms = holder.started_at_ms,
+                                    "ended the session of this node's previous process");
+                                continue;
+                            }
+                            // Gone meanwhile: register now.
+                            Err(CoordError::Conflict { .. }) => continue,
+                            // A record without a session (written by hand): wait, as for
+                            // any other holder. A failed end is retried after the wait.
+                            Ok(false) => {}
+                            Err(e) => tracing::warn!(error = %e,
+                                "ending the previous process's session failed; retrying"),
                         }
-                        tracing::info!(id = %me.id, started_at_ms = holder.started_at_ms,
-                            "ended the session of this node's previous process");
-                        continue;
                     }
                     if tokio::time::Instant::now() >= deadline {
                         return Err(MembershipError::IdInUse {
@@ -196,6 +216,45 @@ impl Membership {
             Err(CoordError::Conflict { .. }) => Ok(false),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Records this node's verdict that node `id`, registered at `version`, is gone; whether a
+    /// majority of the registered nodes other than `id` (this one included) now holds that
+    /// verdict about that registration. One node alone (whose own network may be what fails)
+    /// ends nobody's session unless it is the only other node.
+    pub async fn suspect(&self, id: &str, version: u64) -> Result<bool, MembershipError> {
+        let prefix = format!("{SUSPECTS}{id}/");
+        let verdict = Suspicion {
+            registration: version,
+        };
+        let mine = format!("{prefix}{}", self.me.id);
+        let bytes = crate::versioned::encode(FORMAT, &verdict);
+        self.coord.put(&mine, &bytes, Expect::Any, true).await?;
+        let voters: Vec<String> = self
+            .nodes()
+            .await?
+            .into_iter()
+            .filter(|n| n.id != id)
+            .map(|n| n.id)
+            .collect();
+        let (votes, _) = self.coord.list(&prefix).await?;
+        let agreeing = votes
+            .iter()
+            .filter(|(key, v)| {
+                let decoded: Result<Suspicion, _> =
+                    crate::versioned::decode(FORMAT, "suspicion", &v.value);
+                let prober = key.strip_prefix(prefix.as_str()).unwrap_or_default();
+                decoded.is_ok_and(|d| d == verdict) && voters.iter().any(|n| n == prober)
+            })
+            .count();
+        Ok(agreeing > voters.len() / 2)
+    }
+
+    /// Withdraws this node's verdict about node `id` (it answers again, or it is gone).
+    pub async fn unsuspect(&self, id: &str) -> Result<(), MembershipError> {
+        let key = format!("{SUSPECTS}{id}/{}", self.me.id);
+        self.coord.delete(&key, Expect::Any).await?;
+        Ok(())
     }
 
     /// The state of the session this node is registered under.

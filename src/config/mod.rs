@@ -279,9 +279,10 @@ pub struct AuthenticationConfig {
     pub refresh_check_interval: Duration,
     /// The token this node presents to the bookie listeners of the other nodes of its cluster
     /// (Pulsar's `brokerClientAuthenticationParameters`): a token of a role in
-    /// `superuser_roles`, or `file:PATH` of a file holding one. With authentication on, a
-    /// bookie listener serves only connections that present such a token first, and a node
-    /// with `server.bookie_addr` needs one.
+    /// `superuser_roles`, or `file:PATH` of a file holding one (read at start: restart to
+    /// rotate it). With authentication on, a bookie listener serves only connections that
+    /// present such a token first, and every node of a cluster needs one; with it off, no
+    /// token is sent.
     pub node_token: Option<String>,
 }
 
@@ -627,11 +628,20 @@ impl Config {
             return invalid("autorecovery.audit_interval", "must be at least 1s".into());
         }
         let auth = &self.broker.authentication;
-        if auth.enabled && self.server.bookie_addr.is_some() && auth.node_token.is_none() {
+        let clustered =
+            self.server.bookie_addr.is_some() || self.metadata.url.starts_with("etcd://");
+        if auth.enabled && clustered && auth.node_token.is_none() {
             return invalid(
                 "broker.authentication.node_token",
-                "a node with a bookie listener needs a superuser token to present to the other nodes when authentication is on".into(),
+                "a node of a cluster needs a superuser token to present to the other nodes' bookies when authentication is on".into(),
             );
+        }
+        if auth
+            .node_token
+            .as_deref()
+            .is_some_and(|t| t.trim().is_empty() || t == "file:")
+        {
+            return invalid("broker.authentication.node_token", "is empty".into());
         }
         if self.metadata.session_ttl < Duration::from_secs(2) {
             return invalid("metadata.session_ttl", "must be at least 2s".into());

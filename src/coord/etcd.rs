@@ -322,7 +322,14 @@ impl Coordination for EtcdCoordination {
 
     async fn close(&self) -> Result<(), CoordError> {
         self.stop.cancel();
-        self.state.send_replace(SessionState::Closed);
+        // A lost session stays lost; revoking its lease again is harmless.
+        self.state.send_if_modified(|s| {
+            let live = *s == SessionState::Live;
+            if live {
+                *s = SessionState::Closed;
+            }
+            live
+        });
         self.client
             .lease_client()
             .revoke(self.lease)
@@ -346,12 +353,12 @@ impl Coordination for EtcdCoordination {
         match self.client.lease_client().revoke(lease).await {
             Ok(_) => Ok(true),
             Err(e) => match self.get(key).await? {
-                // Expired or revoked meanwhile, or the key rewritten: the session it was
-                // written under is gone all the same.
+                // Still there as read: the revoke itself failed.
                 Some(v) if Expect::Version(v.version) == expect || expect == Expect::Any => {
                     Err(backend("revoke another session's lease")(e))
                 }
-                _ => Ok(true),
+                // Expired, or ended by someone else meanwhile: not by this call.
+                _ => Ok(false),
             },
         }
     }

@@ -244,7 +244,13 @@ impl Coordination for MemoryCoordination {
     }
 
     async fn close(&self) -> Result<(), CoordError> {
-        self.state.send_replace(SessionState::Closed);
+        self.state.send_if_modified(|s| {
+            let live = *s == SessionState::Live;
+            if live {
+                *s = SessionState::Closed;
+            }
+            live
+        });
         self.lock().end(self.session);
         Ok(())
     }

@@ -157,6 +157,7 @@ impl Service {
             source,
         })?;
         let dir_lock = crate::dir_lock::lock(&config.data_dir)?;
+        let node_token = node_token(config)?;
         let health = Health::new();
         let stop = CancellationToken::new();
         let http_listener = bind(config.server.http_addr, "http").await?;
@@ -243,7 +244,7 @@ impl Service {
             Arc::new(Membership::join(coord.clone(), me, config.metadata.session_ttl * 2).await?);
         log.set_replica_source(Arc::new(crate::bookie::client::BookieClient::new(
             membership.clone(),
-            node_token(config)?,
+            node_token,
         )));
         let autorecovery = config.server.bookie_addr.map(|_| {
             let a = crate::bookie::autorecovery::AutoRecovery::new(
@@ -382,12 +383,21 @@ fn access_for(
     ))))
 }
 
-/// The token this node presents to other nodes' bookies, if it has one.
+/// The token this node presents to other nodes' bookies: its node token while
+/// authentication is on (ADR 0012: no hello is sent with it off).
 fn node_token(config: &Config) -> Result<Option<String>, ServiceError> {
-    let spec = config.broker.authentication.node_token.as_deref();
-    spec.map(crate::bookie::dial::load_token)
+    let auth = &config.broker.authentication;
+    let spec = auth.node_token.as_deref().filter(|_| auth.enabled);
+    let token = spec
+        .map(crate::bookie::dial::load_token)
         .transpose()
-        .map_err(|(path, source)| ServiceError::NodeToken { path, source })
+        .map_err(|(path, source)| ServiceError::NodeToken { path, source })?;
+    if token.as_deref().is_some_and(str::is_empty) {
+        let path = spec.unwrap_or_default().trim_start_matches("file:").into();
+        let source = std::io::Error::new(std::io::ErrorKind::InvalidData, "the file is empty");
+        return Err(ServiceError::NodeToken { path, source });
+    }
+    Ok(token)
 }
 
 /// This node's cluster record at its addresses.
