@@ -11,8 +11,13 @@
 //! - A stream that ended is replaced by a new one (new connection) on the next add; the
 //!   replica refuses an add that is not the next entry of its copy, so a ledger whose earlier
 //!   entry failed can never get a gap there.
+//! - The payload bytes queued or in flight to one bookie stay under [`MAX_BEHIND`]: an add
+//!   past it fails at once (its ledger then sends that replica nothing more and rolls to a new
+//!   ensemble, which leaves the bookie out for [`QUARANTINE`]), so a slow replica cannot make
+//!   the writer hold an unbounded backlog for it while the ack quorum keeps producers going.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,6 +31,8 @@ use crate::protocol::bookie::{decode_response, encode_request, BookieRequest, Bo
 
 /// Longest wait for the oldest unanswered add (connecting included).
 pub const ADD_TIMEOUT: Duration = Duration::from_secs(10);
+/// Payload bytes queued or in flight to one bookie at most.
+pub const MAX_BEHIND: u64 = 64 << 20;
 
 type Queued = (ReplicaAdd, AddDone);
 
@@ -48,6 +55,9 @@ pub struct AddStreams {
     /// (a bookie that just failed would otherwise roll every next ledger at once, until its
     /// node's session expires).
     failed: Mutex<HashMap<String, std::time::Instant>>,
+    /// Payload bytes queued or in flight per bookie. Invariant: the sum of the payloads of
+    /// the adds to that bookie whose `done` has not been called yet.
+    behind: Mutex<HashMap<String, Arc<AtomicU64>>>,
     /// What this node presents to other bookies ([`super::dial`]).
     token: Option<Arc<str>>,
 }
@@ -70,11 +80,15 @@ impl AddStreams {
             token,
             streams: Mutex::new(HashMap::new()),
             failed: Mutex::new(HashMap::new()),
+            behind: Mutex::new(HashMap::new()),
         })
     }
 
     /// Queues `add` for `bookie` behind the adds queued before it.
     pub fn add(self: &Arc<Self>, bookie: &str, add: ReplicaAdd, done: AddDone) {
+        let Some(done) = self.admit(bookie, &add, done) else {
+            return;
+        };
         let mut streams = lock(&self.streams);
         let mut queued = (add, done);
         if let Some(tx) = streams.get(bookie) {
@@ -104,6 +118,30 @@ impl AddStreams {
                 streams.remove(&bookie);
             }
         });
+    }
+
+    /// Counts `add` against `bookie`'s backlog, or fails it at once when that would pass
+    /// [`MAX_BEHIND`]; the `done` to hand on, which uncounts it.
+    fn admit(&self, bookie: &str, add: &ReplicaAdd, done: AddDone) -> Option<AddDone> {
+        let len = add.payload.len() as u64;
+        let behind = lock(&self.behind)
+            .entry(bookie.to_string())
+            .or_default()
+            .clone();
+        let before = behind.fetch_add(len, Ordering::SeqCst);
+        if before > 0 && before + len > MAX_BEHIND {
+            behind.fetch_sub(len, Ordering::SeqCst);
+            lock(&self.failed).insert(bookie.to_string(), std::time::Instant::now());
+            done(Err(format!(
+                "bookie {bookie} is {before} bytes behind (more than {MAX_BEHIND}): too slow for \
+                 this ledger"
+            )));
+            return None;
+        }
+        Some(Box::new(move |outcome| {
+            behind.fetch_sub(len, Ordering::SeqCst);
+            done(outcome);
+        }))
     }
 
     /// Whether `bookie`'s stream failed within the last [`QUARANTINE`].
@@ -220,5 +258,62 @@ async fn stream(
                 return format!("no answer within {ADD_TIMEOUT:?}");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::membership::{tests::record, NodeRecord};
+    use crate::coord::memory::MemoryCoordination;
+    use crate::coord::Coordination;
+
+    /// A replica that accepts the connection and never reads: the writer's backlog for it
+    /// stops at `MAX_BEHIND`, and the bookie is left out of new ensembles.
+    #[tokio::test]
+    async fn a_replica_that_falls_behind_fails_its_adds_instead_of_holding_them(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?.to_string();
+        let held = tokio::spawn(async move { listener.accept().await.map(|(s, _)| s) });
+        let coord = MemoryCoordination::new();
+        let slow_session: Arc<dyn Coordination> = Arc::new(coord.new_session());
+        let slow = NodeRecord {
+            bookie: "slow".into(),
+            bookie_addr: Some(addr),
+            ..record("slow:1")
+        };
+        let _slow = Membership::join(slow_session, slow, Duration::ZERO).await?;
+        let me = Arc::new(Membership::join(Arc::new(coord), record("me:1"), Duration::ZERO).await?);
+        let streams = AddStreams::new(me, None);
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mib = bytes::Bytes::from(vec![7u8; 1 << 20]);
+        let n = (MAX_BEHIND >> 20) + 8;
+        for entry in 0..n {
+            let add = ReplicaAdd {
+                topic: Arc::from("persistent://t/n/slow"),
+                ledger: 1,
+                entry,
+                publish_time_ms: 0,
+                payload: mib.clone(),
+                recovery: false,
+            };
+            let tx = tx.clone();
+            streams.add("slow", add, Box::new(move |r| drop(tx.send((entry, r)))));
+        }
+        // The adds past the limit failed at once, each saying why; none before it did.
+        let mut failed = Vec::new();
+        while let Ok((entry, outcome)) = rx.try_recv() {
+            let why = outcome
+                .err()
+                .ok_or("an add succeeded on a replica that never answers")?;
+            assert!(why.contains("behind"), "{why}");
+            failed.push(entry);
+        }
+        let first = MAX_BEHIND >> 20;
+        assert_eq!(failed, (first..n).collect::<Vec<_>>());
+        assert!(streams.quarantined("slow"));
+        held.abort();
+        Ok(())
     }
 }

@@ -1,26 +1,29 @@
 //! Orphaned topics: a node that dies leaves the open ledgers its bookie wrote open. A topic with
 //! a client is taken over when that client looks it up again; an idle one would stay as it is,
 //! and every read of it elsewhere (SQL on any node, `verify`) would fail on the dead bookie. So
-//! each node watches the live bookies and, when one goes, loads every topic whose open
-//! replicated ledger it wrote and that placement gives to this node: loading fences the ledger
-//! on its replicas, recovers it and seals it (as a lookup would), after which any node reads
-//! it from the replicas. The topic is then unloaded when idle, like any other.
+//! each node, when it starts and whenever a registration goes, looks for open ledgers that can
+//! be recovered without their writer (replicated, ack quorum of 2 or more) and whose writer's
+//! bookie no live node has, and loads each such topic that placement gives to this node:
+//! loading fences the ledger on its replicas, recovers it and seals it (as a lookup would),
+//! after which any node reads it from the replicas. The topic is then unloaded when idle, like
+//! any other.
 //!
 //! Invariants:
 //! - A topic is only loaded where placement puts it, through [`Broker::topic`], so the claim
 //!   (compare-and-set on its owner key) still decides between nodes whose views differ.
-//! - Open ledgers without replicas are left alone: nobody can recover them but their own
-//!   bookie (`OwnershipError::HolderDown` until it returns).
-//! - Driven by the registrations' watch (list, then every change after it): a node that
-//!   registers and dies between two looks is still seen going. A bookie stays pending until a
-//!   scan for it finished without an error; nothing scans the topics on a timer.
+//! - The scan works from the current state (open ledgers against registered bookies), not from
+//!   remembered departures: a bookie gone before this node started, a topic placed on a node
+//!   that died before loading it, a registration lost while the watch was being renewed are all
+//!   found by the next scan. Scans run at start, on every registration deleted, and again
+//!   every [`RETRY`] while the last one failed; never on a timer over every topic otherwise.
+//! - A ledger that cannot be recovered without its writer (ack quorum 1, no replicas) is left
+//!   to its bookie's return (`OwnershipError::HolderDown` until then) and never rescanned for.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::Broker;
-use crate::cluster::membership::NodeRecord;
 use crate::cluster::ownership::Placement;
 use crate::coord::WatchEvent;
 use crate::ledger::LedgerState;
@@ -30,74 +33,69 @@ use crate::naming::TopicName;
 pub const RETRY: Duration = Duration::from_secs(5);
 
 impl Broker {
-    /// Starts watching for bookies that go, and taking over their idle topics placed here.
+    /// Starts looking for topics whose writer is gone and taking over those placed here.
     pub(crate) fn spawn_orphan_takeover(self: &Arc<Self>) {
         let broker = self.clone();
         self.tasks.spawn(async move {
-            // Registration key → bookie id of every node seen registered.
-            let mut known: HashMap<String, String> = HashMap::new();
-            let mut pending: BTreeSet<String> = BTreeSet::new();
-            loop {
-                let (nodes, mut watch) = tokio::select! {
-                    _ = broker.stop.cancelled() => return,
-                    listed = broker.ownership.watch_nodes() => match listed {
-                        Ok(l) => l,
-                        Err(e) => {
-                            tracing::debug!(error = %e, "listing the nodes failed; retrying");
-                            tokio::time::sleep(RETRY).await;
-                            continue;
-                        }
-                    },
-                };
-                // Nodes that went while no watch ran.
-                let now: HashMap<String, String> =
-                    nodes.into_iter().map(|(k, n)| (k, n.bookie)).collect();
-                let live: HashSet<&String> = now.values().collect();
-                pending.extend(known.values().filter(|b| !live.contains(b)).cloned());
-                known = now;
-                let mut retry_at = tokio::time::Instant::now();
-                loop {
-                    let scan = !pending.is_empty();
-                    let event = tokio::select! {
-                        _ = broker.stop.cancelled() => return,
-                        e = watch.next() => e,
-                        () = tokio::time::sleep_until(retry_at), if scan => {
-                            match broker.take_over_orphans(&pending).await {
-                                Ok(()) => pending.clear(),
-                                Err(e) => {
-                                    tracing::warn!(error = %e, "taking over the topics of a gone bookie failed; retrying");
-                                    retry_at = tokio::time::Instant::now() + RETRY;
-                                }
-                            }
-                            continue;
-                        }
-                    };
-                    match event {
-                        None => break,
-                        Some(WatchEvent::Put { key, value, .. }) => {
-                            if let Ok(node) = NodeRecord::decode(&value) {
-                                pending.remove(&node.bookie);
-                                // The same node id with another bookie: the old one is gone.
-                                if let Some(old) = known.insert(key, node.bookie.clone()) {
-                                    if old != node.bookie {
-                                        pending.insert(old);
-                                    }
-                                }
-                            }
-                        }
-                        Some(WatchEvent::Delete { key, .. }) => {
-                            if let Some(bookie) = known.remove(&key) {
-                                pending.insert(bookie);
-                            }
-                        }
-                    }
-                }
+            let stop = broker.stop.clone();
+            tokio::select! {
+                _ = stop.cancelled() => {}
+                _ = broker.watch_orphans() => {}
             }
         });
     }
 
-    /// Loads every topic placed here whose open, replicated ledger one of `gone` wrote.
-    async fn take_over_orphans(&self, gone: &BTreeSet<String>) -> Result<(), String> {
+    /// Scans at once, then whenever a registration goes or a failed scan is due again.
+    async fn watch_orphans(&self) {
+        loop {
+            let (_, mut watch) = match self.ownership.watch_nodes().await {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::debug!(error = %e, "listing the nodes failed; retrying");
+                    tokio::time::sleep(RETRY).await;
+                    continue;
+                }
+            };
+            // A scan is due at once: the state may have changed while no watch ran.
+            let mut due = Some(tokio::time::Instant::now());
+            loop {
+                let event = tokio::select! {
+                    e = watch.next() => e,
+                    () = sleep_until(due), if due.is_some() => {
+                        due = match self.take_over_orphans().await {
+                            Ok(()) => None,
+                            Err(e) => {
+                                tracing::warn!(error = %e, "taking over the topics of a gone bookie failed; retrying");
+                                Some(tokio::time::Instant::now() + RETRY)
+                            }
+                        };
+                        continue;
+                    }
+                };
+                match event {
+                    None => break,
+                    Some(WatchEvent::Delete { .. }) => {
+                        due.get_or_insert_with(tokio::time::Instant::now);
+                    }
+                    Some(WatchEvent::Put { .. }) => {}
+                }
+            }
+            // The watch ended: list again, after a short pause.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Loads every topic placed here whose open, recoverable ledger a bookie wrote that no
+    /// registered node has.
+    async fn take_over_orphans(&self) -> Result<(), String> {
+        let live: HashSet<String> = self
+            .ownership
+            .nodes()
+            .await
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .map(|n| n.bookie)
+            .collect();
         let meta = self.metadata();
         let open = meta
             .ledgers_in_states(&[LedgerState::Open])
@@ -105,13 +103,15 @@ impl Broker {
             .map_err(|e| e.to_string())?;
         let topics: BTreeSet<_> = open
             .iter()
-            .filter(|l| gone.contains(&l.bookie) && !l.replicas.is_empty())
+            .filter(|l| !live.contains(&l.bookie) && crate::ledger::recoverable(l))
             .map(|l| l.topic_id)
             .collect();
+        if topics.is_empty() {
+            return Ok(());
+        }
         tracing::info!(
-            ?gone,
             topics = topics.len(),
-            "bookies gone: taking over their idle topics placed here"
+            "open ledgers whose writer is gone: taking over the topics placed here"
         );
         let mut failed = None;
         for id in topics {
@@ -137,5 +137,13 @@ impl Broker {
             }
         }
         failed.map_or(Ok(()), Err)
+    }
+}
+
+/// Sleeps until `at` (`None`: forever).
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }

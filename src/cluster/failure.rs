@@ -166,8 +166,10 @@ impl PeerFailureDetector {
         version: u64,
     ) -> Result<bool, MembershipError> {
         if !gone {
-            if lock(&self.suspected).remove(&node.id) {
+            if lock(&self.suspected).contains(&node.id) {
+                // Forgotten only once withdrawn: a vote left standing would count later.
                 self.membership.unsuspect(&node.id).await?;
+                lock(&self.suspected).remove(&node.id);
             }
             return Ok(false);
         }
@@ -177,9 +179,6 @@ impl PeerFailureDetector {
             return Ok(false);
         }
         let ended = self.membership.expel(&node.id, version).await?;
-        if lock(&self.suspected).remove(&node.id) {
-            self.membership.unsuspect(&node.id).await?;
-        }
         if ended {
             crate::metrics::node().peer_sessions_ended.inc();
             tracing::warn!(
@@ -187,6 +186,13 @@ impl PeerFailureDetector {
                 addresses = ?addresses(node),
                 "peer gone: its addresses refuse connections and most nodes agree; its session is ended and its topics move now"
             );
+        }
+        // The verdict is spent either way (the registration it named is gone).
+        match self.membership.unsuspect(&node.id).await {
+            Ok(()) => drop(lock(&self.suspected).remove(&node.id)),
+            Err(e) => {
+                tracing::debug!(node = %node.id, error = %e, "withdrawing a spent verdict failed; next pass")
+            }
         }
         Ok(ended)
     }

@@ -219,8 +219,9 @@ impl Membership {
     }
 
     /// Records this node's verdict that node `id`, registered at `version`, is gone; whether a
-    /// majority of the registered nodes other than `id` (this one included) now holds that
-    /// verdict about that registration. One node alone (whose own network may be what fails)
+    /// majority of the registered nodes other than `id` that are not stopping (this one
+    /// included) now holds that verdict about that registration (stopping nodes no longer
+    /// probe). One node alone (whose own network may be what fails)
     /// ends nobody's session unless it is the only other node.
     pub async fn suspect(&self, id: &str, version: u64) -> Result<bool, MembershipError> {
         let prefix = format!("{SUSPECTS}{id}/");
@@ -234,7 +235,7 @@ impl Membership {
             .nodes()
             .await?
             .into_iter()
-            .filter(|n| n.id != id)
+            .filter(|n| n.id != id && !n.draining)
             .map(|n| n.id)
             .collect();
         let (votes, _) = self.coord.list(&prefix).await?;

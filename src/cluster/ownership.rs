@@ -360,6 +360,11 @@ impl Ownership {
         Ok(live.into_iter().find(|n| n.id == named.id && !n.draining))
     }
 
+    /// Every registered node (stopping ones included).
+    pub async fn nodes(&self) -> Result<Vec<NodeRecord>, OwnershipError> {
+        Ok(self.membership.nodes().await?)
+    }
+
     /// The registered nodes by key and a watch of their changes ([`Membership::watch`]).
     pub async fn watch_nodes(
         &self,

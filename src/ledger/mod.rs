@@ -62,6 +62,7 @@ mod resident;
 mod seal;
 pub mod segment;
 mod takeover;
+pub(crate) use takeover::recoverable;
 mod tickers;
 mod topic;
 

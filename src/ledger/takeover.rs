@@ -75,7 +75,7 @@ impl From<super::ReadError> for TakeoverError {
 
 /// Whether a ledger can be taken over without its writer: some replica holds each of its
 /// acknowledged entries (an ack quorum of 1 needs only the writer's own copy).
-fn recoverable(ledger: &LedgerRecord) -> bool {
+pub(crate) fn recoverable(ledger: &LedgerRecord) -> bool {
     !ledger.replicas.is_empty() && ledger.ack_quorum >= 2
 }
 
