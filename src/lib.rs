@@ -9,7 +9,9 @@
 //!
 //! ```text
 //!  Pulsar clients ──► protocol/ ──► broker/ ──append──► ledger/ (journal + segments + index)
-//!                                     │ owns topics via cluster/ (membership, ownership) ──► coord
+//!                                     │ owns topics via cluster/ (membership, ownership,
+//!                                     │ failure detection) ──► coord; takes over the idle
+//!                                     │ topics of dead writers (broker/orphans)
 //!                                     │ positions           ▲ sealed ledgers
 //!                                     ▼                     │
 //!  psql / HTTP ──► sql/ ──────────► replay/ ─── log or lake ┤
@@ -19,7 +21,8 @@
 //!  other nodes ◄──► bookie/ (node-to-node reads and replicated adds; protocol/bookie frames)
 //!                   ──► ledger (serves its ledgers and replica copies; reads others' and sends
 //!                   entries to replicas through ledger::ReplicaSource), cluster (addresses);
-//!                   autorecovery copies under-replicated sealed ledgers here
+//!                   autorecovery copies under-replicated sealed ledgers here; with
+//!                   authentication on, connections say hello with a superuser token (auth)
 //!  HTTP ──► admin/ ──► ops/ (use cases) ──► broker, ledger, offload, policies, tenancy, sql,
 //!                                            verify/ (log ⇄ lake, every id) ──► ledger, lake
 //!  every surface ──► auth (Access: Authenticator + Authorizer ◄── tenancy's authorizer)
@@ -33,7 +36,7 @@
 //! `lake`, `ledger`; `tenancy` → `auth`, `ledger`; `broker` → `tenancy`; `ops` → `broker`,
 //! `ledger`, `offload`, `policies`, `tenancy`, `sql`, `verify`, `cluster`; `verify` → `ledger`,
 //! `lake`; `broker` → `cluster`; `cluster` → `coord`; `bookie` → `ledger`, `protocol`,
-//! `cluster` (the service hands the log a `bookie` client as its `ReplicaSource`);
+//! `cluster`, `auth` (the service hands the log a `bookie` client as its `ReplicaSource`);
 //! `admin` → `ops`.
 //! `lake` → `ledger`, `policies` (which table holds a topic: `lakeTableLayout`).
 //! The lake imports neither the broker nor the offload engine.
