@@ -124,10 +124,13 @@ impl AddStreams {
     /// [`MAX_BEHIND`]; the `done` to hand on, which uncounts it.
     fn admit(&self, bookie: &str, add: &ReplicaAdd, done: AddDone) -> Option<AddDone> {
         let len = add.payload.len() as u64;
-        let behind = lock(&self.behind)
-            .entry(bookie.to_string())
-            .or_default()
-            .clone();
+        let behind = {
+            let mut all = lock(&self.behind);
+            match all.get(bookie) {
+                Some(b) => b.clone(),
+                None => all.entry(bookie.to_string()).or_default().clone(),
+            }
+        };
         let before = behind.fetch_add(len, Ordering::SeqCst);
         if before > 0 && before + len > MAX_BEHIND {
             behind.fetch_sub(len, Ordering::SeqCst);

@@ -173,11 +173,8 @@ impl Membership {
 
     /// Every registered node, by id.
     pub async fn nodes(&self) -> Result<Vec<NodeRecord>, MembershipError> {
-        let (items, _) = self.coord.list(NODES).await?;
-        items
-            .iter()
-            .map(|(_, v)| NodeRecord::decode(&v.value))
-            .collect()
+        let registered = self.registrations().await?;
+        Ok(registered.into_iter().map(|(node, _)| node).collect())
     }
 
     /// Every registered node by key, and a watch of every later change under the same prefix

@@ -20,7 +20,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    CoordError, Coordination, Expect, SessionState, Versioned, Watch, WatchEvent, WATCH_BUFFER,
+    end_session, CoordError, Coordination, Expect, SessionState, Versioned, Watch, WatchEvent,
+    WATCH_BUFFER,
 };
 
 fn backend(op: &'static str) -> impl FnOnce(etcd_client::Error) -> CoordError {
@@ -164,17 +165,6 @@ impl EtcdCoordination {
     }
 }
 
-/// Marks a live session lost (a closed one stays closed).
-fn lose(state: &watch::Sender<SessionState>) {
-    state.send_if_modified(|s| {
-        let live = *s == SessionState::Live;
-        if live {
-            *s = SessionState::Lost;
-        }
-        live
-    });
-}
-
 /// What keeps one lease alive.
 struct Renewal {
     client: Client,
@@ -196,14 +186,14 @@ impl Renewal {
                 _ = stop.cancelled() => return,
                 _ = tokio::time::sleep_until(lost_at) => {
                     tracing::error!(lease, "coordination session lost: the lease was not renewed in time");
-                    lose(&state);
+                    end_session(&state, SessionState::Lost);
                     return;
                 }
                 renewed = self.once(&mut channel) => match renewed {
                     Ok(Some(sent)) => last_ok = sent,
                     Ok(None) => {
                         tracing::error!(lease, "coordination session lost: etcd expired the lease");
-                        lose(&state);
+                        end_session(&state, SessionState::Lost);
                         return;
                     }
                     Err(e) => {
@@ -323,13 +313,7 @@ impl Coordination for EtcdCoordination {
     async fn close(&self) -> Result<(), CoordError> {
         self.stop.cancel();
         // A lost session stays lost; revoking its lease again is harmless.
-        self.state.send_if_modified(|s| {
-            let live = *s == SessionState::Live;
-            if live {
-                *s = SessionState::Closed;
-            }
-            live
-        });
+        end_session(&self.state, SessionState::Closed);
         self.client
             .lease_client()
             .revoke(self.lease)

@@ -10,7 +10,8 @@ use async_trait::async_trait;
 use tokio::sync::{mpsc, watch};
 
 use super::{
-    CoordError, Coordination, Expect, SessionState, Versioned, Watch, WatchEvent, WATCH_BUFFER,
+    end_session, CoordError, Coordination, Expect, SessionState, Versioned, Watch, WatchEvent,
+    WATCH_BUFFER,
 };
 
 /// Changes kept for watches that start in the past.
@@ -244,13 +245,7 @@ impl Coordination for MemoryCoordination {
     }
 
     async fn close(&self) -> Result<(), CoordError> {
-        self.state.send_if_modified(|s| {
-            let live = *s == SessionState::Live;
-            if live {
-                *s = SessionState::Closed;
-            }
-            live
-        });
+        end_session(&self.state, SessionState::Closed);
         self.lock().end(self.session);
         Ok(())
     }
@@ -262,13 +257,7 @@ impl Coordination for MemoryCoordination {
             return Ok(false);
         };
         if let Some(state) = s.sessions.get(&session) {
-            state.send_if_modified(|st| {
-                let live = *st == SessionState::Live;
-                if live {
-                    *st = SessionState::Lost;
-                }
-                live
-            });
+            end_session(state, SessionState::Lost);
         }
         s.end(session);
         Ok(true)

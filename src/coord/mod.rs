@@ -96,6 +96,18 @@ pub enum SessionState {
     Closed,
 }
 
+/// Ends a live session in state `to` (`Lost` or `Closed`); a session that already ended keeps
+/// its state (the contract: never changes again).
+pub(crate) fn end_session(state: &watch::Sender<SessionState>, to: SessionState) {
+    state.send_if_modified(|s| {
+        let live = *s == SessionState::Live;
+        if live {
+            *s = to;
+        }
+        live
+    });
+}
+
 /// Errors of the coordination store.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
