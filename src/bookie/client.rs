@@ -90,18 +90,14 @@ impl BookieClient {
                 }
             }
         }
-        let nodes = self
+        let fresh = self
             .membership
-            .nodes()
+            .bookie_addresses()
             .await
             .map_err(|e| CallError::Transport {
                 addr: "membership".into(),
                 why: e.to_string(),
             })?;
-        let fresh: HashMap<String, String> = nodes
-            .into_iter()
-            .filter_map(|n| Some((n.bookie, n.bookie_addr?)))
-            .collect();
         let found = fresh.get(bookie).cloned();
         *lock(&self.addresses) = (Some(Instant::now()), fresh);
         found.ok_or_else(|| CallError::Unknown(bookie.to_string()))

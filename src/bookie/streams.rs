@@ -172,14 +172,13 @@ impl AddStreams {
     }
 
     async fn connect(&self, bookie: &str) -> Result<Conn, String> {
-        let nodes = tokio::time::timeout(ADD_TIMEOUT, self.membership.nodes())
+        let addrs = tokio::time::timeout(ADD_TIMEOUT, self.membership.bookie_addresses())
             .await
             .map_err(|_| "listing the members timed out".to_string())?
             .map_err(|e| e.to_string())?;
-        let addr = nodes
-            .into_iter()
-            .find(|n| n.bookie == bookie)
-            .and_then(|n| n.bookie_addr)
+        let addr = addrs
+            .get(bookie)
+            .cloned()
             .ok_or_else(|| format!("bookie {bookie} is not a live member with a bookie address"))?;
         dial(&addr, self.token.as_deref(), ADD_TIMEOUT)
             .await

@@ -65,18 +65,23 @@ pub async fn probe(addr: &str) -> Probe {
     }
 }
 
-/// The addresses `node` advertises that a process of it listens on.
-fn addresses(node: &NodeRecord) -> Vec<String> {
+/// The addresses of `node` that a process of it listens on, as this node reaches them (its
+/// bookie by this node's listener name).
+fn addresses(membership: &Membership, node: &NodeRecord) -> Vec<String> {
     let pulsar = node
         .broker_service_url
         .strip_prefix("pulsar://")
         .map(str::to_string);
-    node.bookie_addr.iter().cloned().chain(pulsar).collect()
+    membership
+        .bookie_address(node)
+        .into_iter()
+        .chain(pulsar)
+        .collect()
 }
 
 /// Whether every address of `node` refuses, in every round of a verdict.
-async fn gone(node: &NodeRecord) -> bool {
-    let addrs = addresses(node);
+async fn gone(membership: &Membership, node: &NodeRecord) -> bool {
+    let addrs = addresses(membership, node);
     if addrs.is_empty() {
         return false;
     }
@@ -141,10 +146,13 @@ impl PeerFailureDetector {
     pub async fn pass(&self) -> Result<Vec<String>, MembershipError> {
         let me = self.membership.me().id.clone();
         let peers = self.membership.registrations().await?;
-        let verdicts = peers
-            .into_iter()
-            .filter(|(node, _)| node.id != me && !node.draining)
-            .map(|(node, version)| async move { (gone(&node).await, node, version) });
+        let verdicts =
+            peers
+                .into_iter()
+                .filter(|(node, _)| node.id != me && !node.draining)
+                .map(|(node, version)| async move {
+                    (gone(&self.membership, &node).await, node, version)
+                });
         let mut ended = Vec::new();
         for (gone, node, version) in futures::future::join_all(verdicts).await {
             match self.act(gone, &node, version).await {
@@ -183,7 +191,7 @@ impl PeerFailureDetector {
             crate::metrics::node().peer_sessions_ended.inc();
             tracing::warn!(
                 node = %node.id,
-                addresses = ?addresses(node),
+                addresses = ?addresses(&self.membership, node),
                 "peer gone: its addresses refuse connections and most nodes agree; its session is ended and its topics move now"
             );
         }

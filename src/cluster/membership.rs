@@ -12,6 +12,7 @@
 //!
 //! Record: `[format 1][JSON]` of [`NodeRecord`] (ADR 0006).
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,6 +63,10 @@ pub struct NodeRecord {
     /// `host:port` of its bookie listener (node-to-node reads), when it serves one.
     #[serde(default)]
     pub bookie_addr: Option<String>,
+    /// Other addresses of the same bookie listener by listener name (through NAT, a load
+    /// balancer or a proxy); a node that reaches bookies by one of these names dials it there.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub bookie_listeners: BTreeMap<String, String>,
     /// The node is stopping: it hands its topics over and takes no new ones, while its bookie
     /// still serves reads.
     #[serde(default)]
@@ -113,6 +118,9 @@ pub struct Membership {
     /// Invariant: `me` is registered as an ephemeral key of this session until `leave`.
     coord: Arc<dyn Coordination>,
     me: NodeRecord,
+    /// The listener name this node dials the other nodes' bookies by (`None`: their bound
+    /// addresses).
+    bookie_listener: Option<String>,
 }
 
 impl Membership {
@@ -127,7 +135,13 @@ impl Membership {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             match coord.put(&key, &me.encode(), Expect::Absent, true).await {
-                Ok(_) => return Ok(Membership { coord, me }),
+                Ok(_) => {
+                    return Ok(Membership {
+                        coord,
+                        me,
+                        bookie_listener: None,
+                    })
+                }
                 Err(CoordError::Conflict { .. }) => {
                     let (holder, version) = match coord.get(&key).await? {
                         Some(v) => (NodeRecord::decode(&v.value)?, v.version),
@@ -164,6 +178,32 @@ impl Membership {
                 Err(e) => return Err(e.into()),
             }
         }
+    }
+
+    /// Dials the other nodes' bookies at the addresses they advertise under `listener`, where
+    /// they advertise one (Pulsar's `internalListenerName`).
+    pub fn reach_bookies_by(mut self, listener: Option<String>) -> Self {
+        self.bookie_listener = listener;
+        self
+    }
+
+    /// The address this node dials `node`'s bookie at, if it serves one.
+    pub fn bookie_address(&self, node: &NodeRecord) -> Option<String> {
+        let named = self
+            .bookie_listener
+            .as_ref()
+            .and_then(|name| node.bookie_listeners.get(name));
+        named.or(node.bookie_addr.as_ref()).cloned()
+    }
+
+    /// The dial address of every registered node's bookie, by bookie id.
+    pub async fn bookie_addresses(&self) -> Result<HashMap<String, String>, MembershipError> {
+        let nodes = self.nodes().await?;
+        Ok(nodes
+            .into_iter()
+            .filter_map(|n| Some((self.bookie_address(&n)?, n.bookie)))
+            .map(|(addr, bookie)| (bookie, addr))
+            .collect())
     }
 
     /// This node's record.
@@ -298,6 +338,7 @@ pub(crate) mod tests {
             version: "0.1.0".into(),
             bookie: format!("bookie-{id}"),
             bookie_addr: Some(format!("bookie-addr-of-{id}")),
+            bookie_listeners: BTreeMap::new(),
             draining: false,
         }
     }
@@ -306,13 +347,52 @@ pub(crate) mod tests {
         #[test]
         fn node_records_round_trip(id in ".*", tls in proptest::option::of(".*"),
                                    pg in proptest::option::of(".*"), started in any::<i64>(),
-                                   bookie_addr in proptest::option::of(".*")) {
+                                   bookie_addr in proptest::option::of(".*"),
+                                   bookie_listeners in proptest::collection::btree_map(
+                                       ".*", ".*", 0..3)) {
             let r = NodeRecord { broker_service_url_tls: tls, pg_addr: pg, started_at_ms: started,
-                                 bookie_addr, ..record(&id) };
+                                 bookie_addr, bookie_listeners, ..record(&id) };
             let bytes = r.encode();
             prop_assert_eq!(bytes[0], FORMAT);
             prop_assert_eq!(NodeRecord::decode(&bytes).ok(), Some(r));
         }
+    }
+
+    #[test]
+    fn a_record_without_listeners_reads_as_before_them() {
+        // Records of builds before named listeners carry no such field, and records without
+        // any are written without it: both builds read each other's.
+        let r = record("a:1");
+        let json = String::from_utf8_lossy(&r.encode()[1..]).into_owned();
+        assert!(!json.contains("bookieListeners"), "{json}");
+        let mut named = r.clone();
+        named
+            .bookie_listeners
+            .insert("wan".into(), "10.0.0.9:3181".into());
+        assert_eq!(NodeRecord::decode(&named.encode()).ok(), Some(named));
+    }
+
+    #[tokio::test]
+    async fn bookies_are_dialled_at_the_listener_this_node_reaches_them_by(
+    ) -> Result<(), MembershipError> {
+        let coord = MemoryCoordination::new();
+        let session = || -> Arc<dyn Coordination> { Arc::new(coord.new_session()) };
+        let mut b = record("b:2");
+        b.bookie_listeners
+            .insert("wan".into(), "proxy-of-b:9".into());
+        let b = Membership::join(session(), b, Duration::ZERO).await?;
+        let plain = Membership::join(session(), record("a:1"), Duration::ZERO).await?;
+        let addrs = plain.bookie_addresses().await?;
+        assert_eq!(addrs["bookie-b:2"], "bookie-addr-of-b:2");
+        let c = Membership::join(session(), record("c:3"), Duration::ZERO)
+            .await?
+            .reach_bookies_by(Some("wan".into()));
+        let addrs = c.bookie_addresses().await?;
+        // Named where the peer advertises the name, bound address where it does not.
+        assert_eq!(addrs["bookie-b:2"], "proxy-of-b:9");
+        assert_eq!(addrs["bookie-a:1"], "bookie-addr-of-a:1");
+        assert_eq!(c.bookie_address(b.me()).as_deref(), Some("proxy-of-b:9"));
+        Ok(())
     }
 
     #[test]

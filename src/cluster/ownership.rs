@@ -45,8 +45,8 @@ pub enum Placement {
     },
     /// Another node owns it (`owned: true`) or should claim it (`owned: false`).
     Remote {
-        /// That node.
-        node: NodeRecord,
+        /// That node (boxed: a record is large next to `Local`).
+        node: Box<NodeRecord>,
         /// Whether it owns the topic already.
         owned: bool,
     },
@@ -223,7 +223,7 @@ impl Ownership {
         }
         if let Some(owner) = self.owner(topic).await? {
             return Ok(Placement::Remote {
-                node: owner,
+                node: Box::new(owner),
                 owned: true,
             });
         }
@@ -236,7 +236,10 @@ impl Ownership {
             return Ok(if node.id == me.id {
                 Placement::Local { epoch: None }
             } else {
-                Placement::Remote { node, owned: false }
+                Placement::Remote {
+                    node: Box::new(node),
+                    owned: false,
+                }
             });
         }
         let chosen = match holder {
@@ -268,7 +271,10 @@ impl Ownership {
             }
         };
         match chosen {
-            Some(node) => Ok(Placement::Remote { node, owned: false }),
+            Some(node) => Ok(Placement::Remote {
+                node: Box::new(node),
+                owned: false,
+            }),
             None => Ok(Placement::Local { epoch: None }),
         }
     }

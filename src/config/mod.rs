@@ -7,7 +7,6 @@
 //! annotated default file and `schemas/config.schema.json` its JSON schema; tests keep both equal
 //! to this code.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -22,6 +21,7 @@ mod lake;
 mod load;
 mod metrics;
 mod replay;
+mod server;
 mod sql;
 
 pub use lake::{
@@ -33,6 +33,7 @@ pub use autorecovery::AutoRecoveryConfig;
 pub use inactive::{InactiveTopicDeleteMode, InactiveTopicsConfig};
 pub use metrics::MetricsConfig;
 pub use replay::ReplayConfig;
+pub use server::ServerConfig;
 pub use sql::SqlConfig;
 
 pub use etcd_url::{EtcdUrl, DEFAULT_PREFIX};
@@ -85,59 +86,6 @@ impl Default for Config {
             sql: SqlConfig::default(),
             metrics: MetricsConfig::default(),
             autorecovery: AutoRecoveryConfig::default(),
-        }
-    }
-}
-
-/// Listen addresses of the service's surfaces.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
-pub struct ServerConfig {
-    /// Pulsar binary protocol listener (`pulsar://`).
-    pub pulsar_addr: SocketAddr,
-    /// HTTP: admin API, metrics, health (`/health/live`, `/health/ready`) and SQL.
-    pub http_addr: SocketAddr,
-    /// PostgreSQL wire protocol listener for SQL (also offers SSL when a certificate is set).
-    pub pg_addr: SocketAddr,
-    /// Pulsar binary protocol over TLS (`pulsar+ssl://`), with `tls_cert_file`. Unset: off.
-    pub pulsar_tls_addr: Option<SocketAddr>,
-    /// Node-to-node bookie listener: the other nodes of a cluster replicate ledgers to this
-    /// node's bookie and read them there. With authentication on it serves only nodes that
-    /// present a superuser token (`broker.authentication.node_token`); it has no TLS: bind it
-    /// to an address only the cluster's nodes reach. Unset: off (a single node needs none).
-    pub bookie_addr: Option<SocketAddr>,
-    /// HTTPS listener (the same routes as `http_addr`), with `tls_cert_file`. Unset: off.
-    pub https_addr: Option<SocketAddr>,
-    /// PEM file of the server's certificate chain (leaf first) for every TLS listener; with it
-    /// the PostgreSQL listener accepts `sslmode=require` and stronger.
-    pub tls_cert_file: Option<PathBuf>,
-    /// PEM file of the certificate's private key (PKCS#8, PKCS#1 or SEC1).
-    pub tls_key_file: Option<PathBuf>,
-    /// Largest HTTP request body accepted (admin API, `POST /sql`): a larger one is refused
-    /// with 413, from its `Content-Length` before any of it is read, or once a body sent
-    /// without one passes the limit.
-    #[schemars(with = "String")]
-    pub max_request_body: ByteSize,
-    /// How long an HTTP client has to send a request's head (its request line and headers);
-    /// a slower one is disconnected (slow loris).
-    #[serde(with = "humantime_serde")]
-    #[schemars(with = "String")]
-    pub http_header_read_timeout: Duration,
-}
-
-impl Default for ServerConfig {
-    fn default() -> Self {
-        Self {
-            pulsar_addr: SocketAddr::from(([127, 0, 0, 1], 6650)),
-            http_addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
-            pg_addr: SocketAddr::from(([127, 0, 0, 1], 5433)),
-            pulsar_tls_addr: None,
-            bookie_addr: None,
-            https_addr: None,
-            tls_cert_file: None,
-            tls_key_file: None,
-            max_request_body: ByteSize::mib(2),
-            http_header_read_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -657,27 +605,8 @@ impl Config {
                 format!("'{url}': expected sqlite:PATH or etcd://host:port[,host:port…][/prefix]"),
             );
         }
-        self.validate_tls()?;
+        self.server.validate()?;
         self.validate_lake()
-    }
-
-    fn validate_tls(&self) -> Result<(), ConfigError> {
-        let s = &self.server;
-        let listener = s.pulsar_tls_addr.is_some() || s.https_addr.is_some();
-        let reason = match (&s.tls_cert_file, &s.tls_key_file) {
-            (Some(_), Some(_)) => return Ok(()),
-            (Some(_), None) => "a certificate needs its key (server.tls_key_file)",
-            (None, Some(_)) => "a key needs its certificate (server.tls_cert_file)",
-            (None, None) if listener => {
-                "a TLS listener (server.pulsar_tls_addr, server.https_addr) needs \
-                 server.tls_cert_file and server.tls_key_file"
-            }
-            (None, None) => return Ok(()),
-        };
-        Err(ConfigError::Invalid {
-            key: "server.tls_cert_file".into(),
-            reason: reason.into(),
-        })
     }
 
     fn validate_lake(&self) -> Result<(), ConfigError> {

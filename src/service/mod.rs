@@ -237,11 +237,17 @@ impl Service {
             started_at_ms: crate::ledger::now_ms(),
             version: env!("CARGO_PKG_VERSION").to_string(),
             bookie: log.bookie_id().to_string(),
+            bookie_listeners: match bookie_addr {
+                Some(_) => config.server.bookie_advertised_listeners.clone(),
+                None => Default::default(),
+            },
             bookie_addr,
             draining: false,
         };
-        let membership =
-            Arc::new(Membership::join(coord.clone(), me, config.metadata.session_ttl * 2).await?);
+        let membership = Membership::join(coord.clone(), me, config.metadata.session_ttl * 2)
+            .await?
+            .reach_bookies_by(config.server.bookie_listener_name.clone());
+        let membership = Arc::new(membership);
         log.set_replica_source(Arc::new(crate::bookie::client::BookieClient::new(
             membership.clone(),
             node_token,

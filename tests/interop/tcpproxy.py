@@ -6,7 +6,8 @@ hole, as a network partition looks to both ends: bytes already in flight and eve
 are dropped (nothing is closed or reset), and new connections are accepted and never
 forwarded. `heal()` forwards again for new connections (the stranded ones stay dead, as after
 a real partition their peers have given up). `stop()` closes every socket and joins every
-thread.
+thread. `forwarded()` is how many bytes it has passed on so far,
+`connections()` how many connections it has accepted.
 """
 import select
 import socket
@@ -22,6 +23,8 @@ class TcpProxy:
         self._closing = threading.Event()
         self._lock = threading.Lock()
         self._socks = set()
+        self._forwarded = 0
+        self._accepted = 0
         self._threads = []
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -32,6 +35,14 @@ class TcpProxy:
 
     def partition(self):
         self._cut.set()
+
+    def forwarded(self):
+        with self._lock:
+            return self._forwarded
+
+    def connections(self):
+        with self._lock:
+            return self._accepted
 
     def heal(self):
         self._cut.clear()
@@ -67,6 +78,8 @@ class TcpProxy:
             except OSError:
                 return
             self._keep(client)
+            with self._lock:
+                self._accepted += 1
             if self._cut.is_set():
                 continue  # accepted, never answered: a black hole
             try:
@@ -102,3 +115,5 @@ class TcpProxy:
                     peer[s].sendall(data)
                 except OSError:
                     return
+                with self._lock:
+                    self._forwarded += len(data)

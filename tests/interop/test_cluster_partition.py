@@ -1,8 +1,15 @@
 """A network partition between the owner of a busy topic and etcd (issue 19): three nodes,
 default 3/3/2 replication, deduplication on. The owner's only path to etcd goes through a TCP
 proxy that the test turns into a black hole (bytes dropped, nothing closed: as a partition
-looks). The owner keeps its own path to the other nodes' bookies, the harder case: it could
-still reach an ack quorum if nothing fenced it.
+looks). Two cases:
+- the owner keeps its path to the other nodes' bookies, the harder case for fencing: it could
+  still reach an ack quorum if nothing fenced it;
+- the owner is also cut from its peers, both ways: every bookie connection between it and the
+  others goes through a proxy of its own (the nodes reach each other's bookies by named
+  listeners, `server.bookie_advertised_listeners` / `server.bookie_listener_name`), and those
+  proxies black-hole too. The new owner must fence and recover the open ledger without an
+  answer from the old owner's bookie, whose connections hang rather than fail.
+Its Pulsar clients still reach the cut-off owner directly in both cases.
 
 It must stop acknowledging within its session's lease; another node takes the topic over,
 fences the open ledger on its replicas and goes on; every acknowledged message is read exactly
@@ -15,6 +22,7 @@ import urllib.request
 import uuid
 
 import pulsar
+import pytest
 
 from conftest import _free_port, eventually
 from tcpproxy import TcpProxy
@@ -24,21 +32,54 @@ from test_cluster_replication import _ledgers
 ENV = {"LEDGERLAKE_METADATA__SESSION_TTL": TTL, "LEDGERLAKE_LAKE__ENABLED": "false"}
 
 
-def _node(etcd_url, make_service):
-    return make_service(env=ENV, args=["--metadata-url", etcd_url,
-                                       "--bookie-addr", f"127.0.0.1:{_free_port()}"])
+def _node(etcd_url, make_service, bookie_port=None, env=None):
+    return make_service(env={**ENV, **(env or {})},
+                        args=["--metadata-url", etcd_url,
+                              "--bookie-addr", f"127.0.0.1:{bookie_port or _free_port()}"])
 
 
-def test_an_owner_cut_off_from_etcd_stops_acknowledging_and_loses_nothing(etcd, make_service):
+def _listeners(name, via=None, advertised=None):
+    """Environment of a node that dials bookies by listener `name` and whose bookie the nodes
+    dialling by `advertised` reach at `via`'s port."""
+    env = {"LEDGERLAKE_SERVER__BOOKIE_LISTENER_NAME": name}
+    if via is not None:
+        env[f"LEDGERLAKE_SERVER__BOOKIE_ADVERTISED_LISTENERS__{advertised.upper()}"] = \
+            f"127.0.0.1:{via.port}"
+    return env
+
+
+def _cluster(etcd, prefix, etcd_proxy, make_service, cut_peers):
+    """Three nodes, the first reaching etcd through `etcd_proxy`; with `cut_peers`, every bookie
+    connection between the first node and the others goes through a proxy of its own. Returns
+    the nodes and the proxies the test cuts."""
+    cut_url = f"etcd://127.0.0.1:{etcd_proxy.port}{prefix}"
+    if not cut_peers:
+        return ([_node(cut_url, make_service)]
+                + [_node(etcd.url(prefix), make_service) for _ in range(2)], [etcd_proxy])
+    ports = [_free_port() for _ in range(3)]
+    # into_cut: the others' way to the first node's bookie; from_cut: its way to each other's.
+    into_cut = TcpProxy(ports[0])
+    from_cut = [TcpProxy(p) for p in ports[1:]]
+    nodes = [_node(cut_url, make_service, ports[0],
+                   _listeners("cut", into_cut, advertised="peers"))]
+    nodes += [_node(etcd.url(prefix), make_service, port, _listeners("peers", via, "cut"))
+              for port, via in zip(ports[1:], from_cut)]
+    return nodes, [etcd_proxy, into_cut, *from_cut]
+
+
+@pytest.mark.parametrize("cut_peers", [False, True], ids=["etcd-only", "etcd-and-peers"])
+def test_an_owner_cut_off_from_etcd_stops_acknowledging_and_loses_nothing(etcd, make_service,
+                                                                          cut_peers):
     prefix = f"/partition-{uuid.uuid4().hex[:6]}"
     proxy = TcpProxy(int(etcd.endpoint.rsplit(":", 1)[1]))
+    proxies = [proxy]
     try:
-        cut = _node(f"etcd://127.0.0.1:{proxy.port}{prefix}", make_service)
-        others = [_node(etcd.url(prefix), make_service) for _ in range(2)]
-        nodes = [cut, *others]
+        nodes, proxies = _cluster(etcd, prefix, proxy, make_service, cut_peers)
+        cut, others = nodes[0], nodes[1:]
         for n in nodes:
             n.start()
         ids = {f"127.0.0.1:{n.http_port}": n for n in nodes}
+        stop, sender = threading.Event(), None
         client = pulsar.Client("pulsar://" + ",".join(f"127.0.0.1:{n.pulsar_port}"
                                                       for n in nodes),
                                operation_timeout_seconds=60)
@@ -61,7 +102,6 @@ def test_an_owner_cut_off_from_etcd_stops_acknowledging_and_loses_nothing(etcd, 
             else:
                 raise AssertionError("no topic placed on the node to be cut off")
             acked, failed = [b"probe"], []
-            stop = threading.Event()
 
             def produce():
                 i = 0
@@ -76,7 +116,16 @@ def test_an_owner_cut_off_from_etcd_stops_acknowledging_and_loses_nothing(etcd, 
             sender = threading.Thread(target=produce, daemon=True)
             sender.start()
             eventually(lambda: len(acked) >= 50, timeout=30, interval=0.05)
-            proxy.partition()
+            if cut_peers:
+                # The owner's replication to its peers really goes by the proxies (nothing
+                # reads from its bookie yet: the peers' side is checked after the cut).
+                def through_proxies():
+                    assert all(p.forwarded() > 0 for p in proxies[2:]), \
+                        [p.forwarded() for p in proxies]
+                eventually(through_proxies, timeout=20, interval=0.05)
+            dialled_before = proxies[1].connections() if cut_peers else 0
+            for p in proxies:
+                p.partition()
             cut_at = time.monotonic()
 
             # The owner notices within its lease (2/3 of the 3 s TTL without a renewal) and
@@ -92,6 +141,10 @@ def test_an_owner_cut_off_from_etcd_stops_acknowledging_and_loses_nothing(etcd, 
                 assert owner in others, owner
                 assert any(t > stopped_at for _, t in acked[1:]), "no send acknowledged since"
             eventually(moved, timeout=60, interval=0.1)
+            if cut_peers:
+                # The new owner tried the old owner's bookie (to fence it), found it silent,
+                # and went on with the two others.
+                assert proxies[1].connections() > dialled_before
             time.sleep(1)
             stop.set()
             sender.join(timeout=120)
@@ -123,9 +176,13 @@ def test_an_owner_cut_off_from_etcd_stops_acknowledging_and_loses_nothing(etcd, 
             assert not [r for r in records.values()
                         if r["state"] == 1 and r["bookie"] == _bookie(cut)], records
         finally:
+            stop.set()
+            if sender is not None:
+                sender.join(timeout=120)
             client.close()
     finally:
-        proxy.stop()
+        for p in proxies:
+            p.stop()
 
 
 def _bookie(node):
