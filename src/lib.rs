@@ -36,7 +36,7 @@
 //! `lake`, `ledger`; `tenancy` → `auth`, `ledger`; `broker` → `tenancy`; `ops` → `broker`,
 //! `ledger`, `offload`, `policies`, `tenancy`, `sql`, `verify`, `cluster`; `verify` → `ledger`,
 //! `lake`; `broker` → `cluster`; `cluster` → `coord`; `bookie` → `ledger`, `protocol`,
-//! `cluster`, `auth` (the service hands the log a `bookie` client as its `ReplicaSource`);
+//! `cluster`, `auth`, `tls` (the service hands the log a `bookie` client as its `ReplicaSource`);
 //! `admin` → `ops`.
 //! `lake` → `ledger`, `policies` (which table holds a topic: `lakeTableLayout`).
 //! The lake imports neither the broker nor the offload engine.
@@ -58,7 +58,8 @@
 //! - [`bookie`]: the `--bookie-addr` listener serving this node's ledgers to the other nodes
 //!   and storing the entries their replicated ledgers send here, the client reading theirs
 //!   and streaming this node's entries to its ledgers' replicas, and autorecovery (sealed
-//!   ledgers short of their write quorum copied here from the bookies still holding them).
+//!   ledgers short of their write quorum copied here from the bookies still holding them);
+//!   plain TCP or TLS (`server.bookie_tls`), peers reached by named listeners (ADR 0013).
 //! - [`broker`]: the Pulsar-protocol broker (topic slots, one owner task per loaded topic
 //!   partition, connections with one handler per command and a bounded outbound queue whose
 //!   writability dispatchers respect ([`broker::outbox`]), subscriptions, deduplication, the
@@ -91,7 +92,8 @@
 //! - [`perf`]: load generators behind `ledgerlake perf`.
 //! - [`telemetry`]: logging setup.
 //! - [`tls`]: rustls server configuration from PEM files and TLS listeners (handshakes off the
-//!   accept loop) for `pulsar+ssl://`, `https://` and PostgreSQL SSL.
+//!   accept loop) for `pulsar+ssl://`, `https://`, PostgreSQL SSL and the bookie listener,
+//!   and the client configuration nodes dial TLS bookies with.
 //!
 //! # Errors
 //! Each module has its own `thiserror` enums (one per operation where callers act differently);

@@ -3,8 +3,9 @@
 //! accept loop, so one slow or hostile client cannot hold up the others.
 //!
 //! Used by `pulsar+ssl://` (the broker reads handshaken streams), `https://` (axum serves
-//! [`TlsIncoming`] as its listener) and PostgreSQL SSL (pgwire negotiates `SSLRequest` with
-//! the same acceptor).
+//! [`TlsIncoming`] as its listener), PostgreSQL SSL (pgwire negotiates `SSLRequest` with
+//! the same acceptor) and the bookie listener (which handshakes in each connection's task);
+//! [`client_config`] is the other side of the bookie connections a node opens.
 //!
 //! Invariants:
 //! - A handshake that does not finish within [`HANDSHAKE_TIMEOUT`] drops its connection, and
@@ -73,6 +74,30 @@ pub fn server_config(
         .with_no_client_auth()
         .with_single_cert(certs, key)?;
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(Arc::new(config))
+}
+
+/// A TLS client configuration trusting the CA certificates of `trust_file` (PEM), for the
+/// node-to-node bookie connections.
+pub fn client_config(trust_file: &Path) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    let pem_err = |reason: String| TlsError::Pem {
+        path: trust_file.to_path_buf(),
+        reason,
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(trust_file).map_err(|e| pem_err(e.to_string()))? {
+        roots
+            .add(cert.map_err(|e| pem_err(e.to_string()))?)
+            .map_err(|e| pem_err(e.to_string()))?;
+    }
+    if roots.is_empty() {
+        return Err(pem_err("no certificate found".into()));
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
     Ok(Arc::new(config))
 }
 

@@ -33,7 +33,8 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Idle connections kept per bookie.
 const IDLE_PER_BOOKIE: usize = 4;
 
-use super::dial::Conn;
+use super::dial::{Conn, Dialer};
+use crate::cluster::membership::BookieAddr;
 
 /// Why a call to a bookie failed (mapped to [`ReadError`] in [`BookieClient::failed`]).
 #[derive(Debug, thiserror::Error)]
@@ -50,16 +51,16 @@ pub struct BookieClient {
     membership: Arc<Membership>,
     /// Bookie id → advertised address, and when they were listed.
     /// Invariant: only live members' addresses, at most [`ADDRESS_TTL`] old when used.
-    addresses: Mutex<(Option<Instant>, HashMap<String, String>)>,
-    /// Invariant: every connection here answered its last request completely.
-    idle: Mutex<HashMap<String, Vec<Conn>>>,
+    addresses: Mutex<(Option<Instant>, HashMap<String, BookieAddr>)>,
+    /// By dial address. Invariant: every connection here answered its last request completely.
+    idle: Mutex<HashMap<BookieAddr, Vec<Conn>>>,
     next_id: AtomicU64,
     /// The ordered add streams to replica bookies.
     streams: Arc<super::streams::AddStreams>,
     /// Turns with every ensemble chosen, so new ledgers spread over the bookies.
     spread: AtomicU64,
-    /// What this node presents to other bookies ([`super::dial`]).
-    token: Option<Arc<str>>,
+    /// How this node connects to other bookies ([`super::dial`]).
+    dialer: Dialer,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -67,12 +68,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl BookieClient {
-    /// A client resolving bookies through `membership`, presenting `token` to them.
-    pub fn new(membership: Arc<Membership>, token: Option<String>) -> BookieClient {
-        let token: Option<Arc<str>> = token.map(Into::into);
+    /// A client resolving bookies through `membership`, connecting to them with `dialer`.
+    pub fn new(membership: Arc<Membership>, dialer: Dialer) -> BookieClient {
         BookieClient {
-            streams: super::streams::AddStreams::new(membership.clone(), token.clone()),
-            token,
+            streams: super::streams::AddStreams::new(membership.clone(), dialer.clone()),
+            dialer,
             spread: AtomicU64::new(0),
             membership,
             addresses: Mutex::new((None, HashMap::new())),
@@ -81,7 +81,7 @@ impl BookieClient {
         }
     }
 
-    async fn resolve(&self, bookie: &str) -> Result<String, CallError> {
+    async fn resolve(&self, bookie: &str) -> Result<BookieAddr, CallError> {
         {
             let a = lock(&self.addresses);
             if a.0.is_some_and(|at| at.elapsed() < ADDRESS_TTL) {
@@ -106,26 +106,29 @@ impl BookieClient {
     /// Sends `req` to `bookie` and waits for its answer; a pooled connection that fails is
     /// replaced by a fresh one once.
     async fn call(&self, bookie: &str, req: &BookieRequest) -> Result<BookieResponse, CallError> {
-        let addr = self.resolve(bookie).await?;
-        let pooled = lock(&self.idle).get_mut(&addr).and_then(Vec::pop);
+        let peer = self.resolve(bookie).await?;
+        let pooled = lock(&self.idle).get_mut(&peer).and_then(Vec::pop);
         if let Some(conn) = pooled {
-            if let Ok(resp) = self.exchange(conn, &addr, req).await {
+            if let Ok(resp) = self.exchange(conn, &peer, req).await {
                 return Ok(resp);
             }
         }
-        let conn = super::dial::dial(&addr, self.token.as_deref(), REQUEST_TIMEOUT)
+        let conn = self
+            .dialer
+            .dial(&peer, REQUEST_TIMEOUT)
             .await
-            .map_err(|e| transport(&addr, &e.to_string()))?;
-        self.exchange(conn, &addr, req).await
+            .map_err(|e| transport(&peer.addr, &e.to_string()))?;
+        self.exchange(conn, &peer, req).await
     }
 
     async fn exchange(
         &self,
         mut conn: Conn,
-        addr: &str,
+        peer: &BookieAddr,
         req: &BookieRequest,
     ) -> Result<BookieResponse, CallError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let addr = peer.addr.as_str();
         let round = async {
             conn.send(encode_request(id, req))
                 .await
@@ -149,7 +152,7 @@ impl BookieClient {
             .await
             .map_err(|_| transport(addr, "no answer in time"))??;
         let mut idle = lock(&self.idle);
-        let pool = idle.entry(addr.to_string()).or_default();
+        let pool = idle.entry(peer.clone()).or_default();
         if pool.len() < IDLE_PER_BOOKIE {
             pool.push(conn);
         }

@@ -26,9 +26,10 @@
 //!   or a refused token, is answered `Unauthorized` and the connection closed. Nodes dial
 //!   with their `broker.authentication.node_token` ([`dial`]).
 //!
-//! Not built yet (issue 19): the listener has no TLS of its own, so its traffic (entries
-//! included) crosses the network in the clear: bind it to an address only the cluster's nodes
-//! reach.
+//! - With `server.bookie_tls` the listener speaks TLS only (ADR 0013): each connection's
+//!   handshake runs in its own task within [`crate::tls::HANDSHAKE_TIMEOUT`] before any frame
+//!   is read, and the node's registration says so, so its peers dial it over TLS
+//!   ([`dial::Dialer`]), checking its certificate against their trusted authorities.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -86,6 +87,7 @@ pub fn serve(
     listener: TcpListener,
     log: Arc<Log>,
     check: Option<PeerCheck>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     stop: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
@@ -106,8 +108,11 @@ pub fn serve(
                 Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
                     let (log, check, stop) = (log.clone(), check.clone(), stop.clone());
+                    let tls = tls.clone();
                     tokio::spawn(async move {
-                        connection(stream, peer, log, check, stop).await;
+                        if let Some(stream) = handshake(stream, peer, tls).await {
+                            connection(stream, peer, log, check, stop).await;
+                        }
                         drop(permit);
                     });
                 }
@@ -120,8 +125,36 @@ pub fn serve(
     })
 }
 
-async fn connection(
+/// The connection's byte stream: TLS once its handshake completed within
+/// [`crate::tls::HANDSHAKE_TIMEOUT`], or the TCP stream itself without `tls`.
+async fn handshake(
     stream: TcpStream,
+    peer: SocketAddr,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) -> Option<Box<dyn dial::PeerIo>> {
+    let Some(acceptor) = tls else {
+        return Some(Box::new(stream));
+    };
+    match tokio::time::timeout(crate::tls::HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => Some(Box::new(tls)),
+        // Closed before a hello of TLS: a peer's liveness probe (cluster/failure.rs).
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            tracing::debug!(%peer, "bookie connection closed before a TLS handshake");
+            None
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(%peer, error = %e, "bookie connection closed: TLS handshake failed");
+            None
+        }
+        Err(_) => {
+            tracing::warn!(%peer, "bookie connection closed: TLS handshake timed out");
+            None
+        }
+    }
+}
+
+async fn connection(
+    stream: Box<dyn dial::PeerIo>,
     peer: SocketAddr,
     log: Arc<Log>,
     check: Option<PeerCheck>,
@@ -129,7 +162,7 @@ async fn connection(
 ) {
     // Requests are read with the small request limit (plus one entry, which an add carries),
     // answers written with the answers' one.
-    let (read, write) = stream.into_split();
+    let (read, write) = tokio::io::split(stream);
     let mut requests = FramedRead::new(read, request_codec(log.max_entry_size()));
     let answers = FramedWrite::new(write, codec());
     // Answers leave in request order. An add is handed to the journal here, in the order the
@@ -162,6 +195,8 @@ async fn connection(
         let frame = match frame {
             None => break,
             Some(Ok(f)) => f.freeze(),
+            // A TLS peer gone without its close_notify: a close, as a TCP end of stream.
+            Some(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
             Some(Err(e)) => {
                 tracing::warn!(%peer, error = %e, "bookie connection closed: bad framing");
                 break;
@@ -228,7 +263,7 @@ type Pending = std::pin::Pin<Box<dyn std::future::Future<Output = BookieResponse
 /// Writes each answer as it resolves, in request order.
 async fn write_answers(
     mut answers: FramedWrite<
-        tokio::net::tcp::OwnedWriteHalf,
+        tokio::io::WriteHalf<Box<dyn dial::PeerIo>>,
         tokio_util::codec::LengthDelimitedCodec,
     >,
     mut rx: tokio::sync::mpsc::Receiver<(u64, Pending)>,

@@ -34,7 +34,7 @@ async fn node(
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let stop = CancellationToken::new();
-    serve(listener, log.clone(), None, stop.clone());
+    serve(listener, log.clone(), None, None, stop.clone());
     let me = NodeRecord {
         bookie: log.bookie_id().to_string(),
         bookie_addr: Some(addr.to_string()),
@@ -44,7 +44,7 @@ async fn node(
     let membership = Arc::new(Membership::join(session, me, std::time::Duration::ZERO).await?);
     log.set_replica_source(Arc::new(client::BookieClient::new(
         membership.clone(),
-        None,
+        super::dial::Dialer::default(),
     )));
     Ok(Node {
         log,
@@ -116,7 +116,7 @@ async fn a_new_owner_takes_over_ends_at_the_longest_copy_and_completes_the_short
     // ledger open.
     let listener = TcpListener::bind(c.addr).await?;
     let c_stop = CancellationToken::new();
-    serve(listener, c.log.clone(), None, c_stop.clone());
+    serve(listener, c.log.clone(), None, None, c_stop.clone());
     w.membership.leave().await?;
 
     let taken = b.log.take_over_open_ledgers(name).await?;

@@ -24,7 +24,7 @@ use std::time::Duration;
 use futures::{SinkExt, StreamExt};
 use tokio::sync::mpsc;
 
-use super::dial::{dial, Conn};
+use super::dial::{Conn, Dialer};
 use crate::cluster::membership::Membership;
 use crate::ledger::{AddDone, ReplicaAdd};
 use crate::protocol::bookie::{decode_response, encode_request, BookieRequest, BookieResponse};
@@ -58,8 +58,8 @@ pub struct AddStreams {
     /// Payload bytes queued or in flight per bookie. Invariant: the sum of the payloads of
     /// the adds to that bookie whose `done` has not been called yet.
     behind: Mutex<HashMap<String, Arc<AtomicU64>>>,
-    /// What this node presents to other bookies ([`super::dial`]).
-    token: Option<Arc<str>>,
+    /// How this node connects to other bookies ([`super::dial`]).
+    dialer: Dialer,
 }
 
 /// Why a stream ends when its node stops (not a failure of the bookie).
@@ -74,10 +74,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl AddStreams {
     /// Streams resolving bookies through `membership`.
-    pub fn new(membership: Arc<Membership>, token: Option<Arc<str>>) -> Arc<AddStreams> {
+    pub fn new(membership: Arc<Membership>, dialer: Dialer) -> Arc<AddStreams> {
         Arc::new(AddStreams {
             membership,
-            token,
+            dialer,
             streams: Mutex::new(HashMap::new()),
             failed: Mutex::new(HashMap::new()),
             behind: Mutex::new(HashMap::new()),
@@ -180,7 +180,8 @@ impl AddStreams {
             .get(bookie)
             .cloned()
             .ok_or_else(|| format!("bookie {bookie} is not a live member with a bookie address"))?;
-        dial(&addr, self.token.as_deref(), ADD_TIMEOUT)
+        self.dialer
+            .dial(&addr, ADD_TIMEOUT)
             .await
             .map_err(|e| e.to_string())
     }
@@ -287,7 +288,7 @@ mod tests {
         };
         let _slow = Membership::join(slow_session, slow, Duration::ZERO).await?;
         let me = Arc::new(Membership::join(Arc::new(coord), record("me:1"), Duration::ZERO).await?);
-        let streams = AddStreams::new(me, None);
+        let streams = AddStreams::new(me, Dialer::default());
         let (tx, mut rx) = mpsc::unbounded_channel();
         let mib = bytes::Bytes::from(vec![7u8; 1 << 20]);
         let n = (MAX_BEHIND >> 20) + 8;

@@ -59,7 +59,7 @@ async fn pair_with(
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let stop = CancellationToken::new();
-    serve(listener, a.clone(), check, stop.clone());
+    serve(listener, a.clone(), check, None, stop.clone());
     let coord: Arc<dyn Coordination> = Arc::new(MemoryCoordination::new());
     let me = NodeRecord {
         bookie: a.bookie_id().to_string(),
@@ -75,7 +75,7 @@ async fn pair_with(
     let membership = Arc::new(Membership::join(coord, reader, std::time::Duration::ZERO).await?);
     b.set_replica_source(Arc::new(client::BookieClient::new(
         membership,
-        token.map(str::to_string),
+        super::dial::Dialer::new(token.map(str::to_string), None),
     )));
     Ok(Pair {
         a,

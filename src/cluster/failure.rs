@@ -74,6 +74,7 @@ fn addresses(membership: &Membership, node: &NodeRecord) -> Vec<String> {
         .map(str::to_string);
     membership
         .bookie_address(node)
+        .map(|b| b.addr)
         .into_iter()
         .chain(pulsar)
         .collect()

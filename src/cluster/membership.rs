@@ -67,6 +67,9 @@ pub struct NodeRecord {
     /// balancer or a proxy); a node that reaches bookies by one of these names dials it there.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub bookie_listeners: BTreeMap<String, String>,
+    /// Its bookie listener speaks TLS (`server.bookie_tls`, ADR 0013): it is dialled over TLS.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub bookie_tls: bool,
     /// The node is stopping: it hands its topics over and takes no new ones, while its bookie
     /// still serves reads.
     #[serde(default)]
@@ -110,6 +113,22 @@ pub enum MembershipError {
 /// ([`crate::dir_lock`]) before it joins, so that process is gone.
 fn predecessor(holder: &NodeRecord, me: &NodeRecord) -> bool {
     !me.bookie.is_empty() && holder.bookie == me.bookie && holder.started_at_ms != me.started_at_ms
+}
+
+/// Where and how this node reaches a peer's bookie listener.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BookieAddr {
+    /// `host:port` dialled.
+    pub addr: String,
+    /// The listener speaks TLS.
+    pub tls: bool,
+}
+
+impl std::fmt::Display for BookieAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let scheme = if self.tls { "tls://" } else { "" };
+        write!(f, "{scheme}{}", self.addr)
+    }
 }
 
 /// This node's registration, and the view of the others.
@@ -187,17 +206,21 @@ impl Membership {
         self
     }
 
-    /// The address this node dials `node`'s bookie at, if it serves one.
-    pub fn bookie_address(&self, node: &NodeRecord) -> Option<String> {
+    /// Where this node dials `node`'s bookie, if it serves one.
+    pub fn bookie_address(&self, node: &NodeRecord) -> Option<BookieAddr> {
         let named = self
             .bookie_listener
             .as_ref()
             .and_then(|name| node.bookie_listeners.get(name));
-        named.or(node.bookie_addr.as_ref()).cloned()
+        let addr = named.or(node.bookie_addr.as_ref())?;
+        Some(BookieAddr {
+            addr: addr.clone(),
+            tls: node.bookie_tls,
+        })
     }
 
-    /// The dial address of every registered node's bookie, by bookie id.
-    pub async fn bookie_addresses(&self) -> Result<HashMap<String, String>, MembershipError> {
+    /// Where this node dials every registered node's bookie, by bookie id.
+    pub async fn bookie_addresses(&self) -> Result<HashMap<String, BookieAddr>, MembershipError> {
         let nodes = self.nodes().await?;
         Ok(nodes
             .into_iter()
@@ -339,6 +362,7 @@ pub(crate) mod tests {
             bookie: format!("bookie-{id}"),
             bookie_addr: Some(format!("bookie-addr-of-{id}")),
             bookie_listeners: BTreeMap::new(),
+            bookie_tls: false,
             draining: false,
         }
     }
@@ -349,9 +373,10 @@ pub(crate) mod tests {
                                    pg in proptest::option::of(".*"), started in any::<i64>(),
                                    bookie_addr in proptest::option::of(".*"),
                                    bookie_listeners in proptest::collection::btree_map(
-                                       ".*", ".*", 0..3)) {
+                                       ".*", ".*", 0..3),
+                                   bookie_tls in any::<bool>()) {
             let r = NodeRecord { broker_service_url_tls: tls, pg_addr: pg, started_at_ms: started,
-                                 bookie_addr, bookie_listeners, ..record(&id) };
+                                 bookie_addr, bookie_listeners, bookie_tls, ..record(&id) };
             let bytes = r.encode();
             prop_assert_eq!(bytes[0], FORMAT);
             prop_assert_eq!(NodeRecord::decode(&bytes).ok(), Some(r));
@@ -364,7 +389,10 @@ pub(crate) mod tests {
         // any are written without it: both builds read each other's.
         let r = record("a:1");
         let json = String::from_utf8_lossy(&r.encode()[1..]).into_owned();
-        assert!(!json.contains("bookieListeners"), "{json}");
+        assert!(
+            !json.contains("bookieListeners") && !json.contains("bookieTls"),
+            "{json}"
+        );
         let mut named = r.clone();
         named
             .bookie_listeners
@@ -383,15 +411,18 @@ pub(crate) mod tests {
         let b = Membership::join(session(), b, Duration::ZERO).await?;
         let plain = Membership::join(session(), record("a:1"), Duration::ZERO).await?;
         let addrs = plain.bookie_addresses().await?;
-        assert_eq!(addrs["bookie-b:2"], "bookie-addr-of-b:2");
+        assert_eq!(addrs["bookie-b:2"].addr, "bookie-addr-of-b:2");
         let c = Membership::join(session(), record("c:3"), Duration::ZERO)
             .await?
             .reach_bookies_by(Some("wan".into()));
         let addrs = c.bookie_addresses().await?;
         // Named where the peer advertises the name, bound address where it does not.
-        assert_eq!(addrs["bookie-b:2"], "proxy-of-b:9");
-        assert_eq!(addrs["bookie-a:1"], "bookie-addr-of-a:1");
-        assert_eq!(c.bookie_address(b.me()).as_deref(), Some("proxy-of-b:9"));
+        assert_eq!(addrs["bookie-b:2"].addr, "proxy-of-b:9");
+        assert_eq!(addrs["bookie-a:1"].addr, "bookie-addr-of-a:1");
+        let mut tls = b.me().clone();
+        tls.bookie_tls = true;
+        let via = c.bookie_address(&tls).map(|a| a.to_string());
+        assert_eq!(via.as_deref(), Some("tls://proxy-of-b:9"));
         Ok(())
     }
 

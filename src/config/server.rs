@@ -26,8 +26,8 @@ pub struct ServerConfig {
     pub pulsar_tls_addr: Option<SocketAddr>,
     /// Node-to-node bookie listener: the other nodes of a cluster replicate ledgers to this
     /// node's bookie and read them there. With authentication on it serves only nodes that
-    /// present a superuser token (`broker.authentication.node_token`); it has no TLS: bind it
-    /// to an address only the cluster's nodes reach. Unset: off (a single node needs none).
+    /// present a superuser token (`broker.authentication.node_token`); with `bookie_tls` it
+    /// speaks TLS only. Unset: off (a single node needs none).
     pub bookie_addr: Option<SocketAddr>,
     /// Other addresses, by listener name, at which the other nodes can reach this node's bookie
     /// listener (through NAT, a load balancer or a proxy), advertised in its registration, as
@@ -37,6 +37,12 @@ pub struct ServerConfig {
     /// `internalListenerName`: a node that advertises a listener of this name is dialled there,
     /// any other at its bound bookie address. Unset: always the bound address.
     pub bookie_listener_name: Option<String>,
+    /// The bookie listener speaks TLS only, with `tls_cert_file` and `tls_key_file` (its
+    /// registration says so, and the other nodes dial it over TLS). Off: plain TCP.
+    pub bookie_tls: bool,
+    /// PEM file of the certificate authorities this node trusts for the other nodes' TLS bookie
+    /// listeners; needed to reach any node with `bookie_tls` on.
+    pub bookie_tls_trust_certs_file: Option<PathBuf>,
     /// HTTPS listener (the same routes as `http_addr`), with `tls_cert_file`. Unset: off.
     pub https_addr: Option<SocketAddr>,
     /// PEM file of the server's certificate chain (leaf first) for every TLS listener; with it
@@ -66,6 +72,8 @@ impl Default for ServerConfig {
             bookie_addr: None,
             bookie_advertised_listeners: Default::default(),
             bookie_listener_name: None,
+            bookie_tls: false,
+            bookie_tls_trust_certs_file: None,
             https_addr: None,
             tls_cert_file: None,
             tls_key_file: None,
@@ -90,6 +98,18 @@ impl ServerConfig {
             return Err(ConfigError::Invalid {
                 key: "server.bookie_listener_name".into(),
                 reason: "is empty".into(),
+            });
+        }
+        if self.bookie_tls && (self.bookie_addr.is_none() || self.tls_cert_file.is_none()) {
+            return Err(ConfigError::Invalid {
+                key: "server.bookie_tls".into(),
+                reason: "needs server.bookie_addr and server.tls_cert_file / tls_key_file".into(),
+            });
+        }
+        if self.bookie_tls && self.bookie_tls_trust_certs_file.is_none() {
+            return Err(ConfigError::Invalid {
+                key: "server.bookie_tls_trust_certs_file".into(),
+                reason: "a node whose bookie speaks TLS dials its peers' over TLS: name the certificate authorities it trusts".into(),
             });
         }
         self.validate_tls()

@@ -32,6 +32,7 @@ use crate::replay::Replay;
 use crate::tenancy::authorizer::TenancyAuthorizer;
 use crate::tenancy::{ClusterData, Tenancy};
 
+mod peers;
 mod runtime;
 use runtime::{own_runtime, OwnRuntime};
 
@@ -157,7 +158,7 @@ impl Service {
             source,
         })?;
         let dir_lock = crate::dir_lock::lock(&config.data_dir)?;
-        let node_token = node_token(config)?;
+        let dialer = peers::dialer(config)?;
         let health = Health::new();
         let stop = CancellationToken::new();
         let http_listener = bind(config.server.http_addr, "http").await?;
@@ -191,25 +192,15 @@ impl Service {
         let pulsar = bind_pulsar(config, &tls, &stop).await?;
         // The bookie outlives the broker at shutdown: new owners read the ledgers handed over.
         let bookie_stop = CancellationToken::new();
-        let bookie_addr = match config.server.bookie_addr {
-            Some(addr) => {
-                let listener = bind(addr, "bookie").await?;
-                let bound = listener.local_addr().map_err(ServiceError::Http)?;
-                let check = crate::bookie::peer_check(
-                    &access,
-                    &config.broker.authentication.superuser_roles,
-                );
-                crate::bookie::serve(listener, log.clone(), check, bookie_stop.clone());
-                tracing::info!(bookie_addr = %bound, "bookie listening (node-to-node reads)");
-                // Bound to every interface: advertise the broker's advertised host.
-                Some(if bound.ip().is_unspecified() {
-                    node_id(&pulsar.advertised, bound)
-                } else {
-                    bound.to_string()
-                })
-            }
-            None => None,
-        };
+        let bookie_tls = tls.as_ref().map(|t| t.bookie.clone());
+        let bookie_addr = peers::start_bookie(
+            config,
+            (&log, &access),
+            &pulsar.advertised,
+            bookie_tls,
+            bookie_stop.clone(),
+        )
+        .await?;
         let (pulsar_addr, pulsar_tls_addr) = (pulsar.addr, pulsar.tls_addr);
         let (replay, replay_runtime) = start_replay(config, offload.as_ref())?;
         let local = local_cluster(http_addr, https_addr, &pulsar);
@@ -241,6 +232,7 @@ impl Service {
                 Some(_) => config.server.bookie_advertised_listeners.clone(),
                 None => Default::default(),
             },
+            bookie_tls: bookie_addr.is_some() && config.server.bookie_tls,
             bookie_addr,
             draining: false,
         };
@@ -250,7 +242,7 @@ impl Service {
         let membership = Arc::new(membership);
         log.set_replica_source(Arc::new(crate::bookie::client::BookieClient::new(
             membership.clone(),
-            node_token,
+            dialer,
         )));
         let autorecovery = config.server.bookie_addr.map(|_| {
             let a = crate::bookie::autorecovery::AutoRecovery::new(
@@ -387,23 +379,6 @@ fn access_for(
         tenancy.clone(),
         config.broker.authentication.superuser_roles.clone(),
     ))))
-}
-
-/// The token this node presents to other nodes' bookies: its node token while
-/// authentication is on (ADR 0012: no hello is sent with it off).
-fn node_token(config: &Config) -> Result<Option<String>, ServiceError> {
-    let auth = &config.broker.authentication;
-    let spec = auth.node_token.as_deref().filter(|_| auth.enabled);
-    let token = spec
-        .map(crate::bookie::dial::load_token)
-        .transpose()
-        .map_err(|(path, source)| ServiceError::NodeToken { path, source })?;
-    if token.as_deref().is_some_and(str::is_empty) {
-        let path = spec.unwrap_or_default().trim_start_matches("file:").into();
-        let source = std::io::Error::new(std::io::ErrorKind::InvalidData, "the file is empty");
-        return Err(ServiceError::NodeToken { path, source });
-    }
-    Ok(token)
 }
 
 /// This node's cluster record at its addresses.
@@ -632,6 +607,7 @@ struct Acceptors {
     pulsar: TlsAcceptor,
     https: TlsAcceptor,
     pg: TlsAcceptor,
+    bookie: TlsAcceptor,
 }
 
 /// The acceptors from `server.tls_cert_file` / `tls_key_file` (`None`: not configured).
@@ -650,6 +626,7 @@ fn acceptors(config: &Config) -> Result<Option<Acceptors>, ServiceError> {
         https: make(&[b"http/1.1"])?,
         // `sslnegotiation=direct` clients (PostgreSQL 17) require this ALPN name.
         pg: make(&[b"postgresql"])?,
+        bookie: make(&[])?,
     }))
 }
 

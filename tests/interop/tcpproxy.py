@@ -7,7 +7,9 @@ are dropped (nothing is closed or reset), and new connections are accepted and n
 forwarded. `heal()` forwards again for new connections (the stranded ones stay dead, as after
 a real partition their peers have given up). `stop()` closes every socket and joins every
 thread. `forwarded()` is how many bytes it has passed on so far,
-`connections()` how many connections it has accepted.
+`connections()` how many connections it has accepted, and `captured()` the first
+`capture` bytes it passed on (both directions, in arrival order), to check what crosses the
+wire.
 """
 import select
 import socket
@@ -17,7 +19,7 @@ TICK = 0.05
 
 
 class TcpProxy:
-    def __init__(self, upstream_port, upstream_host="127.0.0.1"):
+    def __init__(self, upstream_port, upstream_host="127.0.0.1", capture=0):
         self.upstream = (upstream_host, upstream_port)
         self._cut = threading.Event()
         self._closing = threading.Event()
@@ -25,6 +27,8 @@ class TcpProxy:
         self._socks = set()
         self._forwarded = 0
         self._accepted = 0
+        self._capture = capture
+        self._captured = bytearray()
         self._threads = []
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -39,6 +43,10 @@ class TcpProxy:
     def forwarded(self):
         with self._lock:
             return self._forwarded
+
+    def captured(self):
+        with self._lock:
+            return bytes(self._captured)
 
     def connections(self):
         with self._lock:
@@ -117,3 +125,6 @@ class TcpProxy:
                     return
                 with self._lock:
                     self._forwarded += len(data)
+                    room = self._capture - len(self._captured)
+                    if room > 0:
+                        self._captured += data[:room]

@@ -5,7 +5,6 @@ authenticated connections: the owner of a busy topic is SIGKILLed and every ackn
 is read once from the node that took over."""
 import json
 import os
-import signal
 import socket
 import struct
 import subprocess
@@ -17,7 +16,7 @@ import pulsar
 from conftest import _free_port
 from test_cluster_autorecovery import _crc32c, _recv
 from test_cluster_ownership import _owners
-from test_cluster_replication import _bookie_id, _ledgers, send_numbered
+from test_cluster_replication import _bookie_id, _ledgers, kill_owner_and_read_all, send_numbered
 
 NODE_TOKEN = "node-s3cret"
 APP_TOKEN = "app-s3cret"
@@ -109,12 +108,7 @@ def test_bookies_serve_only_nodes_with_a_superuser_token(etcd, make_service, tmp
                 log = f.read()
             assert "bad credentials" not in log and "before credentials" not in log, \
                 "every bookie connection said hello with a welcome token"
-        owner.stop(signal.SIGKILL)
-        send_numbered(producer, sent, "after", 20)
-        assert _owners(etcd, prefix)[topic] != owner_id
-        reader = client.create_reader(topic, pulsar.MessageId.earliest)
-        got = [reader.read_next(timeout_millis=30000).data().decode() for _ in sent]
-        assert got == sent
+        kill_owner_and_read_all(etcd, prefix, client, producer, topic, owner, sent)
     finally:
         client.close()
 

@@ -59,7 +59,7 @@ def _cluster(etcd, prefix, etcd_proxy, make_service, cut_peers):
     ports = [_free_port() for _ in range(3)]
     # into_cut: the others' way to the first node's bookie; from_cut: its way to each other's.
     into_cut = TcpProxy(ports[0])
-    from_cut = [TcpProxy(p) for p in ports[1:]]
+    from_cut = [TcpProxy(p, capture=1 << 20) for p in ports[1:]]
     nodes = [_node(cut_url, make_service, ports[0],
                    _listeners("cut", into_cut, advertised="peers"))]
     nodes += [_node(etcd.url(prefix), make_service, port, _listeners("peers", via, "cut"))
@@ -123,6 +123,9 @@ def test_an_owner_cut_off_from_etcd_stops_acknowledging_and_loses_nothing(etcd, 
                     assert all(p.forwarded() > 0 for p in proxies[2:]), \
                         [p.forwarded() for p in proxies]
                 eventually(through_proxies, timeout=20, interval=0.05)
+                # In the clear without server.bookie_tls (test_cluster_tls.py checks the
+                # opposite with it).
+                assert any(b"probe" in p.captured() for p in proxies[2:])
             dialled_before = proxies[1].connections() if cut_peers else 0
             for p in proxies:
                 p.partition()

@@ -182,6 +182,22 @@ def send_numbered(producer, sent, label, n):
         producer.send(sent[-1].encode())
 
 
+def kill_owner_and_read_all(etcd, prefix, client, producer, topic, owner, sent):
+    """SIGKILLs `owner` (the topic's owner, id `host:http_port`), sends 20 more, checks another
+    node owns the topic and that every message in `sent` is read once, in order, from
+    earliest."""
+    owner_id = f"127.0.0.1:{owner.http_port}"
+    owner.stop(signal.SIGKILL)
+    send_numbered(producer, sent, "after", 20)
+    assert _owners(etcd, prefix)[topic] != owner_id
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    try:
+        got = [reader.read_next(timeout_millis=30000).data().decode() for _ in sent]
+    finally:
+        reader.close()
+    assert got == sent
+
+
 def _metric(node, name):
     with urllib.request.urlopen(f"{node.http}/metrics", timeout=30) as r:
         for line in r.read().decode().splitlines():
