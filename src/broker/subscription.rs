@@ -501,6 +501,12 @@ impl State {
             .await
         {
             Ok(()) => self.dirty = false,
+            // Another node owns the topic now (its load read the stored state): this node's
+            // acknowledgements since the last save are redelivered there.
+            Err(e @ crate::ledger::MetadataError::Fenced { .. }) => {
+                tracing::warn!(topic = %self.topic.name, subscription = %self.name, error = %e,
+                    "cursor not saved: a later owner fenced the topic")
+            }
             Err(e) => tracing::error!(topic = %self.topic.name, subscription = %self.name,
                 error = %e, "saving cursor failed; will retry"),
         }

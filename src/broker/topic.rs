@@ -359,8 +359,14 @@ impl BrokerTopic {
         match snap.snapshot().await {
             Ok(Some(blob)) => {
                 let key = crate::ledger::cursor::DEDUP_SNAPSHOT;
-                if let Err(e) = self.log.save_cursor(key, &blob).await {
-                    tracing::error!(topic = %self.name, error = %e, "saving dedup snapshot failed");
+                match self.log.save_cursor(key, &blob).await {
+                    Ok(()) => {}
+                    Err(e @ crate::ledger::MetadataError::Fenced { .. }) => tracing::warn!(
+                        topic = %self.name, error = %e,
+                        "dedup snapshot not saved: a later owner fenced the topic"),
+                    Err(e) => {
+                        tracing::error!(topic = %self.name, error = %e, "saving dedup snapshot failed")
+                    }
                 }
             }
             Ok(None) => {}

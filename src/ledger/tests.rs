@@ -677,6 +677,13 @@ async fn an_earlier_owner_fenced_by_a_later_one_creates_no_ledger() -> TestResul
         ta.fence(10).await,
         Err(MetadataError::Fenced { .. })
     ));
+    // Nor can it overwrite the cursors (and deduplication snapshot) B loaded and saves.
+    tb.save_cursor("sub", b"b's").await?;
+    assert!(matches!(
+        ta.save_cursor("sub", b"a's, stale").await,
+        Err(MetadataError::Fenced { fenced_at: 11, .. })
+    ));
+    assert_eq!(tb.cursors().await?, vec![("sub".into(), b"b's".to_vec())]);
     let bookies: Vec<String> = meta
         .topic_ledgers(tb.id())
         .await?

@@ -211,6 +211,18 @@ impl TopicLog {
         Ok(())
     }
 
+    /// The epoch this writer fenced the topic at (`None`: unfenced).
+    pub(crate) fn writer_epoch(&self) -> Option<u64> {
+        match self
+            .inner
+            .writer_epoch
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            0 => None,
+            epoch => Some(epoch),
+        }
+    }
+
     /// Whether this view writes the topic (it has an open ledger of its own).
     pub(crate) fn is_writing(&self) -> bool {
         lock(&self.inner.writer).current.is_some()
@@ -398,14 +410,7 @@ impl TopicLog {
                     write_quorum,
                 },
                 now_ms(),
-                match self
-                    .inner
-                    .writer_epoch
-                    .load(std::sync::atomic::Ordering::Acquire)
-                {
-                    0 => None,
-                    epoch => Some(epoch),
-                },
+                self.writer_epoch(),
             )
             .await
             .map_err(|e| AppendError::Metadata(Arc::new(e)))?;

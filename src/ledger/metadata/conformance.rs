@@ -238,10 +238,10 @@ async fn cursors_are_saved_whole_and_deleted(store: &dyn MetadataStore) -> TestR
     let t = store.get_or_create_topic("c", 0).await?;
     let other = store.get_or_create_topic("d", 0).await?;
     assert!(store.topic_cursors(t.id).await?.is_empty());
-    store.save_cursor(t.id, "b", b"one", 1).await?;
-    store.save_cursor(t.id, "a", b"two", 2).await?;
-    store.save_cursor(t.id, "b", b"three", 3).await?;
-    store.save_cursor(other.id, "a", b"other", 4).await?;
+    store.save_cursor(t.id, "b", b"one", 1, None).await?;
+    store.save_cursor(t.id, "a", b"two", 2, None).await?;
+    store.save_cursor(t.id, "b", b"three", 3, None).await?;
+    store.save_cursor(other.id, "a", b"other", 4, None).await?;
     assert_eq!(
         store.topic_cursors(t.id).await?,
         vec![
@@ -255,7 +255,10 @@ async fn cursors_are_saved_whole_and_deleted(store: &dyn MetadataStore) -> TestR
         store.topic_cursors(t.id).await?,
         vec![("b".to_string(), b"three".to_vec())]
     );
-    assert!(store.save_cursor(t.id + 1000, "x", b"", 5).await.is_err());
+    assert!(store
+        .save_cursor(t.id + 1000, "x", b"", 5, None)
+        .await
+        .is_err());
     Ok(())
 }
 
@@ -442,8 +445,8 @@ async fn topics_are_deleted_only_without_live_ledgers(store: &dyn MetadataStore)
     let keep = store.get_or_create_topic("kept", 0).await?;
     let l = store.create_ledger(t.id, 0, "b1", 0, None).await?;
     let k = store.create_ledger(keep.id, 0, "b1", 0, None).await?;
-    store.save_cursor(t.id, "s", b"x", 1).await?;
-    store.save_cursor(keep.id, "s", b"y", 1).await?;
+    store.save_cursor(t.id, "s", b"x", 1, None).await?;
+    store.save_cursor(keep.id, "s", b"y", 1, None).await?;
     store.add_schema("gone", 0, b"schema").await?;
     store.set_partitions("gone", 2, false).await?;
     // An open ledger blocks the deletion and nothing changes.
@@ -518,6 +521,19 @@ async fn writers_are_fenced_by_epoch(store: &dyn MetadataStore) -> TestResult {
     ));
     store.fence_writers(t.id, 9).await?;
     fenced(store.create_ledger(t.id, 0, "b2", 4, Some(5)).await, 9);
+    // A superseded writer's cursor save is refused and stores nothing; the current writer's,
+    // a newer one's and an unfenced save go through.
+    store.save_cursor(t.id, "s", b"at 9", 1, Some(9)).await?;
+    match store.save_cursor(t.id, "s", b"at 5", 2, Some(5)).await {
+        Err(MetadataError::Fenced { fenced_at: 9, .. }) => {}
+        other => panic!("expected a fenced cursor save, got {other:?}"),
+    }
+    assert_eq!(
+        store.topic_cursors(t.id).await?,
+        vec![("s".to_string(), b"at 9".to_vec())]
+    );
+    store.save_cursor(t.id, "s", b"at 10", 3, Some(10)).await?;
+    store.save_cursor(t.id, "s", b"any", 4, None).await?;
     // Fences are per topic; a missing topic is named.
     store.create_ledger(other.id, 0, "b1", 5, Some(1)).await?;
     assert!(matches!(

@@ -33,6 +33,24 @@ struct State {
     fenced: BTreeMap<TopicId, u64>,
 }
 
+impl State {
+    /// The topic exists and no writer above `writer_epoch` fenced it.
+    fn writable(&self, topic_id: TopicId, writer_epoch: Option<u64>) -> Result<(), MetadataError> {
+        if !self.topics.contains_key(&topic_id) {
+            return Err(MetadataError::TopicNotFound(topic_id));
+        }
+        let fenced_at = self.fenced.get(&topic_id).copied().unwrap_or(0);
+        match writer_epoch.filter(|e| *e < fenced_at) {
+            Some(epoch) => Err(MetadataError::Fenced {
+                topic_id,
+                epoch,
+                fenced_at,
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
 impl MemoryMetadataStore {
     /// An empty store.
     pub fn new() -> Self {
@@ -161,17 +179,7 @@ impl MetadataStore for MemoryMetadataStore {
         writer_epoch: Option<u64>,
     ) -> Result<LedgerRecord, MetadataError> {
         let mut s = self.lock();
-        if !s.topics.contains_key(&topic_id) {
-            return Err(MetadataError::TopicNotFound(topic_id));
-        }
-        let fenced_at = s.fenced.get(&topic_id).copied().unwrap_or(0);
-        if let Some(epoch) = writer_epoch.filter(|e| *e < fenced_at) {
-            return Err(MetadataError::Fenced {
-                topic_id,
-                epoch,
-                fenced_at,
-            });
-        }
+        s.writable(topic_id, writer_epoch)?;
         s.next_ledger_id += 1;
         let l = LedgerRecord {
             id: s.next_ledger_id,
@@ -258,11 +266,10 @@ impl MetadataStore for MemoryMetadataStore {
         subscription: &str,
         state: &[u8],
         _now_ms: i64,
+        writer_epoch: Option<u64>,
     ) -> Result<(), MetadataError> {
         let mut s = self.lock();
-        if !s.topics.contains_key(&topic_id) {
-            return Err(MetadataError::TopicNotFound(topic_id));
-        }
+        s.writable(topic_id, writer_epoch)?;
         s.cursors
             .insert((topic_id, subscription.to_string()), state.to_vec());
         Ok(())

@@ -594,13 +594,18 @@ pub trait MetadataStore: Send + Sync + fmt::Debug + 'static {
     ) -> Result<LedgerRecord, MetadataError>;
 
     /// Stores (creates or replaces) the state of a durable subscription's cursor. The state is
-    /// an opaque, versioned blob owned by the broker.
+    /// an opaque, versioned blob owned by the broker. With `writer_epoch`, the save happens
+    /// only while no writer of a higher epoch has fenced the topic ([`Self::fence_writers`]),
+    /// checked atomically with the write: otherwise [`MetadataError::Fenced`], and nothing is
+    /// stored. So an owner that lost the topic cannot overwrite what its successor loaded
+    /// (cursors, and the deduplication snapshot stored as one).
     async fn save_cursor(
         &self,
         topic_id: TopicId,
         subscription: &str,
         state: &[u8],
         now_ms: i64,
+        writer_epoch: Option<u64>,
     ) -> Result<(), MetadataError>;
 
     /// Every cursor of a topic: (subscription, state), by subscription name.

@@ -411,12 +411,14 @@ impl MetadataStore for SqliteMetadataStore {
         subscription: &str,
         state: &[u8],
         now_ms: i64,
+        writer_epoch: Option<u64>,
     ) -> Result<(), MetadataError> {
         let (subscription, state) = (subscription.to_string(), state.to_vec());
         self.writer
             .run(move |c| {
                 Box::pin(async move {
-                    writes::save_cursor(c, topic_id, &subscription, &state, now_ms).await
+                    let cursor = (subscription.as_str(), state.as_slice());
+                    writes::save_cursor(c, topic_id, cursor, now_ms, writer_epoch).await
                 })
             })
             .await

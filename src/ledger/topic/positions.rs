@@ -38,12 +38,14 @@ impl TopicLog {
         Ok(Vec::new())
     }
 
-    /// Saves the state of durable subscription `name` in the metadata store.
+    /// Saves the state of durable subscription `name` in the metadata store; refused
+    /// (`Fenced`) once a later owner fenced the topic above this writer's epoch.
     pub async fn save_cursor(&self, name: &str, state: &[u8]) -> Result<(), MetadataError> {
+        let epoch = self.writer_epoch();
         self.inner
             .shared
             .meta
-            .save_cursor(self.inner.id, name, state, crate::ledger::now_ms())
+            .save_cursor(self.inner.id, name, state, crate::ledger::now_ms(), epoch)
             .await
     }
 

@@ -197,6 +197,27 @@ impl EtcdMetadataStore {
         )
     }
 
+    /// With `writer_epoch`: `Fenced` when a higher epoch fenced the topic already, else the
+    /// compare that it was not fenced higher between this read and the transaction.
+    async fn not_fenced_above(
+        &self,
+        topic_id: TopicId,
+        writer_epoch: Option<u64>,
+    ) -> Result<Option<Compare>, MetadataError> {
+        let Some(epoch) = writer_epoch else {
+            return Ok(None);
+        };
+        let (fenced_at, rev) = self.fenced_at(topic_id).await?;
+        if epoch < fenced_at {
+            return Err(MetadataError::Fenced {
+                topic_id,
+                epoch,
+                fenced_at,
+            });
+        }
+        Ok(Some(unchanged(self.keys.writers(topic_id), rev)))
+    }
+
     async fn counter(&self, key: &str) -> Result<(u64, i64), MetadataError> {
         Ok(match self.get("read id counter", key).await? {
             Some(kv) => (decode("id counter", kv.value())?, kv.mod_revision()),
@@ -384,21 +405,9 @@ impl MetadataStore for EtcdMetadataStore {
     ) -> Result<LedgerRecord, MetadataError> {
         let topic_key = self.keys.topic_by_id(topic_id);
         let counter_key = self.keys.ledger_ids();
-        let writers_key = self.keys.writers(topic_id);
         loop {
             let mut compares = vec![exists(topic_key.clone())];
-            if let Some(epoch) = writer_epoch {
-                let (fenced_at, rev) = self.fenced_at(topic_id).await?;
-                if epoch < fenced_at {
-                    return Err(MetadataError::Fenced {
-                        topic_id,
-                        epoch,
-                        fenced_at,
-                    });
-                }
-                // Not fenced higher between this read and the creation.
-                compares.push(unchanged(writers_key.clone(), rev));
-            }
+            compares.extend(self.not_fenced_above(topic_id, writer_epoch).await?);
             let (id, seen) = self.counter(&counter_key).await?;
             compares.push(unchanged(counter_key.clone(), seen));
             let record = LedgerRecord {
@@ -524,18 +533,28 @@ impl MetadataStore for EtcdMetadataStore {
         subscription: &str,
         state: &[u8],
         _now_ms: i64,
+        writer_epoch: Option<u64>,
     ) -> Result<(), MetadataError> {
-        let txn = Txn::new()
-            .when([exists(self.keys.topic_by_id(topic_id))])
-            .and_then([TxnOp::put(
-                self.keys.cursor(topic_id, subscription),
-                state.to_vec(),
-                None,
-            )]);
-        if self.txn("save cursor", txn).await?.succeeded() {
-            Ok(())
-        } else {
-            Err(MetadataError::TopicNotFound(topic_id))
+        let topic_key = self.keys.topic_by_id(topic_id);
+        loop {
+            let mut compares = vec![exists(topic_key.clone())];
+            compares.extend(self.not_fenced_above(topic_id, writer_epoch).await?);
+            let txn = Txn::new()
+                .when(compares)
+                .and_then([TxnOp::put(
+                    self.keys.cursor(topic_id, subscription),
+                    state.to_vec(),
+                    None,
+                )])
+                .or_else([TxnOp::get(topic_key.clone(), None)]);
+            let resp = self.txn("save cursor", txn).await?;
+            if resp.succeeded() {
+                return Ok(());
+            }
+            if !first_get_found(&resp) {
+                return Err(MetadataError::TopicNotFound(topic_id));
+            }
+            // Fenced meanwhile: the next round reads the fence and says so.
         }
     }
 

@@ -331,10 +331,22 @@ pub(super) async fn move_ledger_copies(
 pub(super) async fn save_cursor(
     c: &mut SqliteConnection,
     topic_id: TopicId,
-    subscription: &str,
-    state: &[u8],
+    (subscription, state): (&str, &[u8]),
     now_ms: i64,
+    writer_epoch: Option<u64>,
 ) -> Result<(), MetadataError> {
+    // The writer connection runs one operation at a time: no fence lands between the check
+    // and the write.
+    if let Some(epoch) = writer_epoch {
+        let fenced_at = schema::fence_of(c, topic_id).await? as u64;
+        if epoch < fenced_at {
+            return Err(MetadataError::Fenced {
+                topic_id,
+                epoch,
+                fenced_at,
+            });
+        }
+    }
     let result = sqlx::query(
         "INSERT INTO ll_cursors(topic_id, subscription, state, updated_at_ms) VALUES (?, ?, ?, ?)
          ON CONFLICT(topic_id, subscription) DO UPDATE SET state = excluded.state,
