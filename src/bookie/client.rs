@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use futures::{SinkExt, StreamExt};
 
-use crate::cluster::membership::Membership;
+use crate::cluster::membership::{BookieAddr, Membership, NodeRecord};
 use crate::ledger::metadata::SealInfo;
 use crate::ledger::{
     AddDone, Confirmed, Entry, FencedCopy, LedgerId, Position, ReadError, ReplicaAdd, ReplicaSource,
@@ -34,7 +34,6 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 const IDLE_PER_BOOKIE: usize = 4;
 
 use super::dial::{Conn, Dialer};
-use crate::cluster::membership::BookieAddr;
 
 /// Why a call to a bookie failed (mapped to [`ReadError`] in [`BookieClient::failed`]).
 #[derive(Debug, thiserror::Error)]
@@ -357,9 +356,15 @@ impl ReplicaSource for BookieClient {
                 return Vec::new();
             }
         };
+        // Only bookies this node can open (TLS peers need trusted authorities; a node whose
+        // own listener speaks TLS dials no plaintext one).
+        let reachable = |m: &NodeRecord| {
+            let addr = self.membership.bookie_address(m);
+            addr.is_some_and(|a| self.dialer.can_reach(&a))
+        };
         let candidates: Vec<String> = nodes
             .into_iter()
-            .filter(|m| m.bookie_addr.is_some() && m.bookie != except && !m.draining)
+            .filter(|m| m.bookie != except && !m.draining && reachable(m))
             .map(|m| m.bookie)
             .collect();
         // Bookies whose stream failed lately are left out, unless no other is left (an

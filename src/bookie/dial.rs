@@ -35,6 +35,11 @@ pub type Conn = Framed<Box<dyn PeerIo>, LengthDelimitedCodec>;
 /// Request id of the `Hello` that opens an authenticated connection.
 const HELLO_ID: u64 = 0;
 
+/// The ALPN protocol of bookie connections over TLS. Both ends require it, so a dial that
+/// reaches another TLS listener of a node (Pulsar, HTTPS, PostgreSQL: the same certificate)
+/// fails before any credential is sent.
+pub const ALPN: &[u8] = b"ledgerlake-bookie/1";
+
 /// Why a dial failed, for people.
 #[derive(Debug, thiserror::Error)]
 pub enum DialError {
@@ -77,6 +82,9 @@ pub struct Dialer {
     token: Option<Arc<str>>,
     /// TLS to peers whose listener speaks it; `None`: this node cannot dial such peers.
     tls: Option<TlsConnector>,
+    /// This node's own listener speaks TLS (`server.bookie_tls`): it dials no plaintext peer,
+    /// so its token and its entries never cross the network in the clear.
+    require_tls: bool,
 }
 
 impl std::fmt::Debug for Dialer {
@@ -84,16 +92,38 @@ impl std::fmt::Debug for Dialer {
         f.debug_struct("Dialer")
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("tls", &self.tls.is_some())
+            .field("require_tls", &self.require_tls)
             .finish()
     }
 }
 
 impl Dialer {
-    /// A dialer presenting `token`, trusting the authorities of `tls` for TLS peers.
-    pub fn new(token: Option<String>, tls: Option<Arc<rustls::ClientConfig>>) -> Dialer {
+    /// A dialer presenting `token`, trusting the authorities of `tls` for TLS peers (their
+    /// ALPN set to [`ALPN`] here); with `require_tls`, it dials TLS peers only.
+    pub fn new(
+        token: Option<String>,
+        tls: Option<Arc<rustls::ClientConfig>>,
+        require_tls: bool,
+    ) -> Dialer {
+        let tls = tls.map(|config| {
+            let mut config = Arc::unwrap_or_clone(config);
+            config.alpn_protocols = vec![ALPN.to_vec()];
+            TlsConnector::from(Arc::new(config))
+        });
         Dialer {
             token: token.map(Into::into),
-            tls: tls.map(TlsConnector::from),
+            tls,
+            require_tls,
+        }
+    }
+
+    /// Whether this dialer can open `peer` at all (TLS peers need trusted authorities; a
+    /// dialer that requires TLS opens no plaintext peer).
+    pub fn can_reach(&self, peer: &BookieAddr) -> bool {
+        if peer.tls {
+            self.tls.is_some()
+        } else {
+            !self.require_tls
         }
     }
 
@@ -108,29 +138,44 @@ impl Dialer {
 
     async fn open(&self, peer: &BookieAddr) -> Result<Conn, DialError> {
         let addr = peer.addr.as_str();
-        let io = |why: String| DialError::Io {
+        let io = |why: &str| DialError::Io {
             addr: peer.to_string(),
-            why,
+            why: why.to_string(),
+        };
+        // Refused before any connection: nothing of this node's crosses in the clear.
+        if !peer.tls && self.require_tls {
+            return Err(io("its bookie listener is plain TCP, and this node \
+                 (server.bookie_tls) dials TLS listeners only"));
+        }
+        let connector = match (&self.tls, peer.tls) {
+            (Some(c), true) => Some(c),
+            (None, true) => {
+                return Err(io(
+                    "its bookie listener speaks TLS: set server.bookie_tls_trust_certs_file",
+                ))
+            }
+            (_, false) => None,
         };
         let stream = TcpStream::connect(addr)
             .await
-            .map_err(|e| io(e.to_string()))?;
+            .map_err(|e| io(&e.to_string()))?;
         let _ = stream.set_nodelay(true);
-        let stream: Box<dyn PeerIo> = if peer.tls {
-            let connector = self.tls.as_ref().ok_or_else(|| {
-                io("its bookie listener speaks TLS: set server.bookie_tls_trust_certs_file".into())
-            })?;
-            let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
-            let host = host.trim_start_matches('[').trim_end_matches(']');
-            let name = ServerName::try_from(host.to_string())
-                .map_err(|e| io(format!("{host} is no server name: {e}")))?;
-            let tls = connector
-                .connect(name, stream)
-                .await
-                .map_err(|e| io(format!("TLS: {e}")))?;
-            Box::new(tls)
-        } else {
-            Box::new(stream)
+        let stream: Box<dyn PeerIo> = match connector {
+            Some(connector) => {
+                let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                let name = ServerName::try_from(host.to_string())
+                    .map_err(|e| io(&format!("{host} is no server name: {e}")))?;
+                let tls = connector
+                    .connect(name, stream)
+                    .await
+                    .map_err(|e| io(&format!("TLS: {e}")))?;
+                if tls.get_ref().1.alpn_protocol() != Some(ALPN) {
+                    return Err(io("TLS: the listener is not a bookie (no bookie ALPN)"));
+                }
+                Box::new(tls)
+            }
+            None => Box::new(stream),
         };
         hello(Framed::new(stream, codec()), self.token.as_deref(), peer).await
     }
@@ -170,5 +215,33 @@ async fn hello(mut conn: Conn, token: Option<&str>, peer: &BookieAddr) -> Result
             message,
         }),
         (id, other) => Err(io(format!("answered hello with {other:?} (request {id})"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(tls: bool) -> BookieAddr {
+        BookieAddr {
+            addr: "127.0.0.1:1".into(),
+            tls,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_dialer_opens_only_the_peers_it_can_secure() {
+        let plain = Dialer::new(None, None, false);
+        assert!(plain.can_reach(&peer(false)) && !plain.can_reach(&peer(true)));
+        let err = plain.dial(&peer(true), Duration::from_secs(5)).await;
+        let err = err.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("bookie_tls_trust_certs_file"), "{err}");
+        // A node whose own listener speaks TLS never dials a plaintext one (its token would
+        // cross in the clear): refused before any connection.
+        let strict = Dialer::new(Some("t".into()), None, true);
+        assert!(!strict.can_reach(&peer(false)));
+        let err = strict.dial(&peer(false), Duration::from_secs(5)).await;
+        let err = err.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("dials TLS listeners only"), "{err}");
     }
 }

@@ -109,9 +109,12 @@ pub fn serve(
                     let _ = stream.set_nodelay(true);
                     let (log, check, stop) = (log.clone(), check.clone(), stop.clone());
                     let tls = tls.clone();
+                    // One deadline from accept for the TLS handshake and the hello, so a
+                    // connection that never authenticates holds its slot that long at most.
+                    let admit_by = tokio::time::Instant::now() + HELLO_TIMEOUT;
                     tokio::spawn(async move {
-                        if let Some(stream) = handshake(stream, peer, tls).await {
-                            connection(stream, peer, log, check, stop).await;
+                        if let Some(stream) = handshake(stream, peer, tls, admit_by).await {
+                            connection(stream, peer, log, check, (stop, admit_by)).await;
                         }
                         drop(permit);
                     });
@@ -125,29 +128,31 @@ pub fn serve(
     })
 }
 
-/// The connection's byte stream: TLS once its handshake completed within
-/// [`crate::tls::HANDSHAKE_TIMEOUT`], or the TCP stream itself without `tls`.
+/// The connection's byte stream: TLS once its handshake completed by `admit_by` with the
+/// bookie ALPN ([`dial::ALPN`]), or the TCP stream itself without `tls`. Failed handshakes
+/// are logged at debug level only (probes, scanners and plaintext dialers would flood the log;
+/// the dialling node reports its own failure).
 async fn handshake(
     stream: TcpStream,
     peer: SocketAddr,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    admit_by: tokio::time::Instant,
 ) -> Option<Box<dyn dial::PeerIo>> {
     let Some(acceptor) = tls else {
         return Some(Box::new(stream));
     };
-    match tokio::time::timeout(crate::tls::HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-        Ok(Ok(tls)) => Some(Box::new(tls)),
-        // Closed before a hello of TLS: a peer's liveness probe (cluster/failure.rs).
-        Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-            tracing::debug!(%peer, "bookie connection closed before a TLS handshake");
+    match tokio::time::timeout_at(admit_by, acceptor.accept(stream)).await {
+        Ok(Ok(tls)) if tls.get_ref().1.alpn_protocol() == Some(dial::ALPN) => Some(Box::new(tls)),
+        Ok(Ok(_)) => {
+            tracing::debug!(%peer, "bookie connection closed: TLS without the bookie ALPN");
             None
         }
         Ok(Err(e)) => {
-            tracing::warn!(%peer, error = %e, "bookie connection closed: TLS handshake failed");
+            tracing::debug!(%peer, error = %e, "bookie connection closed: TLS handshake failed");
             None
         }
         Err(_) => {
-            tracing::warn!(%peer, "bookie connection closed: TLS handshake timed out");
+            tracing::debug!(%peer, "bookie connection closed: TLS handshake timed out");
             None
         }
     }
@@ -158,7 +163,7 @@ async fn connection(
     peer: SocketAddr,
     log: Arc<Log>,
     check: Option<PeerCheck>,
-    stop: CancellationToken,
+    (stop, admit_by): (CancellationToken, tokio::time::Instant),
 ) {
     // Requests are read with the small request limit (plus one entry, which an add carries),
     // answers written with the answers' one.
@@ -182,7 +187,7 @@ async fn connection(
             if admitted {
                 std::future::pending::<()>().await;
             }
-            tokio::time::sleep(HELLO_TIMEOUT).await;
+            tokio::time::sleep_until(admit_by).await;
         };
         let frame = tokio::select! {
             _ = stop.cancelled() => break,
@@ -195,8 +200,14 @@ async fn connection(
         let frame = match frame {
             None => break,
             Some(Ok(f)) => f.freeze(),
-            // A TLS peer gone without its close_notify: a close, as a TCP end of stream.
-            Some(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
+            // A TLS peer gone without its close_notify between frames: a close, as a TCP
+            // end of stream.
+            Some(Err(e))
+                if e.kind() == std::io::ErrorKind::UnexpectedEof
+                    && requests.read_buffer().is_empty() =>
+            {
+                break
+            }
             Some(Err(e)) => {
                 tracing::warn!(%peer, error = %e, "bookie connection closed: bad framing");
                 break;

@@ -75,7 +75,7 @@ async fn pair_with(
     let membership = Arc::new(Membership::join(coord, reader, std::time::Duration::ZERO).await?);
     b.set_replica_source(Arc::new(client::BookieClient::new(
         membership,
-        super::dial::Dialer::new(token.map(str::to_string), None),
+        super::dial::Dialer::new(token.map(str::to_string), None, false),
     )));
     Ok(Pair {
         a,

@@ -398,6 +398,11 @@ pub(crate) mod tests {
             .bookie_listeners
             .insert("wan".into(), "10.0.0.9:3181".into());
         assert_eq!(NodeRecord::decode(&named.encode()).ok(), Some(named));
+        // A later build's field is ignored, as this build's are by the builds before it.
+        let later = json.replacen('{', r#"{"aFieldOfALaterBuild":[1],"#, 1);
+        let mut bytes = vec![FORMAT];
+        bytes.extend_from_slice(later.as_bytes());
+        assert_eq!(NodeRecord::decode(&bytes).ok(), Some(r));
     }
 
     #[tokio::test]

@@ -289,6 +289,17 @@ mod tests {
     }
 
     #[test]
+    fn a_node_bound_everywhere_must_name_its_host() {
+        let mut c = Config::default();
+        c.server.bookie_addr = Some(SocketAddr::from(([0, 0, 0, 0], 3181)));
+        c.server.pulsar_addr = SocketAddr::from(([0, 0, 0, 0], 6650));
+        let err = c.validate().err().map(|e| e.to_string());
+        assert!(err.is_some_and(|e| e.contains("broker.advertised_address")));
+        c.broker.advertised_address = "node-1.example:6650".into();
+        assert!(c.validate().is_ok());
+    }
+
+    #[test]
     fn inconsistent_values_are_refused_with_the_key() {
         let mut c = Config::default();
         c.ledger.segment_size = bytesize::ByteSize::gib(8);

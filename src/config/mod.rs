@@ -591,6 +591,17 @@ impl Config {
         {
             return invalid("broker.authentication.node_token", "is empty".into());
         }
+        let unspecified =
+            |a: Option<std::net::SocketAddr>| a.is_some_and(|a| a.ip().is_unspecified());
+        if unspecified(self.server.bookie_addr)
+            && unspecified(Some(self.server.pulsar_addr))
+            && self.broker.advertised_address.is_empty()
+        {
+            return invalid(
+                "broker.advertised_address",
+                "the bookie and Pulsar listeners are bound to every interface: name the host the other nodes reach this one at".into(),
+            );
+        }
         if self.metadata.session_ttl < Duration::from_secs(2) {
             return invalid("metadata.session_ttl", "must be at least 2s".into());
         }

@@ -86,6 +86,13 @@ impl Default for ServerConfig {
 impl ServerConfig {
     /// Checks the listeners' values against each other.
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        if !self.bookie_advertised_listeners.is_empty() && self.bookie_addr.is_none() {
+            return Err(ConfigError::Invalid {
+                key: "server.bookie_advertised_listeners".into(),
+                reason: "advertises a bookie listener this node does not run (server.bookie_addr)"
+                    .into(),
+            });
+        }
         for (name, addr) in &self.bookie_advertised_listeners {
             if name.is_empty() || !is_host_port(addr) {
                 return Err(ConfigError::Invalid {
@@ -135,11 +142,22 @@ impl ServerConfig {
     }
 }
 
-/// `host:port` with a non-empty host and a port number.
+/// `host:port`: a port number after a DNS name, an IPv4 address or a bracketed IPv6 one.
 fn is_host_port(addr: &str) -> bool {
-    match addr.rsplit_once(':') {
-        Some((host, port)) => !host.is_empty() && port.parse::<u16>().is_ok(),
-        None => false,
+    let Some((host, port)) = addr.rsplit_once(':') else {
+        return false;
+    };
+    if port.parse::<u16>().is_err() {
+        return false;
+    }
+    match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
+        None => {
+            !host.is_empty()
+                && host
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_')
+        }
     }
 }
 
@@ -153,8 +171,26 @@ mod tests {
         s.bookie_advertised_listeners
             .insert("wan".into(), "nat.example:3181".into());
         s.bookie_listener_name = Some("wan".into());
+        s.bookie_addr = Some(SocketAddr::from(([127, 0, 0, 1], 3181)));
         assert!(s.validate().is_ok());
-        for bad in ["nat.example", ":3181", "host:port", "h:70000"] {
+        s.bookie_addr = Some(SocketAddr::from(([127, 0, 0, 1], 3181)));
+        for good in ["10.0.0.7:1", "[::1]:3181", "node-1.example:3181"] {
+            s.bookie_advertised_listeners
+                .insert("wan".into(), good.into());
+            assert!(s.validate().is_ok(), "{good}");
+        }
+        let bad_ones = [
+            "nat.example",
+            ":3181",
+            "host:port",
+            "h:70000",
+            "a:b:1",
+            "[::1:1",
+            "::1:3181",
+            "tls://h:1",
+            "h h:1",
+        ];
+        for bad in bad_ones {
             s.bookie_advertised_listeners
                 .insert("wan".into(), bad.into());
             let err = s
@@ -167,6 +203,15 @@ mod tests {
                 "{bad}: {err}"
             );
         }
+        s.bookie_advertised_listeners
+            .insert("wan".into(), "10.0.0.7:1".into());
+        s.bookie_addr = None;
+        let err = s
+            .validate()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("does not run"), "{err}");
         s.bookie_advertised_listeners.clear();
         s.bookie_listener_name = Some(String::new());
         assert!(s.validate().is_err());
@@ -181,6 +226,7 @@ mod tests {
                 "127.0.0.1:4000",
             );
             jail.set_env("LEDGERLAKE_SERVER__BOOKIE_LISTENER_NAME", "cut");
+            jail.set_env("LEDGERLAKE_SERVER__BOOKIE_ADDR", "127.0.0.1:3181");
             let c = super::super::load(None, &Default::default()).map_err(|e| e.to_string())?;
             let peers = c.server.bookie_advertised_listeners.get("peers");
             assert_eq!(peers.map(String::as_str), Some("127.0.0.1:4000"));

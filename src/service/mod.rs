@@ -626,7 +626,7 @@ fn acceptors(config: &Config) -> Result<Option<Acceptors>, ServiceError> {
         https: make(&[b"http/1.1"])?,
         // `sslnegotiation=direct` clients (PostgreSQL 17) require this ALPN name.
         pg: make(&[b"postgresql"])?,
-        bookie: make(&[])?,
+        bookie: make(&[crate::bookie::dial::ALPN])?,
     }))
 }
 

@@ -58,5 +58,5 @@ pub(super) fn dialer(config: &Config) -> Result<Dialer, ServiceError> {
     }
     let trust = config.server.bookie_tls_trust_certs_file.as_deref();
     let tls = trust.map(crate::tls::client_config).transpose()?;
-    Ok(Dialer::new(token, tls))
+    Ok(Dialer::new(token, tls, config.server.bookie_tls))
 }

@@ -9,7 +9,8 @@ a real partition their peers have given up). `stop()` closes every socket and jo
 thread. `forwarded()` is how many bytes it has passed on so far,
 `connections()` how many connections it has accepted, and `captured()` the first
 `capture` bytes it passed on (both directions, in arrival order), to check what crosses the
-wire.
+wire. `sent_into_the_void()` is, for each connection, the first 64 KiB its client sent after
+the cut (read and dropped): what a peer tried to say through the partition.
 """
 import select
 import socket
@@ -29,6 +30,7 @@ class TcpProxy:
         self._accepted = 0
         self._capture = capture
         self._captured = bytearray()
+        self._void = []
         self._threads = []
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -43,6 +45,10 @@ class TcpProxy:
     def forwarded(self):
         with self._lock:
             return self._forwarded
+
+    def sent_into_the_void(self):
+        with self._lock:
+            return [bytes(b) for b in self._void]
 
     def captured(self):
         with self._lock:
@@ -89,7 +95,9 @@ class TcpProxy:
             with self._lock:
                 self._accepted += 1
             if self._cut.is_set():
-                continue  # accepted, never answered: a black hole
+                # Accepted, never answered: a black hole (what arrives is read and dropped).
+                self._spawn(self._sink, client)
+                continue
             try:
                 upstream = socket.create_connection(self.upstream, timeout=5)
             except OSError:
@@ -98,8 +106,25 @@ class TcpProxy:
             self._keep(upstream)
             self._spawn(self._pump, client, upstream)
 
+    def _sink(self, sock):
+        kept = bytearray()
+        with self._lock:
+            self._void.append(kept)
+        while not self._closing.is_set():
+            try:
+                ready, _, _ = select.select([sock], [], [], TICK)
+                data = sock.recv(65536) if ready else None
+            except (OSError, ValueError):
+                return
+            if data == b"":
+                return
+            if data:
+                with self._lock:
+                    kept += data[:max(0, 65536 - len(kept))]
+
     def _pump(self, a, b):
         peer = {a: b, b: a}
+        void = None  # what the client sent since the cut, dropped
         while not self._closing.is_set():
             try:
                 ready, _, _ = select.select([a, b], [], [], TICK)
@@ -118,6 +143,12 @@ class TcpProxy:
                             pass
                     return
                 if self._cut.is_set():
+                    if s is a:
+                        with self._lock:
+                            if void is None:
+                                void = bytearray()
+                                self._void.append(void)
+                            void += data[:max(0, 65536 - len(void))]
                     continue  # dropped on the floor
                 try:
                     peer[s].sendall(data)

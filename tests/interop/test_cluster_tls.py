@@ -1,15 +1,21 @@
-"""A cluster whose bookie listeners speak TLS (issue 19, ADR 0013: `server.bookie_tls`): every
-node-to-node connection (replication, reads, fencing, recovery) is encrypted and checks the
-peer's certificate against `server.bookie_tls_trust_certs_file`. The test routes every bookie
-connection through a recording proxy (the nodes reach each other by a named listener) and
-checks that no message body crosses it in the clear, then SIGKILLs the owner of a busy topic:
-the new owner recovers over TLS and every acknowledged message is read once. A plaintext
-request to a TLS listener gets no answer; a node with TLS on and no trusted authorities does
-not start."""
+"""A cluster whose bookie listeners speak TLS (issue 19, ADR 0013: `server.bookie_tls`), with
+authentication on: every node-to-node connection (replication, reads, fencing, recovery) is
+encrypted, checks the peer's certificate against `server.bookie_tls_trust_certs_file` for the
+host it dials, and says hello with the node token inside TLS. The test routes every bookie
+connection through a recording proxy (the nodes reach each other by a named listener, at
+`localhost`, the only name their certificates carry) and checks that no message body and no
+token crosses it in the clear, then SIGKILLs the owner of a busy topic: the new owner recovers
+over TLS and every acknowledged message is read once. A node trusting another authority, and a
+node dialling the others at an address their certificates do not name, refuse the others'
+bookies. A plaintext request to a TLS listener gets no answer; a node with TLS on and no
+trusted authorities does not start."""
+import json
 import os
 import socket
 import struct
 import subprocess
+import urllib.error
+import urllib.request
 import uuid
 
 import pulsar
@@ -17,32 +23,57 @@ import pulsar
 from conftest import _free_port
 from tcpproxy import TcpProxy
 from test_cluster_autorecovery import _crc32c
-from test_cluster_ownership import _owners, _sql
+from test_cluster_ownership import _owners
 from test_cluster_replication import _bookie_id, _ledgers, kill_owner_and_read_all, send_numbered
 from test_tls import make_certs
 
-ENV = {"LEDGERLAKE_METADATA__SESSION_TTL": "3s", "LEDGERLAKE_LAKE__ENABLED": "false"}
 MARK = "plain-text-marker"
+NODE_TOKEN = "node-token-in-the-clear-would-show"
+APP_TOKEN = "app-s3cret"
+ENV = {
+    "LEDGERLAKE_METADATA__SESSION_TTL": "3s",
+    "LEDGERLAKE_LAKE__ENABLED": "false",
+    "LEDGERLAKE_BROKER__AUTHENTICATION__ENABLED": "true",
+    "LEDGERLAKE_BROKER__AUTHENTICATION__TOKENS":
+        f'{{{NODE_TOKEN}="ledgerlake-node", {APP_TOKEN}="app"}}',
+    "LEDGERLAKE_BROKER__AUTHENTICATION__SUPERUSER_ROLES": '["ledgerlake-node", "app"]',
+    "LEDGERLAKE_BROKER__AUTHENTICATION__NODE_TOKEN": NODE_TOKEN,
+}
 
 
-def _tls_env(certs, via):
-    """A node whose bookie speaks TLS, reached by the others through `via`."""
-    return {**ENV,
-            "LEDGERLAKE_SERVER__BOOKIE_TLS": "true",
-            "LEDGERLAKE_SERVER__TLS_CERT_FILE": certs["cert"],
-            "LEDGERLAKE_SERVER__TLS_KEY_FILE": certs["key"],
-            "LEDGERLAKE_SERVER__BOOKIE_TLS_TRUST_CERTS_FILE": certs["ca"],
-            "LEDGERLAKE_SERVER__BOOKIE_LISTENER_NAME": "tapped",
-            "LEDGERLAKE_SERVER__BOOKIE_ADVERTISED_LISTENERS__TAPPED": f"127.0.0.1:{via}"}
+def _tls_env(certs, listener=None, via=None):
+    """A node whose bookie speaks TLS; it dials the others by `listener`, and they reach it at
+    localhost:`via` (when given)."""
+    env = {**ENV,
+           "LEDGERLAKE_SERVER__BOOKIE_TLS": "true",
+           "LEDGERLAKE_SERVER__TLS_CERT_FILE": certs["cert"],
+           "LEDGERLAKE_SERVER__TLS_KEY_FILE": certs["key"],
+           "LEDGERLAKE_SERVER__BOOKIE_TLS_TRUST_CERTS_FILE": certs["ca"]}
+    if listener:
+        env["LEDGERLAKE_SERVER__BOOKIE_LISTENER_NAME"] = listener
+    if via:
+        env["LEDGERLAKE_SERVER__BOOKIE_ADVERTISED_LISTENERS__TAPPED"] = f"localhost:{via}"
+    return env
+
+
+def _sql(node, query):
+    req = urllib.request.Request(f"{node.http}/sql", data=query.encode(), method="POST",
+                                 headers={"Accept": "application/json",
+                                          "Authorization": f"Bearer {APP_TOKEN}"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
 
 
 def test_bookie_traffic_is_encrypted_and_recovery_runs_over_it(etcd, make_service, tmp_path):
-    certs = make_certs(str(tmp_path / "certs"))
+    certs = make_certs(str(tmp_path / "certs"), san="DNS:localhost")
     prefix = f"/tls-{uuid.uuid4().hex[:6]}"
     ports = [_free_port() for _ in range(3)]
     taps = [TcpProxy(p, capture=4 << 20) for p in ports]
     try:
-        nodes = [make_service(env=_tls_env(certs, tap.port),
+        nodes = [make_service(env=_tls_env(certs, "tapped", tap.port),
                               args=["--metadata-url", etcd.url(prefix),
                                     "--bookie-addr", f"127.0.0.1:{port}"])
                  for port, tap in zip(ports, taps)]
@@ -51,6 +82,7 @@ def test_bookie_traffic_is_encrypted_and_recovery_runs_over_it(etcd, make_servic
         topic = f"persistent://public/default/sealed-{uuid.uuid4().hex[:6]}"
         client = pulsar.Client("pulsar://" + ",".join(f"127.0.0.1:{n.pulsar_port}"
                                                       for n in nodes),
+                               authentication=pulsar.AuthenticationToken(APP_TOKEN),
                                operation_timeout_seconds=60)
         sent = []
         try:
@@ -67,29 +99,37 @@ def test_bookie_traffic_is_encrypted_and_recovery_runs_over_it(etcd, make_servic
             assert all(t.forwarded() > 100 * len(MARK) for t in peer_taps), \
                 [t.forwarded() for t in taps]
             for t in taps:
-                assert MARK.encode() not in t.captured(), "a message body crossed in the clear"
+                wire = t.captured()
+                assert MARK.encode() not in wire, "a message body crossed in the clear"
+                assert NODE_TOKEN.encode() not in wire, "the node token crossed in the clear"
             kill_owner_and_read_all(etcd, prefix, client, producer, topic, owner, sent)
             for n in others:
                 with open(n.log_path) as f:
-                    assert "TLS handshake failed" not in f.read()
+                    log = f.read()
+                assert "invalid peer certificate" not in log
+                assert "bad credentials" not in log and "before credentials" not in log
             name = topic.rsplit("/", 1)[1]
             status, rows = _sql(others[0], f'SELECT count(*) AS n FROM "{name}"')
             assert (status, rows) == (200, [{"n": len(sent)}]), rows
         finally:
             client.close()
 
-        # A node that trusts another authority joins, and cannot read the others' bookies: it
-        # refuses their certificate (nothing is read from a bookie it cannot authenticate).
+        # Nodes that cannot authenticate the others' bookies read nothing from them: one
+        # trusts another authority, one dials them at 127.0.0.1, which their certificates do
+        # not name.
         stranger = make_certs(str(tmp_path / "other-ca"))
-        env = dict(_tls_env(stranger, _free_port()),
-                   LEDGERLAKE_SERVER__BOOKIE_LISTENER_NAME="direct")
-        odd = make_service(env=env, args=["--metadata-url", etcd.url(prefix),
-                                          "--bookie-addr", f"127.0.0.1:{_free_port()}"])
-        odd.start()
-        status, rows = _sql(odd, f'SELECT count(*) AS n FROM "{name}"')
-        assert status != 200, rows
-        with open(odd.log_path) as f:
-            assert "invalid peer certificate" in f.read()
+        # (Both authorities have the same name: the stranger's signature is what fails.)
+        for env, why in [(_tls_env(stranger, "tapped"), ("BadSignature", "UnknownIssuer")),
+                         (_tls_env(certs), ("not valid for name",))]:
+            odd = make_service(env=env, args=["--metadata-url", etcd.url(prefix),
+                                              "--bookie-addr", f"127.0.0.1:{_free_port()}"])
+            odd.start()
+            status, rows = _sql(odd, f'SELECT count(*) AS n FROM "{name}"')
+            assert status != 200, rows
+            with open(odd.log_path) as f:
+                log = f.read()
+            assert "invalid peer certificate" in log and any(w in log for w in why), why
+            odd.stop()
 
         # A plaintext bookie request to a TLS listener: no answer, the connection closed.
         port = ports[nodes.index(others[0])]
@@ -110,7 +150,7 @@ def test_bookie_traffic_is_encrypted_and_recovery_runs_over_it(etcd, make_servic
 
 def test_a_tls_bookie_needs_trusted_authorities(tmp_path):
     certs = make_certs(str(tmp_path / "certs"))
-    env = {k: v for k, v in _tls_env(certs, _free_port()).items() if "TRUST" not in k}
+    env = {k: v for k, v in _tls_env(certs).items() if "TRUST" not in k}
     run = subprocess.run(
         [os.environ["LL_TEST_BIN"], "serve", "--data-dir", str(tmp_path / "data"),
          "--pulsar-addr", f"127.0.0.1:{_free_port()}", "--http-addr", f"127.0.0.1:{_free_port()}",
