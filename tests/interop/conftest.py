@@ -16,12 +16,16 @@ from servers import Etcd, Postgres, S3Server
 
 
 def eventually(check, timeout=60, interval=0.1):
-    """Calls `check` (which asserts) until it passes, then returns what it returned; after
-    `timeout` seconds its last AssertionError fails the test."""
+    """Calls `check` until it passes, then returns what it returned; after `timeout` seconds
+    its last AssertionError fails the test. `check` passes when it returns without raising
+    AssertionError and does not return `False` (so `lambda: n >= 50` waits too)."""
     deadline = time.time() + timeout
     while True:
         try:
-            return check()
+            result = check()
+            if result is False:
+                raise AssertionError(f"{getattr(check, '__name__', check)} stayed false")
+            return result
         except AssertionError:
             if time.time() > deadline:
                 raise

@@ -17,6 +17,7 @@ fences the open ledger on its replicas and goes on; every acknowledged message i
 once, in order, and a message read that was not acknowledged is one whose send failed to the
 client (its acknowledgement lost, the write kept): nothing never sent is read."""
 import os
+import signal
 import threading
 import time
 import urllib.request
@@ -37,6 +38,64 @@ def _node(etcd_url, make_service, bookie_port=None, env=None):
     return make_service(env={**ENV, **(env or {})},
                         args=["--metadata-url", etcd_url,
                               "--bookie-addr", f"127.0.0.1:{bookie_port or _free_port()}"])
+
+
+class _Sender:
+    """Sends `m0`, `m1`, … synchronously on a thread of its own until stopped: `acked` holds
+    (body, monotonic time) of each acknowledged send (starting with `first`, sent already),
+    `failed` the bodies of sends that failed to the client."""
+
+    def __init__(self, producer, first):
+        self.acked, self.failed = [(first, time.monotonic())], []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(producer,), daemon=True)
+        self._thread.start()
+
+    def _run(self, producer):
+        i = 0
+        while not self._stop.is_set():
+            body = f"m{i}".encode()
+            try:
+                producer.send(body)
+                self.acked.append((body, time.monotonic()))
+            except pulsar.PulsarException:
+                self.failed.append(body)
+            i += 1
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(timeout=120)
+        assert not self._thread.is_alive()
+
+    def bodies(self):
+        return [b for b, _ in self.acked]
+
+
+def _read_exactly_once(client, topic, sender):
+    """Reads `topic` from earliest; checks the history: every acknowledged message exactly
+    once, in send order, and anything else read a send whose acknowledgement the client never
+    saw (retried, deduplicated). Returns what was read."""
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    try:
+        got = []
+        while reader.has_message_available():
+            got.append(reader.read_next(timeout_millis=30000).data())
+    finally:
+        reader.close()
+    sent = sender.bodies()
+    assert len(got) == len(set(got)), "a message read twice"
+    assert [b for b in got if b in set(sent)] == sent
+    assert set(got) - set(sent) <= set(sender.failed)
+    return got
+
+
+def _deduplicate(node):
+    """Turns deduplication on for namespace public/default (every node sees it)."""
+    admin = f"{node.http}/admin/v2/namespaces/public/default/deduplication"
+    req = urllib.request.Request(admin, data=b"true", method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        assert r.status == 204
 
 
 def _listeners(name, via=None, advertised=None):
@@ -80,16 +139,12 @@ def test_an_owner_cut_off_from_etcd_stops_acknowledging_and_loses_nothing(etcd, 
         for n in nodes:
             n.start()
         ids = {f"127.0.0.1:{n.http_port}": n for n in nodes}
-        stop, sender = threading.Event(), None
+        sender = None
         client = pulsar.Client("pulsar://" + ",".join(f"127.0.0.1:{n.pulsar_port}"
                                                       for n in nodes),
                                operation_timeout_seconds=60)
         try:
-            admin = f"{others[0].http}/admin/v2/namespaces/public/default/deduplication"
-            req = urllib.request.Request(admin, data=b"true", method="POST",
-                                         headers={"Content-Type": "application/json"})
-            with urllib.request.urlopen(req, timeout=30) as r:
-                assert r.status == 204
+            _deduplicate(others[0])
             # A topic the partitioned node owns.
             for _ in range(40):
                 topic = f"persistent://public/default/part-{uuid.uuid4().hex[:6]}"
@@ -102,21 +157,8 @@ def test_an_owner_cut_off_from_etcd_stops_acknowledging_and_loses_nothing(etcd, 
                 producer.close()
             else:
                 raise AssertionError("no topic placed on the node to be cut off")
-            acked, failed = [b"probe"], []
-
-            def produce():
-                i = 0
-                while not stop.is_set():
-                    body = f"m{i}".encode()
-                    try:
-                        producer.send(body)
-                        acked.append((body, time.monotonic()))
-                    except pulsar.PulsarException:
-                        failed.append(body)
-                    i += 1
-            sender = threading.Thread(target=produce, daemon=True)
-            sender.start()
-            eventually(lambda: len(acked) >= 50, timeout=30, interval=0.05)
+            sender = _Sender(producer, b"probe")
+            eventually(lambda: len(sender.acked) >= 50, timeout=30, interval=0.05)
             if cut_peers:
                 # The owner's replication to its peers really goes by the proxies (nothing
                 # reads from its bookie yet: the peers' side is checked after the cut).
@@ -142,7 +184,7 @@ def test_an_owner_cut_off_from_etcd_stops_acknowledging_and_loses_nothing(etcd, 
             def moved():
                 owner = ids.get(_owners(etcd, prefix).get(topic))
                 assert owner in others, owner
-                assert any(t > stopped_at for _, t in acked[1:]), "no send acknowledged since"
+                assert any(t > stopped_at for _, t in sender.acked), "no send acknowledged since"
             eventually(moved, timeout=60, interval=0.1)
             if cut_peers:
                 # The old owner's bookie left the membership with its session, so the new owner
@@ -152,23 +194,8 @@ def test_an_owner_cut_off_from_etcd_stops_acknowledging_and_loses_nothing(etcd, 
                 assert not [b for b in proxies[1].sent_into_the_void() if b], \
                     [_first_request_kind(b) for b in proxies[1].sent_into_the_void()]
             time.sleep(1)
-            stop.set()
-            sender.join(timeout=120)
-            assert not sender.is_alive()
-            sent = [b"probe"] + [b for b, _ in acked[1:]]
-            reader = client.create_reader(topic, pulsar.MessageId.earliest)
-            try:
-                got = []
-                while reader.has_message_available():
-                    got.append(reader.read_next(timeout_millis=30000).data())
-            finally:
-                reader.close()
-            # Every acknowledged message exactly once, in send order; anything else read is a
-            # send whose acknowledgement the client never saw (retried, deduplicated).
-            assert len(got) == len(set(got)), "a message read twice"
-            acked_set = set(sent)
-            assert [b for b in got if b in acked_set] == sent
-            assert set(got) - acked_set <= set(failed)
+            sender.stop()
+            got = _read_exactly_once(client, topic, sender)
             # SQL on each node left reads the same messages (the sealed ledger from its copies,
             # the new owner's open ledger from its bookie).
             name = topic.rsplit("/", 1)[1]
@@ -182,9 +209,8 @@ def test_an_owner_cut_off_from_etcd_stops_acknowledging_and_loses_nothing(etcd, 
             assert not [r for r in records.values()
                         if r["state"] == 1 and r["bookie"] == _bookie(cut)], records
         finally:
-            stop.set()
             if sender is not None:
-                sender.join(timeout=120)
+                sender.stop()
             client.close()
     finally:
         for p in proxies:
@@ -249,4 +275,53 @@ def test_a_short_etcd_outage_costs_no_owner_its_topics(etcd, make_service):
         finally:
             reader.close()
     finally:
+        client.close()
+
+
+def test_an_owner_frozen_past_its_lease_wakes_up_fenced(etcd, make_service):
+    """The owner of a busy topic is frozen (SIGSTOP) for longer than its session's lease: its
+    sockets stay open, so neither the failure detector (connections are accepted by the
+    kernel) nor its clients notice; its session expires, another node takes the idle-looking
+    topic over (fences and recovers its open ledger on the replicas) and serves it. Then the
+    frozen owner wakes (SIGCONT) with sends its clients made meanwhile waiting in its sockets,
+    and believes for a moment it still owns the topic: the replicas refuse its adds (fenced),
+    so it acknowledges none of them; it finds its session gone and lets its clients go to the
+    new owner. Every acknowledged message is read exactly once, in order."""
+    prefix = f"/frozen-{uuid.uuid4().hex[:6]}"
+    nodes = [_node(etcd.url(prefix), make_service) for _ in range(3)]
+    for n in nodes:
+        n.start()
+    ids = {f"127.0.0.1:{n.http_port}": n for n in nodes}
+    client = pulsar.Client("pulsar://" + ",".join(f"127.0.0.1:{n.pulsar_port}" for n in nodes),
+                           operation_timeout_seconds=60)
+    sender = None
+    try:
+        _deduplicate(nodes[1])
+        topic = f"persistent://public/default/frozen-{uuid.uuid4().hex[:6]}"
+        producer = client.create_producer(topic, producer_name="frozen", batching_enabled=False,
+                                          send_timeout_millis=60000)
+        producer.send(b"first")
+        frozen = ids[_owners(etcd, prefix)[topic]]
+        sender = _Sender(producer, b"first")
+        eventually(lambda: len(sender.acked) >= 50, timeout=30, interval=0.05)
+        os.kill(frozen.proc.pid, signal.SIGSTOP)
+        try:
+            # Its lease (3 s) runs out and another node takes the topic over.
+            def taken_over():
+                owner = ids.get(_owners(etcd, prefix).get(topic))
+                assert owner is not None and owner is not frozen, owner
+            eventually(taken_over, timeout=30, interval=0.1)
+            time.sleep(1)
+        finally:
+            os.kill(frozen.proc.pid, signal.SIGCONT)
+        at_wake = len(sender.acked)
+        eventually(lambda: len(sender.acked) >= at_wake + 50, timeout=90, interval=0.1)
+        sender.stop()
+        _read_exactly_once(client, topic, sender)
+        with open(frozen.log_path) as f:
+            log = f.read()
+        assert "coordination session ended" in log, "the frozen node noticed its session gone"
+    finally:
+        if sender is not None:
+            sender.stop()
         client.close()
