@@ -2,7 +2,7 @@
 """Issue 19 figures: replicated produce and failover.
 
     python benches/cluster_replication.py --bin target/release/ledgerlake [--runs 3] [--rounds 5]
-        [--failover-only]
+        [--failover-only | --tls-only]
 
 1. **Produce at 20,000 msg/s** (`ledgerlake perf produce --rate 20000 --size 100`, one topic,
    one producer, `--duration 20s`): one node on its embedded defaults (unreplicated, 1/1/1)
@@ -17,6 +17,10 @@
    500 ms and end the session of a node whose listeners refuse) and with the probing off
    (`metadata.peer_probe_interval = 0`: the session ends when its lease runs out). At the end
    a reader from earliest finds every acknowledged message once, in order.
+
+3. **Bookie TLS** (`--tls-only`, issue 19 / ADR 0013): the produce run of 1. on three nodes
+   3/3/2 with plain bookie connections against three nodes whose bookie listeners speak TLS
+   (`server.bookie_tls`, a test CA made with openssl), alternating, medians and the p99 ratio.
 
 Prints a JSON document, then a markdown snippet, on stdout; stops every process by PID.
 """
@@ -37,6 +41,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "inter
 from conftest import Service, _free_port  # noqa: E402
 from servers import Etcd  # noqa: E402
 from cluster_move import owner_of  # noqa: E402  (benches/ is the script's directory)
+from test_tls import make_certs  # noqa: E402
 
 
 def post(node, path, body):
@@ -75,6 +80,36 @@ def produce(binary, url, topic, duration):
             "generator_cpu_cores": round(r["generator_cpu_cores"], 2)}
 
 
+def produce_on_three(binary, etcd, env, name, duration):
+    """The produce run on three fresh nodes (3/3/2) with `env`, stopped after it."""
+    dirs = []
+    _, nodes = cluster(binary, etcd, env, dirs)
+    try:
+        # The Rust client takes one host: it looks the topic up there and is redirected.
+        return produce(binary, nodes[0].url, f"persistent://public/default/{name}", duration)
+    finally:
+        for x in nodes:
+            x.stop()
+
+
+def tls_runs(binary, etcd, runs, duration):
+    """Three nodes with plain bookie connections against three with TLS, alternating."""
+    certs_dir = tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR"))
+    certs = make_certs(certs_dir.name)
+    tls_env = {"LEDGERLAKE_SERVER__BOOKIE_TLS": "true",
+               "LEDGERLAKE_SERVER__TLS_CERT_FILE": certs["cert"],
+               "LEDGERLAKE_SERVER__TLS_KEY_FILE": certs["key"],
+               "LEDGERLAKE_SERVER__BOOKIE_TLS_TRUST_CERTS_FILE": certs["ca"]}
+    plain, tls = [], []
+    try:
+        for i in range(runs):
+            for env, rows, label in [({}, plain, "plain"), (tls_env, tls, "tls")]:
+                rows.append(produce_on_three(binary, etcd, env, f"{label}-{i}", duration))
+    finally:
+        certs_dir.cleanup()
+    return plain, tls
+
+
 def produce_runs(binary, etcd, runs, duration):
     single, replicated = [], []
     for i in range(runs):
@@ -88,14 +123,7 @@ def produce_runs(binary, etcd, runs, duration):
                                   duration))
         finally:
             one.stop()
-        _, nodes = cluster(binary, etcd, {}, dirs)
-        try:
-            # The Rust client takes one host: it looks the topic up there and is redirected.
-            replicated.append(produce(binary, nodes[0].url,
-                                      f"persistent://public/default/three-{i}", duration))
-        finally:
-            for x in nodes:
-                x.stop()
+        replicated.append(produce_on_three(binary, etcd, {}, f"three-{i}", duration))
     return single, replicated
 
 
@@ -143,8 +171,25 @@ def main():
     ap.add_argument("--duration", default="20s")
     ap.add_argument("--failover-only", action="store_true",
                     help="skip the produce runs")
+    ap.add_argument("--tls-only", action="store_true",
+                    help="only the plain-against-TLS bookie produce runs")
     args = ap.parse_args()
     etcd = Etcd()
+    if args.tls_only:
+        try:
+            plain, tls = tls_runs(args.bin, etcd, args.runs, args.duration)
+        finally:
+            etcd.stop()
+        ratio = round(med(tls, "p99_ms") / med(plain, "p99_ms"), 2)
+        print(json.dumps({"three_nodes_plain": plain, "three_nodes_bookie_tls": tls,
+                          "p99_ratio": ratio}, indent=2))
+        print("| bookie connections (three nodes, 3/3/2) | msg/s (median) | p50 ms | p99 ms |")
+        print("|---|---|---|---|")
+        for name, rows in [("plain TCP", plain), ("TLS", tls)]:
+            print(f"| {name} | {med(rows, 'msgs_per_s'):.0f} | {med(rows, 'p50_ms'):.2f} | "
+                  f"{med(rows, 'p99_ms'):.2f} |")
+        print(f"\np99 ratio (TLS / plain): {ratio}")
+        return
     try:
         single, replicated = ([], []) if args.failover_only else \
             produce_runs(args.bin, etcd, args.runs, args.duration)

@@ -60,6 +60,9 @@ pub struct BookieClient {
     spread: AtomicU64,
     /// How this node connects to other bookies ([`super::dial`]).
     dialer: Dialer,
+    /// When peers were last reported left out of ensembles because this node cannot open
+    /// their bookie (a warning at most once a minute).
+    unreachable_warned: Mutex<Option<Instant>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -72,12 +75,30 @@ impl BookieClient {
         BookieClient {
             streams: super::streams::AddStreams::new(membership.clone(), dialer.clone()),
             dialer,
+            unreachable_warned: Mutex::new(None),
             spread: AtomicU64::new(0),
             membership,
             addresses: Mutex::new((None, HashMap::new())),
             idle: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
         }
+    }
+
+    /// Says (once a minute) which peers new ledgers leave out: their replicas go to fewer
+    /// bookies than the cluster has.
+    fn warn_unreachable(&self, peers: &[NodeRecord]) {
+        let mut last = lock(&self.unreachable_warned);
+        if last.is_some_and(|at| at.elapsed() < Duration::from_secs(60)) {
+            return;
+        }
+        *last = Some(Instant::now());
+        let nodes: Vec<&str> = peers.iter().map(|p| p.id.as_str()).collect();
+        tracing::warn!(
+            ?nodes,
+            "peers left out of new ledgers' ensembles: this node cannot open their bookie \
+             listener (a plaintext one while server.bookie_tls is on, or a TLS one without \
+             server.bookie_tls_trust_certs_file); ledgers are replicated to fewer bookies"
+        );
     }
 
     async fn resolve(&self, bookie: &str) -> Result<BookieAddr, CallError> {
@@ -362,11 +383,14 @@ impl ReplicaSource for BookieClient {
             let addr = self.membership.bookie_address(m);
             addr.is_some_and(|a| self.dialer.can_reach(&a))
         };
-        let candidates: Vec<String> = nodes
+        let (candidates, unreachable): (Vec<NodeRecord>, Vec<NodeRecord>) = nodes
             .into_iter()
-            .filter(|m| m.bookie != except && !m.draining && reachable(m))
-            .map(|m| m.bookie)
-            .collect();
+            .filter(|m| m.bookie != except && !m.draining && m.bookie_addr.is_some())
+            .partition(reachable);
+        if !unreachable.is_empty() {
+            self.warn_unreachable(&unreachable);
+        }
+        let candidates: Vec<String> = candidates.into_iter().map(|m| m.bookie).collect();
         // Bookies whose stream failed lately are left out, unless no other is left (an
         // unreplicated ledger would be worse than trying one of them again).
         let mut bookies: Vec<String> = candidates

@@ -502,8 +502,10 @@ impl State {
         {
             Ok(()) => self.dirty = false,
             // Another node owns the topic now (its load read the stored state): this node's
-            // acknowledgements since the last save are redelivered there.
+            // acknowledgements since the last save are redelivered there. Not retried: no
+            // later save of this node's can succeed.
             Err(e @ crate::ledger::MetadataError::Fenced { .. }) => {
+                self.dirty = false;
                 tracing::warn!(topic = %self.topic.name, subscription = %self.name, error = %e,
                     "cursor not saved: a later owner fenced the topic")
             }

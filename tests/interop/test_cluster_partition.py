@@ -282,11 +282,12 @@ def test_an_owner_frozen_past_its_lease_wakes_up_fenced(etcd, make_service):
     """The owner of a busy topic is frozen (SIGSTOP) for longer than its session's lease: its
     sockets stay open, so neither the failure detector (connections are accepted by the
     kernel) nor its clients notice; its session expires, another node takes the idle-looking
-    topic over (fences and recovers its open ledger on the replicas) and serves it. Then the
-    frozen owner wakes (SIGCONT) with sends its clients made meanwhile waiting in its sockets,
-    and believes for a moment it still owns the topic: the replicas refuse its adds (fenced),
-    so it acknowledges none of them; it finds its session gone and lets its clients go to the
-    new owner. Every acknowledged message is read exactly once, in order."""
+    topic over (fences, recovers and seals its open ledger on the replicas) and serves it.
+    Then the frozen owner wakes (SIGCONT) with its client's pending send waiting in its socket,
+    and may believe for a moment that it still owns the topic. Whatever it does first (append
+    the send, save its deduplication snapshot, or notice its session gone), nothing of it
+    counts: the replicas refuse its adds and the store its saves, both fenced. It lets its
+    client go to the new owner. Every acknowledged message is read exactly once, in order."""
     prefix = f"/frozen-{uuid.uuid4().hex[:6]}"
     nodes = [_node(etcd.url(prefix), make_service) for _ in range(3)]
     for n in nodes:
@@ -306,12 +307,15 @@ def test_an_owner_frozen_past_its_lease_wakes_up_fenced(etcd, make_service):
         eventually(lambda: len(sender.acked) >= 50, timeout=30, interval=0.05)
         os.kill(frozen.proc.pid, signal.SIGSTOP)
         try:
-            # Its lease (3 s) runs out and another node takes the topic over.
+            # Its lease (3 s) runs out, another node takes the topic over and has fenced and
+            # sealed the frozen node's open ledger before it wakes.
             def taken_over():
                 owner = ids.get(_owners(etcd, prefix).get(topic))
                 assert owner is not None and owner is not frozen, owner
+                still_open = [r for r in _ledgers(etcd, prefix).values()
+                              if r["state"] == 1 and r["bookie"] == _bookie(frozen)]
+                assert not still_open, still_open
             eventually(taken_over, timeout=30, interval=0.1)
-            time.sleep(1)
         finally:
             os.kill(frozen.proc.pid, signal.SIGCONT)
         at_wake = len(sender.acked)

@@ -249,8 +249,8 @@ async fn cursors_are_saved_whole_and_deleted(store: &dyn MetadataStore) -> TestR
             ("b".to_string(), b"three".to_vec())
         ]
     );
-    store.delete_cursor(t.id, "a").await?;
-    store.delete_cursor(t.id, "missing").await?;
+    store.delete_cursor(t.id, "a", None).await?;
+    store.delete_cursor(t.id, "missing", None).await?;
     assert_eq!(
         store.topic_cursors(t.id).await?,
         vec![("b".to_string(), b"three".to_vec())]
@@ -534,6 +534,16 @@ async fn writers_are_fenced_by_epoch(store: &dyn MetadataStore) -> TestResult {
     );
     store.save_cursor(t.id, "s", b"at 10", 3, Some(10)).await?;
     store.save_cursor(t.id, "s", b"any", 4, None).await?;
+    // Nor may it delete one (an unsubscribe, deduplication turned off); the current writer
+    // may, and a missing topic has nothing to delete.
+    assert!(matches!(
+        store.delete_cursor(t.id, "s", Some(5)).await,
+        Err(MetadataError::Fenced { fenced_at: 9, .. })
+    ));
+    assert_eq!(store.topic_cursors(t.id).await?.len(), 1, "nothing deleted");
+    store.delete_cursor(t.id, "s", Some(10)).await?;
+    assert!(store.topic_cursors(t.id).await?.is_empty());
+    store.delete_cursor(t.id + 1000, "s", Some(1)).await?;
     // Fences are per topic; a missing topic is named.
     store.create_ledger(other.id, 0, "b1", 5, Some(1)).await?;
     assert!(matches!(

@@ -292,10 +292,14 @@ impl MetadataStore for MemoryMetadataStore {
         &self,
         topic_id: TopicId,
         subscription: &str,
+        writer_epoch: Option<u64>,
     ) -> Result<(), MetadataError> {
-        self.lock()
-            .cursors
-            .remove(&(topic_id, subscription.to_string()));
+        let mut s = self.lock();
+        match s.writable(topic_id, writer_epoch) {
+            Ok(()) | Err(MetadataError::TopicNotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+        s.cursors.remove(&(topic_id, subscription.to_string()));
         Ok(())
     }
 

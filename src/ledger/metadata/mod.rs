@@ -614,11 +614,14 @@ pub trait MetadataStore: Send + Sync + fmt::Debug + 'static {
         topic_id: TopicId,
     ) -> Result<Vec<(String, Vec<u8>)>, MetadataError>;
 
-    /// Removes a cursor (unsubscribe). Removing an absent cursor is not an error.
+    /// Removes a cursor (unsubscribe). Removing an absent cursor is not an error. With
+    /// `writer_epoch`, fenced as [`Self::save_cursor`] is: refused once a higher epoch fenced
+    /// the topic.
     async fn delete_cursor(
         &self,
         topic_id: TopicId,
         subscription: &str,
+        writer_epoch: Option<u64>,
     ) -> Result<(), MetadataError>;
 
     /// Records that `name` (a full topic name without partition suffix) is partitioned into

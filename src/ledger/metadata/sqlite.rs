@@ -451,11 +451,14 @@ impl MetadataStore for SqliteMetadataStore {
         &self,
         topic_id: TopicId,
         subscription: &str,
+        writer_epoch: Option<u64>,
     ) -> Result<(), MetadataError> {
         let subscription = subscription.to_string();
         self.writer
             .run(move |c| {
-                Box::pin(async move { writes::delete_cursor(c, topic_id, &subscription).await })
+                Box::pin(async move {
+                    writes::delete_cursor(c, topic_id, &subscription, writer_epoch).await
+                })
             })
             .await
     }

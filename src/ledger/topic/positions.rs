@@ -59,7 +59,7 @@ impl TopicLog {
         self.inner
             .shared
             .meta
-            .delete_cursor(self.inner.id, name)
+            .delete_cursor(self.inner.id, name, self.writer_epoch())
             .await
     }
 

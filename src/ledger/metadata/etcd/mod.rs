@@ -578,13 +578,23 @@ impl MetadataStore for EtcdMetadataStore {
         &self,
         topic_id: TopicId,
         subscription: &str,
+        writer_epoch: Option<u64>,
     ) -> Result<(), MetadataError> {
-        self.client
-            .kv_client()
-            .delete(self.keys.cursor(topic_id, subscription), None)
-            .await
-            .map_err(backend("delete cursor"))?;
-        Ok(())
+        loop {
+            let compares: Vec<Compare> = self
+                .not_fenced_above(topic_id, writer_epoch)
+                .await?
+                .into_iter()
+                .collect();
+            let txn = Txn::new().when(compares).and_then([TxnOp::delete(
+                self.keys.cursor(topic_id, subscription),
+                None,
+            )]);
+            if self.txn("delete cursor", txn).await?.succeeded() {
+                return Ok(());
+            }
+            // Fenced meanwhile: the next round reads the fence and says so.
+        }
     }
 
     async fn set_partitions(

@@ -185,6 +185,27 @@ async fn ledger_on(c: &mut SqliteConnection, id: LedgerId) -> Result<LedgerRecor
     ledger_from_row(&row)
 }
 
+/// With `writer_epoch`: `Fenced` once a higher epoch fenced `topic_id`. The writer connection
+/// runs one operation at a time, so no fence lands between this check and the write after it.
+async fn not_fenced_above(
+    c: &mut SqliteConnection,
+    topic_id: TopicId,
+    writer_epoch: Option<u64>,
+) -> Result<(), MetadataError> {
+    let Some(epoch) = writer_epoch else {
+        return Ok(());
+    };
+    let fenced_at = schema::fence_of(c, topic_id).await? as u64;
+    if epoch < fenced_at {
+        return Err(MetadataError::Fenced {
+            topic_id,
+            epoch,
+            fenced_at,
+        });
+    }
+    Ok(())
+}
+
 /// Fences the writers of `topic_id` older than `epoch`.
 pub(super) async fn fence_writers(
     c: &mut SqliteConnection,
@@ -335,18 +356,7 @@ pub(super) async fn save_cursor(
     now_ms: i64,
     writer_epoch: Option<u64>,
 ) -> Result<(), MetadataError> {
-    // The writer connection runs one operation at a time: no fence lands between the check
-    // and the write.
-    if let Some(epoch) = writer_epoch {
-        let fenced_at = schema::fence_of(c, topic_id).await? as u64;
-        if epoch < fenced_at {
-            return Err(MetadataError::Fenced {
-                topic_id,
-                epoch,
-                fenced_at,
-            });
-        }
-    }
+    not_fenced_above(c, topic_id, writer_epoch).await?;
     let result = sqlx::query(
         "INSERT INTO ll_cursors(topic_id, subscription, state, updated_at_ms) VALUES (?, ?, ?, ?)
          ON CONFLICT(topic_id, subscription) DO UPDATE SET state = excluded.state,
@@ -372,7 +382,13 @@ pub(super) async fn delete_cursor(
     c: &mut SqliteConnection,
     topic_id: TopicId,
     subscription: &str,
+    writer_epoch: Option<u64>,
 ) -> Result<(), MetadataError> {
+    match not_fenced_above(c, topic_id, writer_epoch).await {
+        // No topic, no cursor: nothing to delete.
+        Ok(()) | Err(MetadataError::TopicNotFound(_)) => {}
+        Err(e) => return Err(e),
+    }
     sqlx::query("DELETE FROM ll_cursors WHERE topic_id = ? AND subscription = ?")
         .bind(topic_id as i64)
         .bind(subscription)
