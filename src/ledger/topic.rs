@@ -16,12 +16,13 @@ use super::cache::TailCache;
 use super::error::{AppendError, LifecycleError, ReadError};
 use super::index::IndexEntry;
 use super::journal::{AppendRequest, Reply};
-use super::metadata::{LedgerId, LedgerRecord, LedgerState, MetadataError, TopicId};
+use super::metadata::{LedgerId, LedgerRecord, LedgerState, TopicId};
 use super::open_ledger::OpenLedger;
 use super::read::{deleted_meanwhile, read_located, read_one};
 use super::seal::{discard_empty, seal_ledger};
 use super::{now_ms, Entry, LogShared, Position};
 
+mod fencing;
 mod positions;
 mod replicated;
 
@@ -193,34 +194,6 @@ impl TopicLog {
     /// Id of the topic in the metadata store.
     pub fn id(&self) -> TopicId {
         self.inner.id
-    }
-
-    /// Makes this log the topic's writer at ownership `epoch`: writers of lower epochs (earlier
-    /// owners on other nodes) can create no ledger from now on, and neither can this one once a
-    /// later owner fences it in turn ([`super::MetadataStore::fence_writers`]).
-    pub async fn fence(&self, epoch: u64) -> Result<(), MetadataError> {
-        let _guard = self.inner.roll_lock.lock().await;
-        self.inner
-            .shared
-            .meta
-            .fence_writers(self.inner.id, epoch)
-            .await?;
-        self.inner
-            .writer_epoch
-            .store(epoch, std::sync::atomic::Ordering::Release);
-        Ok(())
-    }
-
-    /// The epoch this writer fenced the topic at (`None`: unfenced).
-    pub(crate) fn writer_epoch(&self) -> Option<u64> {
-        match self
-            .inner
-            .writer_epoch
-            .load(std::sync::atomic::Ordering::Acquire)
-        {
-            0 => None,
-            epoch => Some(epoch),
-        }
     }
 
     /// Whether this view writes the topic (it has an open ledger of its own).
