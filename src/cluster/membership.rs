@@ -115,6 +115,9 @@ fn predecessor(holder: &NodeRecord, me: &NodeRecord) -> bool {
     !me.bookie.is_empty() && holder.bookie == me.bookie && holder.started_at_ms != me.started_at_ms
 }
 
+/// A registration: its key, the record, and the version it was written at.
+pub type Registration = (String, NodeRecord, u64);
+
 /// Where and how this node reaches a peer's bookie listener.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct BookieAddr {
@@ -240,15 +243,14 @@ impl Membership {
         Ok(registered.into_iter().map(|(node, _)| node).collect())
     }
 
-    /// Every registered node by key, and a watch of every later change under the same prefix
-    /// (the coordination contract: nothing missed, nothing twice; list again when it ends).
-    pub async fn watch(
-        &self,
-    ) -> Result<(Vec<(String, NodeRecord)>, crate::coord::Watch), MembershipError> {
+    /// Every registered node by key with the version of its registration, and a watch of
+    /// every later change under the same prefix (the coordination contract: nothing missed,
+    /// nothing twice; list again when it ends).
+    pub async fn watch(&self) -> Result<(Vec<Registration>, crate::coord::Watch), MembershipError> {
         let (items, at) = self.coord.list(NODES).await?;
         let nodes = items
             .iter()
-            .map(|(k, v)| Ok((k.clone(), NodeRecord::decode(&v.value)?)))
+            .map(|(k, v)| Ok((k.clone(), NodeRecord::decode(&v.value)?, v.version)))
             .collect::<Result<Vec<_>, MembershipError>>()?;
         Ok((nodes, self.coord.watch(NODES, at).await?))
     }

@@ -6,10 +6,12 @@
 //! address and whether it is stopping; the live nodes listed), [`ownership`] (one owner per
 //! topic partition, with an epoch that fences earlier owners' ledger creation; placement of
 //! unowned topics; planned moves), [`load`] (load reports for the load managers) and
-//! [`failure`] (peers whose processes are gone have their sessions ended at once).
+//! [`failure`] (peers whose processes are gone have their sessions ended at once; it reads the
+//! registrations from [`roster`], a watch-fed copy).
 //! Replicated ledgers and bookie-side fencing and recovery are issue 19's later slices.
 
 pub mod failure;
 pub mod load;
 pub mod membership;
 pub mod ownership;
+pub mod roster;

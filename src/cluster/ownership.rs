@@ -374,7 +374,13 @@ impl Ownership {
     /// The registered nodes by key and a watch of their changes ([`Membership::watch`]).
     pub async fn watch_nodes(
         &self,
-    ) -> Result<(Vec<(String, NodeRecord)>, crate::coord::Watch), OwnershipError> {
+    ) -> Result<
+        (
+            Vec<crate::cluster::membership::Registration>,
+            crate::coord::Watch,
+        ),
+        OwnershipError,
+    > {
         Ok(self.membership.watch().await?)
     }
 
