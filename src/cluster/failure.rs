@@ -27,8 +27,8 @@
 //!   a cluster of two, the one other node is that majority).
 //! - A wrong verdict (a live process refusing on both listeners to most nodes) ends its
 //!   session while it still believes it live, until its next renewal (a third of the TTL):
-//!   ledger fencing and ownership epochs stop its ledger writes, but cursor and
-//!   deduplication snapshots it saves in that window are not fenced.
+//!   ledger fencing and ownership epochs stop its ledger writes, and the writer epoch stops
+//!   its cursor and deduplication snapshot writes (`MetadataStore::save_cursor`).
 
 use std::sync::Arc;
 use std::time::Duration;

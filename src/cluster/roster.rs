@@ -4,10 +4,12 @@
 //!
 //! Invariants:
 //! - [`Roster::current`] is `None` until the first listing, and again from the moment a watch
-//!   ends until the next listing succeeds: a reader then lists the store itself, so it never
-//!   acts on a copy that stopped following the store.
+//!   ends until the next listing succeeds: a reader then lists the store itself.
 //! - While `Some`, the copy is the listing plus every watch event after it, in order (the
-//!   coordination contract: nothing missed, nothing twice).
+//!   coordination contract: nothing missed, nothing twice). It is as fresh as the watch: on
+//!   etcd, watches require a leader, so a member cut off from its leader ends them; a dead
+//!   connection is found by the client's keep-alive (about 15 s). A stale copy costs
+//!   detection, never a wrong expel: an expel compares the registration's version.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -69,6 +71,7 @@ impl Roster {
                 .map(|(key, node, version)| (key, (node, version)))
                 .collect();
             self.set(Some(copy.clone()));
+            let watched = std::time::Instant::now();
             while let Some(event) = watch.next().await {
                 match event {
                     WatchEvent::Put {
@@ -86,8 +89,12 @@ impl Roster {
                 }
                 self.set(Some(copy.clone()));
             }
-            // The watch ended: nothing may rely on the copy until the store is listed again.
+            // The watch ended: nothing may rely on the copy until the store is listed again
+            // (after a pause when it ended at once, so a failing watch does not spin).
             self.set(None);
+            if watched.elapsed() < Duration::from_secs(1) {
+                tokio::time::sleep(RELIST_PAUSE).await;
+            }
         }
     }
 }

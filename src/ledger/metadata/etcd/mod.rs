@@ -87,7 +87,10 @@ impl EtcdMetadataStore {
         let options = ConnectOptions::new()
             .with_connect_timeout(Duration::from_secs(5))
             .with_timeout(Duration::from_secs(15))
-            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5));
+            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
+            // A member cut off from its leader refuses requests and ends its watches instead
+            // of serving what it had (a watch on it would go quiet and never end).
+            .with_require_leader(true);
         let client = Client::connect(&parsed.endpoints, Some(options))
             .await
             .map_err(backend("connect to etcd"))?;
