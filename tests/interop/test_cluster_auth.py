@@ -11,12 +11,10 @@ import subprocess
 import urllib.request
 import uuid
 
-import pulsar
-
 from conftest import _free_port
 from test_cluster_autorecovery import _crc32c, _recv
-from test_cluster_ownership import _owners
-from test_cluster_replication import _bookie_id, _ledgers, kill_owner_and_read_all, send_numbered
+from test_cluster_replication import (_bookie_id, _ledgers, kill_owner_and_read_all,
+                                      send_to_an_owner)
 
 NODE_TOKEN = "node-s3cret"
 APP_TOKEN = "app-s3cret"
@@ -88,16 +86,8 @@ def test_bookies_serve_only_nodes_with_a_superuser_token(etcd, make_service, tmp
         assert r.status == 204
 
     topic = f"persistent://public/default/guarded-{uuid.uuid4().hex[:6]}"
-    client = pulsar.Client("pulsar://" + ",".join(f"127.0.0.1:{n.pulsar_port}" for n in nodes),
-                           authentication=pulsar.AuthenticationToken(APP_TOKEN),
-                           operation_timeout_seconds=60)
-    sent = []
+    client, producer, sent, owner = send_to_an_owner(etcd, prefix, nodes, topic, "m", APP_TOKEN)
     try:
-        producer = client.create_producer(topic, batching_enabled=False,
-                                          send_timeout_millis=60000)
-        send_numbered(producer, sent, "m", 100)
-        owner_id = _owners(etcd, prefix)[topic]
-        (owner,) = [n for n in nodes if f"127.0.0.1:{n.http_port}" == owner_id]
         others = [n for n in nodes if n is not owner]
         # Replicated over authenticated connections: the ledger's entries went to both peers.
         ledger = max(_ledgers(etcd, prefix).values(), key=lambda r: r["id"])

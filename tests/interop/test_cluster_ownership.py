@@ -79,9 +79,12 @@ def _put(node, path, body):
     return _call(node, "PUT", path, body)[0]
 
 
-def _sql(node, query):
+def _sql(node, query, token=None):
+    headers = {"Accept": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
     req = urllib.request.Request(f"{node.http}/sql", data=query.encode(), method="POST",
-                                 headers={"Accept": "application/json"})
+                                 headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
             return r.status, json.loads(r.read())

@@ -182,6 +182,24 @@ def send_numbered(producer, sent, label, n):
         producer.send(sent[-1].encode())
 
 
+def send_to_an_owner(etcd, prefix, nodes, topic, label, token=None):
+    """A client of every node (with `token`), a producer of `topic` that sent `label-0` …
+    `label-99` synchronously, those bodies, and the node that owns the topic."""
+    auth = {"authentication": pulsar.AuthenticationToken(token)} if token else {}
+    client = pulsar.Client("pulsar://" + ",".join(f"127.0.0.1:{n.pulsar_port}" for n in nodes),
+                           operation_timeout_seconds=60, **auth)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False,
+                                          send_timeout_millis=60000)
+        sent = []
+        send_numbered(producer, sent, label, 100)
+        (owner,) = _owner(etcd, prefix, topic, nodes)
+    except BaseException:
+        client.close()
+        raise
+    return client, producer, sent, owner
+
+
 def kill_owner_and_read_all(etcd, prefix, client, producer, topic, owner, sent):
     """SIGKILLs `owner` (the topic's owner, id `host:http_port`), sends 20 more, checks another
     node owns the topic and that every message in `sent` is read once, in order, from

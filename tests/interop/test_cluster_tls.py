@@ -9,22 +9,18 @@ over TLS and every acknowledged message is read once. A node trusting another au
 node dialling the others at an address their certificates do not name, refuse the others'
 bookies. A plaintext request to a TLS listener gets no answer; a node with TLS on and no
 trusted authorities does not start."""
-import json
 import os
 import socket
 import struct
 import subprocess
-import urllib.error
-import urllib.request
 import uuid
-
-import pulsar
 
 from conftest import _free_port
 from tcpproxy import TcpProxy
 from test_cluster_autorecovery import _crc32c
-from test_cluster_ownership import _owners
-from test_cluster_replication import _bookie_id, _ledgers, kill_owner_and_read_all, send_numbered
+from test_cluster_ownership import _sql
+from test_cluster_replication import (_bookie_id, _ledgers, kill_owner_and_read_all,
+                                      send_to_an_owner)
 from test_tls import make_certs
 
 MARK = "plain-text-marker"
@@ -56,17 +52,6 @@ def _tls_env(certs, listener=None, via=None):
     return env
 
 
-def _sql(node, query):
-    req = urllib.request.Request(f"{node.http}/sql", data=query.encode(), method="POST",
-                                 headers={"Accept": "application/json",
-                                          "Authorization": f"Bearer {APP_TOKEN}"})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-
-
 def test_bookie_traffic_is_encrypted_and_recovery_runs_over_it(etcd, make_service, tmp_path):
     certs = make_certs(str(tmp_path / "certs"), san="DNS:localhost")
     prefix = f"/tls-{uuid.uuid4().hex[:6]}"
@@ -80,17 +65,9 @@ def test_bookie_traffic_is_encrypted_and_recovery_runs_over_it(etcd, make_servic
         for n in nodes:
             n.start()
         topic = f"persistent://public/default/sealed-{uuid.uuid4().hex[:6]}"
-        client = pulsar.Client("pulsar://" + ",".join(f"127.0.0.1:{n.pulsar_port}"
-                                                      for n in nodes),
-                               authentication=pulsar.AuthenticationToken(APP_TOKEN),
-                               operation_timeout_seconds=60)
-        sent = []
+        client, producer, sent, owner = send_to_an_owner(etcd, prefix, nodes, topic, MARK,
+                                                         APP_TOKEN)
         try:
-            producer = client.create_producer(topic, batching_enabled=False,
-                                              send_timeout_millis=60000)
-            send_numbered(producer, sent, MARK, 100)
-            owner_id = _owners(etcd, prefix)[topic]
-            (owner,) = [n for n in nodes if f"127.0.0.1:{n.http_port}" == owner_id]
             others = [n for n in nodes if n is not owner]
             ledger = max(_ledgers(etcd, prefix).values(), key=lambda r: r["id"])
             assert sorted(ledger["replicas"]) == sorted(_bookie_id(n) for n in others)
@@ -109,7 +86,7 @@ def test_bookie_traffic_is_encrypted_and_recovery_runs_over_it(etcd, make_servic
                 assert "invalid peer certificate" not in log
                 assert "bad credentials" not in log and "before credentials" not in log
             name = topic.rsplit("/", 1)[1]
-            status, rows = _sql(others[0], f'SELECT count(*) AS n FROM "{name}"')
+            status, rows = _sql(others[0], f'SELECT count(*) AS n FROM "{name}"', APP_TOKEN)
             assert (status, rows) == (200, [{"n": len(sent)}]), rows
         finally:
             client.close()
@@ -124,7 +101,7 @@ def test_bookie_traffic_is_encrypted_and_recovery_runs_over_it(etcd, make_servic
             odd = make_service(env=env, args=["--metadata-url", etcd.url(prefix),
                                               "--bookie-addr", f"127.0.0.1:{_free_port()}"])
             odd.start()
-            status, rows = _sql(odd, f'SELECT count(*) AS n FROM "{name}"')
+            status, rows = _sql(odd, f'SELECT count(*) AS n FROM "{name}"', APP_TOKEN)
             assert status != 200, rows
             with open(odd.log_path) as f:
                 log = f.read()
