@@ -485,8 +485,7 @@ async fn topics_are_deleted_only_without_live_ledgers(store: &dyn MetadataStore)
 /// How many checks [`run_all`] makes; each gets a store of its own.
 const CHECKS: usize = 15;
 
-/// Runs every check, each against its own fresh store from `stores` (exactly [`CHECKS`] of
-/// them, so no check can silently run against another implementation).
+/// A topic's writers are fenced by epoch: ledger creation, cursor saves and deletes.
 async fn writers_are_fenced_by_epoch(store: &dyn MetadataStore) -> TestResult {
     let t = store
         .get_or_create_topic("persistent://t/n/fenced", 0)
@@ -544,6 +543,13 @@ async fn writers_are_fenced_by_epoch(store: &dyn MetadataStore) -> TestResult {
     store.delete_cursor(t.id, "s", Some(10)).await?;
     assert!(store.topic_cursors(t.id).await?.is_empty());
     store.delete_cursor(t.id + 1000, "s", Some(1)).await?;
+    // A topic never fenced takes any writer's save; a missing topic's save is refused.
+    store.save_cursor(other.id, "s", b"free", 5, Some(3)).await?;
+    assert_eq!(store.topic_cursors(other.id).await?.len(), 1);
+    assert!(matches!(
+        store.save_cursor(t.id + 1000, "s", b"gone", 6, Some(1)).await,
+        Err(MetadataError::TopicNotFound(_))
+    ));
     // Fences are per topic; a missing topic is named.
     store.create_ledger(other.id, 0, "b1", 5, Some(1)).await?;
     assert!(matches!(
@@ -553,6 +559,8 @@ async fn writers_are_fenced_by_epoch(store: &dyn MetadataStore) -> TestResult {
     Ok(())
 }
 
+/// Runs every check, each against its own fresh store from `stores` (exactly [`CHECKS`] of
+/// them, so no check can silently run against another implementation).
 async fn run_all(stores: Vec<std::sync::Arc<dyn MetadataStore>>) -> TestResult {
     assert_eq!(stores.len(), CHECKS, "one fresh store per check");
     let mut next = stores.into_iter();

@@ -3,10 +3,12 @@
 //!
 //! Invariant: a ledger record is only ever replaced by a transaction that compares its mod
 //! revision with the one read; a lost race reads again.
+//! Invariant: a write made as a topic's writer ([`EtcdMetadataStore::write_as_writer`]) commits
+//! only in the same transaction as a compare showing the topic not fenced above that writer.
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse, TxnResponse};
 
-use super::layout::{decode, decode_ledger, encode_ledger};
+use super::layout::{decode, decode_ledger, encode, encode_ledger};
 use super::EtcdMetadataStore;
 use crate::ledger::metadata::{LedgerId, LedgerRecord, MetadataError, TopicId};
 
@@ -39,7 +41,82 @@ pub(super) fn absent(key: impl Into<Vec<u8>>) -> Compare {
     Compare::version(key, CompareOp::Equal, 0)
 }
 
+/// The fence a failed transaction's `or_else` read at `index` (a get of the writers key):
+/// the epoch (0: never fenced) and the key's mod revision (0: absent).
+fn fence_read(resp: &TxnResponse, index: usize) -> Result<(u64, i64), MetadataError> {
+    match resp
+        .op_responses()
+        .get(index)
+        .and_then(get_response)
+        .and_then(|r| r.kvs().first())
+    {
+        Some(kv) => Ok((decode("writer fence", kv.value())?, kv.mod_revision())),
+        None => Ok((0, 0)),
+    }
+}
+
+/// What a write made as a topic's writer asks of its topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum TopicMust {
+    /// The topic record exists (else `TopicNotFound`).
+    Exist,
+    /// Nothing: a delete of something the topic's removal took already is done.
+    Nothing,
+}
+
 impl EtcdMetadataStore {
+    /// Applies `ops` in one transaction with the compare that `topic_id` is not fenced above
+    /// `writer_epoch` (none without an epoch) and, with [`TopicMust::Exist`], that it exists.
+    ///
+    /// One round trip in the usual case: the first try compares the writers key's value with
+    /// this writer's own epoch, which it wrote when it fenced the topic. Only when that compare
+    /// fails does the answer (read in the same transaction) decide: `Fenced` below a later
+    /// fence, else another try comparing the key's mod revision as read (fenced lower, or
+    /// never).
+    pub(super) async fn write_as_writer(
+        &self,
+        op: &'static str,
+        topic_id: TopicId,
+        writer_epoch: Option<u64>,
+        topic: TopicMust,
+        ops: Vec<TxnOp>,
+    ) -> Result<(), MetadataError> {
+        let topic_key = self.keys.topic_by_id(topic_id);
+        let writers_key = self.keys.writers(topic_id);
+        let mut fence = writer_epoch
+            .map(|epoch| Compare::value(writers_key.clone(), CompareOp::Equal, encode(&epoch)));
+        loop {
+            let mut compares = Vec::with_capacity(2);
+            if topic == TopicMust::Exist {
+                compares.push(exists(topic_key.clone()));
+            }
+            compares.extend(fence.clone());
+            let txn = Txn::new().when(compares).and_then(ops.clone()).or_else([
+                TxnOp::get(topic_key.clone(), None),
+                TxnOp::get(writers_key.clone(), None),
+            ]);
+            let resp = self.txn(op, txn).await?;
+            if resp.succeeded() {
+                return Ok(());
+            }
+            if topic == TopicMust::Exist && !first_get_found(&resp) {
+                return Err(MetadataError::TopicNotFound(topic_id));
+            }
+            let Some(epoch) = writer_epoch else {
+                continue; // Only the topic compare can fail; it held at the read: retry.
+            };
+            let (fenced_at, rev) = fence_read(&resp, 1)?;
+            if epoch < fenced_at {
+                return Err(MetadataError::Fenced {
+                    topic_id,
+                    epoch,
+                    fenced_at,
+                });
+            }
+            fence = Some(unchanged(writers_key.clone(), rev));
+        }
+    }
+
     /// A ledger's record with its mod revision.
     pub(super) async fn ledger_with_revision(
         &self,

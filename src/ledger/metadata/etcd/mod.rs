@@ -35,7 +35,7 @@ use layout::{decode, decode_ledger, encode, encode_ledger, Keys, StoredTopic};
 mod cas;
 pub mod layout;
 
-use cas::{absent, exists, first_get_found, unchanged};
+use cas::{absent, exists, first_get_found, unchanged, TopicMust};
 
 /// Keys read per request when listing a range.
 const PAGE: i64 = 500;
@@ -538,27 +538,19 @@ impl MetadataStore for EtcdMetadataStore {
         _now_ms: i64,
         writer_epoch: Option<u64>,
     ) -> Result<(), MetadataError> {
-        let topic_key = self.keys.topic_by_id(topic_id);
-        loop {
-            let mut compares = vec![exists(topic_key.clone())];
-            compares.extend(self.not_fenced_above(topic_id, writer_epoch).await?);
-            let txn = Txn::new()
-                .when(compares)
-                .and_then([TxnOp::put(
-                    self.keys.cursor(topic_id, subscription),
-                    state.to_vec(),
-                    None,
-                )])
-                .or_else([TxnOp::get(topic_key.clone(), None)]);
-            let resp = self.txn("save cursor", txn).await?;
-            if resp.succeeded() {
-                return Ok(());
-            }
-            if !first_get_found(&resp) {
-                return Err(MetadataError::TopicNotFound(topic_id));
-            }
-            // Fenced meanwhile: the next round reads the fence and says so.
-        }
+        let put = TxnOp::put(
+            self.keys.cursor(topic_id, subscription),
+            state.to_vec(),
+            None,
+        );
+        self.write_as_writer(
+            "save cursor",
+            topic_id,
+            writer_epoch,
+            TopicMust::Exist,
+            vec![put],
+        )
+        .await
     }
 
     async fn topic_cursors(
@@ -583,21 +575,15 @@ impl MetadataStore for EtcdMetadataStore {
         subscription: &str,
         writer_epoch: Option<u64>,
     ) -> Result<(), MetadataError> {
-        loop {
-            let compares: Vec<Compare> = self
-                .not_fenced_above(topic_id, writer_epoch)
-                .await?
-                .into_iter()
-                .collect();
-            let txn = Txn::new().when(compares).and_then([TxnOp::delete(
-                self.keys.cursor(topic_id, subscription),
-                None,
-            )]);
-            if self.txn("delete cursor", txn).await?.succeeded() {
-                return Ok(());
-            }
-            // Fenced meanwhile: the next round reads the fence and says so.
-        }
+        let delete = TxnOp::delete(self.keys.cursor(topic_id, subscription), None);
+        self.write_as_writer(
+            "delete cursor",
+            topic_id,
+            writer_epoch,
+            TopicMust::Nothing,
+            vec![delete],
+        )
+        .await
     }
 
     async fn set_partitions(
