@@ -45,10 +45,10 @@
 //! - [`naming`]: topic and namespace names, the schema-version codec (the leaf).
 //! - [`config`]: the typed configuration tree and its layered loading.
 //! - [`versioned`]: the `[format byte][JSON]` encoding of small persisted records.
-//! - [`cluster`]: what a node knows of the others, over [`coord`]: membership, topic
-//!   ownership (one owner per partition with an epoch; LOOKUP places and redirects by it), and
-//!   failure detection (a peer whose listeners refuse has its session ended at once; it reads
-//!   the registrations from a watch-fed roster).
+//! - [`cluster`]: what a node knows of the others, over [`coord`]: membership (the live nodes
+//!   read from a watch-fed roster), topic ownership (one owner per partition with an epoch;
+//!   LOOKUP places and redirects by it), and failure detection (a peer whose listeners refuse
+//!   has its session ended at once).
 //! - [`coord`]: the coordination seam a cluster's nodes agree through (compare-and-set,
 //!   sessions with ephemeral keys, watches), on etcd or in process; no consensus of our own.
 //! - [`ledger`]: the durable segmented log (journal with group commit, segments, indexes,

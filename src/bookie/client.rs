@@ -2,7 +2,7 @@
 //! node's log ([`ReplicaSource`]).
 //!
 //! A bookie id is resolved to the bookie address its node advertises in its membership record
-//! (refreshed from the live members at most every [`ADDRESS_TTL`], or at once on a miss).
+//! (read from the membership's followed copy of the registrations, [`Membership::follow`]).
 //! Connections are pooled per address; a request takes one (or dials), and puts it back only
 //! after a complete, well-formed answer with the request's id.
 //!
@@ -26,8 +26,6 @@ use crate::protocol::bookie::{
     decode_response, encode_request, BookieErrorCode, BookieRequest, BookieResponse, READ_BUDGET,
 };
 
-/// How long a resolved bookie address is used before the members are listed again.
-pub const ADDRESS_TTL: Duration = Duration::from_secs(2);
 /// Longest wait for one answer (connecting included).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Idle connections kept per bookie.
@@ -48,9 +46,6 @@ enum CallError {
 #[derive(Debug)]
 pub struct BookieClient {
     membership: Arc<Membership>,
-    /// Bookie id → advertised address, and when they were listed.
-    /// Invariant: only live members' addresses, at most [`ADDRESS_TTL`] old when used.
-    addresses: Mutex<(Option<Instant>, HashMap<String, BookieAddr>)>,
     /// By dial address. Invariant: every connection here answered its last request completely.
     idle: Mutex<HashMap<BookieAddr, Vec<Conn>>>,
     next_id: AtomicU64,
@@ -78,7 +73,6 @@ impl BookieClient {
             unreachable_warned: Mutex::new(None),
             spread: AtomicU64::new(0),
             membership,
-            addresses: Mutex::new((None, HashMap::new())),
             idle: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
         }
@@ -102,15 +96,7 @@ impl BookieClient {
     }
 
     async fn resolve(&self, bookie: &str) -> Result<BookieAddr, CallError> {
-        {
-            let a = lock(&self.addresses);
-            if a.0.is_some_and(|at| at.elapsed() < ADDRESS_TTL) {
-                if let Some(addr) = a.1.get(bookie) {
-                    return Ok(addr.clone());
-                }
-            }
-        }
-        let fresh = self
+        let addrs = self
             .membership
             .bookie_addresses()
             .await
@@ -118,9 +104,10 @@ impl BookieClient {
                 addr: "membership".into(),
                 why: e.to_string(),
             })?;
-        let found = fresh.get(bookie).cloned();
-        *lock(&self.addresses) = (Some(Instant::now()), fresh);
-        found.ok_or_else(|| CallError::Unknown(bookie.to_string()))
+        addrs
+            .get(bookie)
+            .cloned()
+            .ok_or_else(|| CallError::Unknown(bookie.to_string()))
     }
 
     /// Sends `req` to `bookie` and waits for its answer; a pooled connection that fails is

@@ -107,9 +107,6 @@ pub struct PeerFailureDetector {
     suspected: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Invariant: non-zero (a zero interval is never started).
     interval: Duration,
-    /// The registrations followed by a watch once started (each pass reads them there rather
-    /// than listing the store; it lists while the roster does not follow).
-    roster: std::sync::OnceLock<Arc<super::roster::Roster>>,
 }
 
 impl PeerFailureDetector {
@@ -120,7 +117,6 @@ impl PeerFailureDetector {
                 membership,
                 suspected: Default::default(),
                 interval,
-                roster: std::sync::OnceLock::new(),
             })
         })
     }
@@ -128,8 +124,8 @@ impl PeerFailureDetector {
     /// Probes until `stop`.
     pub fn start(self: &Arc<Self>, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
         let me = self.clone();
-        let roster = super::roster::Roster::start(self.membership.clone(), stop.clone());
-        let _ = self.roster.set(roster);
+        // Each pass reads the registrations from the followed copy rather than the store.
+        self.membership.follow(stop.clone());
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(me.interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -152,10 +148,7 @@ impl PeerFailureDetector {
     /// Probes every peer once, at the same time; the ids of those whose sessions were ended.
     pub async fn pass(&self) -> Result<Vec<String>, MembershipError> {
         let me = self.membership.me().id.clone();
-        let peers = match self.roster.get().and_then(|r| r.current()) {
-            Some(peers) => peers,
-            None => self.membership.registrations().await?,
-        };
+        let peers = self.membership.registrations().await?;
         let verdicts =
             peers
                 .into_iter()

@@ -18,6 +18,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use tokio_util::sync::CancellationToken;
+
+use super::roster::Roster;
 use crate::coord::{CoordError, Coordination, Expect};
 
 /// Format byte of a node record.
@@ -143,6 +146,9 @@ pub struct Membership {
     /// The listener name this node dials the other nodes' bookies by (`None`: their bound
     /// addresses).
     bookie_listener: Option<String>,
+    /// The registrations followed by a watch once [`Membership::follow`] started it: the
+    /// views below read it instead of listing the store (they list while it does not follow).
+    roster: std::sync::OnceLock<Arc<Roster<NodeRecord>>>,
 }
 
 impl Membership {
@@ -162,6 +168,7 @@ impl Membership {
                         coord,
                         me,
                         bookie_listener: None,
+                        roster: std::sync::OnceLock::new(),
                     })
                 }
                 Err(CoordError::Conflict { .. }) => {
@@ -255,8 +262,35 @@ impl Membership {
         Ok((nodes, self.coord.watch(NODES, at).await?))
     }
 
-    /// Every registered node with the version of its registration.
+    /// Follows the registrations by a watch until `stop`, so that the views ([`Self::nodes`],
+    /// [`Self::registrations`], [`Self::bookie_addresses`]) read memory instead of listing the
+    /// store on every call: placement on every lookup, every ensemble choice and every probe
+    /// pass use them. A second call does nothing.
+    pub fn follow(self: &Arc<Self>, stop: CancellationToken) {
+        if self.roster.get().is_some() {
+            return;
+        }
+        let me = self.clone();
+        let list_and_watch = move || {
+            let me = me.clone();
+            async move { me.watch().await }
+        };
+        let _ = self
+            .roster
+            .set(Roster::start(list_and_watch, NodeRecord::decode, stop));
+    }
+
+    /// Every registered node with the version of its registration, in id order: the followed
+    /// copy when there is one ([`Self::follow`]), else a listing.
     pub async fn registrations(&self) -> Result<Vec<(NodeRecord, u64)>, MembershipError> {
+        match self.roster.get().and_then(|r| r.current()) {
+            Some(copy) => Ok(copy),
+            None => self.list_registrations().await,
+        }
+    }
+
+    /// Every registered node with the version of its registration, as the store lists them now.
+    pub async fn list_registrations(&self) -> Result<Vec<(NodeRecord, u64)>, MembershipError> {
         let (items, _) = self.coord.list(NODES).await?;
         items
             .iter()
@@ -433,6 +467,60 @@ pub(crate) mod tests {
         Ok(())
     }
 
+    fn ids(nodes: Vec<NodeRecord>) -> Vec<String> {
+        nodes.into_iter().map(|n| n.id).collect()
+    }
+
+    /// (id, draining) of each registration the followed copy holds (`None`: not following).
+    fn followed(m: &Membership) -> Option<Vec<(String, bool)>> {
+        let copy = m.roster.get()?.current()?;
+        Some(copy.into_iter().map(|(n, _)| (n.id, n.draining)).collect())
+    }
+
+    /// Waits (up to 2 s) until the followed copy holds `want`.
+    async fn settled(m: &Membership, want: &[(&str, bool)]) -> Result<(), String> {
+        let want: Vec<(String, bool)> = want.iter().map(|(i, d)| (i.to_string(), *d)).collect();
+        for _ in 0..200 {
+            if followed(m).as_ref() == Some(&want) {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Err(format!("followed {:?}, wanted {want:?}", followed(m)))
+    }
+
+    #[tokio::test]
+    async fn followed_registrations_track_joins_drains_and_leaves(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let coord = MemoryCoordination::new();
+        let session = || -> Arc<dyn Coordination> { Arc::new(coord.new_session()) };
+        let me = Arc::new(Membership::join(session(), record("a:1"), Duration::ZERO).await?);
+        let stop = CancellationToken::new();
+        me.follow(stop.clone());
+        settled(&me, &[("a:1", false)]).await?;
+        let b = Membership::join(session(), record("b:2"), Duration::ZERO).await?;
+        settled(&me, &[("a:1", false), ("b:2", false)]).await?;
+        b.drain().await?;
+        settled(&me, &[("a:1", false), ("b:2", true)]).await?;
+        // The copy is what the store lists, versions included (an expel at them must match).
+        assert_eq!(me.registrations().await?, me.list_registrations().await?);
+        b.leave().await?;
+        settled(&me, &[("a:1", false)]).await?;
+        assert_eq!(ids(me.nodes().await?), vec!["a:1"]);
+        stop.cancel();
+        for _ in 0..200 {
+            if followed(&me).is_none() {
+                // Not following: the views list the store again.
+                let c = Membership::join(session(), record("c:3"), Duration::ZERO).await?;
+                assert_eq!(ids(me.nodes().await?), vec!["a:1", "c:3"]);
+                c.leave().await?;
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Err("a stopped copy still answers".into())
+    }
+
     #[test]
     fn other_formats_are_refused() {
         let mut bytes = record("a:1").encode();
@@ -447,7 +535,6 @@ pub(crate) mod tests {
         let b_coord: Arc<dyn Coordination> = Arc::new(a_coord.new_session());
         let a = Membership::join(Arc::new(a_coord), record("a:1"), Duration::ZERO).await?;
         let b = Membership::join(b_coord, record("b:2"), Duration::ZERO).await?;
-        let ids = |nodes: Vec<NodeRecord>| nodes.into_iter().map(|n| n.id).collect::<Vec<_>>();
         assert_eq!(ids(b.nodes().await?), vec!["a:1", "b:2"]);
         a.leave().await?;
         assert_eq!(ids(b.nodes().await?), vec!["b:2"]);

@@ -1,6 +1,8 @@
-//! A watch-fed copy of the registrations (`nodes/…` with their versions), so that work that
-//! looks at every peer often — the failure detector, every probe interval — reads memory
-//! instead of listing the coordination store each time.
+//! A watch-fed copy of a prefix of the coordination store (each key's decoded value with its
+//! version), so that work that looks at every entry often reads memory instead of listing the
+//! store each time. [`crate::cluster::membership::Membership`] keeps one of the registrations
+//! (`nodes/…`): placement on every lookup, ensemble choice, bookie addresses and the failure
+//! detector read it.
 //!
 //! Invariants:
 //! - [`Roster::current`] is `None` until the first listing, and again from the moment a watch
@@ -8,67 +10,86 @@
 //! - While `Some`, the copy is the listing plus every watch event after it, in order (the
 //!   coordination contract: nothing missed, nothing twice). It is as fresh as the watch: on
 //!   etcd, watches require a leader, so a member cut off from its leader ends them; a dead
-//!   connection is found by the client's keep-alive (about 15 s). A stale copy costs
-//!   detection, never a wrong expel: an expel compares the registration's version.
+//!   connection is found by the client's keep-alive (about 15 s).
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::membership::{Membership, NodeRecord};
-use crate::coord::WatchEvent;
+use crate::coord::{Watch, WatchEvent};
 
 /// How long the roster waits before listing again after a failed listing.
 const RELIST_PAUSE: Duration = Duration::from_millis(500);
 
-/// The registrations as the last watch event left them.
-#[derive(Debug, Default)]
-pub struct Roster {
-    /// By key: the record and its registration's version. Invariant: above.
-    current: Mutex<Option<BTreeMap<String, (NodeRecord, u64)>>>,
+/// A listing (key, decoded value, version) and a watch of every later change.
+pub type Listing<R> = (Vec<(String, R, u64)>, Watch);
+
+/// The entries as the last watch event left them.
+#[derive(Debug)]
+pub struct Roster<R> {
+    /// By key: the value and its version. Invariant: above.
+    current: Mutex<Option<BTreeMap<String, (R, u64)>>>,
 }
 
-impl Roster {
-    /// A roster following `membership` until `stop`.
-    pub fn start(membership: Arc<Membership>, stop: CancellationToken) -> Arc<Roster> {
-        let roster = Arc::new(Roster::default());
+impl<R: Clone + Send + 'static> Roster<R> {
+    /// A roster following what `list_and_watch` lists and watches until `stop`; `decode` reads
+    /// a watched value (an unreadable one is dropped from the copy, with a warning).
+    pub fn start<F, Fut, E>(
+        list_and_watch: F,
+        decode: fn(&[u8]) -> Result<R, E>,
+        stop: CancellationToken,
+    ) -> Arc<Self>
+    where
+        F: Fn() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Listing<R>, E>> + Send,
+        E: std::fmt::Display + Send + 'static,
+    {
+        let roster = Arc::new(Roster {
+            current: Mutex::new(None),
+        });
         let r = roster.clone();
         tokio::spawn(async move {
             tokio::select! {
                 _ = stop.cancelled() => {}
-                _ = r.follow(&membership) => {}
+                _ = r.follow(list_and_watch, decode) => {}
             }
             r.set(None);
         });
         roster
     }
 
-    /// Every registration with its version, `None` while the roster does not follow the
+    /// Every entry with its version in key order, `None` while the roster does not follow the
     /// store (a caller lists the store itself).
-    pub fn current(&self) -> Option<Vec<(NodeRecord, u64)>> {
+    pub fn current(&self) -> Option<Vec<(R, u64)>> {
         let current = self.current.lock().unwrap_or_else(|p| p.into_inner());
         current.as_ref().map(|m| m.values().cloned().collect())
     }
 
-    fn set(&self, to: Option<BTreeMap<String, (NodeRecord, u64)>>) {
+    fn set(&self, to: Option<BTreeMap<String, (R, u64)>>) {
         *self.current.lock().unwrap_or_else(|p| p.into_inner()) = to;
     }
 
-    async fn follow(&self, membership: &Membership) {
+    async fn follow<F, Fut, E>(&self, list_and_watch: F, decode: fn(&[u8]) -> Result<R, E>)
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<Listing<R>, E>>,
+        E: std::fmt::Display,
+    {
         loop {
-            let (listed, mut watch) = match membership.watch().await {
+            let (listed, mut watch) = match list_and_watch().await {
                 Ok(w) => w,
                 Err(e) => {
-                    tracing::debug!(error = %e, "listing the registrations failed; again soon");
+                    tracing::debug!(error = %e, "listing for the roster failed; again soon");
                     tokio::time::sleep(RELIST_PAUSE).await;
                     continue;
                 }
             };
-            let mut copy: BTreeMap<String, (NodeRecord, u64)> = listed
+            let mut copy: BTreeMap<String, (R, u64)> = listed
                 .into_iter()
-                .map(|(key, node, version)| (key, (node, version)))
+                .map(|(key, value, version)| (key, (value, version)))
                 .collect();
             self.set(Some(copy.clone()));
             let watched = std::time::Instant::now();
@@ -78,10 +99,10 @@ impl Roster {
                         key,
                         value,
                         version,
-                    } => match NodeRecord::decode(&value) {
-                        Ok(node) => drop(copy.insert(key, (node, version))),
+                    } => match decode(&value) {
+                        Ok(value) => drop(copy.insert(key, (value, version))),
                         Err(e) => {
-                            tracing::warn!(%key, error = %e, "an unreadable registration");
+                            tracing::warn!(%key, error = %e, "an unreadable entry");
                             drop(copy.remove(&key));
                         }
                     },
@@ -102,48 +123,58 @@ impl Roster {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::membership::tests::record;
     use crate::coord::memory::MemoryCoordination;
-    use crate::coord::Coordination;
+    use crate::coord::{Coordination, Expect};
 
-    /// (id, draining) of each registration the roster holds.
-    fn ids(r: &Roster) -> Option<Vec<(String, bool)>> {
-        r.current()
-            .map(|v| v.into_iter().map(|(n, _)| (n.id, n.draining)).collect())
+    fn text(bytes: &[u8]) -> Result<String, String> {
+        String::from_utf8(bytes.to_vec()).map_err(|e| e.to_string())
     }
 
-    /// Waits (up to 2 s) until the roster holds `want`.
-    async fn settled(roster: &Roster, want: &[(&str, bool)]) -> Result<(), String> {
-        let want: Vec<(String, bool)> = want.iter().map(|(i, d)| (i.to_string(), *d)).collect();
+    /// Waits (up to 2 s) until `roster` holds `want`.
+    async fn settled(roster: &Roster<String>, want: &[(&str, u64)]) -> Result<(), String> {
+        let want: Vec<(String, u64)> = want.iter().map(|(v, n)| (v.to_string(), *n)).collect();
         for _ in 0..200 {
-            if ids(roster).as_ref() == Some(&want) {
+            if roster.current().as_ref() == Some(&want) {
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        Err(format!("roster {:?}, wanted {want:?}", ids(roster)))
+        Err(format!("roster {:?}, wanted {want:?}", roster.current()))
     }
 
     #[tokio::test]
-    async fn the_roster_follows_joins_changes_and_leaves() -> Result<(), Box<dyn std::error::Error>>
-    {
-        let coord = MemoryCoordination::new();
-        let session = || -> Arc<dyn Coordination> { Arc::new(coord.new_session()) };
-        let me = Arc::new(Membership::join(session(), record("a:1"), Duration::ZERO).await?);
+    async fn a_roster_is_the_listing_plus_every_change_until_stopped(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let coord = Arc::new(MemoryCoordination::new());
+        let one = coord.put("p/a", b"one", Expect::Absent, false).await?;
+        coord
+            .put("q/x", b"elsewhere", Expect::Absent, false)
+            .await?;
+        let c = coord.clone();
+        let list_and_watch = move || {
+            let c = c.clone();
+            async move {
+                let (items, at) = c.list("p/").await.map_err(|e| e.to_string())?;
+                let listed = items
+                    .into_iter()
+                    .map(|(k, v)| Ok((k, text(&v.value)?, v.version)))
+                    .collect::<Result<Vec<_>, String>>()?;
+                let watch = c.watch("p/", at).await.map_err(|e| e.to_string())?;
+                Ok::<_, String>((listed, watch))
+            }
+        };
         let stop = CancellationToken::new();
-        let roster = Roster::start(me.clone(), stop.clone());
-        settled(&roster, &[("a:1", false)]).await?;
-        let b = Membership::join(session(), record("b:2"), Duration::ZERO).await?;
-        settled(&roster, &[("a:1", false), ("b:2", false)]).await?;
-        b.drain().await?;
-        settled(&roster, &[("a:1", false), ("b:2", true)]).await?;
-        // The versions are the registrations' own (an expel at them must match).
-        let listed = me.registrations().await?;
-        let mut copied = roster.current().ok_or("following")?;
-        copied.sort_by(|x, y| x.0.id.cmp(&y.0.id));
-        assert_eq!(copied, listed);
-        b.leave().await?;
-        settled(&roster, &[("a:1", false)]).await?;
+        let roster = Roster::start(list_and_watch, text, stop.clone());
+        settled(&roster, &[("one", one)]).await?;
+        let b = coord.put("p/b", b"two", Expect::Absent, false).await?;
+        settled(&roster, &[("one", one), ("two", b)]).await?;
+        let a = coord.put("p/a", b"one again", Expect::Any, false).await?;
+        settled(&roster, &[("one again", a), ("two", b)]).await?;
+        // An unreadable value leaves the copy; so does a deleted key.
+        coord.put("p/a", &[0xff], Expect::Any, false).await?;
+        settled(&roster, &[("two", b)]).await?;
+        assert!(coord.delete("p/b", Expect::Any).await?);
+        settled(&roster, &[]).await?;
         stop.cancel();
         for _ in 0..200 {
             if roster.current().is_none() {

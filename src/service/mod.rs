@@ -240,6 +240,9 @@ impl Service {
             .await?
             .reach_bookies_by(config.server.bookie_listener_name.clone());
         let membership = Arc::new(membership);
+        // Placement, ensemble choice, bookie addresses and the failure detector read the
+        // registrations from a watch-fed copy rather than listing the store on each call.
+        membership.follow(stop.clone());
         log.set_replica_source(Arc::new(crate::bookie::client::BookieClient::new(
             membership.clone(),
             dialer,

@@ -544,10 +544,14 @@ async fn writers_are_fenced_by_epoch(store: &dyn MetadataStore) -> TestResult {
     assert!(store.topic_cursors(t.id).await?.is_empty());
     store.delete_cursor(t.id + 1000, "s", Some(1)).await?;
     // A topic never fenced takes any writer's save; a missing topic's save is refused.
-    store.save_cursor(other.id, "s", b"free", 5, Some(3)).await?;
+    store
+        .save_cursor(other.id, "s", b"free", 5, Some(3))
+        .await?;
     assert_eq!(store.topic_cursors(other.id).await?.len(), 1);
     assert!(matches!(
-        store.save_cursor(t.id + 1000, "s", b"gone", 6, Some(1)).await,
+        store
+            .save_cursor(t.id + 1000, "s", b"gone", 6, Some(1))
+            .await,
         Err(MetadataError::TopicNotFound(_))
     ));
     // Fences are per topic; a missing topic is named.
