@@ -402,6 +402,7 @@ impl Log {
                 replicas_dir,
                 std::mem::take(&mut replica_plan.sealed),
                 Vec::new(),
+                std::mem::take(&mut replica_plan.fenced),
             ),
         });
 

@@ -10,7 +10,9 @@
 //! (`<ledger dir>/replicas/<ledger>.rep`, [`RegistryRecord`], written durably before the copy's
 //! first entry is): the segment its first entry went to, and once sealed, the last segment and
 //! the entry count. Recovery, segment reclamation and stale-index removal read it, since the
-//! metadata store's `first_segment` is the writer's.
+//! metadata store's `first_segment` is the writer's. A fence a recovering owner sets here is
+//! written beside it (`<ledger>.fence`, [`fences`], ADR 0014) before it is answered, so it
+//! outlives a restart.
 //!
 //! Invariants:
 //! - A copy's entries are dense from 0: an add whose entry is not the next one is refused.
@@ -34,9 +36,10 @@ use super::open_ledger::{OpenLedger, Written};
 use super::replica::FencedCopy;
 use super::{Log, LogShared, Position};
 
+mod fences;
 mod registry;
 
-pub(crate) use registry::{read_registry, register_own, RegistryRecord};
+pub(crate) use registry::{read_fences, read_registry, register_own, RegistryRecord};
 use registry::{registry_path, write_registry};
 
 /// One copy held.
@@ -56,10 +59,13 @@ pub(crate) struct Replicas {
     held: Mutex<BTreeMap<LedgerId, (u32, Copy)>>,
     /// Serialises registry writes and copy creation.
     create: tokio::sync::Mutex<()>,
-    /// Ledgers fenced by a recovering owner (adds refused from then on), copy or not.
-    /// Invariant: only grows while the process runs (a fenced ledger is sealed in the store
-    /// soon after, which refuses its adds across restarts).
+    /// Ledgers fenced by a recovering owner (adds refused from then on), copy or not: those
+    /// fenced since start and those whose fence file was read at open.
+    /// Invariant: only grows while the process runs; across a restart the fence files carry
+    /// it ([`fences`]) until the copy is sealed or the store no longer holds the ledger open.
     fenced: Mutex<std::collections::HashSet<LedgerId>>,
+    /// The ledgers whose fence file exists. Invariant: see [`fences`].
+    fence_files: Mutex<std::collections::HashSet<LedgerId>>,
     /// Copies autorecovery is making of sealed ledgers ([`super::recopy`]), by first segment:
     /// their registry file exists, the store does not list this bookie yet.
     /// Invariant: a ledger here is never dropped by [`collect`] (it may be in `held` as well,
@@ -74,8 +80,14 @@ pub(crate) struct Replicas {
 const SEAL_STRIPES: usize = 64;
 
 impl Replicas {
-    /// The sealed copies recovery kept (open ones are [`Replicas::restore`]d after the scan).
-    pub fn new(dir: PathBuf, sealed: Vec<RegistryRecord>, open: Vec<(u32, OpenLedger)>) -> Self {
+    /// The sealed copies recovery kept (open ones are [`Replicas::restore`]d after the scan)
+    /// and the ledgers whose fence files it read.
+    pub fn new(
+        dir: PathBuf,
+        sealed: Vec<RegistryRecord>,
+        open: Vec<(u32, OpenLedger)>,
+        fenced: Vec<LedgerId>,
+    ) -> Self {
         let mut held = BTreeMap::new();
         for r in sealed {
             if let Some((last_segment, count)) = r.sealed {
@@ -98,7 +110,8 @@ impl Replicas {
             dir,
             held: Mutex::new(held),
             create: tokio::sync::Mutex::new(()),
-            fenced: Mutex::new(std::collections::HashSet::new()),
+            fenced: Mutex::new(fenced.iter().copied().collect()),
+            fence_files: Mutex::new(fenced.into_iter().collect()),
             copying: Mutex::new(HashMap::new()),
             sealing: (0..SEAL_STRIPES)
                 .map(|_| tokio::sync::Mutex::new(()))
@@ -377,6 +390,8 @@ impl Log {
                 .insert(ledger);
             held.get(&ledger).cloned()
         };
+        // Refused from now on in memory; durably before the fence is answered.
+        fences::persist_fence(shared, ledger).await?;
         let (first_segment, open) = match copy {
             None => {
                 let writes = shared
@@ -468,6 +483,7 @@ pub(crate) async fn collect(shared: &Arc<LogShared>) -> Result<usize, LifecycleE
     if dropped > 0 {
         super::reclaim::reclaim(shared).await?;
     }
+    fences::release_fences(shared).await?;
     Ok(dropped)
 }
 
@@ -582,6 +598,8 @@ pub(crate) struct ReplicaPlan {
     drop: Vec<LedgerId>,
     /// Rebuilt copies whose ledger was sealed meanwhile: seal them at that count.
     seal_at: Vec<(LedgerId, u64)>,
+    /// Ledgers fenced here before the restart (their fence files).
+    pub fenced: Vec<LedgerId>,
 }
 
 /// Reads the registry in `dir` and the records of the ledgers it lists.
@@ -591,13 +609,15 @@ pub(crate) async fn replicas_to_recover(
     bookie: &str,
 ) -> Result<ReplicaPlan, super::OpenError> {
     let d = dir.to_path_buf();
-    let registry = tokio::task::spawn_blocking(move || read_registry(&d))
-        .await
-        .map_err(|e| super::OpenError::Journal(e.to_string()))?
-        .map_err(|source| super::OpenError::Io {
-            path: dir.to_path_buf(),
-            source,
-        })?;
+    let (registry, fenced) = tokio::task::spawn_blocking(move || {
+        Ok::<_, std::io::Error>((read_registry(&d)?, read_fences(&d)?))
+    })
+    .await
+    .map_err(|e| super::OpenError::Journal(e.to_string()))?
+    .map_err(|source| super::OpenError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
     let mut records = HashMap::new();
     for r in &registry {
         if let Some(l) = meta.get_ledger(r.ledger).await? {
@@ -621,6 +641,7 @@ pub(crate) async fn replicas_to_recover(
         sealed,
         drop,
         seal_at,
+        fenced,
     })
 }
 

@@ -14,6 +14,7 @@ use super::metadata::memory::MemoryMetadataStore;
 use super::*;
 use crate::config::{LedgerConfig, SyncPolicy};
 
+mod fences;
 mod opened_ahead;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;

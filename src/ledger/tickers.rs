@@ -30,8 +30,8 @@ impl Log {
     }
 
     /// Every [`REPLICA_COLLECTION`], drops the replica copies the store no longer lists for
-    /// a live ledger and seals those sealed meanwhile ([`Log::collect_replicas`]); a bookie
-    /// holding no copy does nothing.
+    /// a live ledger, seals those sealed meanwhile and removes fence files no longer needed
+    /// ([`Log::collect_replicas`]); a bookie holding no copy and no fence file does nothing.
     pub(super) fn spawn_replica_collector(&self) {
         let shared = self.shared.clone();
         let stop = self.stop.clone();
@@ -43,7 +43,8 @@ impl Log {
                     _ = stop.cancelled() => return,
                     _ = tick.tick() => {}
                 }
-                if shared.replicas.ledgers().is_empty() {
+                if shared.replicas.ledgers().is_empty() && shared.replicas.fence_files().is_empty()
+                {
                     continue;
                 }
                 if let Err(e) = replicas::collect(&shared).await {
