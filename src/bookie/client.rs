@@ -96,17 +96,13 @@ impl BookieClient {
     }
 
     async fn resolve(&self, bookie: &str) -> Result<BookieAddr, CallError> {
-        let addrs = self
-            .membership
-            .bookie_addresses()
+        self.membership
+            .find_bookie(bookie)
             .await
             .map_err(|e| CallError::Transport {
                 addr: "membership".into(),
                 why: e.to_string(),
-            })?;
-        addrs
-            .get(bookie)
-            .cloned()
+            })?
             .ok_or_else(|| CallError::Unknown(bookie.to_string()))
     }
 

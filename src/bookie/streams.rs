@@ -172,13 +172,10 @@ impl AddStreams {
     }
 
     async fn connect(&self, bookie: &str) -> Result<Conn, String> {
-        let addrs = tokio::time::timeout(ADD_TIMEOUT, self.membership.bookie_addresses())
+        let addr = tokio::time::timeout(ADD_TIMEOUT, self.membership.find_bookie(bookie))
             .await
             .map_err(|_| "listing the members timed out".to_string())?
-            .map_err(|e| e.to_string())?;
-        let addr = addrs
-            .get(bookie)
-            .cloned()
+            .map_err(|e| e.to_string())?
             .ok_or_else(|| format!("bookie {bookie} is not a live member with a bookie address"))?;
         self.dialer
             .dial(&addr, ADD_TIMEOUT)

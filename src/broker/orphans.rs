@@ -14,8 +14,10 @@
 //! - The scan works from the current state (open ledgers against registered bookies), not from
 //!   remembered departures: a bookie gone before this node started, a topic placed on a node
 //!   that died before loading it, a registration lost while the watch was being renewed are all
-//!   found by the next scan. Scans run at start, on every registration deleted, and again
-//!   every [`RETRY`] while the last one failed; never on a timer over every topic otherwise.
+//!   found by the next scan. Scans run at start, whenever a bookie registered at the last look
+//!   is no longer (the membership's watch-fed copy, which the scan and placement read too),
+//!   and again every [`RETRY`] while the last one failed; never on a timer over every topic
+//!   otherwise.
 //! - A ledger that cannot be recovered without its writer (ack quorum 1, no replicas) is left
 //!   to its bookie's return (`OwnershipError::HolderDown` until then) and never rescanned for.
 
@@ -25,7 +27,6 @@ use std::time::Duration;
 
 use super::Broker;
 use crate::cluster::ownership::Placement;
-use crate::coord::WatchEvent;
 use crate::ledger::LedgerState;
 use crate::naming::TopicName;
 
@@ -45,57 +46,60 @@ impl Broker {
         });
     }
 
-    /// Scans at once, then whenever a registration goes or a failed scan is due again.
+    /// Scans at once, then whenever a registered bookie goes or a failed scan is due again.
+    /// It follows the membership's watch-fed copy of the registrations, the same copy the
+    /// scan and placement read, so a scan woken by a departure sees it.
     async fn watch_orphans(&self) {
+        let Some(mut changes) = self.ownership.follow_nodes(self.stop.clone()) else {
+            return;
+        };
+        // Read before the first scan, so a bookie that goes between this read and the copy's
+        // first listing shows as gone at that listing.
+        let mut seen = self.live_bookies().await.ok();
+        // A scan is due at once: bookies may have gone before this node started.
+        let mut due = Some(tokio::time::Instant::now());
         loop {
-            let (_, mut watch) = match self.ownership.watch_nodes().await {
-                Ok(l) => l,
-                Err(e) => {
-                    tracing::debug!(error = %e, "listing the nodes failed; retrying");
-                    tokio::time::sleep(RETRY).await;
-                    continue;
-                }
-            };
-            // A scan is due at once: the state may have changed while no watch ran.
-            let mut due = Some(tokio::time::Instant::now());
-            loop {
-                let event = tokio::select! {
-                    e = watch.next() => e,
-                    () = sleep_until(due), if due.is_some() => {
-                        due = match self.take_over_orphans().await {
-                            Ok(()) => None,
-                            Err(e) => {
-                                tracing::warn!(error = %e, "taking over the topics of a gone bookie failed; retrying");
-                                Some(tokio::time::Instant::now() + RETRY)
-                            }
-                        };
-                        continue;
+            tokio::select! {
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        return;
                     }
-                };
-                match event {
-                    None => break,
-                    Some(WatchEvent::Delete { .. }) => {
+                    let now = match self.live_bookies().await {
+                        Ok(now) => now,
+                        Err(e) => {
+                            tracing::debug!(error = %e, "listing the nodes failed; retrying");
+                            due.get_or_insert_with(|| tokio::time::Instant::now() + RETRY);
+                            continue;
+                        }
+                    };
+                    if seen.as_ref().is_some_and(|s| !s.is_subset(&now)) {
                         due.get_or_insert_with(tokio::time::Instant::now);
                     }
-                    Some(WatchEvent::Put { .. }) => {}
+                    seen = Some(now);
+                }
+                () = sleep_until(due), if due.is_some() => {
+                    due = match self.take_over_orphans().await {
+                        Ok(()) => None,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "taking over the topics of a gone bookie failed; retrying");
+                            Some(tokio::time::Instant::now() + RETRY)
+                        }
+                    };
                 }
             }
-            // The watch ended: list again, after a short pause.
-            tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+
+    /// The bookies of the registered nodes.
+    async fn live_bookies(&self) -> Result<HashSet<String>, String> {
+        let nodes = self.ownership.nodes().await.map_err(|e| e.to_string())?;
+        Ok(nodes.into_iter().map(|n| n.bookie).collect())
     }
 
     /// Loads every topic placed here whose open, recoverable ledger a bookie wrote that no
     /// registered node has.
     async fn take_over_orphans(&self) -> Result<(), String> {
-        let live: HashSet<String> = self
-            .ownership
-            .nodes()
-            .await
-            .map_err(|e| e.to_string())?
-            .into_iter()
-            .map(|n| n.bookie)
-            .collect();
+        let live = self.live_bookies().await?;
         let meta = self.metadata();
         let open = meta
             .ledgers_in_states(&[LedgerState::Open])

@@ -232,11 +232,27 @@ impl Membership {
     /// Where this node dials every registered node's bookie, by bookie id.
     pub async fn bookie_addresses(&self) -> Result<HashMap<String, BookieAddr>, MembershipError> {
         let nodes = self.nodes().await?;
-        Ok(nodes
+        Ok(self.addresses_of(nodes))
+    }
+
+    fn addresses_of(&self, nodes: Vec<NodeRecord>) -> HashMap<String, BookieAddr> {
+        nodes
             .into_iter()
             .filter_map(|n| Some((self.bookie_address(&n)?, n.bookie)))
             .map(|(addr, bookie)| (bookie, addr))
-            .collect())
+            .collect()
+    }
+
+    /// Where this node dials `bookie` (`None`: no registered node has it, or it serves no
+    /// bookie listener). A bookie the followed copy lacks is looked for in a listing too: it
+    /// may have joined a moment ago, before the copy applied its registration.
+    pub async fn find_bookie(&self, bookie: &str) -> Result<Option<BookieAddr>, MembershipError> {
+        if let Some(addr) = self.bookie_addresses().await?.remove(bookie) {
+            return Ok(Some(addr));
+        }
+        let listed = self.list_registrations().await?;
+        let nodes = listed.into_iter().map(|(n, _)| n).collect();
+        Ok(self.addresses_of(nodes).remove(bookie))
     }
 
     /// This node's record.
@@ -267,17 +283,26 @@ impl Membership {
     /// store on every call: placement on every lookup, every ensemble choice and every probe
     /// pass use them. A second call does nothing.
     pub fn follow(self: &Arc<Self>, stop: CancellationToken) {
-        if self.roster.get().is_some() {
-            return;
-        }
-        let me = self.clone();
-        let list_and_watch = move || {
-            let me = me.clone();
-            async move { me.watch().await }
-        };
-        let _ = self
-            .roster
-            .set(Roster::start(list_and_watch, NodeRecord::decode, stop));
+        self.roster.get_or_init(|| {
+            let me = Arc::downgrade(self);
+            let list_and_watch = move || {
+                let me = me.upgrade();
+                async move {
+                    match me {
+                        Some(me) => me.watch().await,
+                        // Dropped: nothing is left to follow for.
+                        None => std::future::pending().await,
+                    }
+                }
+            };
+            Roster::start(list_and_watch, NodeRecord::decode, stop)
+        });
+    }
+
+    /// Wakes after each change of the followed copy (`None` until [`Self::follow`]): a
+    /// follower that reads [`Self::nodes`] when woken sees at least that change.
+    pub fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.roster.get().map(|r| r.subscribe())
     }
 
     /// Every registered node with the version of its registration, in id order: the followed
@@ -327,12 +352,14 @@ impl Membership {
         let mine = format!("{prefix}{}", self.me.id);
         let bytes = crate::versioned::encode(FORMAT, &verdict);
         self.coord.put(&mine, &bytes, Expect::Any, true).await?;
+        // Listed now, not read from the followed copy: a copy that has not seen a node join
+        // would count too few voters, and one node alone could end another's session.
         let voters: Vec<String> = self
-            .nodes()
+            .list_registrations()
             .await?
             .into_iter()
-            .filter(|n| n.id != id && !n.draining)
-            .map(|n| n.id)
+            .filter(|(n, _)| n.id != id && !n.draining)
+            .map(|(n, _)| n.id)
             .collect();
         let (votes, _) = self.coord.list(&prefix).await?;
         let agreeing = votes

@@ -371,17 +371,14 @@ impl Ownership {
         Ok(self.membership.nodes().await?)
     }
 
-    /// The registered nodes by key and a watch of their changes ([`Membership::watch`]).
-    pub async fn watch_nodes(
+    /// Follows the registrations until `stop` (once; [`Membership::follow`]) and wakes after
+    /// each change of what [`Self::nodes`] reads.
+    pub fn follow_nodes(
         &self,
-    ) -> Result<
-        (
-            Vec<crate::cluster::membership::Registration>,
-            crate::coord::Watch,
-        ),
-        OwnershipError,
-    > {
-        Ok(self.membership.watch().await?)
+        stop: tokio_util::sync::CancellationToken,
+    ) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.membership.follow(stop);
+        self.membership.changes()
     }
 
     /// The live node with id `id`, unless it is stopping.

@@ -8,7 +8,8 @@
 //! - [`Roster::current`] is `None` until the first listing, and again from the moment a watch
 //!   ends until the next listing succeeds: a reader then lists the store itself.
 //! - While `Some`, the copy is the listing plus every watch event after it, in order (the
-//!   coordination contract: nothing missed, nothing twice). It is as fresh as the watch: on
+//!   coordination contract: nothing missed, nothing twice). An entry that cannot be decoded
+//!   ends the copy, as it fails a listing. It is as fresh as the watch: on
 //!   etcd, watches require a leader, so a member cut off from its leader ends them; a dead
 //!   connection is found by the client's keep-alive (about 15 s).
 
@@ -32,11 +33,14 @@ pub type Listing<R> = (Vec<(String, R, u64)>, Watch);
 pub struct Roster<R> {
     /// By key: the value and its version. Invariant: above.
     current: Mutex<Option<BTreeMap<String, (R, u64)>>>,
+    /// Turns after every change of `current` (made before the turn, so a subscriber woken by
+    /// it reads the change).
+    generation: tokio::sync::watch::Sender<u64>,
 }
 
 impl<R: Clone + Send + 'static> Roster<R> {
     /// A roster following what `list_and_watch` lists and watches until `stop`; `decode` reads
-    /// a watched value (an unreadable one is dropped from the copy, with a warning).
+    /// a watched value (an unreadable one ends the copy until a listing succeeds).
     pub fn start<F, Fut, E>(
         list_and_watch: F,
         decode: fn(&[u8]) -> Result<R, E>,
@@ -49,6 +53,7 @@ impl<R: Clone + Send + 'static> Roster<R> {
     {
         let roster = Arc::new(Roster {
             current: Mutex::new(None),
+            generation: tokio::sync::watch::Sender::new(0),
         });
         let r = roster.clone();
         tokio::spawn(async move {
@@ -68,8 +73,14 @@ impl<R: Clone + Send + 'static> Roster<R> {
         current.as_ref().map(|m| m.values().cloned().collect())
     }
 
+    /// Wakes after each change of the copy (a listing, a watch event, the watch's end).
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.generation.subscribe()
+    }
+
     fn set(&self, to: Option<BTreeMap<String, (R, u64)>>) {
         *self.current.lock().unwrap_or_else(|p| p.into_inner()) = to;
+        self.generation.send_modify(|g| *g += 1);
     }
 
     async fn follow<F, Fut, E>(&self, list_and_watch: F, decode: fn(&[u8]) -> Result<R, E>)
@@ -102,16 +113,19 @@ impl<R: Clone + Send + 'static> Roster<R> {
                     } => match decode(&value) {
                         Ok(value) => drop(copy.insert(key, (value, version))),
                         Err(e) => {
-                            tracing::warn!(%key, error = %e, "an unreadable entry");
-                            drop(copy.remove(&key));
+                            // As a listing would: no copy, rather than one without the entry
+                            // (readers list, and fail, until it is readable).
+                            tracing::warn!(%key, error = %e, "an unreadable entry; relisting");
+                            break;
                         }
                     },
                     WatchEvent::Delete { key, .. } => drop(copy.remove(&key)),
                 }
                 self.set(Some(copy.clone()));
             }
-            // The watch ended: nothing may rely on the copy until the store is listed again
-            // (after a pause when it ended at once, so a failing watch does not spin).
+            // The watch ended (or brought an unreadable entry): nothing may rely on the copy
+            // until the store is listed again (after a pause when it ended at once, so a
+            // failing watch does not spin).
             self.set(None);
             if watched.elapsed() < Duration::from_secs(1) {
                 tokio::time::sleep(RELIST_PAUSE).await;
@@ -166,22 +180,35 @@ mod tests {
         let stop = CancellationToken::new();
         let roster = Roster::start(list_and_watch, text, stop.clone());
         settled(&roster, &[("one", one)]).await?;
+        let mut changes = roster.subscribe();
+        changes.mark_unchanged();
         let b = coord.put("p/b", b"two", Expect::Absent, false).await?;
+        // A subscriber woken by the change reads it.
+        tokio::time::timeout(Duration::from_secs(2), changes.changed()).await??;
+        assert_eq!(roster.current().map(|c| c.len()), Some(2));
         settled(&roster, &[("one", one), ("two", b)]).await?;
         let a = coord.put("p/a", b"one again", Expect::Any, false).await?;
         settled(&roster, &[("one again", a), ("two", b)]).await?;
-        // An unreadable value leaves the copy; so does a deleted key.
+        // An unreadable value ends the copy, as it fails a listing, until it is readable again.
         coord.put("p/a", &[0xff], Expect::Any, false).await?;
-        settled(&roster, &[("two", b)]).await?;
+        gone(&roster).await?;
+        let a = coord.put("p/a", b"one", Expect::Any, false).await?;
+        settled(&roster, &[("one", a), ("two", b)]).await?;
+        // A deleted key leaves it.
         assert!(coord.delete("p/b", Expect::Any).await?);
-        settled(&roster, &[]).await?;
+        settled(&roster, &[("one", a)]).await?;
         stop.cancel();
+        Ok(gone(&roster).await?)
+    }
+
+    /// Waits (up to 2 s) until `roster` answers `None`.
+    async fn gone(roster: &Roster<String>) -> Result<(), String> {
         for _ in 0..200 {
             if roster.current().is_none() {
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        Err("a stopped roster still answers".into())
+        Err(format!("the roster still answers {:?}", roster.current()))
     }
 }

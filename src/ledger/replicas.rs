@@ -65,7 +65,7 @@ pub(crate) struct Replicas {
     /// it ([`fences`]) until the copy is sealed or the store no longer holds the ledger open.
     fenced: Mutex<std::collections::HashSet<LedgerId>>,
     /// The ledgers whose fence file exists. Invariant: see [`fences`].
-    fence_files: Mutex<std::collections::HashSet<LedgerId>>,
+    pub(crate) fence_files: fences::FenceFiles,
     /// Copies autorecovery is making of sealed ledgers ([`super::recopy`]), by first segment:
     /// their registry file exists, the store does not list this bookie yet.
     /// Invariant: a ledger here is never dropped by [`collect`] (it may be in `held` as well,
@@ -107,11 +107,11 @@ impl Replicas {
             held.insert(ledger.id, (first, Copy::Open(Arc::new(ledger))));
         }
         Replicas {
-            dir,
             held: Mutex::new(held),
             create: tokio::sync::Mutex::new(()),
             fenced: Mutex::new(fenced.iter().copied().collect()),
-            fence_files: Mutex::new(fenced.into_iter().collect()),
+            fence_files: fences::FenceFiles::new(dir.clone(), fenced),
+            dir,
             copying: Mutex::new(HashMap::new()),
             sealing: (0..SEAL_STRIPES)
                 .map(|_| tokio::sync::Mutex::new(()))
@@ -390,8 +390,7 @@ impl Log {
                 .insert(ledger);
             held.get(&ledger).cloned()
         };
-        // Refused from now on in memory; durably before the fence is answered.
-        fences::persist_fence(shared, ledger).await?;
+        // Refused from now on in memory; durably (below) before the fence is answered.
         let (first_segment, open) = match copy {
             None => {
                 let writes = shared
@@ -405,6 +404,7 @@ impl Log {
                         bookie: shared.bookie.clone(),
                     });
                 }
+                persist_fence(shared, ledger).await?;
                 let first = shared.journal.current_segment();
                 let seal = Written::default().seal_info(first);
                 return Ok(FencedCopy {
@@ -421,6 +421,7 @@ impl Log {
             }
             Some((first, Copy::Open(o))) => (first, o),
         };
+        persist_fence(shared, ledger).await?;
         // Adds handed to the journal before the fence: durable (and located) first.
         shared
             .journal
@@ -483,8 +484,45 @@ pub(crate) async fn collect(shared: &Arc<LogShared>) -> Result<usize, LifecycleE
     if dropped > 0 {
         super::reclaim::reclaim(shared).await?;
     }
-    fences::release_fences(shared).await?;
+    release_fences(shared).await?;
     Ok(dropped)
+}
+
+/// Writes `ledger`'s fence file ([`fences`]).
+async fn persist_fence(shared: &Arc<LogShared>, ledger: LedgerId) -> Result<(), ReadError> {
+    let persisted = shared.replicas.fence_files.persist(ledger).await;
+    persisted.map_err(|(path, source)| ReadError::Io {
+        path,
+        offset: 0,
+        source,
+    })
+}
+
+/// Removes the fence files no longer needed: this bookie's copy is sealed (a sealed copy
+/// refuses adds itself), or it holds no copy, makes none, and the store no longer holds the
+/// ledger open (a copy is begun only for a ledger the store holds open, autorecovery's copies
+/// of sealed ledgers aside). How many.
+async fn release_fences(shared: &Arc<LogShared>) -> Result<usize, LifecycleError> {
+    let mut released = 0;
+    for ledger in shared.replicas.fence_files.listed() {
+        let copy = shared.replicas.lock().get(&ledger).map(|(_, c)| c.clone());
+        let needed = match copy {
+            Some(Copy::Sealed { .. }) => false,
+            Some(Copy::Open(_)) => true,
+            None if shared.replicas.copying().contains_key(&ledger) => true,
+            None => shared
+                .meta
+                .get_ledger(ledger)
+                .await?
+                .is_some_and(|r| r.state == LedgerState::Open),
+        };
+        if !needed {
+            let released_one = shared.replicas.fence_files.release(ledger).await;
+            released_one.map_err(|(path, source)| LifecycleError::Io { path, source })?;
+            released += 1;
+        }
+    }
+    Ok(released)
 }
 
 /// Removes the copy of `ledger`: registry entry, index file, cached index.

@@ -43,8 +43,7 @@ impl Log {
                     _ = stop.cancelled() => return,
                     _ = tick.tick() => {}
                 }
-                if shared.replicas.ledgers().is_empty() && shared.replicas.fence_files().is_empty()
-                {
+                if shared.replicas.ledgers().is_empty() && shared.replicas.fence_files.is_empty() {
                     continue;
                 }
                 if let Err(e) = replicas::collect(&shared).await {

@@ -5,77 +5,82 @@
 //! a file (`<ledger>.fence` beside the registry) before it is answered, and read back at open.
 //!
 //! Invariants:
-//! - `Replicas::fence_files` names exactly the fence files that exist (written by
-//!   [`persist_fence`], read at open, removed only by [`release_fences`]).
-//! - A fence file is removed only once the fence cannot matter across a restart: this
-//!   bookie's copy is sealed (a sealed copy refuses adds itself), or it has no copy and the
-//!   store no longer holds the ledger open (a new copy needs an open ledger). The fence in
-//!   memory stays for the rest of the process.
+//! - [`FenceFiles`] lists every fence file that exists (a ledger is listed before its file is
+//!   written, so a write that failed half-way is still listed and removed later).
+//! - A fence file is removed only when its owner says the fence cannot matter across a
+//!   restart any more (the collection pass: this bookie's copy is sealed, or it has no copy and
+//!   the store no longer holds the ledger open).
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard};
 
 use super::registry::{remove_fence, write_fence};
-use super::{Copy, Replicas};
-use crate::ledger::error::{LifecycleError, ReadError};
-use crate::ledger::metadata::{LedgerId, LedgerState};
-use crate::ledger::LogShared;
+use crate::ledger::metadata::LedgerId;
 
-impl Replicas {
-    /// Ledgers with a fence file.
-    pub(crate) fn fence_files(&self) -> std::sync::MutexGuard<'_, HashSet<LedgerId>> {
-        self.fence_files.lock().unwrap_or_else(|p| p.into_inner())
-    }
+/// The fence files of one bookie's replica directory.
+#[derive(Debug)]
+pub(crate) struct FenceFiles {
+    dir: PathBuf,
+    /// Invariant: see the module.
+    files: Mutex<HashSet<LedgerId>>,
 }
 
-/// Writes `ledger`'s fence durably (before the fence is answered).
-pub(super) async fn persist_fence(
-    shared: &Arc<LogShared>,
-    ledger: LedgerId,
-) -> Result<(), ReadError> {
-    let dir = shared.replicas.dir.clone();
-    let written = tokio::task::spawn_blocking(move || write_fence(&dir, ledger))
-        .await
-        .map_err(|_| ReadError::Cancelled)?;
-    written.map_err(|source| ReadError::Io {
-        path: super::registry::fence_path(&shared.replicas.dir, ledger),
-        offset: 0,
-        source,
-    })?;
-    shared.replicas.fence_files().insert(ledger);
-    Ok(())
-}
-
-/// Removes the fence files no longer needed (module invariants); how many.
-pub(crate) async fn release_fences(shared: &Arc<LogShared>) -> Result<usize, LifecycleError> {
-    let files: Vec<LedgerId> = shared.replicas.fence_files().iter().copied().collect();
-    let mut released = 0;
-    for ledger in files {
-        let copy = shared.replicas.lock().get(&ledger).map(|(_, c)| c.clone());
-        let needed = match copy {
-            Some(Copy::Sealed { .. }) => false,
-            Some(Copy::Open(_)) => true,
-            None if shared.replicas.copying().contains_key(&ledger) => true,
-            None => shared
-                .meta
-                .get_ledger(ledger)
-                .await?
-                .is_some_and(|r| r.state == LedgerState::Open),
-        };
-        if needed {
-            continue;
+impl FenceFiles {
+    /// The fence files in `dir`, `found` at open.
+    pub fn new(dir: PathBuf, found: impl IntoIterator<Item = LedgerId>) -> Self {
+        FenceFiles {
+            dir,
+            files: Mutex::new(found.into_iter().collect()),
         }
-        let dir = shared.replicas.dir.clone();
-        super::super::blocking(move || {
-            remove_fence(&dir, ledger).map_err(|source| LifecycleError::Io {
-                path: super::registry::fence_path(&dir, ledger),
-                source,
-            })
-        })
-        .await?;
-        shared.replicas.fence_files().remove(&ledger);
-        released += 1;
-        tracing::debug!(ledger, "released a fence file");
     }
-    Ok(released)
+
+    fn files(&self) -> MutexGuard<'_, HashSet<LedgerId>> {
+        self.files.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Ledgers with a fence file.
+    pub fn listed(&self) -> Vec<LedgerId> {
+        self.files().iter().copied().collect()
+    }
+
+    /// Whether there is no fence file.
+    pub fn is_empty(&self) -> bool {
+        self.files().is_empty()
+    }
+
+    /// Writes `ledger`'s fence file durably; where it is, on failure.
+    pub async fn persist(&self, ledger: LedgerId) -> Result<(), (PathBuf, std::io::Error)> {
+        self.files().insert(ledger);
+        let dir = self.dir.clone();
+        self.on_disk(ledger, move || write_fence(&dir, ledger))
+            .await
+    }
+
+    /// Removes `ledger`'s fence file (a missing one is fine); where it is, on failure.
+    pub async fn release(&self, ledger: LedgerId) -> Result<(), (PathBuf, std::io::Error)> {
+        let dir = self.dir.clone();
+        self.on_disk(ledger, move || remove_fence(&dir, ledger))
+            .await?;
+        self.files().remove(&ledger);
+        tracing::debug!(ledger, "released a fence file");
+        Ok(())
+    }
+
+    /// Runs `io` on the blocking pool.
+    async fn on_disk(
+        &self,
+        ledger: LedgerId,
+        io: impl FnOnce() -> std::io::Result<()> + Send + 'static,
+    ) -> Result<(), (PathBuf, std::io::Error)> {
+        let path = super::registry::fence_path(&self.dir, ledger);
+        match tokio::task::spawn_blocking(io).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err((path, e)),
+            Err(e) => Err((
+                path,
+                std::io::Error::other(format!("blocking task failed: {e}")),
+            )),
+        }
+    }
 }
