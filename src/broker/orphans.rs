@@ -3,7 +3,10 @@
 //! and every read of it elsewhere (SQL on any node, `verify`) would fail on the dead bookie. So
 //! each node, when it starts and whenever a registration goes, looks for open ledgers that can
 //! be recovered without their writer (replicated, ack quorum of 2 or more) and whose writer's
-//! bookie no live node has, and loads each such topic that placement gives to this node:
+//! bookie no live node has, and loads each such topic that placement gives to this node. The
+//! replicated ledgers this node's own previous process left open are looked for too: their
+//! bookie is live again (this node), so no other node takes them over, and without a client
+//! they would stay open, never offloaded. Loading:
 //! loading fences the ledger on its replicas, recovers it and seals it (as a lookup would),
 //! after which any node reads it from the replicas. The topic is then unloaded when idle, like
 //! any other.
@@ -97,7 +100,7 @@ impl Broker {
     }
 
     /// Loads every topic placed here whose open, recoverable ledger a bookie wrote that no
-    /// registered node has.
+    /// registered node has, or that this bookie's previous process left open.
     async fn take_over_orphans(&self) -> Result<(), String> {
         let live = self.live_bookies().await?;
         let meta = self.metadata();
@@ -105,9 +108,15 @@ impl Broker {
             .ledgers_in_states(&[LedgerState::Open])
             .await
             .map_err(|e| e.to_string())?;
+        // This bookie's own replicated ledgers its previous process left open (a crash, or the
+        // whole cluster down at once): no other node takes them over while it is live.
+        let left_here = &self.log.recovery_report().left_open_replicated;
         let topics: BTreeSet<_> = open
             .iter()
-            .filter(|l| !live.contains(&l.bookie) && crate::ledger::recoverable(l))
+            .filter(|l| {
+                let orphaned = !live.contains(&l.bookie) && crate::ledger::recoverable(l);
+                orphaned || left_here.contains(&l.id)
+            })
             .map(|l| l.topic_id)
             .collect();
         if topics.is_empty() {

@@ -237,6 +237,9 @@ pub struct RecoveryReport {
     /// (segment, offset) of records that failed their checksum with intact framing; skipped by
     /// recovery, reported on every read of them.
     pub corrupt_records: Vec<(u32, u64)>,
+    /// This bookie's replicated ledgers found open, kept as copies for their topics' next owner
+    /// to take over (the broker loads those topics at start rather than wait for a client).
+    pub left_open_replicated: Vec<LedgerId>,
 }
 
 /// Recovery's scan over a segment directory, for the fuzz target and the hostile-bytes tests:
@@ -412,6 +415,7 @@ impl Log {
             corrupt_records: scan.corrupt_records.clone(),
             ..Default::default()
         };
+        report.left_open_replicated = own_replicated.iter().map(|(id, _)| *id).collect();
         if !own_replicated.is_empty() {
             let (dir, own) = (shared.replicas.dir.clone(), own_replicated.clone());
             tokio::task::spawn_blocking(move || replicas::register_own(&dir, &own))

@@ -252,3 +252,45 @@ def test_a_killed_owner_is_found_gone_before_its_lease_runs_out(etcd, make_servi
         assert _read_all(client, topic, len(sent)) == sent
     finally:
         client.close()
+
+
+def test_a_cluster_killed_at_once_seals_what_it_left_open_without_a_client(etcd, make_service):
+    """Every node SIGKILLed at once with replicated ledgers open (a power cut), then started
+    again one after another. Each bookie is live again, so no node takes over another's open
+    ledger as orphaned; each node, at start, takes over the topics its own previous process
+    left open, with no client asking. Every such ledger ends sealed, and every acknowledged
+    message is read once, in order."""
+    prefix, nodes = _cluster(etcd, make_service, "cut")
+    topics = [f"persistent://public/default/cut-{uuid.uuid4().hex[:6]}-{i}" for i in range(6)]
+    client = pulsar.Client("pulsar://" + ",".join(f"127.0.0.1:{n.pulsar_port}" for n in nodes),
+                           operation_timeout_seconds=60)
+    sent = {}
+    try:
+        for t in topics:
+            producer = client.create_producer(t, batching_enabled=False,
+                                              send_timeout_millis=60000)
+            send_numbered(producer, sent.setdefault(t, []), "m", 20)
+        left_open = {r["id"] for r in _ledgers(etcd, prefix).values()
+                     if r["state"] == 1 and r["replicas"]}
+        assert len(left_open) == len(topics), _ledgers(etcd, prefix)
+        writers = {r["bookie"] for r in _ledgers(etcd, prefix).values() if r["id"] in left_open}
+        assert len(writers) >= 2, "the topics spread over the nodes"
+    finally:
+        client.close()
+    for n in nodes:
+        n.stop(signal.SIGKILL)
+    for n in nodes:
+        n.start()
+
+    def sealed():
+        still = [r for r in _ledgers(etcd, prefix).values()
+                 if r["id"] in left_open and r["state"] == 1]
+        assert not still, still
+    eventually(sealed, timeout=60, interval=1)
+    client = pulsar.Client("pulsar://" + ",".join(f"127.0.0.1:{n.pulsar_port}" for n in nodes),
+                           operation_timeout_seconds=60)
+    try:
+        for t in topics:
+            assert _read_all(client, t, 20) == sent[t]
+    finally:
+        client.close()
