@@ -6,8 +6,11 @@
 //!
 //! Invariants:
 //! - Every add's `done` is called exactly once: `Ok` only for an `Added` answer naming its
-//!   ledger and entry, in order; anything else (refusal, malformed or late answer, lost
-//!   connection) fails it and every add behind it on the stream, and the stream ends.
+//!   ledger and entry, in order. A refusal about the add's own ledger (fenced, not the next
+//!   entry, not a replica there: [`ledger_refusal`]) fails that add alone and the stream goes
+//!   on, so the other ledgers it carries (a takeover's recovery adds beside a writer's adds)
+//!   keep their replica. Anything else (the bookie unavailable, a malformed or late answer, a
+//!   lost connection) fails it and every add behind it on the stream, and the stream ends.
 //! - A stream that ended is replaced by a new one (new connection) on the next add; the
 //!   replica refuses an add that is not the next entry of its copy, so a ledger whose earlier
 //!   entry failed can never get a gap there.
@@ -27,7 +30,9 @@ use tokio::sync::mpsc;
 use super::dial::{Conn, Dialer};
 use crate::cluster::membership::Membership;
 use crate::ledger::{AddDone, ReplicaAdd};
-use crate::protocol::bookie::{decode_response, encode_request, BookieRequest, BookieResponse};
+use crate::protocol::bookie::{
+    decode_response, encode_request, BookieErrorCode, BookieRequest, BookieResponse,
+};
 
 /// Longest wait for the oldest unanswered add (connecting included).
 pub const ADD_TIMEOUT: Duration = Duration::from_secs(10);
@@ -239,10 +244,12 @@ async fn stream(
                 match decode_response(frame) {
                     Ok((got, BookieResponse::Added { ledger: l, entry: e }))
                         if got == id && l == ledger && e == entry => done(Ok(())),
-                    Ok((got, BookieResponse::Error { message, .. })) if got == id => {
+                    Ok((got, BookieResponse::Error { code, message, .. })) if got == id => {
                         let why = format!("refused entry {ledger}:{entry}: {message}");
                         done(Err(why.clone()));
-                        return why;
+                        if !ledger_refusal(code) {
+                            return why;
+                        }
                     }
                     Ok(_) => {
                         done(Err("unexpected answer".into()));
@@ -259,6 +266,13 @@ async fn stream(
             }
         }
     }
+}
+
+/// Whether a bookie's refusal of an add is about that add's ledger alone (its copy is fenced,
+/// the entry is not the next one, the bookie is not a replica of an open ledger), not about
+/// the bookie or the connection.
+fn ledger_refusal(code: BookieErrorCode) -> bool {
+    matches!(code, BookieErrorCode::BadRequest | BookieErrorCode::NotHeld)
 }
 
 #[cfg(test)]
@@ -314,6 +328,86 @@ mod tests {
         assert_eq!(failed, (first..n).collect::<Vec<_>>());
         assert!(streams.quarantined("slow"));
         held.abort();
+        Ok(())
+    }
+
+    /// A refusal about one ledger (its copy fenced) fails that add alone: the other ledger's
+    /// adds on the same stream go through, and the bookie is not left out of new ensembles.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_ledger_refused_by_a_replica_costs_the_other_ledgers_nothing(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        use crate::ledger::metadata::memory::MemoryMetadataStore;
+        use crate::ledger::metadata::Placement;
+        use crate::ledger::MetadataStore;
+        let dir = tempfile::tempdir()?;
+        let meta: Arc<dyn MetadataStore> = Arc::new(MemoryMetadataStore::new());
+        let log =
+            Arc::new(crate::ledger::Log::open(dir.path(), Default::default(), meta.clone()).await?);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?.to_string();
+        let stop = tokio_util::sync::CancellationToken::new();
+        super::super::serve(listener, log.clone(), None, None, stop.clone());
+        let replicas = vec![log.bookie_id().to_string()];
+        let placement = Placement {
+            bookie: "me",
+            replicas: &replicas,
+            ack_quorum: 2,
+            write_quorum: 2,
+        };
+        let topic = meta.get_or_create_topic("persistent://t/n/two", 0).await?;
+        let fenced = meta
+            .create_ledger_placed(topic.id, 0, placement, 0, None)
+            .await?
+            .id;
+        let going = meta
+            .create_ledger_placed(topic.id, 0, placement, 0, None)
+            .await?
+            .id;
+        log.replica_fence(fenced).await?;
+
+        let coord = MemoryCoordination::new();
+        let replica = NodeRecord {
+            bookie: log.bookie_id().to_string(),
+            bookie_addr: Some(addr),
+            ..record("replica:1")
+        };
+        let session: Arc<dyn Coordination> = Arc::new(coord.new_session());
+        let _replica = Membership::join(session, replica, Duration::ZERO).await?;
+        let me = Arc::new(Membership::join(Arc::new(coord), record("me:1"), Duration::ZERO).await?);
+        let streams = AddStreams::new(me, Dialer::default());
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        for (ledger, entry) in [(going, 0), (fenced, 0), (going, 1), (going, 2)] {
+            let add = ReplicaAdd {
+                topic: Arc::from("persistent://t/n/two"),
+                ledger,
+                entry,
+                publish_time_ms: 0,
+                payload: bytes::Bytes::from_static(b"e"),
+                recovery: false,
+            };
+            let tx = tx.clone();
+            let done = Box::new(move |r: Result<(), String>| {
+                let _ = tx.send((ledger, entry, r.is_ok()));
+            });
+            streams.add(log.bookie_id(), add, done);
+        }
+        let mut outcomes = Vec::new();
+        for _ in 0..4 {
+            let got = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await?;
+            outcomes.push(got.ok_or("every add is answered")?);
+        }
+        assert_eq!(
+            outcomes,
+            vec![
+                (going, 0, true),
+                (fenced, 0, false),
+                (going, 1, true),
+                (going, 2, true)
+            ]
+        );
+        assert!(!streams.quarantined(log.bookie_id()));
+        stop.cancel();
+        log.shutdown().await?;
         Ok(())
     }
 }
