@@ -492,10 +492,15 @@ impl Broker {
         authoritative: bool,
     ) -> Result<Placement, BrokerError> {
         let key = name.to_string();
+        // An owned topic is served by its owner, whoever holds its ledgers: the holder is
+        // looked for (a read of the topic's ledgers) only for an unowned one.
+        if let Some(owned) = self.ownership.place_owned(&key).await? {
+            return Ok(owned);
+        }
         let holder = self.log.pinning_holder(&key).await?;
         Ok(self
             .ownership
-            .place(&key, holder.as_deref(), authoritative)
+            .place_unowned(&key, holder.as_deref(), authoritative)
             .await?)
     }
 

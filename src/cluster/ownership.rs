@@ -217,16 +217,33 @@ impl Ownership {
         holder: Option<&str>,
         authoritative: bool,
     ) -> Result<Placement, OwnershipError> {
+        if let Some(owned) = self.place_owned(topic).await? {
+            return Ok(owned);
+        }
+        self.place_unowned(topic, holder, authoritative).await
+    }
+
+    /// Where `topic` is served when a node owns it (here: no store read; elsewhere: its owner
+    /// record); `None` when it is unowned. The holder of its ledgers does not matter then, so
+    /// a lookup of an owned topic need not look for it ([`Self::place`]).
+    pub async fn place_owned(&self, topic: &str) -> Result<Option<Placement>, OwnershipError> {
         self.live()?;
         if let Some(epoch) = self.epoch(topic) {
-            return Ok(Placement::Local { epoch: Some(epoch) });
+            return Ok(Some(Placement::Local { epoch: Some(epoch) }));
         }
-        if let Some(owner) = self.owner(topic).await? {
-            return Ok(Placement::Remote {
-                node: Box::new(owner),
-                owned: true,
-            });
-        }
+        Ok(self.owner(topic).await?.map(|owner| Placement::Remote {
+            node: Box::new(owner),
+            owned: true,
+        }))
+    }
+
+    /// [`Self::place`] of a topic [`Self::place_owned`] found unowned.
+    pub async fn place_unowned(
+        &self,
+        topic: &str,
+        holder: Option<&str>,
+        authoritative: bool,
+    ) -> Result<Placement, OwnershipError> {
         let me = self.me();
         let target = match holder {
             None => self.transfer_target(topic).await?,
