@@ -6,11 +6,13 @@
 //!
 //! Invariants:
 //! - Every add's `done` is called exactly once: `Ok` only for an `Added` answer naming its
-//!   ledger and entry, in order. A refusal about the add's own ledger (fenced, not the next
-//!   entry, not a replica there: [`ledger_refusal`]) fails that add alone and the stream goes
-//!   on, so the other ledgers it carries (a takeover's recovery adds beside a writer's adds)
-//!   keep their replica. Anything else (the bookie unavailable, a malformed or late answer, a
-//!   lost connection) fails it and every add behind it on the stream, and the stream ends.
+//!   ledger and entry, in order. A refusal about the add's own ledger (its copy fenced, or
+//!   the entry not the next one: [`ledger_refusal`]) fails that ledger on that replica (its
+//!   later adds there are refused too; its writer sends that replica nothing more and rolls)
+//!   and the stream goes on, so the other ledgers it carries (a takeover's recovery adds
+//!   beside a writer's adds) keep their replica. Anything else (the bookie unavailable or not
+//!   listed as a replica, a malformed or late answer, a lost connection) fails it and every add
+//!   behind it on the stream, and the stream ends.
 //! - A stream that ended is replaced by a new one (new connection) on the next add; the
 //!   replica refuses an add that is not the next entry of its copy, so a ledger whose earlier
 //!   entry failed can never get a gap there.
@@ -269,10 +271,12 @@ async fn stream(
 }
 
 /// Whether a bookie's refusal of an add is about that add's ledger alone (its copy is fenced,
-/// the entry is not the next one, the bookie is not a replica of an open ledger), not about
-/// the bookie or the connection.
+/// or the entry is not the next one), not about the bookie or the connection. `NotHeld` (the
+/// store does not list the bookie for an open ledger) is not: a writer records the ensemble
+/// before its first add, so a bookie saying it of every ledger is wrong itself (another
+/// store), and is left out of new ensembles like a failed one.
 fn ledger_refusal(code: BookieErrorCode) -> bool {
-    matches!(code, BookieErrorCode::BadRequest | BookieErrorCode::NotHeld)
+    code == BookieErrorCode::BadRequest
 }
 
 #[cfg(test)]

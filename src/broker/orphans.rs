@@ -19,7 +19,9 @@
 //!   that died before loading it, a registration lost while the watch was being renewed are all
 //!   found by the next scan. Scans run at start, whenever a bookie registered at the last look
 //!   is no longer (the membership's watch-fed copy, which the scan and placement read too),
-//!   and again every [`RETRY`] while the last one failed; never on a timer over every topic
+//!   and again while the last one failed (after [`RETRY`], doubling up to [`MAX_RETRY`]; a
+//!   topic whose ledger this node's previous process left open and that another node holds
+//!   for now counts as failed, so it is looked at again); never on a timer over every topic
 //!   otherwise.
 //! - A ledger that cannot be recovered without its writer (ack quorum 1, no replicas) is left
 //!   to its bookie's return (`OwnershipError::HolderDown` until then) and never rescanned for.
@@ -35,6 +37,8 @@ use crate::naming::TopicName;
 
 /// The wait before a failed scan, or a failed listing of the nodes, is tried again.
 pub const RETRY: Duration = Duration::from_secs(5);
+/// The longest wait between scans that keep failing.
+pub const MAX_RETRY: Duration = Duration::from_secs(300);
 
 impl Broker {
     /// Starts looking for topics whose writer is gone and taking over those placed here.
@@ -61,6 +65,8 @@ impl Broker {
         let mut seen = self.live_bookies().await.ok();
         // A scan is due at once: bookies may have gone before this node started.
         let mut due = Some(tokio::time::Instant::now());
+        // Scans failed in a row (the wait before the next one doubles with each).
+        let mut failures = 0u32;
         loop {
             tokio::select! {
                 changed = changes.changed() => {
@@ -75,17 +81,23 @@ impl Broker {
                             continue;
                         }
                     };
-                    if seen.as_ref().is_some_and(|s| !s.is_subset(&now)) {
+                    // Unknown before (the first read failed): a scan, to be sure.
+                    if seen.as_ref().is_none_or(|s| !s.is_subset(&now)) {
                         due.get_or_insert_with(tokio::time::Instant::now);
                     }
                     seen = Some(now);
                 }
                 () = sleep_until(due), if due.is_some() => {
                     due = match self.take_over_orphans().await {
-                        Ok(()) => None,
+                        Ok(()) => {
+                            failures = 0;
+                            None
+                        }
                         Err(e) => {
-                            tracing::warn!(error = %e, "taking over the topics of a gone bookie failed; retrying");
-                            Some(tokio::time::Instant::now() + RETRY)
+                            failures = failures.saturating_add(1);
+                            let wait = retry_after(failures);
+                            tracing::warn!(error = %e, ?wait, "taking over the topics of a gone bookie failed; retrying");
+                            Some(tokio::time::Instant::now() + wait)
                         }
                     };
                 }
@@ -111,13 +123,16 @@ impl Broker {
         // This bookie's own replicated ledgers its previous process left open (a crash, or the
         // whole cluster down at once): no other node takes them over while it is live.
         let left_here = &self.log.recovery_report().left_open_replicated;
+        let mine: HashSet<_> = open
+            .iter()
+            .filter(|l| left_here.contains(&l.id))
+            .map(|l| l.topic_id)
+            .collect();
         let topics: BTreeSet<_> = open
             .iter()
-            .filter(|l| {
-                let orphaned = !live.contains(&l.bookie) && crate::ledger::recoverable(l);
-                orphaned || left_here.contains(&l.id)
-            })
+            .filter(|l| !live.contains(&l.bookie) && crate::ledger::recoverable(l))
             .map(|l| l.topic_id)
+            .chain(mine.iter().copied())
             .collect();
         if topics.is_empty() {
             return Ok(());
@@ -136,6 +151,12 @@ impl Broker {
             };
             match self.placement(&name, false).await {
                 Ok(Placement::Local { .. }) => {}
+                // Its ledger is this bookie's: the node holding the topic cannot take it over
+                // while this bookie is live, and gives it up; looked at again then.
+                Ok(Placement::Remote { node, .. }) if mine.contains(&id) => {
+                    failed = Some(format!("{name}: held by {} for now", node.id));
+                    continue;
+                }
                 Ok(Placement::Remote { .. }) => continue,
                 Err(e) => {
                     failed = Some(format!("{name}: {e}"));
@@ -151,6 +172,14 @@ impl Broker {
         }
         failed.map_or(Ok(()), Err)
     }
+}
+
+/// The wait before the next scan after `failures` failed in a row: [`RETRY`], doubling, at
+/// most [`MAX_RETRY`] (a ledger that cannot be taken over yet costs a scan that often).
+fn retry_after(failures: u32) -> Duration {
+    RETRY
+        .saturating_mul(1 << failures.saturating_sub(1).min(6))
+        .min(MAX_RETRY)
 }
 
 /// Sleeps until `at` (`None`: forever).

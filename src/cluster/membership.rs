@@ -149,7 +149,13 @@ pub struct Membership {
     /// The registrations followed by a watch once [`Membership::follow`] started it: the
     /// views below read it instead of listing the store (they list while it does not follow).
     roster: std::sync::OnceLock<Arc<Roster<NodeRecord>>>,
+    /// When [`Self::find_bookie`] last listed the store for a bookie the copy lacked: a bookie
+    /// gone for good (still named by ledgers) is listed for at most every [`MISS_RELIST`].
+    missed: std::sync::Mutex<HashMap<String, std::time::Instant>>,
 }
+
+/// How often [`Membership::find_bookie`] lists the store for one bookie the copy lacks.
+const MISS_RELIST: Duration = Duration::from_secs(2);
 
 impl Membership {
     /// Registers `me`, waiting up to `wait` for a stale registration of the same id (a crashed
@@ -169,6 +175,7 @@ impl Membership {
                         me,
                         bookie_listener: None,
                         roster: std::sync::OnceLock::new(),
+                        missed: Default::default(),
                     })
                 }
                 Err(CoordError::Conflict { .. }) => {
@@ -244,11 +251,24 @@ impl Membership {
     }
 
     /// Where this node dials `bookie` (`None`: no registered node has it, or it serves no
-    /// bookie listener). A bookie the followed copy lacks is looked for in a listing too: it
-    /// may have joined a moment ago, before the copy applied its registration.
+    /// bookie listener). A bookie the followed copy lacks is looked for in a listing too (at
+    /// most every [`MISS_RELIST`]): it may have joined a moment ago, before the copy applied
+    /// its registration.
     pub async fn find_bookie(&self, bookie: &str) -> Result<Option<BookieAddr>, MembershipError> {
         if let Some(addr) = self.bookie_addresses().await?.remove(bookie) {
             return Ok(Some(addr));
+        }
+        if !self.is_following() {
+            return Ok(None); // That was a listing already.
+        }
+        {
+            let mut missed = self.missed.lock().unwrap_or_else(|p| p.into_inner());
+            let now = std::time::Instant::now();
+            missed.retain(|_, at| now.duration_since(*at) < MISS_RELIST);
+            if missed.contains_key(bookie) {
+                return Ok(None);
+            }
+            missed.insert(bookie.to_string(), now);
         }
         let listed = self.list_registrations().await?;
         let nodes = listed.into_iter().map(|(n, _)| n).collect();
@@ -297,6 +317,11 @@ impl Membership {
             };
             Roster::start(list_and_watch, NodeRecord::decode, stop)
         });
+    }
+
+    /// Whether the views read the followed copy now (else they list the store).
+    fn is_following(&self) -> bool {
+        self.roster.get().is_some_and(|r| r.current().is_some())
     }
 
     /// Wakes after each change of the followed copy (`None` until [`Self::follow`]): a
