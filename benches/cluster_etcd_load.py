@@ -10,7 +10,10 @@ around three phases, on three fresh nodes with one fresh etcd per run (lake off)
 2. **new topics**: 200 topics, each looked up and given a producer by the official Python
    client (every node in the service URL) and one message sent: placement on the LOOKUP, the
    topic's load, its first ledger (an ensemble chosen), per topic;
-3. **acks**: 20 of those topics with a consumer each acknowledging 20 messages a second for
+3. **owned topics**: a producer created and closed again on each of those 200 topics, now
+   owned and loaded (a LOOKUP, redirected to the owner where the client asked another node,
+   and the producer's registration), per topic;
+4. **acks**: 20 of those topics with a consumer each acknowledging 20 messages a second for
    15 s (each subscription's cursor is saved about once a second), per second.
 
 With `--baseline-bin` the same runs of another build alternate with these; medians of each
@@ -83,10 +86,15 @@ def one_run(binary):
                 p.close()
             c3 = counters(etcd)
             new_topics = delta(c2, c3, len(topics))
+            for t in topics:
+                client.create_producer(t, batching_enabled=False).close()
+            c4 = counters(etcd)
+            owned = delta(c3, c4, len(topics))
             acks = ack_phase(client, topics[:20], etcd)
         finally:
             client.close()
-        return {"idle_per_s": idle, "per_new_topic": new_topics, "acks_per_s": acks}
+        return {"idle_per_s": idle, "per_new_topic": new_topics,
+                "per_owned_topic_producer": owned, "acks_per_s": acks}
     finally:
         for x in nodes:
             x.stop()
