@@ -88,6 +88,10 @@ pub fn server_error(e: &BrokerError) -> ServerError {
         BrokerError::TopicNotFound(_) | BrokerError::NamespaceNotFound(_) => {
             ServerError::TopicNotFound
         }
+        // Another node owns the topic now: the client looks it up again.
+        BrokerError::Metadata(crate::ledger::metadata::MetadataError::Fenced { .. }) => {
+            ServerError::ServiceNotReady
+        }
         BrokerError::Metadata(_) => ServerError::MetadataError,
         BrokerError::ProducerBusy(_) => ServerError::ProducerBusy,
         BrokerError::ConsumerBusy(_) => ServerError::ConsumerBusy,

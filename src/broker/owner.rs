@@ -640,7 +640,8 @@ impl Owner {
         }
         self.producers_changed();
         for (_, s) in self.subscriptions.drain() {
-            s.ask(SubscriptionCommand::Delete).await;
+            // A cursor left by a fenced delete is the later owner's (logged by the task).
+            let _ = s.ask(SubscriptionCommand::Delete).await;
         }
         self.dedup = Dedup::Off;
         Ok(())

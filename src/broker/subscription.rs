@@ -109,8 +109,9 @@ pub enum SubscriptionCommand {
     },
     /// Save the cursor now (graceful shutdown).
     Flush(oneshot::Sender<()>),
-    /// Delete the stored cursor and stop (unsubscribe).
-    Delete(oneshot::Sender<()>),
+    /// Delete the stored cursor and stop (unsubscribe); whether the cursor is gone from the
+    /// store (refused when a later owner fenced the topic: that owner keeps the subscription).
+    Delete(oneshot::Sender<Result<(), BrokerError>>),
     /// Disconnect every consumer (CLOSE_CONSUMER), save the cursor and stop: the topic is
     /// being unloaded; consumers reconnect and find it loaded anew.
     Unload(oneshot::Sender<()>),
@@ -367,11 +368,12 @@ async fn run(
                     for c in st.consumers.drain(..) {
                         c.out.send_detached(command::close_consumer(c.key.1));
                     }
-                    if let Err(e) = Box::pin(st.topic.log.delete_cursor(&st.name)).await {
+                    let deleted = Box::pin(st.topic.log.delete_cursor(&st.name)).await;
+                    if let Err(e) = &deleted {
                         tracing::error!(topic = %st.topic.name, subscription = %st.name,
                             error = %e, "deleting cursor failed");
                     }
-                    let _ = done.send(());
+                    let _ = done.send(deleted.map_err(BrokerError::from));
                     return;
                 }
                 Some(cmd) => {
@@ -635,10 +637,11 @@ impl State {
                 let _ = reply.send(self.topic.log.position_before(self.first_unacked()));
             }
             // Handled by the task loop.
-            SubscriptionCommand::Flush(done)
-            | SubscriptionCommand::Delete(done)
-            | SubscriptionCommand::Unload(done) => {
+            SubscriptionCommand::Flush(done) | SubscriptionCommand::Unload(done) => {
                 let _ = done.send(());
+            }
+            SubscriptionCommand::Delete(done) => {
+                let _ = done.send(Err(BrokerError::Stopped("subscription deleted".into())));
             }
             SubscriptionCommand::Seek { reply, .. } => {
                 let _ = reply.send(Err(BrokerError::NotSupported(

@@ -180,15 +180,25 @@ impl Connection {
 
     /// Detaches a consumer (CLOSE_CONSUMER, UNSUBSCRIBE); a non-durable subscription goes
     /// with it, and UNSUBSCRIBE deletes a durable one.
-    pub(super) async fn remove_consumer(&mut self, consumer_id: u64, unsubscribe: bool) {
+    /// Whether an UNSUBSCRIBE deleted the stored cursor (always `Ok` otherwise).
+    pub(super) async fn remove_consumer(
+        &mut self,
+        consumer_id: u64,
+        unsubscribe: bool,
+    ) -> Result<(), BrokerError> {
         cancel_opening(&mut self.opening_consumers, consumer_id);
-        if let Some(c) = self.consumers.remove(&consumer_id) {
-            Self::detach((self.id, consumer_id), c, unsubscribe).await;
+        match self.consumers.remove(&consumer_id) {
+            Some(c) => Self::detach((self.id, consumer_id), c, unsubscribe).await,
+            None => Ok(()),
         }
     }
 
     /// Takes consumer `key` out of its subscription (see [`Self::remove_consumer`]).
-    async fn detach(key: (u64, u64), c: ConsumerState, unsubscribe: bool) {
+    async fn detach(
+        key: (u64, u64),
+        c: ConsumerState,
+        unsubscribe: bool,
+    ) -> Result<(), BrokerError> {
         let _ = c
             .subscription
             .tx
@@ -196,16 +206,18 @@ impl Connection {
         if unsubscribe || !c.subscription.durable {
             c.topic.forget_subscription(c.subscription.clone()).await;
             if unsubscribe {
-                c.subscription.ask(SubscriptionCommand::Delete).await;
+                let deleted = c.subscription.ask(SubscriptionCommand::Delete).await;
+                return deleted.unwrap_or(Ok(()));
             }
         }
+        Ok(())
     }
 
     /// Detaches every consumer of this connection (it is closing).
     pub(super) async fn close_consumers(&mut self) {
         let ids: Vec<u64> = self.consumers.keys().copied().collect();
         for id in ids {
-            self.remove_consumer(id, false).await;
+            let _ = self.remove_consumer(id, false).await;
         }
     }
 

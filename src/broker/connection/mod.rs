@@ -308,12 +308,17 @@ impl Connection {
             Inbound::Ack(a) => self.on_ack(a),
             Inbound::Redeliver(r) => self.on_redeliver(r),
             Inbound::CloseConsumer(c) => {
-                self.remove_consumer(c.consumer_id, false).await;
+                let _ = self.remove_consumer(c.consumer_id, false).await;
                 self.send(command::success(c.request_id)).await;
             }
             Inbound::Unsubscribe(u) => {
-                self.remove_consumer(u.consumer_id, true).await;
-                self.send(command::success(u.request_id)).await;
+                // Not reported done when the cursor stayed (a later owner fenced the topic and
+                // keeps the subscription): the client may unsubscribe again there.
+                let answer = match self.remove_consumer(u.consumer_id, true).await {
+                    Ok(()) => command::success(u.request_id),
+                    Err(e) => command::error(u.request_id, server_error(&e), e.to_string()),
+                };
+                self.send(answer).await;
             }
             Inbound::GetLastMessageId(g) => self.on_last_message_id(g).await,
             Inbound::Seek(s) => self.on_seek(s).await,

@@ -462,3 +462,37 @@ async fn a_consumer_nobody_waits_for_is_detached() -> TestResult {
     join(&sub, 1, SubType::Exclusive, "a", 1).await?;
     h.close().await
 }
+
+/// An owner superseded by a later one (fenced higher) cannot delete the subscription's cursor:
+/// the delete says so instead of reporting success, and the cursor stays for the new owner.
+#[tokio::test]
+async fn a_superseded_owner_cannot_delete_a_cursor_and_says_so() -> TestResult {
+    let h = Harness::new().await?;
+    h.topic.log.fence(3).await?;
+    let sub = h.subscribe_as(SubType::Exclusive, true);
+    sub.ask(SubscriptionCommand::Flush).await;
+    assert!(
+        h.saved_first_unacked().await?.is_some(),
+        "the cursor is saved"
+    );
+    // Another node takes the topic over at a later epoch.
+    h.log.metadata().fence_writers(h.topic.log.id(), 4).await?;
+    let deleted = sub
+        .ask(SubscriptionCommand::Delete)
+        .await
+        .ok_or("answered")?;
+    assert!(
+        matches!(
+            deleted,
+            Err(BrokerError::Metadata(
+                crate::ledger::metadata::MetadataError::Fenced { .. }
+            ))
+        ),
+        "{deleted:?}"
+    );
+    assert!(
+        h.saved_first_unacked().await?.is_some(),
+        "the cursor stays for the new owner"
+    );
+    h.close().await
+}
