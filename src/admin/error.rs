@@ -125,6 +125,8 @@ impl From<MetadataError> for AdminError {
     fn from(e: MetadataError) -> Self {
         match e {
             MetadataError::Conflict(m) => AdminError::Conflict(m),
+            // A later owner holds the topic now: ask again (it redirects there).
+            fenced @ MetadataError::Fenced { .. } => AdminError::Unavailable(fenced.to_string()),
             other => AdminError::Metadata(other),
         }
     }
