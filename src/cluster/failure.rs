@@ -239,6 +239,27 @@ mod tests {
     #[tokio::test]
     async fn a_peer_refusing_on_every_address_is_expelled_and_a_listening_one_is_not() -> TestResult
     {
+        refusing_peer_is_expelled(false).await
+    }
+
+    /// The same with the registrations read from the followed copy, as a running node does.
+    #[tokio::test]
+    async fn the_same_on_the_followed_copy_of_the_registrations() -> TestResult {
+        refusing_peer_is_expelled(true).await
+    }
+
+    /// Waits (up to 2 s) until `m` reads `n` registrations from its followed copy.
+    async fn following(m: &Membership, n: usize) -> TestResult {
+        for _ in 0..200 {
+            if m.is_following() && m.nodes().await?.len() == n {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Err("the copy does not follow the registrations".into())
+    }
+
+    async fn refusing_peer_is_expelled(follow: bool) -> TestResult {
         let coord = MemoryCoordination::new();
         let gone_coord = coord.new_session();
         let mut gone_state = gone_coord.session();
@@ -255,6 +276,13 @@ mod tests {
         let up = Arc::new(Membership::join(up_coord, up, Duration::ZERO).await?);
         let _half = Membership::join(half_coord, half, Duration::ZERO).await?;
 
+        let stop = CancellationToken::new();
+        if follow {
+            me.follow(stop.clone());
+            up.follow(stop.clone());
+            following(&me, 4).await?;
+            following(&up, 4).await?;
+        }
         let interval = Duration::from_millis(100);
         let detector = PeerFailureDetector::new(me.clone(), interval)
             .ok_or("a non-zero interval makes a detector")?;
@@ -264,10 +292,15 @@ mod tests {
         assert_eq!(*gone_state.borrow_and_update(), SessionState::Live);
         // A second one is.
         assert_eq!(second.pass().await?, vec!["gone:2".to_string()]);
+        if follow {
+            // The copy drops the expelled node a moment later.
+            following(&me, 3).await?;
+        }
         let ids: Vec<String> = me.nodes().await?.into_iter().map(|n| n.id).collect();
         assert_eq!(ids, vec!["half:4", "me:1", "up:3"]);
         assert_eq!(*gone_state.borrow_and_update(), SessionState::Lost);
         assert!(detector.pass().await?.is_empty(), "nothing more to end");
+        stop.cancel();
         drop(listening);
         Ok(())
     }

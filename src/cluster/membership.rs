@@ -320,7 +320,7 @@ impl Membership {
     }
 
     /// Whether the views read the followed copy now (else they list the store).
-    fn is_following(&self) -> bool {
+    pub(crate) fn is_following(&self) -> bool {
         self.roster.get().is_some_and(|r| r.current().is_some())
     }
 
