@@ -6,10 +6,9 @@
 //! bookie no live node has, and loads each such topic that placement gives to this node. The
 //! replicated ledgers this node's own previous process left open are looked for too: their
 //! bookie is live again (this node), so no other node takes them over, and without a client
-//! they would stay open, never offloaded. Loading:
-//! loading fences the ledger on its replicas, recovers it and seals it (as a lookup would),
-//! after which any node reads it from the replicas. The topic is then unloaded when idle, like
-//! any other.
+//! they would stay open, never offloaded. Loading such a topic fences the ledger on its
+//! replicas, recovers it and seals it (as a lookup would), after which any node reads it from
+//! the replicas. The topic is then unloaded when idle, like any other.
 //!
 //! Invariants:
 //! - A topic is only loaded where placement puts it, through [`Broker::topic`], so the claim
@@ -81,9 +80,10 @@ impl Broker {
                             continue;
                         }
                     };
-                    // Unknown before (the first read failed): a scan, to be sure.
+                    // A departure scans now, even while failed scans back off; unknown before
+                    // (the first read failed): a scan too, to be sure.
                     if seen.as_ref().is_none_or(|s| !s.is_subset(&now)) {
-                        due.get_or_insert_with(tokio::time::Instant::now);
+                        due = Some(tokio::time::Instant::now());
                     }
                     seen = Some(now);
                 }
