@@ -140,6 +140,14 @@ mod tests {
                 ServerError::ServiceNotReady,
             ),
             (
+                BrokerError::Metadata(crate::ledger::metadata::MetadataError::Fenced {
+                    topic_id: 1,
+                    epoch: 2,
+                    fenced_at: 3,
+                }),
+                ServerError::ServiceNotReady,
+            ),
+            (
                 BrokerError::QuotaHold("h".into()),
                 ServerError::ProducerBlockedQuotaExceededError,
             ),

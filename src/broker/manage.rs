@@ -126,11 +126,11 @@ impl Broker {
             )));
         }
         topic.forget_subscription(handle.clone()).await;
-        // An answer lost with the task (it stopped meanwhile) deleted nothing more to report.
+        // An answer lost with the task: it stopped meanwhile (an unload), its cursor saved.
         handle
             .ask(SubscriptionCommand::Delete)
             .await
-            .unwrap_or(Ok(()))
+            .unwrap_or_else(|| Err(super::subscription::stopped_before_delete()))
     }
 
     /// Moves subscription `sub` forward; returns how many entries left its backlog.

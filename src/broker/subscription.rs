@@ -74,6 +74,12 @@ pub struct NewConsumer {
     pub reply: oneshot::Sender<Result<(), BrokerError>>,
 }
 
+/// The answer to a delete the subscription's task could not take: it had stopped (the topic
+/// was unloaded, its cursor saved), so the cursor may still be there; the client asks again.
+pub(crate) fn stopped_before_delete() -> BrokerError {
+    BrokerError::Stopped("the subscription stopped before its cursor could be deleted".into())
+}
+
 /// Requests to a subscription task.
 ///
 /// Large payloads are boxed: the task's queue allocates its first block of 32 slots when the

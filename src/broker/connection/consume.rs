@@ -207,7 +207,8 @@ impl Connection {
             c.topic.forget_subscription(c.subscription.clone()).await;
             if unsubscribe {
                 let deleted = c.subscription.ask(SubscriptionCommand::Delete).await;
-                return deleted.unwrap_or(Ok(()));
+                return deleted
+                    .unwrap_or_else(|| Err(crate::broker::subscription::stopped_before_delete()));
             }
         }
         Ok(())

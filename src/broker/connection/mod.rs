@@ -313,12 +313,17 @@ impl Connection {
             }
             Inbound::Unsubscribe(u) => {
                 // Not reported done when the cursor stayed (a later owner fenced the topic and
-                // keeps the subscription): the client may unsubscribe again there.
-                let answer = match self.remove_consumer(u.consumer_id, true).await {
-                    Ok(()) => command::success(u.request_id),
-                    Err(e) => command::error(u.request_id, server_error(&e), e.to_string()),
-                };
-                self.send(answer).await;
+                // keeps the subscription). The consumer is detached here already, so it is
+                // then closed too, after the error: it looks the topic up again and reaches
+                // the new owner, where it may unsubscribe again.
+                match self.remove_consumer(u.consumer_id, true).await {
+                    Ok(()) => self.send(command::success(u.request_id)).await,
+                    Err(e) => {
+                        let refused = command::error(u.request_id, server_error(&e), e.to_string());
+                        self.send(refused).await;
+                        self.send(command::close_consumer(u.consumer_id)).await;
+                    }
+                }
             }
             Inbound::GetLastMessageId(g) => self.on_last_message_id(g).await,
             Inbound::Seek(s) => self.on_seek(s).await,
