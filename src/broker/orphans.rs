@@ -122,7 +122,13 @@ impl Broker {
             .map_err(|e| e.to_string())?;
         // This bookie's own replicated ledgers its previous process left open (a crash, or the
         // whole cluster down at once): no other node takes them over while it is live.
-        let left_here = &self.log.recovery_report().left_open_replicated;
+        let left_here: HashSet<crate::ledger::LedgerId> = self
+            .log
+            .recovery_report()
+            .left_open_replicated
+            .iter()
+            .copied()
+            .collect();
         let mine: HashSet<_> = open
             .iter()
             .filter(|l| left_here.contains(&l.id))

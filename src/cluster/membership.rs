@@ -321,7 +321,7 @@ impl Membership {
 
     /// Whether the views read the followed copy now (else they list the store).
     pub(crate) fn is_following(&self) -> bool {
-        self.roster.get().is_some_and(|r| r.current().is_some())
+        self.roster.get().is_some_and(|r| r.is_following())
     }
 
     /// Wakes after each change of the followed copy (`None` until [`Self::follow`]): a

@@ -73,6 +73,14 @@ impl<R: Clone + Send + 'static> Roster<R> {
         current.as_ref().map(|m| m.values().cloned().collect())
     }
 
+    /// Whether the copy follows the store now ([`Self::current`] is `Some`), without copying it.
+    pub fn is_following(&self) -> bool {
+        self.current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+
     /// Wakes after each change of the copy (a listing, a watch event, the watch's end).
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
         self.generation.subscribe()
