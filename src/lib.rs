@@ -27,7 +27,7 @@
 //!                                            verify/ (log ⇄ lake, every id) ──► ledger, lake
 //!  every surface ──► auth (Access: Authenticator + Authorizer ◄── tenancy's authorizer)
 //!  leaves used by all: naming, schema, config, failpoint, telemetry, tls, metrics, coord,
-//!  versioned ([format byte][JSON] records)
+//!  versioned ([format byte][JSON] records), cached (records cache of policies and tenancy)
 //!  (metadata store and coordination: SQLite or in process on one node, etcd in a cluster)
 //! ```
 //!
@@ -74,6 +74,9 @@
 //! - [`policies`]: namespace and topic policies (stored, cached, with configured defaults).
 //! - [`tenancy`]: tenants, namespaces, clusters and permissions (stored, cached), and the
 //!   authorizer that applies Pulsar's rules with them.
+//! - `cached`: the generation-guarded record cache of both; in a cluster the operations
+//!   layer forgets what the metadata store's policies feed reports another node changed
+//!   (`ops/follow.rs`).
 //! - [`schema`]: the schema registry (versions, compatibility).
 //! - [`auth`]: who is asking and whether they may ([`auth::Access`]), for every surface.
 //! - [`sql`]: DataFusion over each topic (lake snapshot + live tail at one seam), read-only,
@@ -106,6 +109,7 @@ pub mod admin;
 pub mod auth;
 pub mod bookie;
 pub mod broker;
+pub(crate) mod cached;
 pub mod cli;
 pub mod cluster;
 pub mod config;

@@ -7,15 +7,17 @@
 //! - A policy a namespace did not set is `None` and follows the configured default, so changing
 //!   the config changes every namespace that has not overridden it.
 //! - Writes go to the metadata store first, then to the cache: a reader never sees a value that
-//!   a crash could take back. Changes take effect without restart.
+//!   a crash could take back. Changes take effect without restart; another node's changes
+//!   reach this cache through the metadata store's policies feed ([`PolicyStore::forget`]),
+//!   and a load overtaken by a write or a forgetting is not cached ([`crate::cached`]).
 //! - The persisted blob is `[version = 1][JSON]`; see `docs/adr/0002-lake-layout.md`.
 
-use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::cached::Cached;
 use crate::config::{LakePartitioning, LakeTableLayout, PolicyDefaults};
 use crate::ledger::{MetadataError, MetadataStore};
 use crate::naming::{NamespaceName, TopicName};
@@ -327,8 +329,10 @@ pub enum FiniteRetention {
 pub struct PolicyStore {
     meta: Arc<dyn MetadataStore>,
     defaults: PolicyDefaults,
-    /// Invariant: equal to what the metadata store holds for every namespace present.
-    cache: RwLock<HashMap<String, NamespacePolicies>>,
+    /// Invariant: equal to what the metadata store holds for every scope present (the
+    /// default for a scope with nothing stored), as of this node's last write or the last
+    /// change the store's policies feed reported ([`PolicyStore::forget`]).
+    cache: Cached<String, NamespacePolicies>,
     /// Serialises read-modify-write updates.
     update_lock: tokio::sync::Mutex<()>,
 }
@@ -349,7 +353,7 @@ impl PolicyStore {
         Self {
             meta,
             defaults,
-            cache: RwLock::new(HashMap::new()),
+            cache: Cached::new(),
             update_lock: tokio::sync::Mutex::new(()),
         }
     }
@@ -479,28 +483,30 @@ impl PolicyStore {
     }
 
     async fn scoped(&self, key: &str, owner: &str) -> Result<NamespacePolicies, PoliciesError> {
-        if let Some(p) = self
-            .cache
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(key)
-        {
-            return Ok(p.clone());
-        }
+        let seen = match self.cache.get(&key.to_string()) {
+            Ok(p) => return Ok(NamespacePolicies::clone(&p)),
+            Err(seen) => seen,
+        };
         let policies = match self.meta.get_policies(key).await? {
-            Some(blob) => {
-                NamespacePolicies::decode(&blob).map_err(|reason| PoliciesError::Corrupt {
-                    owner: owner.to_string(),
-                    reason,
-                })?
-            }
+            Some(blob) => decode(&blob, owner)?,
             None => NamespacePolicies::default(),
         };
-        self.cache
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key.to_string(), policies.clone());
-        Ok(policies)
+        let p = self.cache.fill(key.to_string(), policies, seen);
+        Ok(NamespacePolicies::clone(&p))
+    }
+
+    /// Forgets what is cached of `scope` (a namespace's or a topic's policies), which another
+    /// node changed (reported by the metadata store's policies feed); any other scope is
+    /// ignored.
+    pub fn forget(&self, scope: &str) {
+        if scope.starts_with("namespace:") || scope.starts_with("topic:") {
+            self.cache.invalidate(&scope.to_string());
+        }
+    }
+
+    /// Forgets every cached policy (the feed of changes ended: some may have been missed).
+    pub fn forget_all(&self) {
+        self.cache.invalidate_all();
     }
 
     /// The policies in force for `namespace`.
@@ -533,7 +539,7 @@ impl PolicyStore {
     pub async fn update(
         &self,
         namespace: &NamespaceName,
-        change: impl FnOnce(&mut NamespacePolicies),
+        change: impl FnMut(&mut NamespacePolicies),
     ) -> Result<NamespacePolicies, PoliciesError> {
         self.update_scoped(&scope(namespace), &namespace.to_string(), change)
             .await
@@ -543,7 +549,7 @@ impl PolicyStore {
     pub async fn update_topic(
         &self,
         topic: &TopicName,
-        change: impl FnOnce(&mut NamespacePolicies),
+        change: impl FnMut(&mut NamespacePolicies),
     ) -> Result<NamespacePolicies, PoliciesError> {
         self.update_scoped(&topic_scope(topic), &topic.base().to_string(), change)
             .await
@@ -553,19 +559,48 @@ impl PolicyStore {
         &self,
         key: &str,
         owner: &str,
-        change: impl FnOnce(&mut NamespacePolicies),
+        mut change: impl FnMut(&mut NamespacePolicies),
     ) -> Result<NamespacePolicies, PoliciesError> {
         let _guard = self.update_lock.lock().await;
-        let mut p = self.scoped(key, owner).await?;
-        change(&mut p);
-        let blob = (p != NamespacePolicies::default()).then(|| p.encode());
-        self.meta.set_policies(key, blob.as_deref()).await?;
-        self.cache
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key.to_string(), p.clone());
-        Ok(p)
+        let cache_key = key.to_string();
+        for _ in 0..UPDATE_ATTEMPTS {
+            // The store, not the cache: this node may not have heard of another's write yet.
+            let stored = self.meta.get_policies(key).await?;
+            let mut p = match &stored {
+                Some(blob) => decode(blob, owner)?,
+                None => NamespacePolicies::default(),
+            };
+            change(&mut p);
+            let blob = (p != NamespacePolicies::default()).then(|| p.encode());
+            // Forgotten before and after: a write that fails after the store changed leaves
+            // nothing stale, and neither does a reader that loaded the old value meanwhile.
+            self.cache.invalidate(&cache_key);
+            let done = self
+                .meta
+                .replace_policies(key, stored.as_deref(), blob.as_deref())
+                .await;
+            self.cache.invalidate(&cache_key);
+            if done? {
+                return Ok(p);
+            }
+        }
+        Err(MetadataError::Conflict(format!(
+            "{owner}: its policies kept changing during {UPDATE_ATTEMPTS} attempts to update them"
+        ))
+        .into())
     }
+}
+
+/// Attempts of a read-modify-write update of policies before it gives up; each lost one saw
+/// another node's write land between its read and its compare-and-set.
+const UPDATE_ATTEMPTS: usize = 16;
+
+/// A stored policies blob of `owner`, parsed.
+fn decode(blob: &[u8], owner: &str) -> Result<NamespacePolicies, PoliciesError> {
+    NamespacePolicies::decode(blob).map_err(|reason| PoliciesError::Corrupt {
+        owner: owner.to_string(),
+        reason,
+    })
 }
 
 #[cfg(test)]

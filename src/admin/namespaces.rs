@@ -143,7 +143,7 @@ async fn get_topic_dedup(
 pub(super) async fn update_topic(
     state: &AdminState,
     (tenant, ns, topic): (&str, &str, &str),
-    change: impl FnOnce(&mut NamespacePolicies),
+    change: impl FnMut(&mut NamespacePolicies),
 ) -> Result<StatusCode, AdminError> {
     let base = base_topic(tenant, ns, topic)?;
     state.ops()?.update_topic_policies(&base, change).await?;
@@ -187,7 +187,7 @@ pub(super) async fn update(
     state: &AdminState,
     tenant: &str,
     ns: &str,
-    change: impl FnOnce(&mut NamespacePolicies),
+    change: impl FnMut(&mut NamespacePolicies),
 ) -> Result<StatusCode, AdminError> {
     let ns = namespace_path(tenant, ns)?;
     state.ops()?.update_namespace_policies(&ns, change).await?;

@@ -120,6 +120,9 @@ pub struct Broker {
     /// Topics the tick checks the policies of again, by full name ([`tick`]). Invariant:
     /// every loaded topic with a backlog limit in force or whose last policy read failed.
     policy_checks: Mutex<HashMap<Arc<str>, Arc<BrokerTopic>>>,
+    /// Held by each pass that puts policies in force ([`tick`]). Invariant: passes run one at
+    /// a time, so a pass that read the policies later is the one whose values stay.
+    apply_lock: tokio::sync::Mutex<()>,
 }
 
 /// One topic partition's place in the broker: empty until loaded. Its lock is held while the
@@ -159,6 +162,7 @@ impl Broker {
             idle: idle::IdleQueue::new(),
             activity: Default::default(),
             policy_checks: Default::default(),
+            apply_lock: Default::default(),
         })
     }
 

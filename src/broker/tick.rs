@@ -1,8 +1,8 @@
 //! The broker's periodic work, every `broker.cursor_persist_interval`, driven by what changed
 //! rather than by how many topics are loaded:
 //! - **policy changes** are not polled: the operations layer applies each change to every
-//!   loaded topic when it is made ([`Broker::apply_policies`]), and a topic gets the policies
-//!   in force when it loads;
+//!   loaded topic when it is made ([`Broker::apply_policies`]), and so does its follower of
+//!   other nodes' changes (`ops/follow.rs`); a topic gets the policies in force when it loads;
 //! - **backlog quotas and message TTL** depend on time, so the topics with such a limit in
 //!   force are checked again each tick (with those whose policies could not be read last time);
 //! - **deduplication snapshots** are saved for the topics that appended since the last tick;
@@ -14,6 +14,8 @@
 //! and set the publish p99 (benches/RESULTS.md, issue 22).
 //!
 //! Invariants:
+//! - Passes that put policies in force run one at a time (`Broker::apply_lock`): of two
+//!   passes over one topic, the one that read the policies later is the one that stays.
 //! - `Broker::policy_checks` holds every loaded topic with a backlog limit in force or whose
 //!   last policy read failed; it may briefly hold unloaded ones (dropped at the next tick).
 
@@ -67,6 +69,7 @@ impl Broker {
     /// its snapshot), and those with backlog limits their periodic check; puts every topic's
     /// publish limits in force. Called by the operations layer after each policy change.
     pub async fn apply_policies(&self) {
+        let _one_pass = self.apply_lock.lock().await;
         for t in self.loaded_topics() {
             self.apply_policies_to(&t).await;
         }
@@ -105,6 +108,7 @@ impl Broker {
 
     /// Checks again the topics with backlog limits in force (and retries failed reads).
     async fn recheck_policies(&self) {
+        let _one_pass = self.apply_lock.lock().await;
         let due: Vec<Arc<BrokerTopic>> = {
             let mut checks = lock(&self.policy_checks);
             checks.retain(|_, t| !t.owner.is_closed());

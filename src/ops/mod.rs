@@ -24,6 +24,7 @@ use crate::policies::{EffectivePolicies, NamespacePolicies, PoliciesError, Polic
 use crate::tenancy::{Tenancy, TenancyError};
 use crate::verify::VerifyError;
 
+mod follow;
 mod tenancy;
 mod topics;
 mod unload;
@@ -546,7 +547,7 @@ impl Operations {
     pub async fn update_namespace_policies(
         &self,
         namespace: &NamespaceName,
-        change: impl FnOnce(&mut NamespacePolicies),
+        change: impl FnMut(&mut NamespacePolicies),
     ) -> Result<(), OpsError> {
         self.existing_namespace(namespace).await?;
         self.policies.update(namespace, change).await?;
@@ -585,7 +586,7 @@ impl Operations {
     pub async fn update_topic_policies(
         &self,
         topic: &TopicName,
-        change: impl FnOnce(&mut NamespacePolicies),
+        change: impl FnMut(&mut NamespacePolicies),
     ) -> Result<(), OpsError> {
         self.existing_namespace(&topic.namespace).await?;
         self.policies.update_topic(topic, change).await?;

@@ -133,7 +133,7 @@ impl Operations {
             self.resource_group(g).await?;
         }
         let group = group.map(str::to_string);
-        self.update_namespace_policies(ns, |p| p.resource_group_name = group)
+        self.update_namespace_policies(ns, |p| p.resource_group_name = group.clone())
             .await
     }
 
@@ -343,7 +343,7 @@ impl Operations {
             .update_namespace(ns, |r| {
                 r.auth_policies
                     .namespace_auth
-                    .insert(role.to_string(), actions);
+                    .insert(role.to_string(), actions.clone());
                 Ok(())
             })
             .await?;
@@ -393,9 +393,9 @@ impl Operations {
             .update_namespace(&topic.namespace, |r| {
                 r.auth_policies
                     .destination_auth
-                    .entry(key)
+                    .entry(key.clone())
                     .or_default()
-                    .insert(role.to_string(), actions);
+                    .insert(role.to_string(), actions.clone());
                 Ok(())
             })
             .await?;
@@ -443,7 +443,7 @@ impl Operations {
                     .auth_policies
                     .subscription_auth_roles
                     .entry(sub.to_string());
-                listed.or_default().extend(roles);
+                listed.or_default().extend(roles.iter().cloned());
                 Ok(())
             })
             .await?;

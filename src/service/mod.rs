@@ -280,6 +280,11 @@ impl Service {
             sql,
             (membership.clone(), autorecovery),
         ));
+        if let Some(ops) = ops_cell.get() {
+            // In a cluster, what another node changes (policies, tenants, grants) reaches
+            // this node's caches and its loaded topics.
+            ops.follow_policy_changes(stop.clone());
+        }
         if let Some(found) = broker.take_inactive_topics() {
             let cell = ops_cell.clone();
             tokio::spawn(async move {

@@ -11,19 +11,27 @@
 //!   `public/default`. A topic can only be created in a namespace that exists.
 //!
 //! Invariants:
-//! - Writes go to the metadata store first, then to the cache: a reader never sees a record a
-//!   crash could take back. A write first drops the cached record and bumps the cache's
-//!   generation; a reader that loaded the old record before caches it only if no write came
-//!   between (so a revoked grant cannot come back from a slow reader). Creations use the store's create-if-absent, so of two concurrent
-//!   creations one gets "already exists".
+//! - A write forgets the cached record before and after it changes the store, and the next
+//!   reader loads what the store holds: a reader never sees a record a crash could take back,
+//!   and a reader that loaded the old record meanwhile cannot cache it (so a revoked grant
+//!   cannot come back from a slow reader; [`crate::cached`]). Nothing written is cached as
+//!   written: another node may have changed it since (its report could come first).
+//! - Read-modify-write updates read the store, not the cache, and write with a compare-and-set
+//!   on what they read ([`MetadataStore::replace_policies`]), so of two nodes changing one
+//!   namespace at once neither undoes the other.
+//! - What another node writes reaches this node's cache through the metadata store's policies
+//!   feed ([`Tenancy::forget`], called by the operations layer's follower).
+//! - Creations use the store's create-if-absent, so of two concurrent creations one gets
+//!   "already exists".
 //! - The cache holds only records that exist (a lookup of a missing name asks the store, so a
 //!   client naming random namespaces cannot grow it).
 //! - A tenant is deleted only without namespaces; a namespace only without topics (checked by
 //!   the operations layer, which sees the topics).
 
-use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, RwLock};
+use std::collections::BTreeSet;
+use std::sync::Arc;
 
+use crate::cached::Cached;
 use crate::ledger::{MetadataError, MetadataStore};
 use crate::naming::{valid_part, NamespaceName};
 
@@ -62,6 +70,10 @@ pub enum TenancyError {
         reason: String,
     },
 }
+
+/// Attempts of a read-modify-write update before it gives up; each lost one saw another node's
+/// write land between its read and its compare-and-set.
+const UPDATE_ATTEMPTS: usize = 16;
 
 fn tenant_scope(tenant: &str) -> String {
     format!("tenancy/tenant/{tenant}")
@@ -105,53 +117,6 @@ pub struct Tenancy {
     update_lock: tokio::sync::Mutex<()>,
 }
 
-/// Records by name (only records that exist), with a generation that every write bumps, so
-/// a reader that loaded a record from the store before a write cannot put it back afterwards.
-#[derive(Debug)]
-struct Cached<K, V>(RwLock<(u64, HashMap<K, Arc<V>>)>);
-
-impl<K: std::hash::Hash + Eq, V> Cached<K, V> {
-    fn new() -> Self {
-        Cached(RwLock::new((0, HashMap::new())))
-    }
-
-    /// The cached record of `key`, or the generation to pass to [`Cached::fill`] after loading
-    /// it from the store.
-    fn get(&self, key: &K) -> Result<Arc<V>, u64> {
-        let c = self.0.read().unwrap_or_else(|p| p.into_inner());
-        c.1.get(key).cloned().ok_or(c.0)
-    }
-
-    /// Caches `value` loaded at generation `seen`, unless a write happened since (then the
-    /// value is returned uncached).
-    fn fill(&self, key: K, value: V, seen: u64) -> Arc<V> {
-        let v = Arc::new(value);
-        let mut c = self.0.write().unwrap_or_else(|p| p.into_inner());
-        if c.0 == seen {
-            c.1.insert(key, v.clone());
-        }
-        v
-    }
-
-    /// Before a write of `key` to the store: forgets it and bumps the generation (so a write
-    /// interrupted after the store changed leaves nothing stale behind).
-    fn invalidate(&self, key: &K) {
-        let mut c = self.0.write().unwrap_or_else(|p| p.into_inner());
-        c.0 += 1;
-        c.1.remove(key);
-    }
-
-    /// After a write of `key` to the store: caches what the store now holds.
-    fn set(&self, key: K, value: Option<V>) {
-        let mut c = self.0.write().unwrap_or_else(|p| p.into_inner());
-        c.0 += 1;
-        match value {
-            Some(v) => c.1.insert(key, Arc::new(v)),
-            None => c.1.remove(&key),
-        };
-    }
-}
-
 impl Tenancy {
     /// Tenancy over `meta`, for the cluster named `local_cluster`.
     pub fn new(meta: Arc<dyn MetadataStore>, local_cluster: &str) -> Self {
@@ -168,6 +133,32 @@ impl Tenancy {
     /// The name of the cluster this service is.
     pub fn local_cluster(&self) -> &str {
         &self.local_cluster
+    }
+
+    /// Forgets what is cached of the record stored at `scope`, which another node changed
+    /// (reported by the metadata store's policies feed); any other scope is ignored.
+    pub fn forget(&self, scope: &str) {
+        let Some(rest) = scope.strip_prefix("tenancy/") else {
+            return;
+        };
+        if let Some(tenant) = rest.strip_prefix("tenant/") {
+            self.tenants.invalidate(&tenant.to_string());
+        } else if let Some(tenant) = rest.strip_prefix("tenant-resourcegroup/") {
+            self.tenant_groups.invalidate(&tenant.to_string());
+        } else if let Some(ns) = rest.strip_prefix("namespace/") {
+            match ns.parse::<NamespaceName>() {
+                Ok(ns) => self.namespaces.invalidate(&ns),
+                // Not a name this node could have cached; forgetting all is always safe.
+                Err(_) => self.namespaces.invalidate_all(),
+            }
+        }
+    }
+
+    /// Forgets every cached record (the feed of changes ended: some may have been missed).
+    pub fn forget_all(&self) {
+        self.tenants.invalidate_all();
+        self.tenant_groups.invalidate_all();
+        self.namespaces.invalidate_all();
     }
 
     /// The record stored at `scope`, if any.
@@ -391,7 +382,7 @@ impl Tenancy {
         self.meta
             .set_policies(&tenant_group_scope(tenant), blob.as_deref())
             .await?;
-        self.tenant_groups.set(key, Some(group.map(str::to_string)));
+        self.tenant_groups.invalidate(&key);
         Ok(())
     }
 
@@ -459,7 +450,7 @@ impl Tenancy {
         {
             return Err(TenancyError::Exists(format!("Tenant {name}")));
         }
-        self.tenants.set(name.to_string(), Some(info));
+        self.tenants.invalidate(&name.to_string());
         Ok(())
     }
 
@@ -474,7 +465,7 @@ impl Tenancy {
         self.meta
             .set_policies(&tenant_scope(name), Some(&records::encode(&info)))
             .await?;
-        self.tenants.set(name.to_string(), Some(info));
+        self.tenants.invalidate(&name.to_string());
         Ok(())
     }
 
@@ -499,9 +490,9 @@ impl Tenancy {
         self.meta
             .set_policies(&tenant_group_scope(name), None)
             .await?;
-        self.tenant_groups.set(name.to_string(), None);
+        self.tenant_groups.invalidate(&name.to_string());
         self.meta.set_policies(&tenant_scope(name), None).await?;
-        self.tenants.set(name.to_string(), None);
+        self.tenants.invalidate(&name.to_string());
         Ok(())
     }
 
@@ -568,29 +559,45 @@ impl Tenancy {
         {
             return Err(TenancyError::Exists(format!("Namespace {ns}")));
         }
-        self.namespaces.set(ns.clone(), Some(record));
+        self.namespaces.invalidate(ns);
         Ok(())
     }
 
-    /// Applies `change` to namespace `ns`'s record and stores the result.
+    /// Applies `change` to namespace `ns`'s record and stores the result, with a
+    /// compare-and-set on the record read from the store (retried when another node's write
+    /// lands between; `change` may run more than once).
     pub async fn update_namespace<R>(
         &self,
         ns: &NamespaceName,
-        change: impl FnOnce(&mut NamespaceRecord) -> Result<R, TenancyError>,
+        mut change: impl FnMut(&mut NamespaceRecord) -> Result<R, TenancyError>,
     ) -> Result<R, TenancyError> {
         let _g = self.update_lock.lock().await;
-        let current = self
-            .namespace(ns)
-            .await?
-            .ok_or_else(|| TenancyError::NotFound(format!("Namespace {ns}")))?;
-        let mut record = NamespaceRecord::clone(&current);
-        let out = change(&mut record)?;
-        self.namespaces.invalidate(ns);
-        self.meta
-            .set_policies(&namespace_scope(ns), Some(&records::encode(&record)))
-            .await?;
-        self.namespaces.set(ns.clone(), Some(record));
-        Ok(out)
+        let scope = namespace_scope(ns);
+        for _ in 0..UPDATE_ATTEMPTS {
+            // The store, not the cache: this node may not have heard of another's write yet.
+            let Some(stored) = self.meta.get_policies(&scope).await? else {
+                return Err(TenancyError::NotFound(format!("Namespace {ns}")));
+            };
+            let mut record: NamespaceRecord =
+                records::decode(&stored).map_err(|reason| TenancyError::Corrupt {
+                    scope: scope.clone(),
+                    reason,
+                })?;
+            let out = change(&mut record)?;
+            self.namespaces.invalidate(ns);
+            let done = self
+                .meta
+                .replace_policies(&scope, Some(&stored), Some(&records::encode(&record)))
+                .await;
+            self.namespaces.invalidate(ns);
+            if done? {
+                return Ok(out);
+            }
+        }
+        Err(MetadataError::Conflict(format!(
+            "namespace {ns} kept changing during {UPDATE_ATTEMPTS} attempts to update it"
+        ))
+        .into())
     }
 
     /// Removes namespace `ns`'s record (the caller has checked it holds no topic).
@@ -601,7 +608,7 @@ impl Tenancy {
         }
         self.namespaces.invalidate(ns);
         self.meta.set_policies(&namespace_scope(ns), None).await?;
-        self.namespaces.set(ns.clone(), None);
+        self.namespaces.invalidate(ns);
         Ok(())
     }
 }

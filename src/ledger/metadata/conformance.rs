@@ -6,8 +6,10 @@ use super::sqlite::SqliteMetadataStore;
 use super::*;
 use crate::coord::test_etcd::TestEtcd;
 
+mod feeds;
 mod replicated;
 
+use feeds::{policy_feed_reports_writes_of, policy_feeds_report_every_write};
 use replicated::{
     replicated_ledgers_keep_their_ensemble, sealed_ledgers_copies_move_by_compare_and_set,
 };
@@ -327,6 +329,39 @@ async fn policies_are_replaced_and_removed(store: &dyn MetadataStore) -> TestRes
         store.get_policies("namespace:a/c").await?.as_deref(),
         Some(&b"other"[..])
     );
+    // Compare-and-set: each case applies only when the store holds what it expects.
+    let s = "namespace:a/d";
+    assert!(
+        !store.replace_policies(s, Some(b"x"), Some(b"y")).await?,
+        "absent, not x"
+    );
+    assert!(!store.replace_policies(s, Some(b"x"), None).await?);
+    assert!(
+        store.replace_policies(s, None, None).await?,
+        "absent as expected"
+    );
+    assert!(store.replace_policies(s, None, Some(b"one")).await?);
+    assert!(
+        !store.replace_policies(s, None, Some(b"two")).await?,
+        "not absent any more"
+    );
+    assert!(!store.replace_policies(s, None, None).await?);
+    assert!(
+        !store.replace_policies(s, Some(b"on"), Some(b"two")).await?,
+        "a prefix is not equal"
+    );
+    assert!(
+        store
+            .replace_policies(s, Some(b"one"), Some(b"two"))
+            .await?
+    );
+    assert_eq!(store.get_policies(s).await?.as_deref(), Some(&b"two"[..]));
+    assert!(
+        !store.replace_policies(s, Some(b"one"), None).await?,
+        "an old read loses"
+    );
+    assert!(store.replace_policies(s, Some(b"two"), None).await?);
+    assert_eq!(store.get_policies(s).await?, None);
     Ok(())
 }
 
@@ -483,7 +518,7 @@ async fn topics_are_deleted_only_without_live_ledgers(store: &dyn MetadataStore)
 }
 
 /// How many checks [`run_all`] makes; each gets a store of its own.
-const CHECKS: usize = 15;
+const CHECKS: usize = 16;
 
 /// A topic's writers are fenced by epoch: ledger creation, cursor saves and deletes.
 async fn writers_are_fenced_by_epoch(store: &dyn MetadataStore) -> TestResult {
@@ -584,6 +619,7 @@ async fn run_all(stores: Vec<std::sync::Arc<dyn MetadataStore>>) -> TestResult {
     writers_are_fenced_by_epoch(&*store()?).await?;
     replicated_ledgers_keep_their_ensemble(&*store()?).await?;
     sealed_ledgers_copies_move_by_compare_and_set(&*store()?).await?;
+    policy_feeds_report_every_write(&*store()?).await?;
     assert!(
         store().is_err(),
         "every store was used: CHECKS is out of date"
@@ -717,6 +753,48 @@ async fn etcd_store_survives_reconnect_and_pages_long_listings() -> TestResult {
     assert!(other.list_topics().await?.is_empty());
     assert!(other.get_ledger(ledger.id).await?.is_none());
     Ok(())
+}
+
+#[tokio::test]
+async fn sqlite_store_has_no_policies_feed() -> TestResult {
+    // Its file is one process's (the data-dir lock): caches written through stay true.
+    let dir = tempfile::tempdir()?;
+    let s = SqliteMetadataStore::open(&dir.path().join("m.db")).await?;
+    assert!(s.policy_changes().await?.is_none());
+    Ok(())
+}
+
+#[tokio::test]
+async fn memory_store_ends_the_feed_of_a_reader_too_far_behind() -> TestResult {
+    let s = MemoryMetadataStore::new();
+    let mut feed = s
+        .policy_changes()
+        .await?
+        .ok_or("the memory store has a feed")?;
+    for i in 0..=changes::FEED_BUFFER {
+        s.set_policies(&format!("namespace:t/n{i}"), Some(b"1"))
+            .await?;
+    }
+    let mut reports = 0;
+    while feed.next().await.is_some() {
+        reports += 1;
+    }
+    assert_eq!(
+        reports,
+        changes::FEED_BUFFER,
+        "the feed ends rather than skip a write"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn etcd_policies_feed_reports_every_handles_writes() -> TestResult {
+    let etcd = TestEtcd::start()?;
+    let url = etcd.url("/feed");
+    let watcher = EtcdMetadataStore::connect(&url).await?;
+    let writer = EtcdMetadataStore::connect(&url).await?;
+    let other = EtcdMetadataStore::connect(&etcd.url("/feed-other")).await?;
+    policy_feed_reports_writes_of(&watcher, &writer, Some(&other)).await
 }
 
 #[tokio::test]

@@ -7,6 +7,7 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 
+use super::changes::Feeds;
 use super::{
     check_partition_change, CopyChange, LedgerId, LedgerRecord, LedgerState, LedgerTransition,
     MetadataError, MetadataStore, Placement, TopicId, TopicRecord,
@@ -31,6 +32,8 @@ struct State {
     schemas: BTreeMap<String, Vec<Vec<u8>>>,
     /// Epoch each topic's writers are fenced at (absent: 0).
     fenced: BTreeMap<TopicId, u64>,
+    /// Invariant: every policies write is offered to every feed, under the same lock.
+    feeds: Feeds,
 }
 
 impl State {
@@ -379,6 +382,7 @@ impl MetadataStore for MemoryMetadataStore {
             Some(p) => s.policies.insert(scope.to_string(), p.to_vec()),
             None => s.policies.remove(scope),
         };
+        s.feeds.changed(scope);
         Ok(())
     }
 
@@ -388,7 +392,32 @@ impl MetadataStore for MemoryMetadataStore {
             return Ok(false);
         }
         s.policies.insert(scope.to_string(), policies.to_vec());
+        s.feeds.changed(scope);
         Ok(true)
+    }
+
+    async fn replace_policies(
+        &self,
+        scope: &str,
+        expect: Option<&[u8]>,
+        new: Option<&[u8]>,
+    ) -> Result<bool, MetadataError> {
+        let mut s = self.lock();
+        if s.policies.get(scope).map(Vec::as_slice) != expect {
+            return Ok(false);
+        }
+        match new {
+            Some(p) => s.policies.insert(scope.to_string(), p.to_vec()),
+            None => s.policies.remove(scope),
+        };
+        s.feeds.changed(scope);
+        Ok(true)
+    }
+
+    /// Handles sharing one in-memory store stand for the processes of a cluster in tests, so
+    /// this store reports its writes like a shared one.
+    async fn policy_changes(&self) -> Result<Option<super::PolicyChanges>, MetadataError> {
+        Ok(Some(self.lock().feeds.open()))
     }
 
     async fn list_policies(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, MetadataError> {

@@ -21,6 +21,9 @@
 //!   range, an etcd key range), and [`MetadataStore::get_topic_by_id`] finds one topic by id:
 //!   with millions of topics stored, a namespace, a partitioned topic or one topic is found
 //!   without walking them all ([`MetadataStore::list_topics`] does walk them).
+//! - **Policies blobs** are opaque per scope; [`MetadataStore::replace_policies`] is a
+//!   compare-and-set on their bytes, and a store that several processes share reports every
+//!   write to each feed of [`MetadataStore::policy_changes`] (contract in [`changes`]).
 //! - **Fencing.** A topic's fence epoch only grows ([`MetadataStore::fence_writers`]); a ledger
 //!   created with a writer epoch below it is refused in the same atomic step that would have
 //!   created it.
@@ -35,12 +38,15 @@ use std::str::FromStr;
 
 use async_trait::async_trait;
 
+mod changes;
 pub mod etcd;
 pub mod memory;
 pub mod sqlite;
 
 #[cfg(test)]
 mod conformance;
+
+pub use changes::{PolicyChange, PolicyChanges};
 
 /// Identifier of a ledger, unique and increasing across the whole service.
 pub type LedgerId = u64;
@@ -669,8 +675,27 @@ pub trait MetadataStore: Send + Sync + fmt::Debug + 'static {
     /// changed) when something is. Of concurrent creations exactly one wins.
     async fn create_policies(&self, scope: &str, policies: &[u8]) -> Result<bool, MetadataError>;
 
+    /// Replaces the blob of `scope` with `new` (`None`: removes it) only if the store holds
+    /// exactly `expect` there (`None`: nothing); whether it did. The compare-and-set of
+    /// read-modify-write updates: of two processes updating one scope from the same read,
+    /// exactly one succeeds.
+    async fn replace_policies(
+        &self,
+        scope: &str,
+        expect: Option<&[u8]>,
+        new: Option<&[u8]>,
+    ) -> Result<bool, MetadataError>;
+
     /// Every `(scope, blob)` whose scope starts with `prefix`, ascending by scope.
     async fn list_policies(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, MetadataError>;
+
+    /// A feed of every later write of a policies blob, by any process sharing the store, for
+    /// the caches over them (contract in [`changes`]); `None` when this process is the store's
+    /// only user, so caches it writes through stay true (SQLite, whose file the data-dir lock
+    /// keeps to one process).
+    async fn policy_changes(&self) -> Result<Option<PolicyChanges>, MetadataError> {
+        Ok(None)
+    }
 
     /// Waits for writes in flight and releases the store's connections; the service calls it
     /// last, after everything that writes has stopped. Nothing is lost without it (every

@@ -577,6 +577,23 @@ impl MetadataStore for SqliteMetadataStore {
             .await
     }
 
+    async fn replace_policies(
+        &self,
+        scope: &str,
+        expect: Option<&[u8]>,
+        new: Option<&[u8]>,
+    ) -> Result<bool, MetadataError> {
+        let scope = scope.to_string();
+        let (expect, new) = (expect.map(<[u8]>::to_vec), new.map(<[u8]>::to_vec));
+        self.writer
+            .run(move |c| {
+                Box::pin(async move {
+                    writes::replace_policies(c, &scope, expect.as_deref(), new.as_deref()).await
+                })
+            })
+            .await
+    }
+
     async fn list_policies(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, MetadataError> {
         // substr rather than LIKE: scopes may hold '%' and '_'.
         sqlx::query(

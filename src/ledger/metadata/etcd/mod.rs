@@ -33,6 +33,7 @@ use super::{
 use layout::{decode, decode_ledger, encode, encode_ledger, Keys, StoredTopic};
 
 mod cas;
+mod feed;
 pub mod layout;
 
 use cas::{absent, exists, first_get_found, unchanged, TopicMust};
@@ -709,6 +710,29 @@ impl MetadataStore for EtcdMetadataStore {
             None,
         )]);
         Ok(self.txn("create policies", txn).await?.succeeded())
+    }
+
+    async fn replace_policies(
+        &self,
+        scope: &str,
+        expect: Option<&[u8]>,
+        new: Option<&[u8]>,
+    ) -> Result<bool, MetadataError> {
+        let key = self.keys.policies(scope);
+        let when = match expect {
+            Some(old) => Compare::value(key.clone(), CompareOp::Equal, old.to_vec()),
+            None => absent(key.clone()),
+        };
+        let write = match new {
+            Some(p) => TxnOp::put(key, p.to_vec(), None),
+            None => TxnOp::delete(key, None),
+        };
+        let txn = Txn::new().when([when]).and_then([write]);
+        Ok(self.txn("replace policies", txn).await?.succeeded())
+    }
+
+    async fn policy_changes(&self) -> Result<Option<super::PolicyChanges>, MetadataError> {
+        self.watch_policies().await.map(Some)
     }
 
     async fn list_policies(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, MetadataError> {

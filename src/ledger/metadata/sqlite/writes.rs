@@ -491,3 +491,40 @@ pub(super) async fn create_policies(
     .map_err(backend("create policies"))?;
     Ok(done.rows_affected() == 1)
 }
+
+/// Replaces the policies of `scope` with `new` (`None`: removes them) only if they are
+/// `expect` (`None`: absent); whether it did.
+pub(super) async fn replace_policies(
+    c: &mut SqliteConnection,
+    scope: &str,
+    expect: Option<&[u8]>,
+    new: Option<&[u8]>,
+) -> Result<bool, MetadataError> {
+    let q = match (expect, new) {
+        (None, Some(p)) => return create_policies(c, scope, p).await,
+        (None, None) => {
+            let found: Option<(i64,)> = sqlx::query_as("SELECT 1 FROM ll_policies WHERE scope = ?")
+                .bind(scope)
+                .fetch_optional(&mut *c)
+                .await
+                .map_err(backend("replace policies"))?;
+            return Ok(found.is_none());
+        }
+        (Some(old), Some(p)) => {
+            sqlx::query("UPDATE ll_policies SET policies = ? WHERE scope = ? AND policies = ?")
+                .bind(p)
+                .bind(scope)
+                .bind(old)
+        }
+        (Some(old), None) => {
+            sqlx::query("DELETE FROM ll_policies WHERE scope = ? AND policies = ?")
+                .bind(scope)
+                .bind(old)
+        }
+    };
+    let done = q
+        .execute(&mut *c)
+        .await
+        .map_err(backend("replace policies"))?;
+    Ok(done.rows_affected() == 1)
+}
