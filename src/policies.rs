@@ -6,10 +6,14 @@
 //! Invariants:
 //! - A policy a namespace did not set is `None` and follows the configured default, so changing
 //!   the config changes every namespace that has not overridden it.
-//! - Writes go to the metadata store first, then to the cache: a reader never sees a value that
-//!   a crash could take back. Changes take effect without restart; another node's changes
-//!   reach this cache through the metadata store's policies feed ([`PolicyStore::forget`]),
-//!   and a load overtaken by a write or a forgetting is not cached ([`crate::cached`]).
+//! - A write forgets the cached value before and after it changes the store, and the next
+//!   reader loads what the store holds: a reader never sees a value that a crash could take
+//!   back. Changes take effect without restart; another node's changes reach this cache
+//!   through the metadata store's policies feed ([`PolicyStore::forget`]), and a load
+//!   overtaken by a write or a forgetting is not cached ([`crate::cached`]).
+//! - Updates read the store, not the cache, and write with a compare-and-set on what they
+//!   read ([`MetadataStore::replace_policies`]): two nodes updating one scope at once do not
+//!   undo each other.
 //! - The persisted blob is `[version = 1][JSON]`; see `docs/adr/0002-lake-layout.md`.
 
 use std::sync::Arc;
@@ -329,9 +333,9 @@ pub enum FiniteRetention {
 pub struct PolicyStore {
     meta: Arc<dyn MetadataStore>,
     defaults: PolicyDefaults,
-    /// Invariant: equal to what the metadata store holds for every scope present (the
-    /// default for a scope with nothing stored), as of this node's last write or the last
-    /// change the store's policies feed reported ([`PolicyStore::forget`]).
+    /// Invariant: equal to what the metadata store held for every scope present (the default
+    /// for a scope with nothing stored) when it was loaded, after the last change of it this
+    /// node made or the store's policies feed reported ([`PolicyStore::forget`]).
     cache: Cached<String, NamespacePolicies>,
     /// Serialises read-modify-write updates.
     update_lock: tokio::sync::Mutex<()>,

@@ -123,6 +123,10 @@ pub struct Broker {
     /// Held by each pass that puts policies in force ([`tick`]). Invariant: passes run one at
     /// a time, so a pass that read the policies later is the one whose values stay.
     apply_lock: tokio::sync::Mutex<()>,
+    /// Passes over every loaded topic started so far ([`Broker::apply_policies`]). Invariant:
+    /// a topic whose load read its policies before a pass started that did not see it loaded
+    /// gets that pass's policies once it is loaded (the load compares this count).
+    policy_passes: std::sync::atomic::AtomicU64,
 }
 
 /// One topic partition's place in the broker: empty until loaded. Its lock is held while the
@@ -163,6 +167,7 @@ impl Broker {
             activity: Default::default(),
             policy_checks: Default::default(),
             apply_lock: Default::default(),
+            policy_passes: Default::default(),
         })
     }
 
@@ -520,6 +525,7 @@ impl Broker {
         let started = std::time::Instant::now();
         let holder = self.log.pinning_holder(&key).await?;
         let epoch = self.ownership.acquire(&key, holder.as_deref()).await?;
+        let passes = self.policy_passes.load(std::sync::atomic::Ordering::SeqCst);
         let t = match self.load_topic(name, &key, epoch).await {
             Ok(t) => t,
             Err(e) => {
@@ -536,6 +542,11 @@ impl Broker {
             index.insert(key, t.clone());
             index.len()
         };
+        if self.policy_passes.load(std::sync::atomic::Ordering::SeqCst) != passes {
+            // A pass over the loaded topics started after this load read the policies, and
+            // may have missed it.
+            self.apply_policies_to(&t).await;
+        }
         let metrics = crate::metrics::node();
         metrics.topics_loaded.set(n as i64);
         metrics

@@ -15,7 +15,9 @@
 //!
 //! Invariants:
 //! - Passes that put policies in force run one at a time (`Broker::apply_lock`): of two
-//!   passes over one topic, the one that read the policies later is the one that stays.
+//!   passes over one topic, the one that read the policies later is the one that stays. A
+//!   topic loading while a pass starts is not in the pass; its load applies the policies
+//!   again once it is in the index (`Broker::policy_passes`).
 //! - `Broker::policy_checks` holds every loaded topic with a backlog limit in force or whose
 //!   last policy read failed; it may briefly hold unloaded ones (dropped at the next tick).
 
@@ -70,13 +72,15 @@ impl Broker {
     /// publish limits in force. Called by the operations layer after each policy change.
     pub async fn apply_policies(&self) {
         let _one_pass = self.apply_lock.lock().await;
+        self.policy_passes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         for t in self.loaded_topics() {
             self.apply_policies_to(&t).await;
         }
     }
 
     /// [`Self::apply_policies`] for one topic; keeps `policy_checks` up to date.
-    async fn apply_policies_to(&self, t: &Arc<BrokerTopic>) {
+    pub(super) async fn apply_policies_to(&self, t: &Arc<BrokerTopic>) {
         let recheck = match self.policies_of(&t.name).await {
             Ok(policies) => {
                 let timed = !policies.backlog.is_empty();

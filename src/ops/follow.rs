@@ -80,7 +80,7 @@ impl Follower {
                 }
                 Ok(None) => return,
                 Err(e) => {
-                    tracing::warn!(error = %e, retry_in = ?wait, "cannot follow other nodes' policy changes");
+                    tracing::warn!(error = %e, "cannot follow other nodes' policy changes");
                 }
             }
             // A feed that ran a while earns a prompt restart; one that failed or ended at once

@@ -23,8 +23,9 @@
 //!   feed ([`Tenancy::forget`], called by the operations layer's follower).
 //! - Creations use the store's create-if-absent, so of two concurrent creations one gets
 //!   "already exists".
-//! - The cache holds only records that exist (a lookup of a missing name asks the store, so a
-//!   client naming random namespaces cannot grow it).
+//! - The caches of tenants and namespaces hold only records that exist (a lookup of a missing
+//!   name asks the store, so a client naming random namespaces cannot grow them); the tenants'
+//!   resource groups are cached for tenants that exist, `None` when one has none.
 //! - A tenant is deleted only without namespaces; a namespace only without topics (checked by
 //!   the operations layer, which sees the topics).
 

@@ -352,6 +352,12 @@ async fn policies_are_replaced_and_removed(store: &dyn MetadataStore) -> TestRes
     );
     assert!(
         store
+            .replace_policies(s, Some(b"one"), Some(b"one"))
+            .await?,
+        "the same bytes again"
+    );
+    assert!(
+        store
             .replace_policies(s, Some(b"one"), Some(b"two"))
             .await?
     );
