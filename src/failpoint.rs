@@ -19,7 +19,7 @@
 //! - offload: `offload.before_commit`, `offload.after_commit`, `offload.before_mark`,
 //!   `offload.before_delete_local`, `lake.before_catalog_commit` (sleep);
 //! - retention and snapshot expiry: `retention.before_commit`, `retention.after_commit`,
-//!   `retention.before_file_delete`, `history.before_commit`, `history.after_commit`;
+//!   `retention.before_catalog_commit` (sleep), `retention.before_file_delete`, `history.before_commit`, `history.after_commit`;
 //! - broker: `broker.load_topic` (sleep).
 
 /// What an armed failpoint does.

@@ -395,6 +395,11 @@ async fn commit_removal(
         },
     ];
     crate::failpoint::hit("retention.before_commit");
+    crate::failpoint::pause(
+        "retention.before_catalog_commit",
+        &table.identifier().to_string(),
+    )
+    .await;
     lake.committer()
         .commit(table, requirements, updates)
         .await

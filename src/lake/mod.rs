@@ -109,6 +109,14 @@ pub enum LakeError {
 }
 
 impl LakeError {
+    /// Whether this is a commit of ours refused because the table changed since it was read
+    /// (another writer committed first): nothing was applied, and the same change built on
+    /// the new version may succeed.
+    pub fn is_commit_conflict(&self) -> bool {
+        matches!(self, LakeError::Commit { source, .. }
+            if matches!(**source, catalog_commit::CommitError::Conflict(_)))
+    }
+
     /// Wraps an Iceberg error with the operation.
     pub fn iceberg(op: impl Into<String>) -> impl FnOnce(iceberg::Error) -> LakeError {
         let op = op.into();

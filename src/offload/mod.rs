@@ -46,6 +46,10 @@ mod status;
 
 pub use status::{LakeStats, OffloadStatus, RetentionStats};
 
+/// Attempts at removing a deleted topic's rows from its shared table before the deletion
+/// reports the conflict (waits of 0.1, 0.2, … 1.6 s between them).
+const REMOVAL_ATTEMPTS: u32 = 6;
+
 /// Why an offload request or pass failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -267,13 +271,29 @@ impl OffloadEngine {
                 let Some(topic) = table.topic else {
                     return lake.drop_table(&table.ident).await;
                 };
-                let Some(t) = lake.load_table(&table.ident).await? else {
-                    return Ok(false);
-                };
                 let nothing_kept = std::collections::BTreeMap::from([(topic, Default::default())]);
                 let live = crate::lake::expire::Live::Topics(&nothing_kept);
-                let (_, outcome) = crate::lake::expire::remove_expired(&lake, t, live, &[]).await?;
-                Ok(outcome.snapshot_id.is_some())
+                // The other topics of a shared table go on committing (on other nodes): a
+                // removal that lost the race is built again on the new version, so that the
+                // deleted topic's rows do not outlive it.
+                let mut backoff = std::time::Duration::from_millis(100);
+                let mut attempts = 1;
+                loop {
+                    let Some(t) = lake.load_table(&table.ident).await? else {
+                        return Ok(false);
+                    };
+                    match crate::lake::expire::remove_expired(&lake, t, live, &[]).await {
+                        Ok((_, outcome)) => return Ok(outcome.snapshot_id.is_some()),
+                        Err(e) if e.is_commit_conflict() && attempts < REMOVAL_ATTEMPTS => {
+                            tracing::info!(table = %table.ident, attempts, error = %e,
+                                "a deleted topic's removal lost a commit race; building it again");
+                            tokio::time::sleep(backoff).await;
+                            backoff *= 2;
+                            attempts += 1;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
             })
             .await??)
     }
