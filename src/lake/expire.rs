@@ -21,8 +21,10 @@
 //!   are deleted. After a crash in between, the next removal finishes both steps
 //!   ([`finish_interrupted`]); files a crash left unreferenced are the orphan sweep's.
 //!
-//! The caller holds the table's writer slot, so no offload commit races with this one; a
-//! commit by an outside engine makes the commit fail with a conflict and nothing changes.
+//! The caller holds the table's writer slot, so no offload commit of this node races with
+//! this one; a commit by another node (a shared table's other topics) or an outside engine
+//! makes the commit fail with a conflict and nothing changes (the caller may build the
+//! removal again on the new version).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -67,6 +69,11 @@ pub enum Live<'a> {
     /// partition value), each against its own topic's live ledgers (ledger ids of different
     /// topics interleave, so one topic's live ledger must not keep another's file).
     Topics(&'a BTreeMap<String, BTreeSet<LedgerId>>),
+    /// A namespace's shared table, for deleted topics: the files of these topics whose every
+    /// ledger is at or below the topic's bound (its last ledger when it was deleted). A later
+    /// topic of the same name has only higher ledger ids (one counter for the whole store),
+    /// so its files stay.
+    DeletedThrough(&'a BTreeMap<String, LedgerId>),
 }
 
 /// Whether `file` can only hold rows of ledgers `live` does not keep.
@@ -76,11 +83,16 @@ fn doomed(file: &DataFile, ledger_field: i32, live: Live<'_>) -> bool {
         Live::Topics(topics) => super::schema::partition_topic(file.partition())
             .and_then(|t| topics.get(t))
             .is_some_and(|ledgers| removable(file, ledger_field, ledgers)),
+        Live::DeletedThrough(topics) => super::schema::partition_topic(file.partition())
+            .and_then(|t| topics.get(t))
+            .is_some_and(|last| {
+                ledger_bounds(file, ledger_field).is_some_and(|(_, hi)| hi <= *last)
+            }),
     }
 }
 
-/// Whether `file` can only hold rows of ledgers not in `live`.
-fn removable(file: &DataFile, ledger_field: i32, live: &BTreeSet<LedgerId>) -> bool {
+/// The lowest and highest ledger id of `file`'s rows, from its column bounds.
+fn ledger_bounds(file: &DataFile, ledger_field: i32) -> Option<(u64, u64)> {
     let bound = |d: Option<&iceberg::spec::Datum>| match d.map(|d| d.literal()) {
         Some(PrimitiveLiteral::Long(v)) => u64::try_from(*v).ok(),
         _ => None,
@@ -89,9 +101,14 @@ fn removable(file: &DataFile, ledger_field: i32, live: &BTreeSet<LedgerId>) -> b
         bound(file.lower_bounds().get(&ledger_field)),
         bound(file.upper_bounds().get(&ledger_field)),
     ) {
-        (Some(lo), Some(hi)) if lo <= hi => live.range(lo..=hi).next().is_none(),
-        _ => false,
+        (Some(lo), Some(hi)) if lo <= hi => Some((lo, hi)),
+        _ => None,
     }
+}
+
+/// Whether `file` can only hold rows of ledgers not in `live`.
+fn removable(file: &DataFile, ledger_field: i32, live: &BTreeSet<LedgerId>) -> bool {
+    ledger_bounds(file, ledger_field).is_some_and(|(lo, hi)| live.range(lo..=hi).next().is_none())
 }
 
 fn iceberg_err(op: &str) -> impl FnOnce(iceberg::Error) -> LakeError + '_ {
@@ -224,14 +241,29 @@ pub async fn remove_expired(
     )
     .await;
     if let Err(e) = result {
-        for path in &written {
-            let _ = io.delete(path).await;
+        // A commit whose outcome is unknown may have landed: the table would then name these
+        // files. They are deleted only when the commit provably did not apply, or was never
+        // tried (the orphan sweep takes what is left).
+        let may_have_landed = matches!(e, LakeError::Commit { .. }) && !e.is_commit_conflict();
+        if !may_have_landed {
+            for path in &written {
+                let _ = io.delete(path).await;
+            }
         }
         return Err(e);
     }
     outcome.snapshot_id = Some(snapshot_id);
     let table = reload(lake, &table).await?;
-    let (table, expired_snapshots) = expire_older(lake, table, snapshot_id).await?;
+    let (table, expired_snapshots) = match expire_older(lake, table.clone(), snapshot_id).await {
+        Ok(done) => done,
+        Err(e) => {
+            // The removal is committed; older snapshots and the removed files stay until a
+            // later removal or retention pass of the table expires them.
+            tracing::warn!(table = %table.identifier(), error = %e,
+                "removed files committed, but expiring older snapshots failed");
+            return Ok((table, outcome));
+        }
+    };
     outcome.snapshots_expired = expired_snapshots;
     crate::failpoint::hit("retention.before_file_delete");
     outcome.files_deleted = delete_unreferenced(lake, &table, &outcome.files_removed).await?;
@@ -567,5 +599,31 @@ mod tests {
             1,
             Live::Table(&BTreeSet::new())
         ));
+    }
+
+    #[test]
+    fn a_deleted_topic_loses_only_the_files_of_its_own_ledgers() {
+        // Topic a was deleted with ledgers up to 10; a later topic a has ledgers from 12.
+        let through: BTreeMap<String, LedgerId> = [("a".to_string(), 10)].into_iter().collect();
+        let live = Live::DeletedThrough(&through);
+        let topic = |t: &str| Struct::from_iter([Some(iceberg::spec::Literal::string(t))]);
+        assert!(doomed(&file_in(Some(1), Some(10), topic("a")), 1, live));
+        assert!(doomed(&file_in(Some(3), Some(3), topic("a")), 1, live));
+        assert!(
+            !doomed(&file_in(Some(12), Some(14), topic("a")), 1, live),
+            "the later topic's"
+        );
+        assert!(
+            !doomed(&file_in(Some(9), Some(12), topic("a")), 1, live),
+            "spans both: kept"
+        );
+        assert!(
+            !doomed(&file_in(Some(1), None, topic("a")), 1, live),
+            "no statistics: kept"
+        );
+        assert!(
+            !doomed(&file_in(Some(1), Some(4), topic("b")), 1, live),
+            "another topic's"
+        );
     }
 }

@@ -326,6 +326,8 @@ impl Operations {
         for name in &names {
             existed |= self.broker.delete_topic(name, force).await?;
         }
+        // Read before the log forgets them: the lake removes the rows of these ledgers only.
+        let last_ledger = self.last_ledger_of(&names).await?;
         existed |= self
             .log
             .delete_topic(&base.to_string())
@@ -334,7 +336,7 @@ impl Operations {
         // Also when the log part was gone already: a crash between the log deletion and the
         // table drop is finished by repeating the deletion.
         let dropped = match &self.offload {
-            Some(o) => o.topic_deleted(base).await?,
+            Some(o) => o.topic_deleted(base, last_ledger).await?,
             None => false,
         };
         if !existed && !dropped {
@@ -342,6 +344,22 @@ impl Operations {
         }
         tracing::info!(topic = %base, partitions = names.len(), "topic deleted");
         Ok(())
+    }
+
+    /// The highest ledger id of the topics `names` (`None`: they have none, or are gone).
+    async fn last_ledger_of(
+        &self,
+        names: &[TopicName],
+    ) -> Result<Option<crate::ledger::LedgerId>, OpsError> {
+        let meta = self.log.metadata();
+        let mut last = None;
+        for name in names {
+            if let Some(t) = meta.get_topic(&name.to_string()).await? {
+                let ledgers = meta.topic_ledgers(t.id).await?;
+                last = last.max(ledgers.iter().map(|l| l.id).max());
+            }
+        }
+        Ok(last)
     }
 
     /// Deletes the topics the broker finds inactive

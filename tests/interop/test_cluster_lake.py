@@ -116,7 +116,8 @@ def test_a_topic_deleted_while_another_node_commits_to_its_shared_table_leaves_n
     client = pulsar.Client("pulsar://" + ",".join(f"127.0.0.1:{n.pulsar_port}" for n in nodes),
                            operation_timeout_seconds=30)
     try:
-        names = [f"t{i}" for i in range(8)]
+        # Twelve topics: all on one node with probability 2/4096.
+        names = [f"t{i}" for i in range(12)]
         for name in names:
             producer = client.create_producer(f"persistent://{ns}/{name}")
             for i in range(5):
@@ -159,6 +160,8 @@ def test_a_topic_deleted_while_another_node_commits_to_its_shared_table_leaves_n
         assert thread.is_alive(), "the removal was not held while the other node committed"
         thread.join(timeout=120)
         assert deleted["answer"][0] == 204, deleted
+        with open(deleter.log_path) as log:
+            assert "lost a commit race" in log.read(), "the removal did not race the commit"
         assert (rows_of(a), rows_of(b)) == (0, 10)
     finally:
         client.close()

@@ -5,6 +5,7 @@ import uuid
 import pulsar
 import pytest
 
+import rawpulsar
 from conftest import Sends
 from lake import wait_acknowledged
 
@@ -259,3 +260,25 @@ def test_cumulative_ack_of_a_batch_start_keeps_the_rest_of_the_ledger(make_servi
     assert got == [f"m{i}".encode() for i in range(100)]
     client.close()
     assert svc.stop() == 0
+
+
+def test_unsubscribing_a_consumer_the_connection_does_not_have_is_an_error(service, client):
+    """As Pulsar: UNSUBSCRIBE naming a consumer id this connection never opened answers an
+    error (ConsumerNotFound) and changes nothing; the connection stays open, and a real
+    consumer's subscription is untouched."""
+    t = topic()
+    consumer = client.subscribe(t, "kept", initial_position=pulsar.InitialPosition.Earliest)
+    conn = rawpulsar.RawPulsar(service.pulsar_port)
+    try:
+        # CommandUnsubscribe: consumer_id = 1, request_id = 2; CommandError: error = 2.
+        kind, fields = conn.request(rawpulsar.UNSUBSCRIBE,
+                                    rawpulsar.fv(1, 77) + rawpulsar.fv(2, 5), 5)
+        assert kind == rawpulsar.ERROR, (kind, fields)
+        assert fields[2] == [rawpulsar.CONSUMER_NOT_FOUND], fields
+        body = rawpulsar.fb(1, t) + rawpulsar.fv(2, 6)
+        kind, _ = conn.request(rawpulsar.LOOKUP, body, 6)
+        assert kind == rawpulsar.LOOKUP_RESPONSE, "the connection is still served"
+    finally:
+        conn.close()
+    client.create_producer(t).send(b"after")
+    assert consumer.receive(timeout_millis=10_000).data() == b"after"

@@ -311,6 +311,13 @@ impl Connection {
                 let _ = self.remove_consumer(c.consumer_id, false).await;
                 self.send(command::success(c.request_id)).await;
             }
+            Inbound::Unsubscribe(u) if !self.consumers.contains_key(&u.consumer_id) => {
+                // As Pulsar: a consumer this connection does not have (or is still opening)
+                // cannot unsubscribe; nothing changes.
+                let e = BrokerError::UnknownClient(format!("consumer {} not found", u.consumer_id));
+                let refused = command::error(u.request_id, server_error(&e), e.to_string());
+                self.send(refused).await;
+            }
             Inbound::Unsubscribe(u) => {
                 // Not reported done when the cursor stayed (a later owner fenced the topic and
                 // keeps the subscription). The consumer is detached here already, so it is
