@@ -253,12 +253,20 @@ pub async fn remove_expired(
         return Err(e);
     }
     outcome.snapshot_id = Some(snapshot_id);
-    let table = reload(lake, &table).await?;
+    // The removal is committed: what follows frees storage, and a failure there is logged,
+    // not returned (the rows are gone either way). Older snapshots then stay until a later
+    // removal of the table expires them, and the removed files are the orphan sweep's.
+    let table = match reload(lake, &table).await {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(table = %table.identifier(), error = %e,
+                "removed files committed, but the table could not be read again");
+            return Ok((table, outcome));
+        }
+    };
     let (table, expired_snapshots) = match expire_older(lake, table.clone(), snapshot_id).await {
         Ok(done) => done,
         Err(e) => {
-            // The removal is committed; older snapshots and the removed files stay until a
-            // later removal or retention pass of the table expires them.
             tracing::warn!(table = %table.identifier(), error = %e,
                 "removed files committed, but expiring older snapshots failed");
             return Ok((table, outcome));
@@ -266,7 +274,11 @@ pub async fn remove_expired(
     };
     outcome.snapshots_expired = expired_snapshots;
     crate::failpoint::hit("retention.before_file_delete");
-    outcome.files_deleted = delete_unreferenced(lake, &table, &outcome.files_removed).await?;
+    match delete_unreferenced(lake, &table, &outcome.files_removed).await {
+        Ok(n) => outcome.files_deleted = n,
+        Err(e) => tracing::warn!(table = %table.identifier(), error = %e,
+            "removed files committed and unreferenced, but deleting them failed"),
+    }
     Ok((table, outcome))
 }
 

@@ -322,12 +322,16 @@ impl Operations {
             Some(o) => Some(o.pause_table(base).await?),
             None => None,
         };
+        // Read before the broker deletes the topics (their ledger records go with them): the
+        // lake removes the rows of these ledgers only, so a later topic of the same name keeps
+        // its own. A ledger made after this read (a rollover before the deletion stops
+        // appends) never reaches the lake: this node writes it, its offload of the table is
+        // paused from before the read, and the deletion removes it from the log.
+        let last_ledger = self.last_ledger_of(&names).await?;
         let mut existed = false;
         for name in &names {
             existed |= self.broker.delete_topic(name, force).await?;
         }
-        // Read before the log forgets them: the lake removes the rows of these ledgers only.
-        let last_ledger = self.last_ledger_of(&names).await?;
         existed |= self
             .log
             .delete_topic(&base.to_string())
@@ -342,7 +346,7 @@ impl Operations {
         if !existed && !dropped {
             return Err(OpsError::NotFound(format!("Topic {base} not found")));
         }
-        tracing::info!(topic = %base, partitions = names.len(), "topic deleted");
+        tracing::info!(topic = %base, partitions = names.len(), ?last_ledger, "topic deleted");
         Ok(())
     }
 

@@ -312,8 +312,10 @@ impl Connection {
                 self.send(command::success(c.request_id)).await;
             }
             Inbound::Unsubscribe(u) if !self.consumers.contains_key(&u.consumer_id) => {
-                // As Pulsar: a consumer this connection does not have (or is still opening)
-                // cannot unsubscribe; nothing changes.
+                // A consumer this connection does not have (or is still opening) cannot
+                // unsubscribe; nothing changes. Pulsar refuses it too, with MetadataError
+                // "Consumer not found"; here ConsumerNotFound, as for every command naming
+                // a consumer the connection does not have.
                 let e = BrokerError::UnknownClient(format!("consumer {} not found", u.consumer_id));
                 let refused = command::error(u.request_id, server_error(&e), e.to_string());
                 self.send(refused).await;

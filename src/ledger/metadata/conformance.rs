@@ -9,7 +9,7 @@ use crate::coord::test_etcd::TestEtcd;
 mod feeds;
 mod replicated;
 
-use feeds::{policy_feed_reports_writes_of, policy_feeds_report_every_write};
+use feeds::policy_feeds_report_every_write;
 use replicated::{
     replicated_ledgers_keep_their_ensemble, sealed_ledgers_copies_move_by_compare_and_set,
 };
@@ -759,48 +759,6 @@ async fn etcd_store_survives_reconnect_and_pages_long_listings() -> TestResult {
     assert!(other.list_topics().await?.is_empty());
     assert!(other.get_ledger(ledger.id).await?.is_none());
     Ok(())
-}
-
-#[tokio::test]
-async fn sqlite_store_has_no_policies_feed() -> TestResult {
-    // Its file is one process's (the data-dir lock): caches written through stay true.
-    let dir = tempfile::tempdir()?;
-    let s = SqliteMetadataStore::open(&dir.path().join("m.db")).await?;
-    assert!(s.policy_changes().await?.is_none());
-    Ok(())
-}
-
-#[tokio::test]
-async fn memory_store_ends_the_feed_of_a_reader_too_far_behind() -> TestResult {
-    let s = MemoryMetadataStore::new();
-    let mut feed = s
-        .policy_changes()
-        .await?
-        .ok_or("the memory store has a feed")?;
-    for i in 0..=changes::FEED_BUFFER {
-        s.set_policies(&format!("namespace:t/n{i}"), Some(b"1"))
-            .await?;
-    }
-    let mut reports = 0;
-    while feed.next().await.is_some() {
-        reports += 1;
-    }
-    assert_eq!(
-        reports,
-        changes::FEED_BUFFER,
-        "the feed ends rather than skip a write"
-    );
-    Ok(())
-}
-
-#[tokio::test]
-async fn etcd_policies_feed_reports_every_handles_writes() -> TestResult {
-    let etcd = TestEtcd::start()?;
-    let url = etcd.url("/feed");
-    let watcher = EtcdMetadataStore::connect(&url).await?;
-    let writer = EtcdMetadataStore::connect(&url).await?;
-    let other = EtcdMetadataStore::connect(&etcd.url("/feed-other")).await?;
-    policy_feed_reports_writes_of(&watcher, &writer, Some(&other)).await
 }
 
 #[tokio::test]

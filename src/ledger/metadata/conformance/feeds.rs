@@ -1,11 +1,16 @@
 //! Conformance checks of the policies feed ([`MetadataStore::policy_changes`], contract in
 //! `changes`): run by `run_all` against every store (one without a feed, being its only
-//! process's, has nothing to report), and by the etcd tests across two handles.
+//! process's, has nothing to report), across two etcd handles, and each store's own feed
+//! behaviour (SQLite has none; an in-memory reader too far behind has its feed ended).
 
 use std::time::Duration;
 
+use super::super::etcd::EtcdMetadataStore;
+use super::super::memory::MemoryMetadataStore;
+use super::super::sqlite::SqliteMetadataStore;
 use super::super::*;
 use super::TestResult;
+use crate::coord::test_etcd::TestEtcd;
 
 /// How long a report may take to arrive.
 const WAIT: Duration = Duration::from_secs(10);
@@ -21,7 +26,7 @@ const WRITTEN: [&str; 4] = [
 /// Writes of every kind through `writer` (a create refused included) are reported by the feed
 /// `watcher` gave before them, in order; `unseen`, written by a store sharing nothing with
 /// `watcher` before those, is not.
-pub(super) async fn policy_feed_reports_writes_of(
+async fn policy_feed_reports_writes_of(
     watcher: &dyn MetadataStore,
     writer: &dyn MetadataStore,
     unseen: Option<&dyn MetadataStore>,
@@ -66,4 +71,46 @@ pub(super) async fn policy_feed_reports_writes_of(
 /// [`policy_feed_reports_writes_of`] with one handle writing and watching.
 pub(super) async fn policy_feeds_report_every_write(store: &dyn MetadataStore) -> TestResult {
     policy_feed_reports_writes_of(store, store, None).await
+}
+
+#[tokio::test]
+async fn sqlite_store_has_no_policies_feed() -> TestResult {
+    // Its file is one process's (the data-dir lock): caches written through stay true.
+    let dir = tempfile::tempdir()?;
+    let s = SqliteMetadataStore::open(&dir.path().join("m.db")).await?;
+    assert!(s.policy_changes().await?.is_none());
+    Ok(())
+}
+
+#[tokio::test]
+async fn memory_store_ends_the_feed_of_a_reader_too_far_behind() -> TestResult {
+    let s = MemoryMetadataStore::new();
+    let mut feed = s
+        .policy_changes()
+        .await?
+        .ok_or("the memory store has a feed")?;
+    for i in 0..=changes::FEED_BUFFER {
+        s.set_policies(&format!("namespace:t/n{i}"), Some(b"1"))
+            .await?;
+    }
+    let mut reports = 0;
+    while feed.next().await.is_some() {
+        reports += 1;
+    }
+    assert_eq!(
+        reports,
+        changes::FEED_BUFFER,
+        "the feed ends rather than skip a write"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn etcd_policies_feed_reports_every_handles_writes() -> TestResult {
+    let etcd = TestEtcd::start()?;
+    let url = etcd.url("/feed");
+    let watcher = EtcdMetadataStore::connect(&url).await?;
+    let writer = EtcdMetadataStore::connect(&url).await?;
+    let other = EtcdMetadataStore::connect(&etcd.url("/feed-other")).await?;
+    policy_feed_reports_writes_of(&watcher, &writer, Some(&other)).await
 }
