@@ -341,14 +341,19 @@ pub struct PolicyStore {
     update_lock: tokio::sync::Mutex<()>,
 }
 
+/// Prefix of a namespace's scope in the store (and key in the cache).
+const NAMESPACE_SCOPE: &str = "namespace:";
+/// Prefix of a topic's scope in the store (and key in the cache).
+const TOPIC_SCOPE: &str = "topic:";
+
 fn scope(namespace: &NamespaceName) -> String {
-    format!("namespace:{namespace}")
+    format!("{NAMESPACE_SCOPE}{namespace}")
 }
 
 /// Cache key and store scope of a topic's own policies: those of its base topic (keys never
 /// collide with namespaces, which contain no `://`).
 fn topic_scope(topic: &TopicName) -> String {
-    format!("topic:{}", topic.base())
+    format!("{TOPIC_SCOPE}{}", topic.base())
 }
 
 impl PolicyStore {
@@ -435,14 +440,11 @@ impl PolicyStore {
 
     /// The namespaces attached to resource group `group`.
     pub async fn namespaces_in_group(&self, group: &str) -> Result<Vec<String>, PoliciesError> {
-        let prefix = "namespace:";
+        let prefix = NAMESPACE_SCOPE;
         let mut out = Vec::new();
         for (scope, blob) in self.meta.list_policies(prefix).await? {
             let owner = scope.trim_start_matches(prefix).to_string();
-            let p = NamespacePolicies::decode(&blob).map_err(|reason| PoliciesError::Corrupt {
-                owner: owner.clone(),
-                reason,
-            })?;
+            let p = decode(&blob, &owner)?;
             if p.resource_group_name.as_deref() == Some(group) {
                 out.push(owner);
             }
@@ -471,14 +473,11 @@ impl PolicyStore {
         if !default.is_infinite() {
             return Ok(FiniteRetention::Everywhere);
         }
-        let prefix = "namespace:";
+        let prefix = NAMESPACE_SCOPE;
         let mut out = Vec::new();
         for (scope, blob) in self.meta.list_policies(prefix).await? {
             let owner = scope.trim_start_matches(prefix).to_string();
-            let p = NamespacePolicies::decode(&blob).map_err(|reason| PoliciesError::Corrupt {
-                owner: owner.clone(),
-                reason,
-            })?;
+            let p = decode(&blob, &owner)?;
             if p.retention.is_some_and(|r| !r.is_infinite()) {
                 out.push(owner);
             }
@@ -502,10 +501,13 @@ impl PolicyStore {
     /// Forgets what is cached of `scope` (a namespace's or a topic's policies), which another
     /// node changed (reported by the metadata store's policies feed); any other scope is
     /// ignored.
-    pub fn forget(&self, scope: &str) {
-        if scope.starts_with("namespace:") || scope.starts_with("topic:") {
+    /// Returns whether it was one (so the policies in force on topics may have changed).
+    pub fn forget(&self, scope: &str) -> bool {
+        let ours = scope.starts_with(NAMESPACE_SCOPE) || scope.starts_with(TOPIC_SCOPE);
+        if ours {
             self.cache.invalidate(&scope.to_string());
         }
+        ours
     }
 
     /// Forgets every cached policy (the feed of changes ended: some may have been missed).

@@ -112,15 +112,8 @@ impl Follower {
     /// (grants, tenants and clusters are read on each use instead).
     fn forget(&self, change: &PolicyChange) -> bool {
         tracing::debug!(scope = %change.scope, "policies changed in the store");
-        self.policies.forget(&change.scope);
-        self.tenancy.forget(&change.scope);
-        [
-            "namespace:",
-            "topic:",
-            "tenancy/resourcegroup/",
-            "tenancy/tenant-resourcegroup/",
-        ]
-        .iter()
-        .any(|p| change.scope.starts_with(p))
+        let policies = self.policies.forget(&change.scope);
+        let groups = self.tenancy.forget(&change.scope);
+        policies || groups
     }
 }

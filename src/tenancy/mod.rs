@@ -76,6 +76,14 @@ pub enum TenancyError {
 /// write land between its read and its compare-and-set.
 const UPDATE_ATTEMPTS: usize = 16;
 
+/// The record stored at `scope`, parsed.
+fn decode_at<T: serde::de::DeserializeOwned>(scope: &str, blob: &[u8]) -> Result<T, TenancyError> {
+    records::decode(blob).map_err(|reason| TenancyError::Corrupt {
+        scope: scope.to_string(),
+        reason,
+    })
+}
+
 fn tenant_scope(tenant: &str) -> String {
     format!("tenancy/tenant/{tenant}")
 }
@@ -138,14 +146,17 @@ impl Tenancy {
 
     /// Forgets what is cached of the record stored at `scope`, which another node changed
     /// (reported by the metadata store's policies feed); any other scope is ignored.
-    pub fn forget(&self, scope: &str) {
+    /// Returns whether it was a resource group or a tenant's attachment to one (so the limits
+    /// in force on topics may have changed; the other records are read on each use).
+    pub fn forget(&self, scope: &str) -> bool {
         let Some(rest) = scope.strip_prefix("tenancy/") else {
-            return;
+            return false;
         };
         if let Some(tenant) = rest.strip_prefix("tenant/") {
             self.tenants.invalidate(&tenant.to_string());
         } else if let Some(tenant) = rest.strip_prefix("tenant-resourcegroup/") {
             self.tenant_groups.invalidate(&tenant.to_string());
+            return true;
         } else if let Some(ns) = rest.strip_prefix("namespace/") {
             match ns.parse::<NamespaceName>() {
                 Ok(ns) => self.namespaces.invalidate(&ns),
@@ -153,6 +164,7 @@ impl Tenancy {
                 Err(_) => self.namespaces.invalidate_all(),
             }
         }
+        rest.starts_with("resourcegroup/")
     }
 
     /// Forgets every cached record (the feed of changes ended: some may have been missed).
@@ -170,12 +182,7 @@ impl Tenancy {
         let Some(blob) = self.meta.get_policies(scope).await? else {
             return Ok(None);
         };
-        records::decode(&blob)
-            .map(Some)
-            .map_err(|reason| TenancyError::Corrupt {
-                scope: scope.to_string(),
-                reason,
-            })
+        decode_at(scope, &blob).map(Some)
     }
 
     /// At start: records the local cluster at `local`'s URLs, then makes sure `public` and
@@ -579,11 +586,7 @@ impl Tenancy {
             let Some(stored) = self.meta.get_policies(&scope).await? else {
                 return Err(TenancyError::NotFound(format!("Namespace {ns}")));
             };
-            let mut record: NamespaceRecord =
-                records::decode(&stored).map_err(|reason| TenancyError::Corrupt {
-                    scope: scope.clone(),
-                    reason,
-                })?;
+            let mut record: NamespaceRecord = decode_at(&scope, &stored)?;
             let out = change(&mut record)?;
             self.namespaces.invalidate(ns);
             let done = self
