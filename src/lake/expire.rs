@@ -70,9 +70,9 @@ pub enum Live<'a> {
     /// topics interleave, so one topic's live ledger must not keep another's file).
     Topics(&'a BTreeMap<String, BTreeSet<LedgerId>>),
     /// A namespace's shared table, for deleted topics: the files of these topics whose every
-    /// ledger is at or below the topic's bound (its last ledger when it was deleted). A later
-    /// topic of the same name has only higher ledger ids (one counter for the whole store),
-    /// so its files stay.
+    /// ledger is at or below the topic's bound (the store's last ledger id, read before the
+    /// topic was deleted). A later topic of the same name has only higher ledger ids (one
+    /// counter for the whole store), so its files stay.
     DeletedThrough(&'a BTreeMap<String, LedgerId>),
 }
 

@@ -258,13 +258,12 @@ impl OffloadEngine {
     /// deletes the table's files when `lake.drop_table_on_topic_delete` is on, and forgets its
     /// offload status. Returns whether a table was dropped.
     /// In a namespace's shared table, the topic's files are removed instead (the table stays):
-    /// those whose ledgers are all at or below `last_ledger` (the topic's last ledger when it
-    /// was deleted, so that a later topic of the same name keeps its rows), or every file of
-    /// the topic when it is not known (a deletion repeated after the log part was gone).
+    /// those whose ledgers are all at or below `last_ledger` (the store's last ledger id, read
+    /// before the topic was deleted, so that a later topic of the same name keeps its rows).
     pub async fn topic_deleted(
         &self,
         topic: &TopicName,
-        last_ledger: Option<crate::ledger::LedgerId>,
+        last_ledger: crate::ledger::LedgerId,
     ) -> Result<bool, OffloadError> {
         let base = topic.base();
         lock(&self.inner.tables).remove(&base.to_string());
@@ -278,13 +277,8 @@ impl OffloadEngine {
                 let Some(topic) = table.topic else {
                     return lake.drop_table(&table.ident).await;
                 };
-                let nothing_kept =
-                    std::collections::BTreeMap::from([(topic.clone(), Default::default())]);
-                let through = std::collections::BTreeMap::from([(topic, last_ledger.unwrap_or(0))]);
-                let live = match last_ledger {
-                    Some(_) => crate::lake::expire::Live::DeletedThrough(&through),
-                    None => crate::lake::expire::Live::Topics(&nothing_kept),
-                };
+                let through = std::collections::BTreeMap::from([(topic, last_ledger)]);
+                let live = crate::lake::expire::Live::DeletedThrough(&through);
                 // The other topics of a shared table go on committing (on other nodes): a
                 // removal that lost the race is built again on the new version, so that the
                 // deleted topic's rows do not outlive it.

@@ -322,12 +322,15 @@ impl Operations {
             Some(o) => Some(o.pause_table(base).await?),
             None => None,
         };
-        // Read before the broker deletes the topics (their ledger records go with them): the
-        // lake removes the rows of these ledgers only, so a later topic of the same name keeps
-        // its own. A ledger made after this read (a rollover before the deletion stops
-        // appends) never reaches the lake: this node writes it, its offload of the table is
-        // paused from before the read, and the deletion removes it from the log.
-        let last_ledger = self.last_ledger_of(&names).await?;
+        // Read before anything is deleted: every ledger the topics had so far is at or below
+        // it (also those of partitions deleted by an earlier, interrupted deletion on their
+        // owners), and the lake removes rows of those ledgers only. A topic of the same name
+        // created later (a client may re-create a deleted partition on another node while
+        // the next ones are being deleted) gets higher ids and keeps its rows. A ledger made
+        // for these topics after this read is above it and never reaches the lake from this
+        // node (its offload of the table is paused); one another node made and offloaded in
+        // between stays in the table (left behind, never another topic's rows removed).
+        let last_ledger = self.log.metadata().last_ledger_id().await?;
         let mut existed = false;
         for name in &names {
             existed |= self.broker.delete_topic(name, force).await?;
@@ -346,24 +349,8 @@ impl Operations {
         if !existed && !dropped {
             return Err(OpsError::NotFound(format!("Topic {base} not found")));
         }
-        tracing::info!(topic = %base, partitions = names.len(), ?last_ledger, "topic deleted");
+        tracing::info!(topic = %base, partitions = names.len(), last_ledger, "topic deleted");
         Ok(())
-    }
-
-    /// The highest ledger id of the topics `names` (`None`: they have none, or are gone).
-    async fn last_ledger_of(
-        &self,
-        names: &[TopicName],
-    ) -> Result<Option<crate::ledger::LedgerId>, OpsError> {
-        let meta = self.log.metadata();
-        let mut last = None;
-        for name in names {
-            if let Some(t) = meta.get_topic(&name.to_string()).await? {
-                let ledgers = meta.topic_ledgers(t.id).await?;
-                last = last.max(ledgers.iter().map(|l| l.id).max());
-            }
-        }
-        Ok(last)
     }
 
     /// Deletes the topics the broker finds inactive

@@ -51,10 +51,13 @@ async fn topics_are_idempotent_and_increasing(store: &dyn MetadataStore) -> Test
 }
 
 async fn ledger_ids_increase_and_lifecycle_is_enforced(store: &dyn MetadataStore) -> TestResult {
+    assert_eq!(store.last_ledger_id().await?, 0, "no ledger yet");
     let t = store.get_or_create_topic("x", 0).await?;
     let l1 = store.create_ledger(t.id, 4, "b1", 10, None).await?;
+    assert_eq!(store.last_ledger_id().await?, l1.id);
     let l2 = store.create_ledger(t.id, 4, "b2", 11, None).await?;
     assert!(l2.id > l1.id);
+    assert_eq!(store.last_ledger_id().await?, l2.id);
     // Each ledger keeps the bookie that holds it.
     assert_eq!((l1.bookie.as_str(), l2.bookie.as_str()), ("b1", "b2"));
     assert_eq!(
@@ -504,6 +507,17 @@ async fn topics_are_deleted_only_without_live_ledgers(store: &dyn MetadataStore)
         .await?;
     assert!(store.delete_topic("gone").await?);
     assert!(!store.delete_topic("gone").await?);
+    // Read after the deletion, the last ledger id bounds every ledger the topic had (no
+    // ledger can be made for it any more), and a later topic of the name gets higher ids.
+    let bound = store.last_ledger_id().await?;
+    assert!(
+        bound >= l.id.max(k.id),
+        "{bound} below {} or {}",
+        l.id,
+        k.id
+    );
+    assert!(store.create_ledger(t.id, 0, "b1", 4, None).await.is_err());
+    assert_eq!(store.last_ledger_id().await?, bound);
     let names: Vec<String> = store
         .list_topics()
         .await?
@@ -519,6 +533,7 @@ async fn topics_are_deleted_only_without_live_ledgers(store: &dyn MetadataStore)
     assert!(store.get_ledger(k.id).await?.is_some());
     let again = store.get_or_create_topic("gone", 4).await?;
     assert_ne!(again.id, t.id);
+    assert!(store.create_ledger(again.id, 0, "b1", 5, None).await?.id > bound);
     assert!(store.topic_cursors(again.id).await?.is_empty());
     Ok(())
 }

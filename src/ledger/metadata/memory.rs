@@ -331,6 +331,10 @@ impl MetadataStore for MemoryMetadataStore {
             .collect())
     }
 
+    async fn last_ledger_id(&self) -> Result<LedgerId, MetadataError> {
+        Ok(self.lock().next_ledger_id)
+    }
+
     async fn get_partitions(&self, name: &str) -> Result<Option<u32>, MetadataError> {
         Ok(self.lock().partitioned.get(name).copied())
     }

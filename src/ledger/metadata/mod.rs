@@ -564,6 +564,12 @@ pub trait MetadataStore: Send + Sync + fmt::Debug + 'static {
         writer_epoch: Option<u64>,
     ) -> Result<LedgerRecord, MetadataError>;
 
+    /// The highest ledger id handed out so far (0 before the first). Ids come from one
+    /// counter for the whole store: a ledger whose creation completed before this call has an
+    /// id at or below the answer, one created after it a higher id (so a topic created after
+    /// the call has only higher ledger ids).
+    async fn last_ledger_id(&self) -> Result<LedgerId, MetadataError>;
+
     /// Records that a sealed ledger's copies moved ([`CopyChange::apply`]'s rule), as one
     /// compare-and-set on the ledger record: refused with `Conflict` (nothing changed) when
     /// the ledger is not sealed, does not list a lost bookie or lists the new one already;

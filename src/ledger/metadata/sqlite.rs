@@ -502,6 +502,16 @@ impl MetadataStore for SqliteMetadataStore {
         .collect()
     }
 
+    async fn last_ledger_id(&self) -> Result<LedgerId, MetadataError> {
+        let next: i64 = sqlx::query("SELECT value FROM ll_meta WHERE key = 'next_ledger_id'")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(backend("read ledger id counter"))?
+            .try_get(0)
+            .map_err(backend("read ledger id counter"))?;
+        Ok(u64::try_from(next - 1).unwrap_or(0))
+    }
+
     async fn get_partitions(&self, name: &str) -> Result<Option<u32>, MetadataError> {
         sqlx::query("SELECT partitions FROM ll_partitioned_topics WHERE name = ?")
             .bind(name)

@@ -611,6 +611,12 @@ impl MetadataStore for EtcdMetadataStore {
         }
     }
 
+    async fn last_ledger_id(&self) -> Result<LedgerId, MetadataError> {
+        // The counter holds the next id to hand out (absent: 1).
+        let (next, _) = self.counter(&self.keys.ledger_ids()).await?;
+        Ok(next.saturating_sub(1))
+    }
+
     async fn get_partitions(&self, name: &str) -> Result<Option<u32>, MetadataError> {
         match self
             .get("read partitions", self.keys.partitioned(name))
