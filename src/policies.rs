@@ -28,8 +28,10 @@ use crate::naming::{NamespaceName, TopicName};
 
 mod backlog;
 mod inactive;
+mod reach;
 pub use backlog::{BacklogLimits, BacklogPolicy, BacklogQuota, BacklogQuotaMap, BacklogQuotaType};
 pub use inactive::{InactiveRule, InactiveTopicPolicies};
+pub use reach::Reach;
 
 /// Version byte of the persisted policies blob.
 pub const POLICIES_FORMAT_VERSION: u8 = 1;
@@ -500,14 +502,20 @@ impl PolicyStore {
 
     /// Forgets what is cached of `scope` (a namespace's or a topic's policies), which another
     /// node changed (reported by the metadata store's policies feed); any other scope is
-    /// ignored.
-    /// Returns whether it was one (so the policies in force on topics may have changed).
-    pub fn forget(&self, scope: &str) -> bool {
-        let ours = scope.starts_with(NAMESPACE_SCOPE) || scope.starts_with(TOPIC_SCOPE);
-        if ours {
-            self.cache.invalidate(&scope.to_string());
-        }
-        ours
+    /// ignored. Returns which topics' policies in force may have changed (`None`: not a scope
+    /// of policies).
+    pub fn forget(&self, scope: &str) -> Option<Reach> {
+        let reach = if let Some(ns) = scope.strip_prefix(NAMESPACE_SCOPE) {
+            ns.parse().map_or(Reach::All, Reach::Namespace)
+        } else if let Some(topic) = scope.strip_prefix(TOPIC_SCOPE) {
+            topic
+                .parse::<TopicName>()
+                .map_or(Reach::All, |t| Reach::Topic(t.base()))
+        } else {
+            return None;
+        };
+        self.cache.invalidate(&scope.to_string());
+        Some(reach)
     }
 
     /// Forgets every cached policy (the feed of changes ended: some may have been missed).
@@ -541,22 +549,24 @@ impl PolicyStore {
         })
     }
 
-    /// Applies `change` to the namespace's policies and stores the result.
+    /// Applies `change` to the namespace's policies and stores the result; returns whether
+    /// they changed (an unchanged result is not written).
     pub async fn update(
         &self,
         namespace: &NamespaceName,
         change: impl FnMut(&mut NamespacePolicies),
-    ) -> Result<NamespacePolicies, PoliciesError> {
+    ) -> Result<bool, PoliciesError> {
         self.update_scoped(&scope(namespace), &namespace.to_string(), change)
             .await
     }
 
-    /// Applies `change` to a topic's own policies and stores the result.
+    /// Applies `change` to a topic's own policies and stores the result; returns whether they
+    /// changed (an unchanged result is not written).
     pub async fn update_topic(
         &self,
         topic: &TopicName,
         change: impl FnMut(&mut NamespacePolicies),
-    ) -> Result<NamespacePolicies, PoliciesError> {
+    ) -> Result<bool, PoliciesError> {
         self.update_scoped(&topic_scope(topic), &topic.base().to_string(), change)
             .await
     }
@@ -566,7 +576,7 @@ impl PolicyStore {
         key: &str,
         owner: &str,
         mut change: impl FnMut(&mut NamespacePolicies),
-    ) -> Result<NamespacePolicies, PoliciesError> {
+    ) -> Result<bool, PoliciesError> {
         let _guard = self.update_lock.lock().await;
         let cache_key = key.to_string();
         for _ in 0..UPDATE_ATTEMPTS {
@@ -578,6 +588,12 @@ impl PolicyStore {
             };
             change(&mut p);
             let blob = (p != NamespacePolicies::default()).then(|| p.encode());
+            if blob == stored {
+                // Nothing to write: no other node is told of a change that is none. This
+                // node's copy is forgotten all the same (it may be stale).
+                self.cache.invalidate(&cache_key);
+                return Ok(false);
+            }
             // Forgotten before and after: a write that fails after the store changed leaves
             // nothing stale, and neither does a reader that loaded the old value meanwhile.
             self.cache.invalidate(&cache_key);
@@ -587,7 +603,7 @@ impl PolicyStore {
                 .await;
             self.cache.invalidate(&cache_key);
             if done? {
-                return Ok(p);
+                return Ok(true);
             }
         }
         Err(MetadataError::Conflict(format!(
@@ -707,6 +723,26 @@ mod tests {
         assert!(NamespacePolicies::decode(&[]).is_err());
     }
 
+    #[test]
+    fn a_forgotten_scope_reaches_only_its_own_topics() {
+        let store = PolicyStore::new(
+            Arc::new(MemoryMetadataStore::new()),
+            PolicyDefaults::default(),
+        );
+        let topic = |s: &str| s.parse::<TopicName>().expect("valid");
+        let part = topic("persistent://t/ns/a-partition-1");
+        let ns = store.forget("namespace:t/ns").expect("a namespace scope");
+        assert!(ns.covers(&part) && !ns.covers(&topic("persistent://t/other/a")));
+        let own = store.forget(&topic_scope(&part)).expect("a topic scope");
+        assert_eq!(own, Reach::Topic(topic("persistent://t/ns/a")));
+        assert!(own.covers(&part) && !own.covers(&topic("persistent://t/ns/b")));
+        assert!(Reach::Tenant("t".into()).covers(&part));
+        assert!(!Reach::Tenant("u".into()).covers(&part));
+        // A scope naming nothing valid reaches everything; other scopes are not policies.
+        assert_eq!(store.forget("namespace:not a name"), Some(Reach::All));
+        assert_eq!(store.forget("tenancy/tenant/t"), None);
+    }
+
     #[tokio::test]
     async fn updates_override_defaults_and_persist() -> Result<(), PoliciesError> {
         let meta: Arc<dyn MetadataStore> = Arc::new(MemoryMetadataStore::new());
@@ -715,9 +751,22 @@ mod tests {
         let e = store.effective(&ns).await?;
         assert_eq!(e.offload_threshold_bytes, 0);
         assert_eq!(e.offload_deletion_lag, Duration::from_secs(3600));
-        store
-            .update(&ns, |p| p.offload_deletion_lag_ms = Some(5))
-            .await?;
+        assert!(
+            store
+                .update(&ns, |p| p.offload_deletion_lag_ms = Some(5))
+                .await?
+        );
+        // The same value again changes nothing and writes nothing.
+        let before = meta.get_policies(&scope(&ns)).await?;
+        let feed = meta.policy_changes().await?;
+        assert!(
+            !store
+                .update(&ns, |p| p.offload_deletion_lag_ms = Some(5))
+                .await?
+        );
+        assert_eq!(meta.get_policies(&scope(&ns)).await?, before);
+        let mut feed = feed.expect("the memory store has a feed");
+        assert!(feed.try_next().is_err(), "an unchanged update was written");
         let fresh = PolicyStore::new(meta, PolicyDefaults::default());
         let e = fresh.effective(&ns).await?;
         assert_eq!(e.offload_deletion_lag, Duration::from_millis(5));

@@ -1,8 +1,9 @@
 //! The broker's periodic work, every `broker.cursor_persist_interval`, driven by what changed
 //! rather than by how many topics are loaded:
-//! - **policy changes** are not polled: the operations layer applies each change to every
-//!   loaded topic when it is made ([`Broker::apply_policies`]), and so does its follower of
-//!   other nodes' changes (`ops/follow.rs`); a topic gets the policies in force when it loads;
+//! - **policy changes** are not polled: the operations layer applies each change to the
+//!   loaded topics it can concern (its [`Reach`]) when it is made ([`Broker::apply_policies`]),
+//!   and so does its follower of other nodes' changes (`ops/follow.rs`); a topic gets the
+//!   policies in force when it loads;
 //! - **backlog quotas and message TTL** depend on time, so the topics with such a limit in
 //!   force are checked again each tick (with those whose policies could not be read last time);
 //! - **deduplication snapshots** are saved for the topics that appended since the last tick;
@@ -26,6 +27,7 @@ use std::sync::Arc;
 
 use super::activity::Watched;
 use super::{lock, measure, Broker, BrokerTopic};
+use crate::policies::Reach;
 
 impl Broker {
     /// Runs the periodic work until the broker stops.
@@ -66,16 +68,20 @@ impl Broker {
         });
     }
 
-    /// Hands every loaded topic's owner whose policies changed the policies now in force
-    /// (enabling deduplication folds its state in the owner; disabling drops it and forgets
-    /// its snapshot), and those with backlog limits their periodic check; puts every topic's
-    /// publish limits in force. Called by the operations layer after each policy change.
-    pub async fn apply_policies(&self) {
+    /// Hands every loaded topic's owner that one of `reach` covers and whose policies changed
+    /// the policies now in force (enabling deduplication folds its state in the owner;
+    /// disabling drops it and forgets its snapshot), and those with backlog limits their
+    /// periodic check; puts those topics' publish limits in force. Called by the operations
+    /// layer after each policy change, with the topics the change can concern.
+    pub async fn apply_policies(&self, reach: &[Reach]) {
         let _one_pass = self.apply_lock.lock().await;
         self.policy_passes
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let everything = reach.contains(&Reach::All);
         for t in self.loaded_topics() {
-            self.apply_policies_to(&t).await;
+            if everything || reach.iter().any(|r| r.covers(&t.name)) {
+                self.apply_policies_to(&t).await;
+            }
         }
     }
 

@@ -8,8 +8,9 @@
 //!   when the feed reports a later change of it (the generation of [`crate::cached`] keeps a
 //!   load overtaken by that report from being cached).
 //! - Only changes that can alter a topic's policies in force (namespace and topic policies,
-//!   resource groups) make the broker visit its loaded topics, once per burst; this node's
-//!   own changes come back too and cost a second visit.
+//!   resource groups) make the broker visit loaded topics, once per burst, and only those the
+//!   burst's changes can concern (their [`Reach`]); this node's own changes come back too and
+//!   cost a second visit of those topics.
 //! - A feed that ends (etcd unreachable, the watch compacted away) is asked for again; until a
 //!   new one runs, the caches keep serving what they hold (the node goes on serving its topics
 //!   with the policies it knows), and everything is forgotten once it runs.
@@ -25,7 +26,7 @@ use super::Operations;
 use crate::broker::Broker;
 use crate::ledger::metadata::{PolicyChange, PolicyChanges};
 use crate::ledger::MetadataStore;
-use crate::policies::PolicyStore;
+use crate::policies::{PolicyStore, Reach};
 use crate::tenancy::Tenancy;
 
 /// First wait before asking again for a feed that could not start or ended at once; doubles up
@@ -74,7 +75,7 @@ impl Follower {
                     // not report.
                     self.policies.forget_all();
                     self.tenancy.forget_all();
-                    self.broker.apply_policies().await;
+                    self.broker.apply_policies(&[Reach::All]).await;
                     self.follow(&mut feed).await;
                     tracing::info!("the policies feed ended; caches start over with a new one");
                 }
@@ -95,25 +96,32 @@ impl Follower {
     }
 
     /// Forgets what `feed` reports until it ends; the broker applies each burst of changes
-    /// that can change a topic's policies once.
+    /// that can change a topic's policies once, to the topics the burst can concern.
     async fn follow(&self, feed: &mut PolicyChanges) {
         while let Some(change) = feed.next().await {
-            let mut apply = self.forget(&change);
+            let mut reach = Vec::new();
+            self.forget(&change, &mut reach);
             while let Ok(change) = feed.try_next() {
-                apply |= self.forget(&change);
+                self.forget(&change, &mut reach);
             }
-            if apply {
-                self.broker.apply_policies().await;
+            if !reach.is_empty() {
+                self.broker.apply_policies(&reach).await;
             }
         }
     }
 
-    /// Forgets `change`'s scope; whether it can change the policies in force on a topic
-    /// (grants, tenants and clusters are read on each use instead).
-    fn forget(&self, change: &PolicyChange) -> bool {
+    /// Forgets `change`'s scope; adds to `reach` the topics whose policies in force it can
+    /// change (grants, tenants and clusters are read on each use instead: none).
+    fn forget(&self, change: &PolicyChange, reach: &mut Vec<Reach>) {
         tracing::debug!(scope = %change.scope, "policies changed in the store");
-        let policies = self.policies.forget(&change.scope);
-        let groups = self.tenancy.forget(&change.scope);
-        policies || groups
+        let changed = [
+            self.policies.forget(&change.scope),
+            self.tenancy.forget(&change.scope),
+        ];
+        for r in changed.into_iter().flatten() {
+            if !reach.contains(&r) {
+                reach.push(r);
+            }
+        }
     }
 }

@@ -20,7 +20,7 @@ use crate::lake::LakeError;
 use crate::ledger::{LedgerState, Log, MetadataError};
 use crate::naming::{NamespaceName, TopicName};
 use crate::offload::{OffloadEngine, OffloadError, OffloadStatus};
-use crate::policies::{EffectivePolicies, NamespacePolicies, PoliciesError, PolicyStore};
+use crate::policies::{EffectivePolicies, NamespacePolicies, PoliciesError, PolicyStore, Reach};
 use crate::tenancy::{Tenancy, TenancyError};
 use crate::verify::VerifyError;
 
@@ -559,8 +559,12 @@ impl Operations {
         change: impl FnMut(&mut NamespacePolicies),
     ) -> Result<(), OpsError> {
         self.existing_namespace(namespace).await?;
+        // Applied here also when nothing changed in the store: a stale cache of this node
+        // (its feed of other nodes' changes down) is put right by repeating the change.
         self.policies.update(namespace, change).await?;
-        self.broker.apply_policies().await;
+        self.broker
+            .apply_policies(&[Reach::Namespace(namespace.clone())])
+            .await;
         Ok(())
     }
 
@@ -599,7 +603,9 @@ impl Operations {
     ) -> Result<(), OpsError> {
         self.existing_namespace(&topic.namespace).await?;
         self.policies.update_topic(topic, change).await?;
-        self.broker.apply_policies().await;
+        self.broker
+            .apply_policies(&[Reach::Topic(topic.base())])
+            .await;
         Ok(())
     }
 

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::{Operations, OpsError};
 use crate::naming::{NamespaceName, TopicName};
-use crate::policies::{NamespacePolicies, RetentionPolicy};
+use crate::policies::{NamespacePolicies, Reach, RetentionPolicy};
 use crate::tenancy::{
     AuthAction, ClusterData, Grants, NamespaceRecord, ResourceGroup, SubscriptionAuthMode,
     TenancyError, TenantInfo,
@@ -106,7 +106,7 @@ impl Operations {
         group: &ResourceGroup,
     ) -> Result<(), OpsError> {
         self.tenancy.put_resource_group(name, group).await?;
-        self.broker.apply_policies().await;
+        self.broker.apply_policies(&[Reach::All]).await;
         Ok(())
     }
 
@@ -155,7 +155,9 @@ impl Operations {
         self.tenancy
             .set_tenant_resource_group(tenant, group)
             .await?;
-        self.broker.apply_policies().await;
+        self.broker
+            .apply_policies(&[Reach::Tenant(tenant.to_string())])
+            .await;
         Ok(())
     }
 

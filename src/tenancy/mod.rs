@@ -35,6 +35,7 @@ use std::sync::Arc;
 use crate::cached::Cached;
 use crate::ledger::{MetadataError, MetadataStore};
 use crate::naming::{valid_part, NamespaceName};
+use crate::policies::Reach;
 
 pub mod authorizer;
 pub mod records;
@@ -146,17 +147,15 @@ impl Tenancy {
 
     /// Forgets what is cached of the record stored at `scope`, which another node changed
     /// (reported by the metadata store's policies feed); any other scope is ignored.
-    /// Returns whether it was a resource group or a tenant's attachment to one (so the limits
-    /// in force on topics may have changed; the other records are read on each use).
-    pub fn forget(&self, scope: &str) -> bool {
-        let Some(rest) = scope.strip_prefix("tenancy/") else {
-            return false;
-        };
+    /// Returns which topics' limits in force may have changed: all for a resource group, a
+    /// tenant's for its attachment to one, none for the other records (read on each use).
+    pub fn forget(&self, scope: &str) -> Option<Reach> {
+        let rest = scope.strip_prefix("tenancy/")?;
         if let Some(tenant) = rest.strip_prefix("tenant/") {
             self.tenants.invalidate(&tenant.to_string());
         } else if let Some(tenant) = rest.strip_prefix("tenant-resourcegroup/") {
             self.tenant_groups.invalidate(&tenant.to_string());
-            return true;
+            return Some(Reach::Tenant(tenant.to_string()));
         } else if let Some(ns) = rest.strip_prefix("namespace/") {
             match ns.parse::<NamespaceName>() {
                 Ok(ns) => self.namespaces.invalidate(&ns),
@@ -164,7 +163,7 @@ impl Tenancy {
                 Err(_) => self.namespaces.invalidate_all(),
             }
         }
-        rest.starts_with("resourcegroup/")
+        rest.starts_with("resourcegroup/").then_some(Reach::All)
     }
 
     /// Forgets every cached record (the feed of changes ended: some may have been missed).
@@ -588,10 +587,17 @@ impl Tenancy {
             };
             let mut record: NamespaceRecord = decode_at(&scope, &stored)?;
             let out = change(&mut record)?;
+            let blob = records::encode(&record);
+            if blob == stored {
+                // Nothing to write: no other node is told of a change that is none. This
+                // node's copy is forgotten all the same (it may be stale).
+                self.namespaces.invalidate(ns);
+                return Ok(out);
+            }
             self.namespaces.invalidate(ns);
             let done = self
                 .meta
-                .replace_policies(&scope, Some(&stored), Some(&records::encode(&record)))
+                .replace_policies(&scope, Some(&stored), Some(&blob))
                 .await;
             self.namespaces.invalidate(ns);
             if done? {
