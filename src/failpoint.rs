@@ -8,12 +8,14 @@
 //!   would (no destructors, no flushing);
 //! - `=sleep(MS)`: reaching [`pause`]`(name, key)` waits MS milliseconds (only when `key`
 //!   contains `KEY`, if given), as a slow disk or store would;
-//! - `=error`: reaching [`io_error`]`(name)` returns an I/O error, as a failing disk would;
+//! - `=error`: reaching [`io_error`]`(name)` (or [`io_error_at`]`(name, key)`, only when
+//!   `key` contains `KEY`, if given) returns an I/O error, as a failing disk would;
 //! - `#SKIP`: the first SKIP times the point is reached it does nothing (crash at the third
 //!   seal, fail the twentieth `fdatasync`).
 //!
 //! The names in use, by the step they break (the fault suite, `tests/faults/`, arms each):
-//! - log: `journal.fdatasync` (error), `ledger.seal.after_index`, `ledger.seal.after_record`,
+//! - log: `journal.fdatasync` (error), `ledger.read` (error, keyed by topic: a topic whose
+//!   stored entries cannot be read), `ledger.seal.after_index`, `ledger.seal.after_record`,
 //!   `ledger.recovery.after_scan`, `ledger.recovery.after_seal`,
 //!   `ledger.local_delete.after_record`, `ledger.reclaim.before_sync`;
 //! - offload: `offload.before_commit`, `offload.after_commit`, `offload.before_mark`,
@@ -121,17 +123,28 @@ pub fn hit(name: &str) {
 /// An injected I/O error if `name` is armed to fail (debug builds only).
 #[inline]
 pub fn io_error(name: &str) -> std::io::Result<()> {
+    io_error_at(name, "")
+}
+
+/// An injected I/O error if `name` is armed to fail for `key` (its `@KEY`, if given, is part
+/// of `key`; debug builds only).
+#[inline]
+pub fn io_error_at(name: &str, key: &str) -> std::io::Result<()> {
     #[cfg(debug_assertions)]
     if armed()
         .iter()
-        .filter(|a| a.name == name && a.action == Action::Error)
+        .filter(|a| {
+            a.name == name
+                && a.action == Action::Error
+                && a.key.as_deref().is_none_or(|k| key.contains(k))
+        })
         .fold(false, |fired, a| a.fires() | fired)
     {
         eprintln!("failpoint {name}: injecting an I/O error");
         return Err(std::io::Error::other(format!("failpoint {name}")));
     }
     #[cfg(not(debug_assertions))]
-    let _ = name;
+    let _ = (name, key);
     Ok(())
 }
 
@@ -174,6 +187,11 @@ mod tests {
         );
         let a = parse("journal.fdatasync=error#20").expect("error point");
         assert_eq!((a.action, a.skip), (Action::Error, 20));
+        let a = parse("ledger.read@ns/bad=error").expect("keyed error point");
+        assert_eq!(
+            (a.name.as_str(), a.key.as_deref(), a.action),
+            ("ledger.read", Some("ns/bad"), Action::Error)
+        );
         assert!(parse("x=sleep(abc)").is_none());
         assert!(parse("x=explode").is_none());
         assert!(parse("x#many").is_none());

@@ -754,6 +754,15 @@ impl TopicLog {
         let located = self
             .or_deleted(ledger, self.locate(ledger, first, last).await)
             .await?;
+        // Fault tests: the disk under this topic's entries fails (before the cache, so that
+        // every read sees it).
+        if let Err(source) = crate::failpoint::io_error_at("ledger.read", self.name()) {
+            return Err(ReadError::Io {
+                path: std::path::PathBuf::from("<failpoint>"),
+                offset: 0,
+                source,
+            });
+        }
         if cached {
             let cache = lock(&self.inner.cache);
             let hit: Option<Vec<Entry>> = (0..located.len() as u64)

@@ -135,6 +135,10 @@ struct TableSlot {
     /// Invariant: true while the table may still hold files of expired ledgers (set by each
     /// expiry and at start, cleared by a successful removal).
     retention_pending: AtomicBool,
+    /// After a ledger of the topic could not be read in a shared pass: until when the topic
+    /// sits out its table's passes, and that rest's length (doubling with each failure).
+    /// Invariant: `None` once the topic took part in a successful commit.
+    unreadable: Mutex<Option<(Instant, std::time::Duration)>>,
 }
 
 struct Inner {
@@ -468,6 +472,7 @@ impl Inner {
                     progress: Arc::new(Progress::default()),
                     last_orphan_check: Mutex::new(None),
                     retention_pending: AtomicBool::new(true),
+                    unreadable: Mutex::new(None),
                 })
             })
             .clone()

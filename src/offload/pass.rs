@@ -9,11 +9,14 @@
 //!   close one topic's files before the next topic's start ([`crate::lake::commit`]).
 //! - Requests, status and progress stay per base topic ([`TableSlot`]); what a shared commit
 //!   did as a whole (its snapshot, its state) is recorded on every topic that took part.
+//! - In a shared table, a topic whose ledger cannot be read fails alone: the pass commits the
+//!   other topics without it, and it sits out the table's passes for a rest that doubles
+//!   with each failure (5 s to 5 min) unless a request names it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
@@ -193,10 +196,30 @@ impl Inner {
         for l in logs.iter().filter(|l| l.manual) {
             l.log.seal_current().await?;
         }
-        let (slices, more) = self.plan_slices(&logs, &policies).await?;
+        // A shared table's topics whose ledgers could not be read lately sit this pass out (a
+        // request brings one back at once).
+        let resting: BTreeSet<usize> = work
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| table.shared && w.ticket.is_none() && is_resting(&w.slot))
+            .map(|(i, _)| i)
+            .collect();
+        let (slices, mut more) = self.plan_slices(&logs, &policies, &resting).await?;
         let mut loaded = None;
         if !slices.is_empty() {
-            loaded = Some(self.offload(table, work, slices, &policies).await?);
+            let taking_part = work
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !resting.contains(i))
+                .map(|(_, w)| w)
+                .collect();
+            let left_out;
+            (loaded, left_out) = self
+                .offload_isolating(table, taking_part, slices, &policies)
+                .await?;
+            // A topic left out is done with for this pass: its request completes (with the
+            // error in its status) rather than bring it straight back past its rest.
+            more.retain(|i| !left_out.contains(&work[*i].base.local));
         }
         let by_topic: Vec<(i32, TopicLog)> =
             logs.iter().map(|l| (l.partition, l.log.clone())).collect();
@@ -231,12 +254,13 @@ impl Inner {
     }
 
     /// The sealed ledgers this pass writes (a bounded amount, topic by topic from a partition
-    /// that turns with every pass, each partition's in id order), and the topics (indexes)
-    /// with eligible ones left for a later pass.
+    /// that turns with every pass, each partition's in id order, none of the `resting`
+    /// topics), and the topics (indexes) with eligible ones left for a later pass.
     async fn plan_slices(
         &self,
         logs: &[PassLog],
         policies: &EffectivePolicies,
+        resting: &BTreeSet<usize>,
     ) -> Result<(Vec<LedgerSlice>, BTreeSet<usize>), OffloadError> {
         let meta = self.log.metadata();
         let now = now_ms();
@@ -246,7 +270,11 @@ impl Inner {
         let mut more = BTreeSet::new();
         let start = self.rotation.fetch_add(1, Ordering::Relaxed) % logs.len().max(1);
         let (head, tail) = logs.split_at(start);
-        for l in tail.iter().chain(head) {
+        for l in tail
+            .iter()
+            .chain(head)
+            .filter(|l| !resting.contains(&l.topic_index))
+        {
             let log = &l.log;
             let records = meta.topic_ledgers(log.id()).await?;
             // Other nodes offload or delete the ledgers their bookies hold: keep this view's
@@ -312,10 +340,74 @@ impl Inner {
         Ok((slices, more))
     }
 
+    /// [`Self::offload`] of `slices` for the topics `taking_part`. In a shared table, a topic
+    /// whose ledger cannot be read is left out (its status says why, and it rests a while:
+    /// [`rest`]) and the others are committed without it: one topic's failing disk or lost
+    /// copy does not hold back its namespace. Returns the table as committed (`None`: every
+    /// topic with slices was left out) and the topics left out (local names).
+    async fn offload_isolating(
+        &self,
+        table: &PassTable,
+        mut taking_part: Vec<&PassTopic>,
+        mut slices: Vec<LedgerSlice>,
+        policies: &EffectivePolicies,
+    ) -> Result<(Option<Table>, BTreeSet<String>), OffloadError> {
+        // Each attempt shows its topics as running; those left with nothing to commit get
+        // back the state they had.
+        let before: HashMap<String, OffloadState> = taking_part
+            .iter()
+            .map(|w| (w.base.local.clone(), lock(&w.slot.status).state))
+            .collect();
+        let mut left_out = BTreeSet::new();
+        loop {
+            let e = match self
+                .offload(table, &taking_part, slices.clone(), policies)
+                .await
+            {
+                Ok(t) => return Ok((Some(t), left_out)),
+                Err(e) => e,
+            };
+            let unreadable = match &e {
+                OffloadError::Lake(LakeError::Read { ledger, .. }) if table.shared => slices
+                    .iter()
+                    .find(|s| s.ledger == *ledger)
+                    .and_then(|s| s.topic.clone()),
+                _ => None,
+            };
+            let Some(topic) = unreadable else {
+                return Err(e);
+            };
+            let Some(at) = taking_part.iter().position(|w| *w.base.local == *topic) else {
+                return Err(e);
+            };
+            let w = taking_part.remove(at);
+            slices.retain(|s| s.topic.as_deref() != Some(&*topic));
+            left_out.insert(w.base.local.clone());
+            let wait = rest(&w.slot);
+            {
+                let mut st = lock(&w.slot.status);
+                st.state = OffloadState::Error;
+                st.last_error = Some(e.to_string());
+            }
+            w.slot.progress.entries.store(0, Ordering::Relaxed);
+            w.slot.progress.bytes.store(0, Ordering::Relaxed);
+            tracing::warn!(table = %table.ident, topic = %w.base, error = %e, rest = ?wait,
+                "offload: a ledger of the topic could not be read; the table's other topics go on without it");
+            if slices.is_empty() {
+                for w in &taking_part {
+                    if let Some(state) = before.get(&w.base.local) {
+                        lock(&w.slot.status).state = *state;
+                    }
+                }
+                return Ok((None, left_out));
+            }
+        }
+    }
+
     async fn offload(
         &self,
         table: &PassTable,
-        work: &[PassTopic],
+        work: &[&PassTopic],
         slices: Vec<LedgerSlice>,
         policies: &EffectivePolicies,
     ) -> Result<Table, OffloadError> {
@@ -402,6 +494,14 @@ impl Inner {
                         .get(l)
                         .is_some_and(|t| t.as_deref() == Some(w.base.local.as_str()))
             };
+            // A rest ends with a commit the topic had ledgers in.
+            if !table.shared
+                || topic_of_ledger
+                    .values()
+                    .any(|t| t.as_deref() == Some(&*w.base.local))
+            {
+                *lock(&w.slot.unreadable) = None;
+            }
             let mut st = lock(&w.slot.status);
             st.state = OffloadState::Success;
             st.last_error = None;
@@ -458,6 +558,25 @@ impl Inner {
         };
         Ok((table, Some(codec)))
     }
+}
+
+/// First rest of a topic whose ledger could not be read in a shared pass; each further failure
+/// doubles it, up to [`MAX_REST`].
+const REST: Duration = Duration::from_secs(5);
+/// Longest rest of a topic whose ledgers keep failing.
+const MAX_REST: Duration = Duration::from_secs(300);
+
+/// Starts (or lengthens) the rest of `slot`'s topic after a read failure; returns its length.
+fn rest(slot: &TableSlot) -> Duration {
+    let mut unreadable = lock(&slot.unreadable);
+    let wait = unreadable.map_or(REST, |(_, last)| (last * 2).min(MAX_REST));
+    *unreadable = Some((Instant::now() + wait, wait));
+    wait
+}
+
+/// Whether `slot`'s topic is resting after a read failure.
+fn is_resting(slot: &TableSlot) -> bool {
+    lock(&slot.unreadable).is_some_and(|(until, _)| Instant::now() < until)
 }
 
 /// The time granularity a table was created with (its default spec's time field), if it is

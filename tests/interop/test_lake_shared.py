@@ -4,6 +4,7 @@ topics at once; replay from the lake, SQL over lake and tail, verify, retention 
 deletion each stay exact per topic; PyIceberg reads the one table."""
 import json
 import subprocess
+import time
 import uuid
 
 import pulsar
@@ -201,4 +202,68 @@ def test_retention_in_a_shared_table_removes_only_the_expired_topics_files(make_
         assert "free" not in topics and topics.count("held") == len(sent_held), topics
     eventually(only_held_left, 120)
     assert read_all(client, held, len(sent_held)) == sent_held
+    client.close()
+
+
+def test_a_topic_whose_ledgers_cannot_be_read_does_not_hold_back_its_namespace(make_service):
+    """One topic's unreadable ledgers (the disk under them fails: a failpoint keyed by topic)
+    fail that topic alone: the shared table's other topics are committed without it, it rests
+    before it is tried again (not at every pass), and it catches up once its ledgers read
+    again (a restart without the fault) with every message intact."""
+    ns = "public/iso"
+    svc = make_service(dict(FAST, LL_FAILPOINTS="ledger.read@public/iso/bad=error"))
+    svc.start()
+    svc.create_namespace(ns)
+    policy(svc, ns, "lakeTableLayout", "shared")
+    policy(svc, ns, "offloadThreshold", "-1")
+    good, bad = f"persistent://{ns}/good", f"persistent://{ns}/bad"
+    client = pulsar.Client(svc.url, operation_timeout_seconds=30)
+    sent_good = produce(client, good, 45)
+    sent_bad = produce(client, bad, 45)
+    client.close()
+    policy(svc, ns, "offloadThreshold", "0")
+    offload_and_wait(svc, good)
+
+    def lake_topics():
+        t = shared_table(svc, ns)
+        return t.scan(selected_fields=("topic",)).to_arrow().column("topic").to_pylist()
+
+    def bad_failed_alone():
+        topics = lake_topics()
+        assert topics.count("good") == len(sent_good) and "bad" not in topics, topics
+        _, st = http("GET", f"{svc.http}/admin/v2/persistent/{ns}/bad/offload")
+        assert st["status"] == "ERROR" and "failpoint ledger.read" in st["lastError"], st
+    eventually(bad_failed_alone, 60)
+    _, st = http("GET", f"{svc.http}/admin/v2/persistent/{ns}/good/offload")
+    assert st["status"] == "SUCCESS" and st["lastError"] == "", st
+
+    # The failing topic rests (5 s, then longer) instead of failing every pass (100 ms here).
+    def failures():
+        with open(svc.log_path) as f:
+            return f.read().count("a ledger of the topic could not be read")
+    before = failures()
+    time.sleep(3)
+    assert before >= 1 and failures() - before <= 1, (before, failures())
+    # Tried again after its rest, it fails alone again, and the other topic's status stays
+    # what its last commit made it.
+    seen = failures()
+    eventually(lambda: failures() > seen, 30)
+    time.sleep(0.5)
+    _, st = http("GET", f"{svc.http}/admin/v2/persistent/{ns}/good/offload")
+    assert st["status"] == "SUCCESS", st
+    # A request for the failing topic completes (it does not keep its pass looping), with
+    # the error in its status.
+    st = offload_and_wait(svc, bad, timeout=60)
+    assert st["status"] == "ERROR" and "failpoint ledger.read" in st["lastError"], st
+
+    # Readable again, it catches up; nothing was lost or doubled.
+    svc.stop()
+    del svc.env["LL_FAILPOINTS"]
+    svc.start()
+    offload_and_wait(svc, bad)
+    topics = lake_topics()
+    assert (topics.count("good"), topics.count("bad")) == (len(sent_good), len(sent_bad)), topics
+    client = pulsar.Client(svc.url, operation_timeout_seconds=30)
+    assert read_all(client, bad, len(sent_bad)) == sent_bad
+    assert read_all(client, good, len(sent_good)) == sent_good
     client.close()
