@@ -137,7 +137,7 @@ struct TableSlot {
     retention_pending: AtomicBool,
     /// After a ledger of the topic could not be read in a shared pass: until when the topic
     /// sits out its table's passes, and that rest's length (doubling with each failure).
-    /// Invariant: `None` once the topic took part in a successful commit.
+    /// Invariant: `None` once a successful commit held ledgers of the topic.
     unreadable: Mutex<Option<(Instant, std::time::Duration)>>,
 }
 

@@ -11,7 +11,8 @@
 //!   did as a whole (its snapshot, its state) is recorded on every topic that took part.
 //! - In a shared table, a topic whose ledger cannot be read fails alone: the pass commits the
 //!   other topics without it, and it sits out the table's passes for a rest that doubles
-//!   with each failure (5 s to 5 min) unless a request names it.
+//!   with each failure (5 s to 5 min) unless a request names it. A fault that hits every
+//!   topic it tries fails the pass as a whole and rests no topic.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
@@ -341,10 +342,13 @@ impl Inner {
     }
 
     /// [`Self::offload`] of `slices` for the topics `taking_part`. In a shared table, a topic
-    /// whose ledger cannot be read is left out (its status says why, and it rests a while:
-    /// [`rest`]) and the others are committed without it: one topic's failing disk or lost
-    /// copy does not hold back its namespace. Returns the table as committed (`None`: every
-    /// topic with slices was left out) and the topics left out (local names).
+    /// whose ledger cannot be read is left out and the others are committed without it: one
+    /// topic's failing disk or lost copy does not hold back its namespace. A topic left out is
+    /// blamed (its status says why, and it rests a while: [`rest`]) only when the commit
+    /// without it succeeds, or when it was the only topic with ledgers to commit; a fault that
+    /// hits topic after topic (the node's journal, a shutdown) fails the pass as a whole after
+    /// at most [`MAX_LEFT_OUT`] of them, and no topic rests. Returns the table as committed
+    /// (`None`: every topic with ledgers was left out) and the topics left out (local names).
     async fn offload_isolating(
         &self,
         table: &PassTable,
@@ -358,20 +362,26 @@ impl Inner {
             .iter()
             .map(|w| (w.base.local.clone(), lock(&w.slot.status).state))
             .collect();
-        let mut left_out = BTreeSet::new();
-        loop {
+        let first_topic = slices.first().and_then(|s| s.topic.clone());
+        let alone = slices.iter().all(|s| s.topic == first_topic);
+        let mut left_out: Vec<(&PassTopic, String)> = Vec::new();
+        let committed = loop {
             let e = match self
                 .offload(table, &taking_part, slices.clone(), policies)
                 .await
             {
-                Ok(t) => return Ok((Some(t), left_out)),
+                Ok(t) => break Some(t),
                 Err(e) => e,
             };
             let unreadable = match &e {
-                OffloadError::Lake(LakeError::Read { ledger, .. }) if table.shared => slices
-                    .iter()
-                    .find(|s| s.ledger == *ledger)
-                    .and_then(|s| s.topic.clone()),
+                OffloadError::Lake(LakeError::Read { ledger, source })
+                    if table.shared && left_out.len() < MAX_LEFT_OUT && one_ledgers(source) =>
+                {
+                    slices
+                        .iter()
+                        .find(|s| s.ledger == *ledger)
+                        .and_then(|s| s.topic.clone())
+                }
                 _ => None,
             };
             let Some(topic) = unreadable else {
@@ -380,28 +390,36 @@ impl Inner {
             let Some(at) = taking_part.iter().position(|w| *w.base.local == *topic) else {
                 return Err(e);
             };
-            let w = taking_part.remove(at);
+            left_out.push((taking_part.remove(at), e.to_string()));
             slices.retain(|s| s.topic.as_deref() != Some(&*topic));
-            left_out.insert(w.base.local.clone());
-            let wait = rest(&w.slot);
-            {
-                let mut st = lock(&w.slot.status);
-                st.state = OffloadState::Error;
-                st.last_error = Some(e.to_string());
-            }
-            w.slot.progress.entries.store(0, Ordering::Relaxed);
-            w.slot.progress.bytes.store(0, Ordering::Relaxed);
-            tracing::warn!(table = %table.ident, topic = %w.base, error = %e, rest = ?wait,
-                "offload: a ledger of the topic could not be read; the table's other topics go on without it");
             if slices.is_empty() {
+                if !alone {
+                    // Every topic with ledgers failed: not one topic's fault.
+                    return Err(e);
+                }
                 for w in &taking_part {
                     if let Some(state) = before.get(&w.base.local) {
                         lock(&w.slot.status).state = *state;
                     }
                 }
-                return Ok((None, left_out));
+                break None;
             }
+        };
+        let mut names = BTreeSet::new();
+        for (w, error) in left_out {
+            let wait = rest(&w.slot);
+            {
+                let mut st = lock(&w.slot.status);
+                st.state = OffloadState::Error;
+                st.last_error = Some(error.clone());
+            }
+            w.slot.progress.entries.store(0, Ordering::Relaxed);
+            w.slot.progress.bytes.store(0, Ordering::Relaxed);
+            tracing::warn!(table = %table.ident, topic = %w.base, error, rest = ?wait,
+                "offload: a ledger of the topic could not be read; the table's other topics go on without it");
+            names.insert(w.base.local.clone());
         }
+        Ok((committed, names))
     }
 
     async fn offload(
@@ -494,13 +512,16 @@ impl Inner {
                         .get(l)
                         .is_some_and(|t| t.as_deref() == Some(w.base.local.as_str()))
             };
-            // A rest ends with a commit the topic had ledgers in.
-            if !table.shared
+            // A rest ends with a commit the topic had ledgers in; a topic that failed lately
+            // and had none in this one keeps the status that says why.
+            let had_ledgers = !table.shared
                 || topic_of_ledger
                     .values()
-                    .any(|t| t.as_deref() == Some(&*w.base.local))
-            {
+                    .any(|t| t.as_deref() == Some(&*w.base.local));
+            if had_ledgers {
                 *lock(&w.slot.unreadable) = None;
+            } else if lock(&w.slot.unreadable).is_some() {
+                continue;
             }
             let mut st = lock(&w.slot.status);
             st.state = OffloadState::Success;
@@ -566,11 +587,28 @@ const REST: Duration = Duration::from_secs(5);
 /// Longest rest of a topic whose ledgers keep failing.
 const MAX_REST: Duration = Duration::from_secs(300);
 
+/// Topics one pass leaves out before it fails as a whole.
+const MAX_LEFT_OUT: usize = 3;
+
+/// Whether a read failure can be one ledger's own (a damaged or missing record or index, a
+/// failed read of its file, its copies out of reach) rather than the node's (a shutdown, the
+/// metadata store).
+fn one_ledgers(e: &crate::ledger::ReadError) -> bool {
+    use crate::ledger::ReadError;
+    !matches!(e, ReadError::Cancelled | ReadError::Metadata(_))
+}
+
 /// Starts (or lengthens) the rest of `slot`'s topic after a read failure; returns its length.
+/// A failure long after the last rest ended (more than that rest again) starts over at
+/// [`REST`].
 fn rest(slot: &TableSlot) -> Duration {
     let mut unreadable = lock(&slot.unreadable);
-    let wait = unreadable.map_or(REST, |(_, last)| (last * 2).min(MAX_REST));
-    *unreadable = Some((Instant::now() + wait, wait));
+    let now = Instant::now();
+    let wait = match *unreadable {
+        Some((until, last)) if now < until + last => (last * 2).min(MAX_REST),
+        _ => REST,
+    };
+    *unreadable = Some((now + wait, wait));
     wait
 }
 
