@@ -565,19 +565,26 @@ impl Broker {
             return Ok(log);
         }
         log.fence(epoch).await?;
+        // Read once after the fence: the takeover, the holder and the view are judged against
+        // it (read again only when the takeover sealed something).
+        let mut state = self.log.topic_state(key).await?;
         // Open ledgers of a writer that is gone: fenced on their replicas and sealed where
         // their ack quorum guarantees every acknowledged entry.
         let taken = self
             .log
-            .take_over_open_ledgers(key)
+            .take_over_open_ledgers_in(key, &state)
             .await
             .map_err(|e| BrokerError::Stopped(format!("taking over {key}: {e}")))?;
         if !taken.is_empty() {
             crate::metrics::node()
                 .ledgers_taken_over
                 .inc_by(taken.len() as u64);
+            state = self.log.topic_state(key).await?;
         }
-        if let Some(bookie) = self.log.holder(key).await? {
+        let holder = state
+            .as_ref()
+            .and_then(|(_, ledgers)| self.log.holder_in(ledgers));
+        if let Some(bookie) = holder {
             if bookie != self.log.bookie_id() {
                 return Err(OwnershipError::HeldElsewhere {
                     topic: key.to_string(),
@@ -587,7 +594,7 @@ impl Broker {
             }
         }
         // A view made before the fence may miss a ledger created just before it.
-        let fresh = self.log.topic_to_own(key).await?;
+        let fresh = self.log.topic_to_own_in(key, &state).await?;
         if !Arc::ptr_eq(&fresh.inner, &log.inner) {
             fresh.fence(epoch).await?;
         }

@@ -74,6 +74,10 @@ pub use replicas::ReplicaAddError;
 pub use takeover::TakeoverError;
 pub use topic::{AppendReceipt, LedgerInfo, Replication, TopicLog};
 
+/// A topic's record and its ledgers, read together ([`Log::topic_state`]); `None`: no such
+/// topic.
+pub type TopicState = Option<(metadata::TopicRecord, Vec<LedgerRecord>)>;
+
 use crate::config::LedgerConfig;
 use crate::naming::TopicName;
 use cache::{CacheBudget, IndexCache};
@@ -530,55 +534,6 @@ impl Log {
             t.catch_up(self.shared.meta.topic_ledgers(t.id()).await?);
         }
         Ok(t)
-    }
-
-    /// The log of topic `name` for the node about to own it: like [`Log::topic`], but a
-    /// view that only ever read and no longer matches the metadata store (another node wrote,
-    /// sealed or offloaded ledgers of the topic meanwhile) is replaced by a fresh one. Readers
-    /// still holding the old view keep reading what it knew.
-    pub async fn topic_to_own(&self, name: &str) -> Result<TopicLog, metadata::MetadataError> {
-        let cached = self.topics.lock().await.get(name).cloned();
-        if let Some(t) = cached {
-            let records = self.shared.meta.topic_ledgers(t.id()).await?;
-            let renamed = self.shared.meta.get_topic(name).await?.map(|r| r.id) != Some(t.id());
-            if !renamed && !t.is_stale_reader(&records) {
-                return Ok(t);
-            }
-            let mut topics = self.topics.lock().await;
-            if topics
-                .get(name)
-                .is_some_and(|c| Arc::ptr_eq(&c.inner, &t.inner))
-            {
-                topics.remove(name);
-                self.loaded
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .retain(|l| !Arc::ptr_eq(&l.inner, &t.inner));
-                tracing::debug!(topic = name, "replaced a stale view of the topic");
-            }
-        }
-        self.topic(name).await
-    }
-
-    /// The bookie writing topic `name`'s open ledger: `None` when it has none. Only that
-    /// bookie's node may own the topic (its open ledger is recovered there); sealed ledgers
-    /// are read from any node ([`replica`]). Ledgers from before bookie ids are this log's.
-    pub async fn holder(&self, name: &str) -> Result<Option<String>, metadata::MetadataError> {
-        let Some(topic) = self.shared.meta.get_topic(name).await? else {
-            return Ok(None);
-        };
-        let ledgers = self.shared.meta.topic_ledgers(topic.id).await?;
-        Ok(ledgers
-            .iter()
-            .rev()
-            .find(|l| l.state == LedgerState::Open)
-            .map(|l| {
-                if self.shared.writes(l) {
-                    self.shared.bookie.clone()
-                } else {
-                    l.bookie.clone()
-                }
-            }))
     }
 
     /// Deletes topic `name` from the log: refuses further appends, seals its open ledger,

@@ -1,6 +1,8 @@
-//! Taking over the open ledger of a writer that is gone (ADR 0010), as BookKeeper's ledger
-//! recovery does: the node that now owns the topic fences the ledger on its replicas, decides
-//! once where the ledger ends, and seals it there.
+//! What the node about to own a topic reads of it (its record and ledgers once after its
+//! fence: which bookie holds it, whether its view is current), and taking over the open
+//! ledger of a writer that is gone (ADR 0010), as BookKeeper's ledger recovery does: the node
+//! that now owns the topic fences the ledger on its replicas, decides once where the ledger
+//! ends, and seals it there.
 //!
 //! Invariants:
 //! - Fencing comes first: a fenced replica refuses every later add, so the old writer (if it
@@ -17,7 +19,7 @@ use std::sync::Arc;
 
 use super::metadata::{LedgerRecord, LedgerState, LedgerTransition, MetadataError, PlacedSeal};
 use super::replica::{FencedCopy, ReplicaSource};
-use super::{now_ms, Log};
+use super::{now_ms, Log, TopicLog, TopicState};
 
 /// Payload bytes read from the longest copy per request while completing a shorter one.
 const COPY_BUDGET: u64 = 4 << 20;
@@ -80,11 +82,92 @@ pub(crate) fn recoverable(ledger: &LedgerRecord) -> bool {
 }
 
 impl Log {
+    /// Topic `name`'s record and ledgers as the store has them now (two reads; `None`: no
+    /// such topic). The owner-to-be reads them once after its fence and judges the takeover,
+    /// the holder and its view against that one reading.
+    pub async fn topic_state(&self, name: &str) -> Result<TopicState, MetadataError> {
+        let Some(topic) = self.shared.meta.get_topic(name).await? else {
+            return Ok(None);
+        };
+        let ledgers = self.shared.meta.topic_ledgers(topic.id).await?;
+        Ok(Some((topic, ledgers)))
+    }
+
+    /// The log of topic `name` for the node about to own it: like [`Log::topic`], but a
+    /// view that only ever read and no longer matches the metadata store (another node wrote,
+    /// sealed or offloaded ledgers of the topic meanwhile) is replaced by a fresh one. Readers
+    /// still holding the old view keep reading what it knew.
+    pub async fn topic_to_own(&self, name: &str) -> Result<TopicLog, MetadataError> {
+        if !self.topics.lock().await.contains_key(name) {
+            return self.topic(name).await;
+        }
+        let state = self.topic_state(name).await?;
+        self.topic_to_own_in(name, &state).await
+    }
+
+    /// [`Log::topic_to_own`], with the view judged against `state` (read by the caller with
+    /// [`Log::topic_state`]).
+    pub async fn topic_to_own_in(
+        &self,
+        name: &str,
+        state: &TopicState,
+    ) -> Result<TopicLog, MetadataError> {
+        let cached = self.topics.lock().await.get(name).cloned();
+        if let Some(t) = cached {
+            // Another topic of the name (deleted and made again), or none: a fresh view.
+            let current = state.as_ref().filter(|(topic, _)| topic.id == t.id());
+            if current.is_some_and(|(_, records)| !t.is_stale_reader(records)) {
+                return Ok(t);
+            }
+            let mut topics = self.topics.lock().await;
+            if topics
+                .get(name)
+                .is_some_and(|c| Arc::ptr_eq(&c.inner, &t.inner))
+            {
+                topics.remove(name);
+                self.loaded
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .retain(|l| !Arc::ptr_eq(&l.inner, &t.inner));
+                tracing::debug!(topic = name, "replaced a stale view of the topic");
+            }
+        }
+        self.topic(name).await
+    }
+
+    /// The bookie writing topic `name`'s open ledger: `None` when it has none. Only that
+    /// bookie's node may own the topic (its open ledger is recovered there); sealed ledgers
+    /// are read from any node ([`super::replica`]). Ledgers from before bookie ids are this log's.
+    pub async fn holder(&self, name: &str) -> Result<Option<String>, MetadataError> {
+        Ok(self
+            .topic_state(name)
+            .await?
+            .and_then(|(_, ledgers)| self.holder_in(&ledgers)))
+    }
+
+    /// [`Log::holder`] among `ledgers` (a topic's, as read).
+    pub fn holder_in(&self, ledgers: &[LedgerRecord]) -> Option<String> {
+        ledgers
+            .iter()
+            .rev()
+            .find(|l| l.state == LedgerState::Open)
+            .map(|l| {
+                if self.shared.writes(l) {
+                    self.shared.bookie.clone()
+                } else {
+                    l.bookie.clone()
+                }
+            })
+    }
+
     /// The bookie whose node must serve topic `name` (see [`Log::holder`]), except that a
     /// replicated open ledger whose writer is not live pins nothing: whichever node owns the
     /// topic next takes it over ([`Log::take_over_open_ledgers`]).
     pub async fn pinning_holder(&self, name: &str) -> Result<Option<String>, MetadataError> {
-        let Some(holder) = self.holder(name).await? else {
+        let Some((_, ledgers)) = self.topic_state(name).await? else {
+            return Ok(None);
+        };
+        let Some(holder) = self.holder_in(&ledgers) else {
             return Ok(None);
         };
         let Some(remote) = self.shared.remote.get() else {
@@ -93,14 +176,7 @@ impl Log {
         if holder == self.shared.bookie || remote.is_live(&holder).await {
             return Ok(Some(holder));
         }
-        let Some(topic) = self.shared.meta.get_topic(name).await? else {
-            return Ok(Some(holder));
-        };
-        let replicated = self
-            .shared
-            .meta
-            .topic_ledgers(topic.id)
-            .await?
+        let replicated = ledgers
             .iter()
             .filter(|l| l.state == LedgerState::Open && !self.shared.writes(l))
             .all(recoverable);
@@ -114,17 +190,28 @@ impl Log {
         &self,
         name: &str,
     ) -> Result<Vec<LedgerRecord>, TakeoverError> {
-        let Some(topic) = self.shared.meta.get_topic(name).await? else {
+        let state = self.topic_state(name).await?;
+        self.take_over_open_ledgers_in(name, &state).await
+    }
+
+    /// [`Log::take_over_open_ledgers`] of the open ledgers in `state` (read by the caller
+    /// after its fence, with [`Log::topic_state`]).
+    pub async fn take_over_open_ledgers_in(
+        &self,
+        name: &str,
+        state: &TopicState,
+    ) -> Result<Vec<LedgerRecord>, TakeoverError> {
+        let Some((_, ledgers)) = state else {
             return Ok(Vec::new());
         };
         let mut done = Vec::new();
         let view = self.topic(name).await?;
-        for r in self.shared.meta.topic_ledgers(topic.id).await? {
+        for r in ledgers {
             if r.state != LedgerState::Open {
                 continue;
             }
             let remote = self.shared.remote.get().cloned();
-            let left_open = if self.shared.writes(&r) {
+            let left_open = if self.shared.writes(r) {
                 // This bookie's own, left open by a crash (recovery kept it as a copy); not
                 // the ledger its loaded view writes now.
                 !r.replicas.is_empty() && view.open_view(r.id).is_none()
@@ -135,11 +222,11 @@ impl Log {
                 !remote.is_live(&r.bookie).await
             };
             // Another writer's unreplicated ledger is its alone: the topic waits for that node.
-            if !left_open || (!self.shared.writes(&r) && !recoverable(&r)) {
+            if !left_open || (!self.shared.writes(r) && !recoverable(r)) {
                 continue;
             }
             let remote = remote.ok_or(TakeoverError::NoCluster(r.id))?;
-            done.push(self.take_over(&remote, name, &r).await?);
+            done.push(self.take_over(&remote, name, r).await?);
         }
         Ok(done)
     }

@@ -43,7 +43,7 @@ pub(super) fn absent(key: impl Into<Vec<u8>>) -> Compare {
 
 /// The fence a failed transaction's `or_else` read at `index` (a get of the writers key):
 /// the epoch (0: never fenced) and the key's mod revision (0: absent).
-fn fence_read(resp: &TxnResponse, index: usize) -> Result<(u64, i64), MetadataError> {
+pub(super) fn fence_read(resp: &TxnResponse, index: usize) -> Result<(u64, i64), MetadataError> {
     match resp
         .op_responses()
         .get(index)

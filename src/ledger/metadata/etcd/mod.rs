@@ -201,27 +201,6 @@ impl EtcdMetadataStore {
         )
     }
 
-    /// With `writer_epoch`: `Fenced` when a higher epoch fenced the topic already, else the
-    /// compare that it was not fenced higher between this read and the transaction.
-    async fn not_fenced_above(
-        &self,
-        topic_id: TopicId,
-        writer_epoch: Option<u64>,
-    ) -> Result<Option<Compare>, MetadataError> {
-        let Some(epoch) = writer_epoch else {
-            return Ok(None);
-        };
-        let (fenced_at, rev) = self.fenced_at(topic_id).await?;
-        if epoch < fenced_at {
-            return Err(MetadataError::Fenced {
-                topic_id,
-                epoch,
-                fenced_at,
-            });
-        }
-        Ok(Some(unchanged(self.keys.writers(topic_id), rev)))
-    }
-
     async fn counter(&self, key: &str) -> Result<(u64, i64), MetadataError> {
         Ok(match self.get("read id counter", key).await? {
             Some(kv) => (decode("id counter", kv.value())?, kv.mod_revision()),
@@ -408,10 +387,16 @@ impl MetadataStore for EtcdMetadataStore {
         writer_epoch: Option<u64>,
     ) -> Result<LedgerRecord, MetadataError> {
         let topic_key = self.keys.topic_by_id(topic_id);
+        let writers_key = self.keys.writers(topic_id);
         let counter_key = self.keys.ledger_ids();
+        // As `write_as_writer`: the first try compares the writers key with this writer's own
+        // epoch (written by its fence), with no read before; a failed compare's answer says
+        // whether a later fence refuses it, else the next try compares the revision read.
+        let mut fence = writer_epoch
+            .map(|epoch| Compare::value(writers_key.clone(), CompareOp::Equal, encode(&epoch)));
         loop {
             let mut compares = vec![exists(topic_key.clone())];
-            compares.extend(self.not_fenced_above(topic_id, writer_epoch).await?);
+            compares.extend(fence.clone());
             let (id, seen) = self.counter(&counter_key).await?;
             compares.push(unchanged(counter_key.clone(), seen));
             let record = LedgerRecord {
@@ -435,13 +420,29 @@ impl MetadataStore for EtcdMetadataStore {
                     TxnOp::put(self.keys.ledger(topic_id, id), encode_ledger(&record), None),
                     TxnOp::put(self.keys.ledger_topic(id), encode(&topic_id), None),
                 ])
-                .or_else([TxnOp::get(topic_key.clone(), None)]);
+                .or_else([
+                    TxnOp::get(topic_key.clone(), None),
+                    TxnOp::get(writers_key.clone(), None),
+                ]);
             let resp = self.txn("create ledger", txn).await?;
             if resp.succeeded() {
                 return Ok(record);
             }
             if !first_get_found(&resp) {
                 return Err(MetadataError::TopicNotFound(topic_id));
+            }
+            // The counter moved, or the fence is not this writer's: which one, the answer read
+            // says (a counter that moved is read again by the next try).
+            if let Some(epoch) = writer_epoch {
+                let (fenced_at, rev) = cas::fence_read(&resp, 1)?;
+                if epoch < fenced_at {
+                    return Err(MetadataError::Fenced {
+                        topic_id,
+                        epoch,
+                        fenced_at,
+                    });
+                }
+                fence = Some(unchanged(writers_key.clone(), rev));
             }
         }
     }
