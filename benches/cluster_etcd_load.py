@@ -14,7 +14,8 @@ around three phases, on three fresh nodes with one fresh etcd per run (lake off)
    owned and loaded (a LOOKUP, redirected to the owner where the client asked another node,
    and the producer's registration), per topic;
 4. **acks**: 20 of those topics with a consumer each acknowledging 20 messages a second for
-   15 s (each subscription's cursor is saved about once a second), per second.
+   60 s (each subscription's cursor is saved about once a second; the window holds two of each
+   node's replica collections, every 30 s), per second.
 
 With `--baseline-bin` the same runs of another build alternate with these; medians of each
 are printed with their ratio. Prints a JSON document, then a markdown table; stops every
@@ -103,7 +104,7 @@ def one_run(binary):
             d.cleanup()
 
 
-def ack_phase(client, topics, etcd, seconds=15, rate=20):
+def ack_phase(client, topics, etcd, seconds=60, rate=20):
     """Per-second etcd requests while a consumer per topic acknowledges `rate` msg/s."""
     pairs = []
     for t in topics:

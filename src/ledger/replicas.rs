@@ -457,11 +457,26 @@ impl Log {
 /// [`Log::collect_replicas`].
 pub(crate) async fn collect(shared: &Arc<LogShared>) -> Result<usize, LifecycleError> {
     let mut dropped = 0;
-    for ledger in shared.replicas.ledgers() {
+    let held = shared.replicas.ledgers();
+    let ledgers: Vec<LedgerId> = {
+        let copying = shared.replicas.copying();
+        held.into_iter()
+            .filter(|l| !copying.contains_key(l))
+            .collect()
+    };
+    // One batched read for every copy (a node holds one per replicated ledger it serves).
+    let mut records: HashMap<LedgerId, LedgerRecord> = shared
+        .meta
+        .get_ledgers(&ledgers)
+        .await?
+        .into_iter()
+        .map(|r| (r.id, r))
+        .collect();
+    for ledger in ledgers {
         if shared.replicas.copying().contains_key(&ledger) {
             continue;
         }
-        let record = shared.meta.get_ledger(ledger).await?;
+        let record = records.remove(&ledger);
         let listed = record
             .as_ref()
             .is_some_and(|r| r.bookies().any(|b| b == shared.bookie));
@@ -476,6 +491,12 @@ pub(crate) async fn collect(shared: &Arc<LogShared>) -> Result<usize, LifecycleE
             }
             Some(r) if listed && r.state == LedgerState::Open => {}
             _ => {
+                // Read again before anything goes: the batch may predate a write that lists
+                // this bookie (a copy whose recording had an unknown outcome, landing late).
+                let now = shared.meta.get_ledger(ledger).await?;
+                if now.is_some_and(|r| r.bookies().any(|b| b == shared.bookie)) {
+                    continue;
+                }
                 drop_replica(shared, ledger).await?;
                 dropped += 1;
             }

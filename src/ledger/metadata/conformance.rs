@@ -58,6 +58,14 @@ async fn ledger_ids_increase_and_lifecycle_is_enforced(store: &dyn MetadataStore
     let l2 = store.create_ledger(t.id, 4, "b2", 11, None).await?;
     assert!(l2.id > l1.id);
     assert_eq!(store.last_ledger_id().await?, l2.id);
+    // Several records at once: those that exist, by id, as one by one.
+    let both = store.get_ledgers(&[l2.id, l2.id + 1000, l1.id]).await?;
+    assert_eq!(
+        both.iter().map(|l| l.id).collect::<Vec<_>>(),
+        [l1.id, l2.id]
+    );
+    assert_eq!(Some(&both[1]), store.get_ledger(l2.id).await?.as_ref());
+    assert!(store.get_ledgers(&[]).await?.is_empty());
     // Each ledger keeps the bookie that holds it.
     assert_eq!((l1.bookie.as_str(), l2.bookie.as_str()), ("b1", "b2"));
     assert_eq!(
@@ -236,6 +244,13 @@ async fn concurrent_creates_get_distinct_ids(
     ids.sort_unstable();
     ids.dedup();
     assert_eq!(ids.len(), 32);
+    // More ids than one batched read takes; an id given three times is answered three times.
+    let thrice: Vec<_> = ids.iter().chain(&ids).chain(&ids).copied().collect();
+    let records = store.get_ledgers(&thrice).await?;
+    let got: Vec<_> = records.iter().map(|r| r.id).collect();
+    let expected: Vec<_> = ids.iter().flat_map(|id| [*id; 3]).collect();
+    assert_eq!(got, expected);
+    assert!(records.iter().all(|r| r.topic_id == t.id));
     Ok(())
 }
 

@@ -588,6 +588,17 @@ pub trait MetadataStore: Send + Sync + fmt::Debug + 'static {
     /// One ledger.
     async fn get_ledger(&self, id: LedgerId) -> Result<Option<LedgerRecord>, MetadataError>;
 
+    /// The records of those of `ids` that exist (one per id given, repeats included), by id:
+    /// [`MetadataStore::get_ledger`] of each, which a store may read in fewer requests.
+    async fn get_ledgers(&self, ids: &[LedgerId]) -> Result<Vec<LedgerRecord>, MetadataError> {
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            out.extend(self.get_ledger(*id).await?);
+        }
+        out.sort_by_key(|l| l.id);
+        Ok(out)
+    }
+
     /// Every ledger of a topic (deleted ones included), by id.
     async fn topic_ledgers(&self, topic_id: TopicId) -> Result<Vec<LedgerRecord>, MetadataError>;
 

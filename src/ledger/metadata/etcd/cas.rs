@@ -64,7 +64,62 @@ pub(super) enum TopicMust {
     Nothing,
 }
 
+/// Gets in one transaction of a batched read (etcd refuses transactions of more than its
+/// `--max-txn-ops`, 128 by default).
+const READ_BATCH: usize = 64;
+
 impl EtcdMetadataStore {
+    /// [`crate::ledger::MetadataStore::get_ledgers`]: per [`READ_BATCH`] ids, one transaction
+    /// reading their topic index keys, then one reading their records.
+    pub(super) async fn ledgers_by_id(
+        &self,
+        ids: &[LedgerId],
+    ) -> Result<Vec<LedgerRecord>, MetadataError> {
+        let mut out = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(READ_BATCH) {
+            let index = chunk.iter().map(|id| self.keys.ledger_topic(*id)).collect();
+            let mut keys = Vec::with_capacity(chunk.len());
+            for (id, topic) in chunk.iter().zip(self.gets("find ledgers", index).await?) {
+                if let Some(topic) = topic {
+                    keys.push(self.keys.ledger(decode("ledger index", &topic)?, *id));
+                }
+            }
+            for record in self.gets("get ledgers", keys).await?.into_iter().flatten() {
+                out.push(decode_ledger(&record)?);
+            }
+        }
+        out.sort_by_key(|l| l.id);
+        Ok(out)
+    }
+
+    /// The values of `keys` (`None`: absent), read in one transaction (one revision).
+    async fn gets(
+        &self,
+        op: &'static str,
+        keys: Vec<String>,
+    ) -> Result<Vec<Option<Vec<u8>>>, MetadataError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let asked = keys.len();
+        let gets: Vec<TxnOp> = keys.into_iter().map(|k| TxnOp::get(k, None)).collect();
+        let resp = self.txn(op, Txn::new().and_then(gets)).await?;
+        let responses = resp.op_responses();
+        let answers: Vec<_> = responses.iter().map(get_response).collect();
+        // Answers that are not one get's per key would read as "absent": refuse them.
+        if answers.len() != asked || answers.iter().any(Option::is_none) {
+            return Err(MetadataError::Corrupt(format!(
+                "{op}: {} answers to {asked} gets",
+                answers.iter().flatten().count()
+            )));
+        }
+        Ok(answers
+            .into_iter()
+            .flatten()
+            .map(|g| g.kvs().first().map(|kv| kv.value().to_vec()))
+            .collect())
+    }
+
     /// Applies `ops` in one transaction with the compare that `topic_id` is not fenced above
     /// `writer_epoch` (none without an epoch) and, with [`TopicMust::Exist`], that it exists.
     ///

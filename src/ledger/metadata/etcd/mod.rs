@@ -483,6 +483,10 @@ impl MetadataStore for EtcdMetadataStore {
         Ok(self.ledger_with_revision(id).await?.map(|(l, _)| l))
     }
 
+    async fn get_ledgers(&self, ids: &[LedgerId]) -> Result<Vec<LedgerRecord>, MetadataError> {
+        self.ledgers_by_id(ids).await
+    }
+
     async fn topic_ledgers(&self, topic_id: TopicId) -> Result<Vec<LedgerRecord>, MetadataError> {
         let (kvs, _) = self
             .range_prefix("list topic ledgers", self.keys.topic_ledgers(topic_id))
