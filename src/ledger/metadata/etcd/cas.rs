@@ -43,7 +43,7 @@ pub(super) fn absent(key: impl Into<Vec<u8>>) -> Compare {
 
 /// The fence a failed transaction's `or_else` read at `index` (a get of the writers key):
 /// the epoch (0: never fenced) and the key's mod revision (0: absent).
-pub(super) fn fence_read(resp: &TxnResponse, index: usize) -> Result<(u64, i64), MetadataError> {
+fn fence_read(resp: &TxnResponse, index: usize) -> Result<(u64, i64), MetadataError> {
     match resp
         .op_responses()
         .get(index)
@@ -53,6 +53,33 @@ pub(super) fn fence_read(resp: &TxnResponse, index: usize) -> Result<(u64, i64),
         Some(kv) => Ok((decode("writer fence", kv.value())?, kv.mod_revision())),
         None => Ok((0, 0)),
     }
+}
+
+/// The first try's compare of a write as `epoch`'s writer: the writers key holds that epoch
+/// (written by its own fence), with no read before.
+pub(super) fn own_fence(writers_key: &str, epoch: u64) -> Compare {
+    Compare::value(writers_key, CompareOp::Equal, encode(&epoch))
+}
+
+/// After a failed try whose `or_else` read the writers key at `index`: `Fenced` when a later
+/// epoch than `epoch` fenced topic `topic_id`, else the next try's compare (the key unchanged
+/// since that read).
+pub(super) fn next_fence(
+    resp: &TxnResponse,
+    index: usize,
+    topic_id: TopicId,
+    epoch: u64,
+    writers_key: &str,
+) -> Result<Compare, MetadataError> {
+    let (fenced_at, rev) = fence_read(resp, index)?;
+    if epoch < fenced_at {
+        return Err(MetadataError::Fenced {
+            topic_id,
+            epoch,
+            fenced_at,
+        });
+    }
+    Ok(unchanged(writers_key, rev))
 }
 
 /// What a write made as a topic's writer asks of its topic.
@@ -138,8 +165,7 @@ impl EtcdMetadataStore {
     ) -> Result<(), MetadataError> {
         let topic_key = self.keys.topic_by_id(topic_id);
         let writers_key = self.keys.writers(topic_id);
-        let mut fence = writer_epoch
-            .map(|epoch| Compare::value(writers_key.clone(), CompareOp::Equal, encode(&epoch)));
+        let mut fence = writer_epoch.map(|epoch| own_fence(&writers_key, epoch));
         loop {
             let mut compares = Vec::with_capacity(2);
             if topic == TopicMust::Exist {
@@ -160,15 +186,7 @@ impl EtcdMetadataStore {
             let Some(epoch) = writer_epoch else {
                 continue; // Only the topic compare can fail; it held at the read: retry.
             };
-            let (fenced_at, rev) = fence_read(&resp, 1)?;
-            if epoch < fenced_at {
-                return Err(MetadataError::Fenced {
-                    topic_id,
-                    epoch,
-                    fenced_at,
-                });
-            }
-            fence = Some(unchanged(writers_key.clone(), rev));
+            fence = Some(next_fence(&resp, 1, topic_id, epoch, &writers_key)?);
         }
     }
 

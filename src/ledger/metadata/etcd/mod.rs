@@ -392,8 +392,7 @@ impl MetadataStore for EtcdMetadataStore {
         // As `write_as_writer`: the first try compares the writers key with this writer's own
         // epoch (written by its fence), with no read before; a failed compare's answer says
         // whether a later fence refuses it, else the next try compares the revision read.
-        let mut fence = writer_epoch
-            .map(|epoch| Compare::value(writers_key.clone(), CompareOp::Equal, encode(&epoch)));
+        let mut fence = writer_epoch.map(|epoch| cas::own_fence(&writers_key, epoch));
         loop {
             let mut compares = vec![exists(topic_key.clone())];
             compares.extend(fence.clone());
@@ -434,15 +433,7 @@ impl MetadataStore for EtcdMetadataStore {
             // The counter moved, or the fence is not this writer's: which one, the answer read
             // says (a counter that moved is read again by the next try).
             if let Some(epoch) = writer_epoch {
-                let (fenced_at, rev) = cas::fence_read(&resp, 1)?;
-                if epoch < fenced_at {
-                    return Err(MetadataError::Fenced {
-                        topic_id,
-                        epoch,
-                        fenced_at,
-                    });
-                }
-                fence = Some(unchanged(writers_key.clone(), rev));
+                fence = Some(cas::next_fence(&resp, 1, topic_id, epoch, &writers_key)?);
             }
         }
     }
