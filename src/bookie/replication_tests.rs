@@ -55,6 +55,18 @@ async fn node(
     })
 }
 
+/// Waits until `n` no longer counts bookie `gone` among the members (its copy of the roster
+/// follows a watch, so it learns of a leave shortly after).
+async fn until_gone(n: &Node, gone: &str) -> Result<(), Box<dyn std::error::Error>> {
+    for _ in 0..500 {
+        if !n.membership.nodes().await?.iter().any(|m| m.bookie == gone) {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    Err(format!("bookie {gone} is still a member for {}", n.log.bookie_id()).into())
+}
+
 async fn entries(n: &Node, topic: &str, ledger: u64, count: u64) -> Result<Vec<Bytes>, ReadError> {
     let mut out = Vec::new();
     while (out.len() as u64) < count {
@@ -118,6 +130,7 @@ async fn a_new_owner_takes_over_ends_at_the_longest_copy_and_completes_the_short
     let c_stop = CancellationToken::new();
     serve(listener, c.log.clone(), None, None, c_stop.clone());
     w.membership.leave().await?;
+    until_gone(&b, w.log.bookie_id()).await?;
 
     let taken = b.log.take_over_open_ledgers(name).await?;
     assert_eq!(taken.len(), 1);
@@ -197,6 +210,11 @@ async fn autorecovery_copies_a_lost_bookies_ledgers_checked_against_the_seal() -
     let lost = nodes[lost_at].log.bookie_id().to_string();
     nodes[lost_at].stop.cancel();
     nodes[lost_at].membership.leave().await?;
+    for n in &nodes {
+        if n.log.bookie_id() != lost {
+            until_gone(n, &lost).await?;
+        }
+    }
 
     // Within the delay nothing is copied; the ledger waits for the missing bookie.
     let config = |delay_ms| crate::config::AutoRecoveryConfig {
@@ -369,6 +387,9 @@ async fn a_lost_writer_is_dropped_and_a_replica_takes_its_place_when_no_copy_can
     let writer = nodes[0].log.bookie_id().to_string();
     nodes[0].stop.cancel();
     nodes[0].membership.leave().await?;
+    for n in &nodes[1..] {
+        until_gone(n, &writer).await?;
+    }
     let config = crate::config::AutoRecoveryConfig {
         enabled: true,
         delay: std::time::Duration::ZERO,
