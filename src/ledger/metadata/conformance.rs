@@ -7,9 +7,11 @@ use super::*;
 use crate::coord::test_etcd::TestEtcd;
 
 mod feeds;
+mod policies;
 mod replicated;
 
 use feeds::policy_feeds_report_every_write;
+use policies::{policies_are_created_once_and_listed_by_prefix, policies_are_replaced_and_removed};
 use replicated::{
     replicated_ledgers_keep_their_ensemble, sealed_ledgers_copies_move_by_compare_and_set,
 };
@@ -331,64 +333,6 @@ async fn schema_versions_are_dense_and_first_writer_wins(store: &dyn MetadataSto
     Ok(())
 }
 
-async fn policies_are_replaced_and_removed(store: &dyn MetadataStore) -> TestResult {
-    assert_eq!(store.get_policies("namespace:a/b").await?, None);
-    store.set_policies("namespace:a/b", Some(b"one")).await?;
-    store.set_policies("namespace:a/b", Some(b"two")).await?;
-    store.set_policies("namespace:a/c", Some(b"other")).await?;
-    assert_eq!(
-        store.get_policies("namespace:a/b").await?.as_deref(),
-        Some(&b"two"[..])
-    );
-    store.set_policies("namespace:a/b", None).await?;
-    store.set_policies("namespace:a/b", None).await?;
-    assert_eq!(store.get_policies("namespace:a/b").await?, None);
-    assert_eq!(
-        store.get_policies("namespace:a/c").await?.as_deref(),
-        Some(&b"other"[..])
-    );
-    // Compare-and-set: each case applies only when the store holds what it expects.
-    let s = "namespace:a/d";
-    assert!(
-        !store.replace_policies(s, Some(b"x"), Some(b"y")).await?,
-        "absent, not x"
-    );
-    assert!(!store.replace_policies(s, Some(b"x"), None).await?);
-    assert!(
-        store.replace_policies(s, None, None).await?,
-        "absent as expected"
-    );
-    assert!(store.replace_policies(s, None, Some(b"one")).await?);
-    assert!(
-        !store.replace_policies(s, None, Some(b"two")).await?,
-        "not absent any more"
-    );
-    assert!(!store.replace_policies(s, None, None).await?);
-    assert!(
-        !store.replace_policies(s, Some(b"on"), Some(b"two")).await?,
-        "a prefix is not equal"
-    );
-    assert!(
-        store
-            .replace_policies(s, Some(b"one"), Some(b"one"))
-            .await?,
-        "the same bytes again"
-    );
-    assert!(
-        store
-            .replace_policies(s, Some(b"one"), Some(b"two"))
-            .await?
-    );
-    assert_eq!(store.get_policies(s).await?.as_deref(), Some(&b"two"[..]));
-    assert!(
-        !store.replace_policies(s, Some(b"one"), None).await?,
-        "an old read loses"
-    );
-    assert!(store.replace_policies(s, Some(b"two"), None).await?);
-    assert_eq!(store.get_policies(s).await?, None);
-    Ok(())
-}
-
 async fn partitioned_topics_are_listed_by_prefix(store: &dyn MetadataStore) -> TestResult {
     store.set_partitions("persistent://a/n/x", 2, false).await?;
     store.set_partitions("persistent://a/n/y", 3, false).await?;
@@ -471,31 +415,6 @@ async fn topics_are_listed_by_prefix(store: &dyn MetadataStore) -> TestResult {
     let mut all = store.list_topics().await?;
     all.sort_by(|a, b| a.name.cmp(&b.name));
     assert_eq!(store.list_topics_under("").await?, all);
-    Ok(())
-}
-
-async fn policies_are_created_once_and_listed_by_prefix(store: &dyn MetadataStore) -> TestResult {
-    assert!(store.create_policies("tenant:a", b"1").await?);
-    assert!(!store.create_policies("tenant:a", b"2").await?, "exists");
-    assert_eq!(
-        store.get_policies("tenant:a").await?.as_deref(),
-        Some(&b"1"[..])
-    );
-    store.create_policies("tenant:b_%", b"3").await?;
-    store.create_policies("tenantx", b"4").await?;
-    store.create_policies("ns:a/x", b"5").await?;
-    store.create_policies("tenant:", b"6").await?;
-    let listed = store.list_policies("tenant:").await?;
-    let scopes: Vec<&str> = listed.iter().map(|(s, _)| s.as_str()).collect();
-    assert_eq!(scopes, ["tenant:", "tenant:a", "tenant:b_%"]);
-    assert_eq!(listed[2].1, b"3");
-    assert_eq!(store.list_policies("tenant:b_").await?.len(), 1);
-    assert!(store.list_policies("nothing").await?.is_empty());
-    store.set_policies("tenant:a", None).await?;
-    assert!(
-        store.create_policies("tenant:a", b"7").await?,
-        "removed, so free again"
-    );
     Ok(())
 }
 
