@@ -42,6 +42,13 @@ pub struct LakeConfig {
     #[serde(with = "humantime_serde")]
     #[schemars(with = "String")]
     pub orphan_check_interval: Duration,
+    /// Files that retention (or a topic's deletion from a shared table) removed from a table
+    /// stay in storage this long after the removal's commit, for readers that planned their
+    /// scan on an earlier snapshot; then the earlier snapshots expire and the files are
+    /// deleted. `0s` deletes them at once.
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub removed_file_grace: Duration,
     /// Tables offloaded at the same time (each table has exactly one writer).
     pub max_concurrent_tables: usize,
     /// Deleting a topic also drops its lake table and deletes the table's files (as Pulsar
@@ -63,6 +70,7 @@ impl Default for LakeConfig {
             check_interval: Duration::from_secs(1),
             orphan_file_age: Duration::from_secs(3600),
             orphan_check_interval: Duration::from_secs(600),
+            removed_file_grace: Duration::from_secs(600),
             max_concurrent_tables: 2,
             drop_table_on_topic_delete: true,
             policy_defaults: PolicyDefaults::default(),

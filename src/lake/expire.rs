@@ -16,10 +16,11 @@
 //!   `main` at it, if `main` is still where it was) through [`super::catalog_commit`]: a
 //!   compare-and-set of a SQL catalog's metadata pointer, or the REST protocol's commit. The
 //!   new snapshot carries the table's watermark like every snapshot of ours.
-//! - **Then** every older snapshot (except heads of other branches or tags) is expired through
-//!   iceberg's `expire_snapshots`, and the removed files that no remaining snapshot references
-//!   are deleted. After a crash in between, the next removal finishes both steps
-//!   ([`finish_interrupted`]); files a crash left unreferenced are the orphan sweep's.
+//! - **Then**, once `lake.removed_file_grace` has passed, the snapshots older than the
+//!   removal are expired and the files it dropped are deleted ([`super::finish`]): readers
+//!   that planned on an older snapshot keep their files meanwhile. With a grace of zero the
+//!   removal finishes at once; otherwise the caller finishes it later (the returned outcome
+//!   says when), and every later removal of the table finishes what has ripened.
 //!
 //! The caller holds the table's writer slot, so no offload commit of this node races with
 //! this one; a commit by another node (a shared table's other topics) or an outside engine
@@ -27,19 +28,19 @@
 //! removal again on the new version).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
 
 use iceberg::spec::{
     DataContentType, DataFile, FormatVersion, ManifestContentType, ManifestFile,
-    ManifestListWriter, ManifestStatus, ManifestWriterBuilder, Operation, PrimitiveLiteral,
-    Snapshot, SnapshotReference, SnapshotRetention, Summary, MAIN_BRANCH,
+    ManifestListWriter, ManifestWriterBuilder, Operation, PrimitiveLiteral, Snapshot,
+    SnapshotReference, SnapshotRetention, Summary, MAIN_BRANCH,
 };
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{TableRequirement, TableUpdate};
-use object_store::ObjectStoreExt;
 
 use super::commit::WATERMARK_KEY;
-use super::{orphans, Lake, LakeError};
+use super::{Lake, LakeError};
 use crate::ledger::LedgerId;
 
 /// Snapshot-summary key listing the ledgers whose rows a retention snapshot removed.
@@ -58,6 +59,9 @@ pub struct RemovalOutcome {
     pub snapshots_expired: usize,
     /// Removed files deleted from storage.
     pub files_deleted: usize,
+    /// When a removal of the table left unfinished (its grace not yet passed, or its finish
+    /// failed) should be finished, ms since the epoch.
+    pub finish_due_ms: Option<i64>,
 }
 
 /// The ledgers a removal keeps, and so which files it may drop.
@@ -117,13 +121,15 @@ fn iceberg_err(op: &str) -> impl FnOnce(iceberg::Error) -> LakeError + '_ {
 
 /// Drops from `table` the data files holding only rows of ledgers that `live` does not keep
 /// (every ledger of the topic's partitions that is not expired; per topic in a shared table,
-/// whose other topics' files are not touched), then expires older snapshots and deletes the
-/// dropped files. `expired` is recorded in the snapshot summary.
+/// whose other topics' files are not touched), then finishes the removals of the table whose
+/// `grace` has passed (this one too when the grace is zero). `expired` is recorded in the
+/// snapshot summary.
 pub async fn remove_expired(
     lake: &Lake,
     table: Table,
     live: Live<'_>,
     expired: &[LedgerId],
+    grace: Duration,
 ) -> Result<(Table, RemovalOutcome), LakeError> {
     let removable = |file: &DataFile, field: i32, live: Live<'_>| doomed(file, field, live);
     let mut outcome = RemovalOutcome::default();
@@ -226,7 +232,7 @@ pub async fn remove_expired(
         );
     }
     if outcome.files_removed.is_empty() {
-        return finish_interrupted(lake, table, outcome).await;
+        return finish(lake, table, outcome, grace).await;
     }
 
     let result = commit_removal(
@@ -254,85 +260,39 @@ pub async fn remove_expired(
     }
     outcome.snapshot_id = Some(snapshot_id);
     // The removal is committed: what follows frees storage, and a failure there is logged,
-    // not returned (the rows are gone either way). Older snapshots then stay until a later
-    // removal of the table expires them, and the removed files are the orphan sweep's.
+    // not returned (the rows are gone either way); a later removal or finish does it.
     let table = match reload(lake, &table).await {
         Ok(t) => t,
         Err(e) => {
             tracing::warn!(table = %table.identifier(), error = %e,
                 "removed files committed, but the table could not be read again");
+            outcome.finish_due_ms = Some(chrono::Utc::now().timestamp_millis());
             return Ok((table, outcome));
         }
     };
-    let (table, expired_snapshots) = match expire_older(lake, table.clone(), snapshot_id).await {
-        Ok(done) => done,
+    match finish(lake, table.clone(), outcome.clone(), grace).await {
+        Ok(done) => Ok(done),
         Err(e) => {
             tracing::warn!(table = %table.identifier(), error = %e,
-                "removed files committed, but expiring older snapshots failed");
-            return Ok((table, outcome));
+                "removed files committed, but finishing the removal failed");
+            outcome.finish_due_ms = Some(chrono::Utc::now().timestamp_millis());
+            Ok((table, outcome))
         }
-    };
-    outcome.snapshots_expired = expired_snapshots;
-    crate::failpoint::hit("retention.before_file_delete");
-    match delete_unreferenced(lake, &table, &outcome.files_removed).await {
-        Ok(n) => outcome.files_deleted = n,
-        Err(e) => tracing::warn!(table = %table.identifier(), error = %e,
-            "removed files committed and unreferenced, but deleting them failed"),
     }
-    Ok((table, outcome))
 }
 
-/// Finishes a removal that a crash interrupted after its commit: when the current snapshot is
-/// a retention `delete` snapshot and older snapshots (not heads of refs) remain, they are
-/// expired and the files the snapshot removed are deleted, as the removal would have done.
-async fn finish_interrupted(
+/// Finishes what has ripened ([`super::finish`]) and records it in `outcome`.
+async fn finish(
     lake: &Lake,
     table: Table,
     mut outcome: RemovalOutcome,
+    grace: Duration,
 ) -> Result<(Table, RemovalOutcome), LakeError> {
-    let metadata = table.metadata();
-    let Some(current) = metadata.current_snapshot() else {
-        return Ok((table, outcome));
-    };
-    let summary = current.summary();
-    if summary.operation != Operation::Delete
-        || !summary.additional_properties.contains_key(EXPIRED_KEY)
-    {
-        return Ok((table, outcome));
-    }
-    let current_id = current.snapshot_id();
-    let heads = ref_heads(metadata);
-    if !metadata
-        .snapshots()
-        .any(|s| s.snapshot_id() != current_id && !heads.contains(&s.snapshot_id()))
-    {
-        return Ok((table, outcome));
-    }
-    let mut removed = Vec::new();
-    let list = super::inspect::manifest_list(&table, current).await?;
-    for mf in list
-        .entries()
-        .iter()
-        .filter(|mf| mf.added_snapshot_id == current_id)
-    {
-        let manifest = mf
-            .load_manifest(table.file_io())
-            .await
-            .map_err(iceberg_err("reading a manifest"))?;
-        removed.extend(
-            manifest
-                .entries()
-                .iter()
-                .filter(|e| e.status() == ManifestStatus::Deleted)
-                .map(|e| e.data_file().file_path().to_string()),
-        );
-    }
-    let (table, expired) = expire_older(lake, table, current_id).await?;
-    outcome.snapshots_expired = expired;
-    outcome.files_deleted = delete_unreferenced(lake, &table, &removed).await?;
-    tracing::info!(table = %table.identifier(), snapshots_expired = expired,
-        files_deleted = outcome.files_deleted,
-        "finished a retention removal interrupted after its commit");
+    let now = chrono::Utc::now().timestamp_millis();
+    let (table, done) = super::finish::finish_removals(lake, table, grace, now).await?;
+    outcome.snapshots_expired = done.snapshots_expired;
+    outcome.files_deleted = done.files_deleted;
+    outcome.finish_due_ms = done.next_due_ms;
     Ok((table, outcome))
 }
 
@@ -474,19 +434,6 @@ async fn reload(lake: &Lake, table: &Table) -> Result<Table, LakeError> {
         })
 }
 
-/// Expires every snapshot older than `keep` except heads of refs; returns how many.
-async fn expire_older(lake: &Lake, table: Table, keep: i64) -> Result<(Table, usize), LakeError> {
-    let heads = ref_heads(table.metadata());
-    let old: Vec<i64> = table
-        .metadata()
-        .snapshots()
-        .map(|s| s.snapshot_id())
-        .filter(|id| *id != keep && !heads.contains(id))
-        .collect();
-    let expired = old.len();
-    Ok((expire_snapshot_ids(lake, table, old).await?, expired))
-}
-
 /// Snapshots that head a branch or a tag (iceberg-rust has no public accessor for refs: they
 /// are read from the metadata's JSON form).
 pub(super) fn ref_heads(metadata: &iceberg::spec::TableMetadata) -> BTreeSet<i64> {
@@ -520,26 +467,6 @@ pub(super) async fn expire_snapshot_ids(
     lake.commit(tx, &table)
         .await
         .map_err(iceberg_err("committing snapshot expiry"))
-}
-
-/// Deletes those of `files` that no snapshot of `table` references any more.
-async fn delete_unreferenced(
-    lake: &Lake,
-    table: &Table,
-    files: &[String],
-) -> Result<usize, LakeError> {
-    let referenced = orphans::referenced_files(table).await?.referenced;
-    let mut deleted = 0;
-    for file in files.iter().filter(|f| !referenced.contains(*f)) {
-        let Some(path) = lake.object_path(file) else {
-            continue;
-        };
-        match lake.store().delete(&path).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => deleted += 1,
-            Err(e) => return Err(LakeError::store(format!("deleting expired file {file}"))(e)),
-        }
-    }
-    Ok(deleted)
 }
 
 #[cfg(test)]

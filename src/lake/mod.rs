@@ -34,6 +34,7 @@ use crate::naming::TopicName;
 pub mod catalog_commit;
 pub mod commit;
 pub mod expire;
+pub mod finish;
 mod handle;
 pub mod history;
 pub mod inspect;

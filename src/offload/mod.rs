@@ -157,6 +157,9 @@ struct Inner {
     /// capped in size, and a busy first partition must not starve the others of a table.
     rotation: std::sync::atomic::AtomicUsize,
     wake: Notify,
+    /// Removals to finish after their grace: (table, when), to the finisher task
+    /// ([`housekeeping`]).
+    finish_tx: tokio::sync::mpsc::UnboundedSender<(iceberg::TableIdent, i64)>,
     stop: CancellationToken,
     tasks: TaskTracker,
 }
@@ -193,6 +196,7 @@ impl OffloadEngine {
         config: LakeConfig,
         runtime: tokio::runtime::Handle,
     ) -> OffloadEngine {
+        let (finish_tx, finish_rx) = tokio::sync::mpsc::unbounded_channel();
         let inner = Arc::new(Inner {
             slots: Arc::new(Semaphore::new(config.max_concurrent_tables)),
             lake,
@@ -203,6 +207,7 @@ impl OffloadEngine {
             writers: Mutex::new((HashMap::new(), 0)),
             rotation: std::sync::atomic::AtomicUsize::new(0),
             wake: Notify::new(),
+            finish_tx,
             stop: CancellationToken::new(),
             tasks: TaskTracker::new(),
         });
@@ -212,6 +217,11 @@ impl OffloadEngine {
             .inner
             .tasks
             .spawn_on(async move { scheduler.run().await }, &engine.runtime);
+        let finisher = engine.inner.clone();
+        engine.inner.tasks.spawn_on(
+            async move { finisher.finish_removals(finish_rx).await },
+            &engine.runtime,
+        );
         engine
     }
 
@@ -276,6 +286,8 @@ impl OffloadEngine {
         }
         let lake = self.inner.lake.clone();
         let table = self.inner.table_of(&base).await?;
+        let grace = self.inner.config.removed_file_grace;
+        let finish_tx = self.inner.finish_tx.clone();
         Ok(self
             .on_lake(async move {
                 let Some(topic) = table.topic else {
@@ -292,8 +304,13 @@ impl OffloadEngine {
                     let Some(t) = lake.load_table(&table.ident).await? else {
                         return Ok(false);
                     };
-                    match crate::lake::expire::remove_expired(&lake, t, live, &[]).await {
-                        Ok((_, outcome)) => return Ok(outcome.snapshot_id.is_some()),
+                    match crate::lake::expire::remove_expired(&lake, t, live, &[], grace).await {
+                        Ok((_, outcome)) => {
+                            if let Some(due) = outcome.finish_due_ms {
+                                let _ = finish_tx.send((table.ident.clone(), due));
+                            }
+                            return Ok(outcome.snapshot_id.is_some());
+                        }
                         Err(e) if e.is_commit_conflict() && attempts < REMOVAL_ATTEMPTS => {
                             tracing::info!(table = %table.ident, attempts, error = %e,
                                 "a deleted topic's removal lost a commit race; building it again");

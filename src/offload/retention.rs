@@ -194,9 +194,14 @@ impl super::Inner {
         } else {
             Live::Table(&all.live)
         };
+        let grace = self.config.removed_file_grace;
         let (loaded, outcome) =
-            crate::lake::expire::remove_expired(&self.lake, loaded, live, &all.newly).await?;
+            crate::lake::expire::remove_expired(&self.lake, loaded, live, &all.newly, grace)
+                .await?;
         clear();
+        if let Some(due) = outcome.finish_due_ms {
+            let _ = self.finish_tx.send((table.ident.clone(), due));
+        }
         for w in work {
             lock(&w.slot.status).retention.last_error.clear();
         }

@@ -30,6 +30,9 @@ FAST = {
     "LEDGERLAKE_BROKER__CURSOR_PERSIST_INTERVAL": "100ms",
     "LEDGERLAKE_LAKE__ORPHAN_FILE_AGE": "0s",
     "LEDGERLAKE_LAKE__ORPHAN_CHECK_INTERVAL": "100ms",
+    # Retention's removed files are deleted by the finisher a second after the removal (the
+    # crash before that deletion is one of the steps below).
+    "LEDGERLAKE_LAKE__REMOVED_FILE_GRACE": "1s",
     # Small segments, so that deleting ledgers' local copies frees whole segments.
     "LEDGERLAKE_LEDGER__SEGMENT_SIZE": "1MiB",
     "LEDGERLAKE_LEDGER__MAX_ENTRY_SIZE": "256KiB",
@@ -202,7 +205,7 @@ def test_crash_in_offload_and_sealing(make_service, failpoint):
 RETENTION_STEPS = [
     "retention.before_commit",       # the delete snapshot's files written, not committed
     "retention.after_commit",        # committed, older snapshots not expired
-    "retention.before_file_delete",  # expired, the removed data files not deleted
+    "retention.before_file_delete",  # after the grace: expired, the removed files not deleted
 ]
 
 

@@ -3,6 +3,7 @@ table, `__topics`, with a `topic` column it is partitioned by. One offload pass 
 topics at once; replay from the lake, SQL over lake and tail, verify, retention and topic
 deletion each stay exact per topic; PyIceberg reads the one table."""
 import json
+import os
 import re
 import subprocess
 import time
@@ -74,9 +75,9 @@ def verify_json(svc, topic):
     return r.returncode, json.loads(r.stdout), r
 
 
-def shared_namespace(make_service, ns):
+def shared_namespace(make_service, ns, **env):
     """A service of its own with namespace `ns` in the shared layout."""
-    svc = make_service(FAST)
+    svc = make_service(dict(FAST, **env))
     svc.start()
     svc.create_namespace(ns)
     policy(svc, ns, "lakeTableLayout", "shared")
@@ -85,7 +86,7 @@ def shared_namespace(make_service, ns):
 
 def test_many_topics_share_one_table_and_stay_exact(make_service):
     ns = "public/many"
-    svc = shared_namespace(make_service, ns)
+    svc = shared_namespace(make_service, ns, LEDGERLAKE_LAKE__REMOVED_FILE_GRACE="2s")
     # No offload while producing: the pass that starts afterwards finds every topic's sealed
     # ledgers at once.
     policy(svc, ns, "offloadThreshold", "-1")
@@ -160,6 +161,10 @@ def test_many_topics_share_one_table_and_stay_exact(make_service):
 
     # Deleting a topic removes its rows; the table and the other topics stay. The removal is
     # bounded by a ledger id at or above every ledger of the topic.
+    files = shared_table(svc, ns).inspect.files().select(["file_path", "partition"]).to_pylist()
+    t0_files = {f["file_path"].removeprefix("file://").removeprefix("file:")
+                for f in files if f["partition"]["topic"] == "t0"}
+    assert t0_files and all(os.path.exists(f) for f in t0_files), files
     status, body = http("DELETE", f"{svc.http}/admin/v2/persistent/{ns}/t0")
     assert status == 204, body
     with open(svc.log_path) as f:
@@ -172,6 +177,18 @@ def test_many_topics_share_one_table_and_stay_exact(make_service):
         left = t.scan(selected_fields=("topic",)).to_arrow().column("topic").to_pylist()
         assert "t0" not in left and left.count("t1") == len(sent["t1"])
     eventually(t0_gone, 60)
+
+    # After the grace (2 s here) the finisher expires the snapshots before the removal and
+    # deletes t0's files; the other topics' files stay.
+    def t0_files_deleted():
+        assert not any(os.path.exists(f) for f in t0_files)
+        t = shared_table(svc, ns)
+        oldest = min(t.metadata.snapshots, key=lambda s: s.sequence_number)
+        assert oldest.summary.operation.value == "delete", t.metadata.snapshots
+        kept = t.inspect.files().column("file_path").to_pylist()
+        assert kept and all(os.path.exists(f.removeprefix("file://").removeprefix("file:"))
+                            for f in kept)
+    eventually(t0_files_deleted, 60)
     client.close()
 
 
@@ -199,12 +216,9 @@ def test_retention_in_a_shared_table_removes_only_the_expired_topics_files(make_
 
     def only_held_left():
         t = shared_table(svc, ns)
-        try:
-            topics = t.scan(selected_fields=("topic",)).to_arrow().column("topic").to_pylist()
-        except FileNotFoundError as e:
-            # Retention deletes a removed file right after its commit: a scan planned on the
-            # snapshot before that commit can find the file gone. Scan the new snapshot.
-            raise AssertionError(f"scan raced the retention pass: {e}") from e
+        # A scan planned on the snapshot before the removal reads files the removal dropped:
+        # they stay for the grace (`lake.removed_file_grace`, 10 minutes by default).
+        topics = t.scan(selected_fields=("topic",)).to_arrow().column("topic").to_pylist()
         assert "free" not in topics and topics.count("held") == len(sent_held), topics
     eventually(only_held_left, 120)
     assert read_all(client, held, len(sent_held)) == sent_held

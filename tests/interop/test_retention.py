@@ -1,8 +1,10 @@
 """Retention (Pulsar's namespace `retention` policy) applied to the log and the lake, with real
 parts: the official Python client produces and consumes, the service offloads to a local-disk
 warehouse with the SQLite catalog, to a real S3 server with a real PostgreSQL catalog, and to
-that S3 server's Iceberg REST catalog; PyIceberg reads the table back. Consumed ledgers beyond the limit leave the log; the table drops
-their files in a `delete` snapshot, older snapshots are expired and the files are deleted.
+that S3 server's Iceberg REST catalog; PyIceberg reads the table back. Consumed ledgers beyond
+the limit leave the log; the table drops their files in a `delete` snapshot; after the grace
+(`lake.removed_file_grace`), during which the earlier snapshots still read every row, older
+snapshots are expired and the files are deleted.
 Unconsumed messages are never removed; consumers and SQL see the topic start later. With the
 lake disabled, the same policy applies to the log alone."""
 import time
@@ -14,8 +16,10 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from lake import http, offload_and_wait, stats, topic_path
 
+GRACE_S = 10
 FAST = {"LEDGERLAKE_LAKE__CHECK_INTERVAL": "100ms", "LEDGERLAKE_LEDGER__ROLLOVER_ENTRIES": "20",
-        "LEDGERLAKE_BROKER__CURSOR_PERSIST_INTERVAL": "100ms"}
+        "LEDGERLAKE_BROKER__CURSOR_PERSIST_INTERVAL": "100ms",
+        "LEDGERLAKE_LAKE__REMOVED_FILE_GRACE": f"{GRACE_S}s"}
 NS = "admin/v2/namespaces/public/default"
 
 
@@ -205,8 +209,24 @@ def test_retention_removes_consumed_ledgers_from_log_and_lake(make_service, tmp_
     assert status["retention"]["lastError"] == "", status
     assert status["status"] == "SUCCESS", status
 
-    # The table: m40..m99 only, a `delete` snapshot, older snapshots expired, files deleted.
+    # Within the grace: the `delete` snapshot is current, and a reader of the snapshot before
+    # it (planned before the removal) still reads every row: no file is gone yet.
     table = catalog.load_table(ident)
+    removal = table.current_snapshot()
+    assert removal.summary.operation.value == "delete", removal.summary
+    assert time.time() * 1000 < removal.timestamp_ms + GRACE_S * 1000 / 2, \
+        "the removal was seen too late to check its grace"
+    before = table.scan(snapshot_id=removal.parent_snapshot_id).to_arrow()
+    assert len(before) == 100
+    assert len(table.metadata.snapshots) > 1
+    assert (files_before - data_files(table)) <= stored(table.metadata.location + "/data")
+    assert time.time() * 1000 < removal.timestamp_ms + GRACE_S * 1000, \
+        "the check outlasted the grace"
+
+    # After it: m40..m99 only, older snapshots expired, files deleted; not before the grace.
+    table = wait_for("the removal finished", lambda: (
+        lambda t: t if len(t.metadata.snapshots) == 1 else None)(catalog.load_table(ident)))
+    assert time.time() * 1000 >= removal.timestamp_ms + GRACE_S * 1000
     rows = table.scan().to_arrow().sort_by([("ledger_id", "ascending"),
                                             ("entry_id", "ascending")]).to_pylist()
     assert [r["payload"] for r in rows] == [f"m{i}".encode() for i in range(40, 100)]
