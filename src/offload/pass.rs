@@ -271,17 +271,17 @@ impl Inner {
         let mut more = BTreeSet::new();
         let start = self.rotation.fetch_add(1, Ordering::Relaxed) % logs.len().max(1);
         let (head, tail) = logs.split_at(start);
-        for l in tail
-            .iter()
-            .chain(head)
-            .filter(|l| !resting.contains(&l.topic_index))
-        {
+        for l in tail.iter().chain(head) {
             let log = &l.log;
             let records = meta.topic_ledgers(log.id()).await?;
             // Other nodes offload or delete the ledgers their bookies hold: keep this view's
-            // record of them current (stats, and reads that go to the lake once offloaded).
+            // record of them current (stats, and reads that go to the lake once offloaded),
+            // also while the topic rests.
             for r in records.iter().filter(|r| !self.log.writes(r)) {
                 log.set_record(r.clone());
+            }
+            if resting.contains(&l.topic_index) {
+                continue;
             }
             let open_bytes = log
                 .ledgers()
