@@ -232,7 +232,17 @@ pub async fn remove_expired(
         );
     }
     if outcome.files_removed.is_empty() {
-        return finish(lake, table, outcome, grace).await;
+        // Nothing to remove; earlier removals may be ripe. A failure there is this call's
+        // only when nothing else was asked (it is logged, and tried again by the finisher).
+        return match finish(lake, table.clone(), outcome.clone(), grace).await {
+            Ok(done) => Ok(done),
+            Err(e) => {
+                tracing::warn!(table = %table.identifier(), error = %e,
+                    "finishing earlier retention removals failed");
+                outcome.finish_due_ms = Some(chrono::Utc::now().timestamp_millis());
+                Ok((table, outcome))
+            }
+        };
     }
 
     let result = commit_removal(

@@ -18,8 +18,11 @@
 //!   dropped and no remaining snapshot references. It is idempotent: after a crash anywhere,
 //!   the next finish does what is left (files of removals already expired are the orphan
 //!   sweep's).
-//! - Routine expiry ([`super::history`], a day by default) may expire a removal and its
-//!   elders first when the grace is longer than that; their files are then the orphan sweep's.
+//! - Routine expiry ([`super::history`]) waits while a removal is unfinished and not yet ripe
+//!   (else it could expire the removal's elders, a day old in an idle table, and the orphan
+//!   sweep would take the files within the grace).
+//! - Ripeness is judged by the removal's commit time (the committing node's clock) against
+//!   this node's clock: clock skew between nodes shortens or lengthens the grace by as much.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -107,7 +110,9 @@ pub fn plan(
             .collect(),
         None => Vec::new(),
     };
-    let remains = |s: &SnapshotFacts| !expire.contains(&s.id);
+    // What the plan keeps: younger than the newest ripe removal, or a head.
+    let remains =
+        |s: &SnapshotFacts| through.is_none_or(|seq| s.seq >= seq) || heads.contains(&s.id);
     let next_due_ms = snapshots
         .iter()
         .filter(|r| r.removal && remains(r) && has_elder(r, &remains))
@@ -120,13 +125,17 @@ pub fn plan(
     }
 }
 
-/// When the first unfinished removal of `metadata` ripens (ms since the epoch), from the
-/// metadata alone and without reading refs (cheap enough for every commit): `None` when no
-/// removal has an elder. Heads are not weighed, so this may name a time at which the finish
-/// finds nothing to do.
+/// When the first unfinished removal of `metadata` ripens (ms since the epoch; it may have
+/// already): `None` when every removal is finished. Cheap enough for every commit: refs are
+/// read (which serialises the metadata) only when some removal has an elder at all.
 pub fn due(metadata: &TableMetadata, grace: Duration) -> Option<i64> {
     let snapshots = facts(metadata);
-    plan(&snapshots, &BTreeSet::new(), grace_ms(grace), i64::MIN).next_due_ms
+    if !snapshots.iter().any(|s| s.removal) {
+        return None;
+    }
+    let grace = grace_ms(grace);
+    plan(&snapshots, &BTreeSet::new(), grace, i64::MIN).next_due_ms?;
+    plan(&snapshots, &ref_heads(metadata), grace, i64::MIN).next_due_ms
 }
 
 fn grace_ms(grace: Duration) -> i64 {

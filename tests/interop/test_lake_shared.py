@@ -86,7 +86,7 @@ def shared_namespace(make_service, ns, **env):
 
 def test_many_topics_share_one_table_and_stay_exact(make_service):
     ns = "public/many"
-    svc = shared_namespace(make_service, ns, LEDGERLAKE_LAKE__REMOVED_FILE_GRACE="2s")
+    svc = shared_namespace(make_service, ns, LEDGERLAKE_LAKE__REMOVED_FILE_GRACE="5s")
     # No offload while producing: the pass that starts afterwards finds every topic's sealed
     # ledgers at once.
     policy(svc, ns, "offloadThreshold", "-1")
@@ -167,6 +167,8 @@ def test_many_topics_share_one_table_and_stay_exact(make_service):
     assert t0_files and all(os.path.exists(f) for f in t0_files), files
     status, body = http("DELETE", f"{svc.http}/admin/v2/persistent/{ns}/t0")
     assert status == 204, body
+    # The removal is committed; its files stay for the grace (5 s here).
+    assert all(os.path.exists(f) for f in t0_files)
     with open(svc.log_path) as f:
         bounds = [int(m.group(1)) for m in re.finditer(
             rf"topic deleted.*?persistent://{ns}/t0\b.*?last_ledger=(\d+)", f.read())]
@@ -178,17 +180,19 @@ def test_many_topics_share_one_table_and_stay_exact(make_service):
         assert "t0" not in left and left.count("t1") == len(sent["t1"])
     eventually(t0_gone, 60)
 
-    # After the grace (2 s here) the finisher expires the snapshots before the removal and
-    # deletes t0's files; the other topics' files stay.
-    def t0_files_deleted():
+    # After the grace the finisher expires the snapshots before the removal and deletes t0's
+    # files, not earlier; the other topics' files stay.
+    def t0_files_gone():
         assert not any(os.path.exists(f) for f in t0_files)
-        t = shared_table(svc, ns)
-        oldest = min(t.metadata.snapshots, key=lambda s: s.sequence_number)
-        assert oldest.summary.operation.value == "delete", t.metadata.snapshots
-        kept = t.inspect.files().column("file_path").to_pylist()
-        assert kept and all(os.path.exists(f.removeprefix("file://").removeprefix("file:"))
-                            for f in kept)
-    eventually(t0_files_deleted, 60)
+        return time.time() * 1000
+    gone_at = eventually(t0_files_gone, 60)
+    t = shared_table(svc, ns)
+    oldest = min(t.metadata.snapshots, key=lambda s: s.sequence_number)
+    assert oldest.summary.operation.value == "delete", t.metadata.snapshots
+    assert gone_at >= oldest.timestamp_ms + 5000, "deleted within the grace"
+    kept = t.inspect.files().column("file_path").to_pylist()
+    assert kept and all(os.path.exists(f.removeprefix("file://").removeprefix("file:"))
+                        for f in kept)
     client.close()
 
 

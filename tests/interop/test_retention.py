@@ -16,7 +16,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from lake import http, offload_and_wait, stats, topic_path
 
-GRACE_S = 10
+GRACE_S = 20
 FAST = {"LEDGERLAKE_LAKE__CHECK_INTERVAL": "100ms", "LEDGERLAKE_LEDGER__ROLLOVER_ENTRIES": "20",
         "LEDGERLAKE_BROKER__CURSOR_PERSIST_INTERVAL": "100ms",
         "LEDGERLAKE_LAKE__REMOVED_FILE_GRACE": f"{GRACE_S}s"}
