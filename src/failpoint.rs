@@ -22,7 +22,8 @@
 //!   `offload.before_delete_local`, `lake.before_catalog_commit` (sleep);
 //! - retention and snapshot expiry: `retention.before_commit`, `retention.after_commit`,
 //!   `retention.before_catalog_commit` (sleep), `retention.before_file_delete`, `history.before_commit`, `history.after_commit`;
-//! - broker: `broker.load_topic` (sleep).
+//! - broker: `broker.load_topic` (sleep);
+//! - topic deletion: `ops.before_lake_removal` (the log gone, the lake data not yet).
 
 /// What an armed failpoint does.
 #[cfg(debug_assertions)]

@@ -78,6 +78,9 @@ pub enum Live<'a> {
     /// topic was deleted). A later topic of the same name has only higher ledger ids (one
     /// counter for the whole store), so its files stay.
     DeletedThrough(&'a BTreeMap<String, LedgerId>),
+    /// A deleted topic's own table that a topic of the same name uses again: the files whose
+    /// every ledger is at or below the bound (the new topic's ledgers are all above it).
+    TableThrough(LedgerId),
 }
 
 /// Whether `file` can only hold rows of ledgers `live` does not keep.
@@ -92,6 +95,9 @@ fn doomed(file: &DataFile, ledger_field: i32, live: Live<'_>) -> bool {
             .is_some_and(|last| {
                 ledger_bounds(file, ledger_field).is_some_and(|(_, hi)| hi <= *last)
             }),
+        Live::TableThrough(last) => {
+            ledger_bounds(file, ledger_field).is_some_and(|(_, hi)| hi <= last)
+        }
     }
 }
 
@@ -573,6 +579,21 @@ mod tests {
         assert!(
             !doomed(&file_in(Some(1), Some(4), topic("b")), 1, live),
             "another topic's"
+        );
+        // A topic's own table, used again by a topic of the same name from ledger 12.
+        let again = Live::TableThrough(10);
+        assert!(doomed(&file(Some(1), Some(10)), 1, again));
+        assert!(
+            !doomed(&file(Some(9), Some(12)), 1, again),
+            "spans both: kept"
+        );
+        assert!(
+            !doomed(&file(Some(12), Some(14)), 1, again),
+            "the new topic's"
+        );
+        assert!(
+            !doomed(&file(None, Some(4)), 1, again),
+            "no statistics: kept"
         );
     }
 }

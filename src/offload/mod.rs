@@ -40,6 +40,7 @@ mod housekeeping;
 pub mod log_retention;
 mod pass;
 pub mod plan;
+pub mod removals;
 pub mod retention;
 mod schedule;
 mod status;
@@ -284,43 +285,20 @@ impl OffloadEngine {
         if !self.inner.config.drop_table_on_topic_delete {
             return Ok(false);
         }
-        let lake = self.inner.lake.clone();
+        let inner = self.inner.clone();
         let table = self.inner.table_of(&base).await?;
-        let grace = self.inner.config.removed_file_grace;
-        let finish_tx = self.inner.finish_tx.clone();
         Ok(self
             .on_lake(async move {
-                let Some(topic) = table.topic else {
-                    return lake.drop_table(&table.ident).await;
-                };
-                let through = std::collections::BTreeMap::from([(topic, last_ledger)]);
-                let live = crate::lake::expire::Live::DeletedThrough(&through);
-                // The other topics of a shared table go on committing (on other nodes): a
-                // removal that lost the race is built again on the new version, so that the
-                // deleted topic's rows do not outlive it.
-                let mut backoff = std::time::Duration::from_millis(100);
-                let mut attempts = 1;
-                loop {
-                    let Some(t) = lake.load_table(&table.ident).await? else {
-                        return Ok(false);
-                    };
-                    match crate::lake::expire::remove_expired(&lake, t, live, &[], grace).await {
-                        Ok((_, outcome)) => {
-                            if let Some(due) = outcome.finish_due_ms {
-                                let _ = finish_tx.send((table.ident.clone(), due));
-                            }
-                            return Ok(outcome.snapshot_id.is_some());
-                        }
-                        Err(e) if e.is_commit_conflict() && attempts < REMOVAL_ATTEMPTS => {
-                            tracing::info!(table = %table.ident, attempts, error = %e,
-                                "a deleted topic's removal lost a commit race; building it again");
-                            tokio::time::sleep(backoff).await;
-                            backoff *= 2;
-                            attempts += 1;
-                        }
-                        Err(e) => return Err(e),
-                    }
-                }
+                let grace = inner.config.removed_file_grace;
+                removals::remove_deleted(
+                    &inner.lake,
+                    &table,
+                    last_ledger,
+                    false,
+                    grace,
+                    &inner.finish_tx,
+                )
+                .await
             })
             .await??)
     }
@@ -504,11 +482,25 @@ impl Inner {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut known = schedule::TopicNames::default();
         let mut first = true;
+        // Recorded removals of deleted topics are done again at the first tick, then every
+        // orphan check interval, one round at a time.
+        let mut redo: Option<(Instant, tokio::task::JoinHandle<()>)> = None;
         loop {
             tokio::select! {
                 _ = self.stop.cancelled() => return,
                 _ = tick.tick() => {}
                 _ = self.wake.notified() => {}
+            }
+            if redo.as_ref().is_none_or(|(at, round)| {
+                round.is_finished() && at.elapsed() >= self.config.orphan_check_interval
+            }) {
+                let inner = self.clone();
+                let round = self.tasks.spawn(async move {
+                    if let Err(e) = inner.redo_removals().await {
+                        tracing::warn!(error = %e, "doing recorded lake removals again failed");
+                    }
+                });
+                redo = Some((Instant::now(), round));
             }
             let tables = match self.tables_with_work(&mut known, first).await {
                 Ok(t) => t,

@@ -331,19 +331,47 @@ impl Operations {
         // node (its offload of the table is paused); one another node made and offloaded in
         // between stays in the table (left behind, never another topic's rows removed).
         let last_ledger = self.log.metadata().last_ledger_id().await?;
+        // Recorded before anything is deleted: a crash (or a failed removal) after the log is
+        // gone leaves the record, and the engine removes the lake data later.
+        let mut recorded = match &self.offload {
+            Some(o) => o.begin_removal(base, last_ledger).await?,
+            None => None,
+        };
         let mut existed = false;
-        for name in &names {
-            existed |= self.broker.delete_topic(name, force).await?;
+        for (i, name) in names.iter().enumerate() {
+            match self.broker.delete_topic(name, force).await {
+                Ok(e) => existed |= e,
+                Err(e) => {
+                    // Refused with the first topic still in place (clients attached, owned
+                    // elsewhere): nothing was deleted, nothing to remove later. Otherwise the
+                    // record stays (the engine waits until no topic of the name is left).
+                    let untouched = i == 0
+                        && self
+                            .log
+                            .topic_exists(&name.to_string())
+                            .await
+                            .unwrap_or(false);
+                    if let (true, Some(o)) = (untouched, &self.offload) {
+                        o.end_removal(recorded.take()).await;
+                    }
+                    return Err(e.into());
+                }
+            }
         }
         existed |= self
             .log
             .delete_topic(&base.to_string())
             .await
             .map_err(|e| OpsError::Internal(format!("deleting {base}: {e}")))?;
+        crate::failpoint::hit("ops.before_lake_removal");
         // Also when the log part was gone already: a crash between the log deletion and the
-        // table drop is finished by repeating the deletion.
+        // table drop is finished by repeating the deletion, or by the engine on its own.
         let dropped = match &self.offload {
-            Some(o) => o.topic_deleted(base, last_ledger).await?,
+            Some(o) => {
+                let dropped = o.topic_deleted(base, last_ledger).await?;
+                o.end_removal(recorded.take()).await;
+                dropped
+            }
             None => false,
         };
         if !existed && !dropped {

@@ -1,0 +1,340 @@
+//! A deleted topic's lake removal, made durable.
+//!
+//! Deleting a topic removes its log first and its lake data last: its table is dropped, or, in
+//! a namespace's shared table, its rows are removed up to a bound (the store's last ledger id
+//! read before the deletion began; a topic of the same name created later has higher ids). A
+//! crash between the two, or a removal that kept losing commit races, left the rows behind
+//! for good: the topic was gone, so nothing would ever remove them. Now the deletion records
+//! its removal first (`lake/removal/{topic}/{nonce}` in the metadata store's record space, one
+//! record per deletion) and forgets it once the lake part is done; every node's engine does
+//! again the removals whose record outlived its deletion, at its first tick and then every
+//! `lake.orphan_check_interval`.
+//!
+//! Invariants:
+//! - A record is written before anything of its topic is deleted, and removed only after its
+//!   lake removal succeeded, or when its deletion was refused with the topic still in place.
+//!   Each deletion removes only its own record (the nonce), never another deletion's.
+//! - A record is done again only when no topic of its name holds a ledger at or below its
+//!   bound: a deletion still under way (on any node), or one that stopped half-way (a
+//!   partition it could not delete), is never undercut. A topic of the name created since has
+//!   only higher ledger ids: its rows are kept, and its own table is not dropped (its rows up
+//!   to the bound are removed instead).
+//! - The record names the table as it was at the deletion (layout included), so doing it again
+//!   does not depend on the namespace's policies or even on the namespace still existing.
+//! - Format: [`crate::versioned`] with [`FORMAT`]; a reader refuses other formats (ADR 0015).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use iceberg::{NamespaceIdent, TableIdent};
+use serde::{Deserialize, Serialize};
+
+use super::{lock, Inner, OffloadEngine, OffloadError, REMOVAL_ATTEMPTS};
+use crate::lake::expire::Live;
+use crate::lake::{naming::TopicTable, Lake, LakeError};
+use crate::ledger::{LedgerId, MetadataError};
+use crate::naming::TopicName;
+
+/// Format byte of a removal record.
+pub const FORMAT: u8 = 1;
+/// Where the records are kept (the metadata store's record space, beside tenancy's).
+const PREFIX: &str = "lake/removal/";
+
+/// A deleted topic's lake removal, as recorded before the deletion.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemovalRecord {
+    /// The base topic deleted (all its partitions).
+    pub topic: String,
+    /// The store's last ledger id when the deletion began: rows of ledgers at or below it go.
+    pub last_ledger: LedgerId,
+    /// The table's namespace.
+    pub namespace: Vec<String>,
+    /// The table's name.
+    pub table: String,
+    /// In a shared table, the topic's `topic` column value; `None`: the topic's own table.
+    pub shared_topic: Option<String>,
+}
+
+impl RemovalRecord {
+    fn of(topic: &TopicName, table: &TopicTable, last_ledger: LedgerId) -> RemovalRecord {
+        RemovalRecord {
+            topic: topic.to_string(),
+            last_ledger,
+            namespace: table.ident.namespace().clone().inner(),
+            table: table.ident.name().to_string(),
+            shared_topic: table.topic.clone(),
+        }
+    }
+
+    fn table(&self) -> Result<TopicTable, String> {
+        let namespace = NamespaceIdent::from_vec(self.namespace.clone())
+            .map_err(|e| format!("removal record of {}: {e}", self.topic))?;
+        Ok(TopicTable {
+            ident: TableIdent::new(namespace, self.table.clone()),
+            topic: self.shared_topic.clone(),
+        })
+    }
+
+    /// The stored form.
+    pub fn encode(&self) -> Vec<u8> {
+        crate::versioned::encode(FORMAT, self)
+    }
+
+    /// Reads the stored form.
+    pub fn decode(bytes: &[u8]) -> Result<RemovalRecord, String> {
+        crate::versioned::decode(FORMAT, "lake removal record", bytes)
+    }
+}
+
+/// The key of one deletion's record of `topic`.
+fn scope(topic: &TopicName) -> String {
+    format!("{PREFIX}{topic}/{:016x}", rand::random::<u64>())
+}
+
+/// A recorded removal, as its deletion wrote it (to forget exactly that record).
+#[derive(Debug)]
+pub struct Recorded {
+    scope: String,
+    blob: Vec<u8>,
+}
+
+impl OffloadEngine {
+    /// Records the lake removal of the deleted `base` (bound `last_ledger`) before anything of
+    /// it is deleted. Nothing is recorded (`None`) when deletions keep lake data.
+    pub async fn begin_removal(
+        &self,
+        base: &TopicName,
+        last_ledger: LedgerId,
+    ) -> Result<Option<Recorded>, OffloadError> {
+        if !self.inner.config.drop_table_on_topic_delete {
+            return Ok(None);
+        }
+        let table = self.inner.table_of(base).await?;
+        let recorded = Recorded {
+            scope: scope(base),
+            blob: RemovalRecord::of(base, &table, last_ledger).encode(),
+        };
+        self.inner
+            .log
+            .metadata()
+            .set_policies(&recorded.scope, Some(&recorded.blob))
+            .await?;
+        Ok(Some(recorded))
+    }
+
+    /// Forgets `recorded` (its removal is done, or its deletion deleted nothing). A failure is
+    /// logged: the record stays, and the engine finds the removal done.
+    pub async fn end_removal(&self, recorded: Option<Recorded>) {
+        if let Some(r) = recorded {
+            if let Err(e) = self.inner.log.metadata().set_policies(&r.scope, None).await {
+                tracing::warn!(record = %r.scope, error = %e,
+                    "could not forget a lake removal record; it is done again later");
+            }
+        }
+    }
+}
+
+/// Removes the deleted topic's data from `table`: drops its own table (unless `keep_table`: a
+/// topic of the name exists again, and only its rows up to `last_ledger` go), or removes its
+/// rows up to `last_ledger` from the shared table, building the removal again when it loses a
+/// commit race. Returns whether anything was dropped or removed; removals to finish after
+/// their grace are sent to `finish`.
+pub(super) async fn remove_deleted(
+    lake: &Lake,
+    table: &TopicTable,
+    last_ledger: LedgerId,
+    keep_table: bool,
+    grace: Duration,
+    finish: &tokio::sync::mpsc::UnboundedSender<(TableIdent, i64)>,
+) -> Result<bool, LakeError> {
+    let through =
+        std::collections::BTreeMap::from([(table.topic.clone().unwrap_or_default(), last_ledger)]);
+    let live = match &table.topic {
+        None if !keep_table => return lake.drop_table(&table.ident).await,
+        None => Live::TableThrough(last_ledger),
+        Some(_) => Live::DeletedThrough(&through),
+    };
+    // The other topics of a shared table go on committing (on other nodes): a removal that
+    // lost the race is built again on the new version.
+    let mut backoff = Duration::from_millis(100);
+    let mut attempts = 1;
+    loop {
+        let Some(t) = lake.load_table(&table.ident).await? else {
+            return Ok(false);
+        };
+        match crate::lake::expire::remove_expired(lake, t, live, &[], grace).await {
+            Ok((_, outcome)) => {
+                if let Some(due) = outcome.finish_due_ms {
+                    let _ = finish.send((table.ident.clone(), due));
+                }
+                return Ok(outcome.snapshot_id.is_some());
+            }
+            Err(e) if e.is_commit_conflict() && attempts < REMOVAL_ATTEMPTS => {
+                tracing::info!(table = %table.ident, attempts, error = %e,
+                    "a deleted topic's removal lost a commit race; building it again");
+                tokio::time::sleep(backoff).await;
+                backoff *= 2;
+                attempts += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// What doing a recorded removal again found.
+#[derive(Debug, PartialEq, Eq)]
+enum Redo {
+    /// No topic of the name holds a ledger at or below the bound; `again`: one of the name
+    /// exists (created since).
+    Due { again: bool },
+    /// A topic of the name still holds a ledger at or below the bound: its deletion is under
+    /// way or stopped half-way.
+    NotYet,
+}
+
+impl Inner {
+    /// Does again every recorded removal whose deletion is over (see the module's invariants).
+    /// Returns how many were done.
+    pub(super) async fn redo_removals(self: &Arc<Self>) -> Result<usize, OffloadError> {
+        if !self.config.drop_table_on_topic_delete {
+            return Ok(0);
+        }
+        let meta = self.log.metadata();
+        let mut done = 0;
+        for (key, blob) in meta.list_policies(PREFIX).await? {
+            if self.stop.is_cancelled() {
+                break;
+            }
+            let record = match RemovalRecord::decode(&blob) {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(record = %key, error = %e, "unreadable lake removal record");
+                    continue;
+                }
+            };
+            let Ok(topic) = record.topic.parse::<TopicName>() else {
+                tracing::warn!(record = %key, "lake removal record of an unreadable topic name");
+                continue;
+            };
+            let table = match record.table() {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::warn!(record = %key, error = %e, "lake removal record of an unreadable table");
+                    continue;
+                }
+            };
+            // Judged under the table's writer lock (a deletion of this node holds it until
+            // its lake part is done), and on the record as it is now.
+            let writer = self.writer(&table.ident);
+            let _writing = writer.lock().await;
+            if meta.get_policies(&key).await?.as_deref() != Some(&blob[..]) {
+                continue; // done meanwhile
+            }
+            let again = match self.redo_state(&topic, record.last_ledger).await? {
+                Redo::NotYet => continue,
+                Redo::Due { again } => again,
+            };
+            let grace = self.config.removed_file_grace;
+            match remove_deleted(
+                &self.lake,
+                &table,
+                record.last_ledger,
+                again,
+                grace,
+                &self.finish_tx,
+            )
+            .await
+            {
+                Ok(_) => {
+                    meta.set_policies(&key, None).await?;
+                    done += 1;
+                    tracing::info!(topic = %topic, table = %table.ident,
+                        last_ledger = record.last_ledger,
+                        "finished the lake removal of a deleted topic");
+                }
+                Err(e) => tracing::warn!(topic = %topic, error = %e,
+                    "the lake removal of a deleted topic failed again; it stays recorded"),
+            }
+            if !again {
+                lock(&self.tables).remove(&topic.to_string());
+            }
+        }
+        Ok(done)
+    }
+
+    /// Whether `topic`'s recorded removal (bound `last_ledger`) may be done now.
+    async fn redo_state(
+        &self,
+        topic: &TopicName,
+        last_ledger: LedgerId,
+    ) -> Result<Redo, MetadataError> {
+        let meta = self.log.metadata();
+        let base = topic.to_string();
+        let mut again = false;
+        for t in meta.list_topics_under(&base).await? {
+            let Ok(name) = t.name.parse::<TopicName>() else {
+                continue;
+            };
+            if name.base().to_string() != base {
+                continue; // another topic whose name starts alike
+            }
+            again = true;
+            if meta
+                .topic_ledgers(t.id)
+                .await?
+                .iter()
+                .any(|l| l.id <= last_ledger)
+            {
+                return Ok(Redo::NotYet);
+            }
+        }
+        Ok(Redo::Due { again })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn records_round_trip(
+            topic in "[a-z/:-]{1,40}",
+            last_ledger in any::<u64>(),
+            namespace in proptest::collection::vec("[a-z]{1,8}", 1..3),
+            table in "[a-z_]{1,12}",
+            shared_topic in proptest::option::of("[a-z-]{1,12}"),
+        ) {
+            let record = RemovalRecord { topic, last_ledger, namespace, table, shared_topic };
+            let bytes = record.encode();
+            prop_assert_eq!(bytes[0], FORMAT);
+            prop_assert_eq!(RemovalRecord::decode(&bytes), Ok(record));
+            let mut other = bytes.clone();
+            other[0] = FORMAT + 1;
+            prop_assert!(RemovalRecord::decode(&other).is_err());
+        }
+    }
+
+    #[test]
+    fn a_record_names_its_table_and_layout() {
+        let topic: TopicName = "persistent://acme/ns/orders".parse().expect("a topic name");
+        let shared = TopicTable::of(&topic, crate::config::LakeTableLayout::Shared);
+        let record = RemovalRecord::of(&topic, &shared, 42);
+        let (one, two) = (scope(&topic), scope(&topic));
+        assert!(
+            one.starts_with("lake/removal/persistent://acme/ns/orders/"),
+            "{one}"
+        );
+        assert_ne!(one, two, "one record per deletion");
+        let back = record.table().expect("a table");
+        assert_eq!(back.ident, shared.ident);
+        assert_eq!(back.topic.as_deref(), Some("orders"));
+        let own = TopicTable::of(&topic, crate::config::LakeTableLayout::PerTopic);
+        let back = RemovalRecord::of(&topic, &own, 42)
+            .table()
+            .expect("a table");
+        assert_eq!(back.ident, own.ident);
+        assert_eq!(back.topic, None);
+    }
+}
