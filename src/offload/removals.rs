@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use super::{lock, Inner, OffloadEngine, OffloadError, REMOVAL_ATTEMPTS};
 use crate::lake::expire::Live;
 use crate::lake::{naming::TopicTable, Lake, LakeError};
+use crate::ledger::metadata::MetadataStore;
 use crate::ledger::{LedgerId, MetadataError};
 use crate::naming::TopicName;
 
@@ -230,7 +231,7 @@ impl Inner {
             if meta.get_policies(&key).await?.as_deref() != Some(&blob[..]) {
                 continue; // done meanwhile
             }
-            let again = match self.redo_state(&topic, record.last_ledger).await? {
+            let again = match redo_state(&*meta, &topic, record.last_ledger).await? {
                 Redo::NotYet => continue,
                 Redo::Due { again } => again,
             };
@@ -261,35 +262,34 @@ impl Inner {
         }
         Ok(done)
     }
+}
 
-    /// Whether `topic`'s recorded removal (bound `last_ledger`) may be done now.
-    async fn redo_state(
-        &self,
-        topic: &TopicName,
-        last_ledger: LedgerId,
-    ) -> Result<Redo, MetadataError> {
-        let meta = self.log.metadata();
-        let base = topic.to_string();
-        let mut again = false;
-        for t in meta.list_topics_under(&base).await? {
-            let Ok(name) = t.name.parse::<TopicName>() else {
-                continue;
-            };
-            if name.base().to_string() != base {
-                continue; // another topic whose name starts alike
-            }
-            again = true;
-            if meta
-                .topic_ledgers(t.id)
-                .await?
-                .iter()
-                .any(|l| l.id <= last_ledger)
-            {
-                return Ok(Redo::NotYet);
-            }
+/// Whether `topic`'s recorded removal (bound `last_ledger`) may be done now.
+async fn redo_state(
+    meta: &dyn MetadataStore,
+    topic: &TopicName,
+    last_ledger: LedgerId,
+) -> Result<Redo, MetadataError> {
+    let base = topic.to_string();
+    let mut again = false;
+    for t in meta.list_topics_under(&base).await? {
+        let Ok(name) = t.name.parse::<TopicName>() else {
+            continue;
+        };
+        if name.base().to_string() != base {
+            continue; // another topic whose name starts alike
         }
-        Ok(Redo::Due { again })
+        again = true;
+        if meta
+            .topic_ledgers(t.id)
+            .await?
+            .iter()
+            .any(|l| l.id <= last_ledger)
+        {
+            return Ok(Redo::NotYet);
+        }
     }
+    Ok(Redo::Due { again })
 }
 
 #[cfg(test)]
@@ -314,6 +314,40 @@ mod tests {
             other[0] = FORMAT + 1;
             prop_assert!(RemovalRecord::decode(&other).is_err());
         }
+    }
+
+    #[tokio::test]
+    async fn a_removal_waits_until_no_topic_of_the_name_holds_a_ledger_under_its_bound() {
+        use crate::ledger::metadata::memory::MemoryMetadataStore;
+        let meta = MemoryMetadataStore::new();
+        let base: TopicName = "persistent://t/ns/x".parse().expect("a topic name");
+        let ledger_of = |name: &'static str| {
+            let meta = &meta;
+            async move {
+                let t = meta.get_or_create_topic(name, 0).await.expect("a topic");
+                meta.create_ledger(t.id, 0, "b", 0, None)
+                    .await
+                    .expect("a ledger")
+                    .id
+            }
+        };
+        // A topic whose name only starts alike does not count.
+        ledger_of("persistent://t/ns/xy").await;
+        assert_eq!(
+            redo_state(&meta, &base, 100).await.expect("read"),
+            Redo::Due { again: false }
+        );
+        // A partition still holding a ledger under the bound: its deletion is not over.
+        let first = ledger_of("persistent://t/ns/x-partition-1").await;
+        assert_eq!(
+            redo_state(&meta, &base, first).await.expect("read"),
+            Redo::NotYet
+        );
+        // Its ledgers are all above the bound: a topic of the name created since.
+        assert_eq!(
+            redo_state(&meta, &base, first - 1).await.expect("read"),
+            Redo::Due { again: true }
+        );
     }
 
     #[test]
