@@ -436,10 +436,14 @@ impl Lake {
         let Some(table) = self.load_table(ident).await? else {
             return Ok(false);
         };
-        self.catalog
-            .drop_table(ident)
-            .await
-            .map_err(LakeError::iceberg(format!("dropping table {ident}")))?;
+        if let Err(e) = self.catalog.drop_table(ident).await {
+            // Dropped meanwhile by another node (a deletion and a redo of its record, ADR
+            // 0015): that node deletes the files.
+            if self.load_table(ident).await?.is_none() {
+                return Ok(false);
+            }
+            return Err(LakeError::iceberg(format!("dropping table {ident}"))(e));
+        }
         let files = self.delete_all_under(table.metadata().location()).await?;
         tracing::info!(table = %ident, files, "dropped lake table and deleted its files");
         Ok(true)

@@ -228,12 +228,25 @@ impl Inner {
             // its lake part is done), and on the record as it is now.
             let writer = self.writer(&table.ident);
             let _writing = writer.lock().await;
-            if meta.get_policies(&key).await?.as_deref() != Some(&blob[..]) {
+            // A store error skips this record only (the next round tries it again).
+            let current = match meta.get_policies(&key).await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(record = %key, error = %e, "reading a lake removal record failed");
+                    continue;
+                }
+            };
+            if current.as_deref() != Some(&blob[..]) {
                 continue; // done meanwhile
             }
-            let again = match redo_state(&*meta, &topic, record.last_ledger).await? {
-                Redo::NotYet => continue,
-                Redo::Due { again } => again,
+            let again = match redo_state(&*meta, &topic, record.last_ledger).await {
+                Ok(Redo::NotYet) => continue,
+                Ok(Redo::Due { again }) => again,
+                Err(e) => {
+                    tracing::warn!(topic = %topic, error = %e,
+                        "reading the topics of a recorded lake removal failed");
+                    continue;
+                }
             };
             let grace = self.config.removed_file_grace;
             match remove_deleted(
@@ -247,7 +260,10 @@ impl Inner {
             .await
             {
                 Ok(_) => {
-                    meta.set_policies(&key, None).await?;
+                    if let Err(e) = meta.set_policies(&key, None).await {
+                        tracing::warn!(record = %key, error = %e,
+                            "could not forget a done lake removal record; it is done again later");
+                    }
                     done += 1;
                     tracing::info!(topic = %topic, table = %table.ident,
                         last_ledger = record.last_ledger,

@@ -343,8 +343,9 @@ impl Operations {
                 Ok(e) => existed |= e,
                 Err(e) => {
                     // Refused with the first topic still in place (clients attached, owned
-                    // elsewhere): nothing was deleted, nothing to remove later. Otherwise the
-                    // record stays (the engine waits until no topic of the name is left).
+                    // elsewhere; a forced deletion may have closed clients or local copies, but
+                    // the topic and its lake data stay): nothing to remove later. Otherwise
+                    // the record stays (the engine waits until no topic of the name is left).
                     let untouched = i == 0
                         && self
                             .log
