@@ -36,15 +36,13 @@ use iceberg::spec::{
     SnapshotReference, SnapshotRetention, Summary, MAIN_BRANCH,
 };
 use iceberg::table::Table;
-use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{TableRequirement, TableUpdate};
 
 use super::commit::WATERMARK_KEY;
 use super::{Lake, LakeError};
 use crate::ledger::LedgerId;
 
-/// Snapshot-summary key listing the ledgers whose rows a retention snapshot removed.
-pub const EXPIRED_KEY: &str = "ledgerlake.expired-ledgers";
+pub use super::snapshots::EXPIRED_KEY;
 
 /// What one removal did.
 #[derive(Debug, Clone, Default)]
@@ -240,15 +238,14 @@ pub async fn remove_expired(
     if outcome.files_removed.is_empty() {
         // Nothing to remove; earlier removals may be ripe. A failure there is this call's
         // only when nothing else was asked (it is logged, and tried again by the finisher).
-        return match finish(lake, table.clone(), outcome.clone(), grace).await {
-            Ok(done) => Ok(done),
-            Err(e) => {
-                tracing::warn!(table = %table.identifier(), error = %e,
-                    "finishing earlier retention removals failed");
-                outcome.finish_due_ms = Some(chrono::Utc::now().timestamp_millis());
-                Ok((table, outcome))
-            }
-        };
+        return Ok(finish(
+            lake,
+            table,
+            outcome,
+            grace,
+            "finishing earlier retention removals failed",
+        )
+        .await);
     }
 
     let result = commit_removal(
@@ -286,30 +283,40 @@ pub async fn remove_expired(
             return Ok((table, outcome));
         }
     };
-    match finish(lake, table.clone(), outcome.clone(), grace).await {
-        Ok(done) => Ok(done),
-        Err(e) => {
-            tracing::warn!(table = %table.identifier(), error = %e,
-                "removed files committed, but finishing the removal failed");
-            outcome.finish_due_ms = Some(chrono::Utc::now().timestamp_millis());
-            Ok((table, outcome))
-        }
-    }
+    Ok(finish(
+        lake,
+        table,
+        outcome,
+        grace,
+        "removed files committed, but finishing the removal failed",
+    )
+    .await)
 }
 
-/// Finishes what has ripened ([`super::finish`]) and records it in `outcome`.
+/// Finishes what has ripened ([`super::finish`]) and records it in `outcome`. A failure is
+/// logged as `failed` and leaves the finish due now (the finisher tries again): the removal
+/// itself stands either way.
 async fn finish(
     lake: &Lake,
     table: Table,
     mut outcome: RemovalOutcome,
     grace: Duration,
-) -> Result<(Table, RemovalOutcome), LakeError> {
+    failed: &str,
+) -> (Table, RemovalOutcome) {
     let now = chrono::Utc::now().timestamp_millis();
-    let (table, done) = super::finish::finish_removals(lake, table, grace, now).await?;
-    outcome.snapshots_expired = done.snapshots_expired;
-    outcome.files_deleted = done.files_deleted;
-    outcome.finish_due_ms = done.next_due_ms;
-    Ok((table, outcome))
+    match super::finish::finish_removals(lake, table.clone(), grace, now).await {
+        Ok((table, done)) => {
+            outcome.snapshots_expired = done.snapshots_expired;
+            outcome.files_deleted = done.files_deleted;
+            outcome.finish_due_ms = done.next_due_ms;
+            (table, outcome)
+        }
+        Err(e) => {
+            tracing::warn!(table = %table.identifier(), error = %e, "{failed}");
+            outcome.finish_due_ms = Some(now);
+            (table, outcome)
+        }
+    }
 }
 
 /// Writes the manifest list of the `delete` snapshot and commits it. Every file written is
@@ -448,41 +455,6 @@ async fn reload(lake: &Lake, table: &Table) -> Result<Table, LakeError> {
             table: table.identifier().to_string(),
             reason: "disappeared during retention".into(),
         })
-}
-
-/// Snapshots that head a branch or a tag (iceberg-rust has no public accessor for refs: they
-/// are read from the metadata's JSON form).
-pub(super) fn ref_heads(metadata: &iceberg::spec::TableMetadata) -> BTreeSet<i64> {
-    serde_json::to_value(metadata)
-        .ok()
-        .and_then(|v| v.get("refs").cloned())
-        .and_then(|r| r.as_object().cloned())
-        .map(|refs| {
-            refs.values()
-                .filter_map(|r| r.get("snapshot-id").and_then(|id| id.as_i64()))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Expires `ids` through iceberg's `expire_snapshots` (metadata only); nothing to do for none.
-pub(super) async fn expire_snapshot_ids(
-    lake: &Lake,
-    table: Table,
-    ids: Vec<i64>,
-) -> Result<Table, LakeError> {
-    if ids.is_empty() {
-        return Ok(table);
-    }
-    let tx = Transaction::new(&table);
-    let tx = tx
-        .expire_snapshots()
-        .expire_snapshot_ids(ids)
-        .apply(tx)
-        .map_err(iceberg_err("expiring snapshots"))?;
-    lake.commit(tx, &table)
-        .await
-        .map_err(iceberg_err("committing snapshot expiry"))
 }
 
 #[cfg(test)]

@@ -31,7 +31,7 @@ use iceberg::spec::{ManifestStatus, Operation, TableMetadata};
 use iceberg::table::Table;
 use object_store::ObjectStoreExt;
 
-use super::expire::{expire_snapshot_ids, ref_heads, EXPIRED_KEY};
+use super::snapshots::{expire_snapshot_ids, ref_heads, EXPIRED_KEY};
 use super::{orphans, Lake, LakeError};
 
 /// What the metadata says of one snapshot, for [`plan`].

@@ -22,7 +22,7 @@ use iceberg::spec::TableMetadata;
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 
-use super::{expire, Lake, LakeError};
+use super::{snapshots, Lake, LakeError};
 
 /// Table property: snapshots older than this many milliseconds expire.
 pub const MAX_AGE_PROPERTY: &str = "history.expire.max-snapshot-age-ms";
@@ -91,7 +91,7 @@ pub async fn expire_old_snapshots(
     if expiring(&snapshots, &current, max_age, min_keep, now_ms).len() < MIN_EXPIRABLE {
         return Ok((table, 0));
     }
-    let mut heads = expire::ref_heads(metadata);
+    let mut heads = snapshots::ref_heads(metadata);
     heads.extend(current);
     if expiring(&snapshots, &heads, max_age, min_keep, now_ms).len() < MIN_EXPIRABLE {
         return Ok((table, 0));

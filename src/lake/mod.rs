@@ -43,6 +43,7 @@ pub mod orphans;
 mod pinned;
 pub mod rows;
 pub mod schema;
+mod snapshots;
 pub mod typed;
 pub mod upload;
 mod write;
