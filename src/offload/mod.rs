@@ -260,47 +260,13 @@ impl OffloadEngine {
     }
 
     /// Holds off offload passes of `topic`'s table until the guard is dropped (a pass running
-    /// now finishes first). Topic deletion holds it while the log and the table go.
+    /// now finishes first). `verify` holds it while it reads both tiers; a topic's deletion
+    /// holds it through its [`removals::Deletion`].
     pub async fn pause_table(
         &self,
         topic: &TopicName,
     ) -> Result<tokio::sync::OwnedMutexGuard<()>, OffloadError> {
-        let table = self.inner.table_of(topic).await?;
-        Ok(self.inner.writer(&table.ident).lock_owned().await)
-    }
-
-    /// After `topic` was deleted (call with the table paused): drops its lake table and
-    /// deletes the table's files when `lake.drop_table_on_topic_delete` is on, and forgets its
-    /// offload status. Returns whether a table was dropped.
-    /// In a namespace's shared table, the topic's files are removed instead (the table stays):
-    /// those whose ledgers are all at or below `last_ledger` (the store's last ledger id, read
-    /// before the topic was deleted, so that a later topic of the same name keeps its rows).
-    pub async fn topic_deleted(
-        &self,
-        topic: &TopicName,
-        last_ledger: crate::ledger::LedgerId,
-    ) -> Result<bool, OffloadError> {
-        let base = topic.base();
-        lock(&self.inner.tables).remove(&base.to_string());
-        if !self.inner.config.drop_table_on_topic_delete {
-            return Ok(false);
-        }
-        let inner = self.inner.clone();
-        let table = self.inner.table_of(&base).await?;
-        Ok(self
-            .on_lake(async move {
-                let grace = inner.config.removed_file_grace;
-                removals::remove_deleted(
-                    &inner.lake,
-                    &table,
-                    last_ledger,
-                    false,
-                    grace,
-                    &inner.finish_tx,
-                )
-                .await
-            })
-            .await??)
+        Ok(self.inner.paused_table(topic).await?.1)
     }
 
     /// Asks for everything written to `topic` so far to be offloaded (the open ledger is sealed
@@ -442,6 +408,16 @@ impl Inner {
             .await?
             .lake_table_layout;
         Ok(naming::TopicTable::of(topic, layout))
+    }
+
+    /// `topic`'s table, and its writer lock once taken (a pass running now finishes first).
+    async fn paused_table(
+        &self,
+        topic: &TopicName,
+    ) -> Result<(naming::TopicTable, tokio::sync::OwnedMutexGuard<()>), OffloadError> {
+        let table = self.table_of(topic).await?;
+        let paused = self.writer(&table.ident).lock_owned().await;
+        Ok((table, paused))
     }
 
     /// The writer lock of the table `ident`. Locks nobody holds are forgotten once the map

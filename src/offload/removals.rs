@@ -99,33 +99,102 @@ pub struct Recorded {
     blob: Vec<u8>,
 }
 
+/// One topic deletion's hold on the lake: its table paused (a pass running now finishes
+/// first) and read once, and its removal recorded. Made by [`OffloadEngine::begin_deletion`]
+/// before anything of the topic is deleted; ended by [`OffloadEngine::finish_deletion`] or
+/// [`OffloadEngine::deletion_refused`]. Dropping it un-pauses the table and leaves the record
+/// (the engine does the removal later).
+#[derive(Debug)]
+pub struct Deletion {
+    table: TopicTable,
+    /// The store's last ledger id when the deletion began.
+    last_ledger: LedgerId,
+    /// `None` when deletions keep lake data, or once the record is forgotten.
+    recorded: Option<Recorded>,
+    _paused: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl Deletion {
+    /// The store's last ledger id when the deletion began: every ledger the deleted topics
+    /// had is at or below it, and only rows of those ledgers are removed.
+    pub fn last_ledger(&self) -> LedgerId {
+        self.last_ledger
+    }
+}
+
 impl OffloadEngine {
-    /// Records the lake removal of the deleted `base` (bound `last_ledger`) before anything of
-    /// it is deleted. Nothing is recorded (`None`) when deletions keep lake data.
-    pub async fn begin_removal(
-        &self,
-        base: &TopicName,
-        last_ledger: LedgerId,
-    ) -> Result<Option<Recorded>, OffloadError> {
-        if !self.inner.config.drop_table_on_topic_delete {
-            return Ok(None);
+    /// Begins deleting `base` (all its partitions): pauses its table, reads the bound (the
+    /// store's last ledger id), and records the lake removal before anything is deleted.
+    pub async fn begin_deletion(&self, base: &TopicName) -> Result<Deletion, OffloadError> {
+        let inner = &self.inner;
+        let (table, paused) = inner.paused_table(base).await?;
+        // Read before anything is deleted: see `Operations::delete_all`.
+        let last_ledger = inner.log.metadata().last_ledger_id().await?;
+        let mut deletion = Deletion {
+            table,
+            last_ledger,
+            recorded: None,
+            _paused: paused,
+        };
+        if !inner.config.drop_table_on_topic_delete {
+            return Ok(deletion);
         }
-        let table = self.inner.table_of(base).await?;
         let recorded = Recorded {
             scope: scope(base),
-            blob: RemovalRecord::of(base, &table, last_ledger).encode(),
+            blob: RemovalRecord::of(base, &deletion.table, last_ledger).encode(),
         };
-        self.inner
+        inner
             .log
             .metadata()
             .set_policies(&recorded.scope, Some(&recorded.blob))
             .await?;
-        Ok(Some(recorded))
+        deletion.recorded = Some(recorded);
+        Ok(deletion)
     }
 
-    /// Forgets `recorded` (its removal is done, or its deletion deleted nothing). A failure is
-    /// logged: the record stays, and the engine finds the removal done.
-    pub async fn end_removal(&self, recorded: Option<Recorded>) {
+    /// The deletion was refused with its first topic still in place: nothing is to be removed,
+    /// and its record is forgotten.
+    pub async fn deletion_refused(&self, mut deletion: Deletion) {
+        self.forget(deletion.recorded.take()).await;
+    }
+
+    /// After `base`'s topics were deleted: drops its lake table and deletes the table's files
+    /// when `lake.drop_table_on_topic_delete` is on (in a namespace's shared table, removes
+    /// its rows up to the bound instead), forgets its offload status, then its record. Returns
+    /// whether anything was dropped or removed. On failure the record stays.
+    pub async fn finish_deletion(
+        &self,
+        base: &TopicName,
+        mut deletion: Deletion,
+    ) -> Result<bool, OffloadError> {
+        lock(&self.inner.tables).remove(&base.to_string());
+        if !self.inner.config.drop_table_on_topic_delete {
+            return Ok(false);
+        }
+        let inner = self.inner.clone();
+        let table = deletion.table.clone();
+        let last_ledger = deletion.last_ledger;
+        let removed = self
+            .on_lake(async move {
+                let grace = inner.config.removed_file_grace;
+                remove_deleted(
+                    &inner.lake,
+                    &table,
+                    last_ledger,
+                    false,
+                    grace,
+                    &inner.finish_tx,
+                )
+                .await
+            })
+            .await??;
+        self.forget(deletion.recorded.take()).await;
+        Ok(removed)
+    }
+
+    /// Forgets `recorded`. A failure is logged: the record stays, and the engine finds the
+    /// removal done (or does it again).
+    async fn forget(&self, recorded: Option<Recorded>) {
         if let Some(r) = recorded {
             if let Err(e) = self.inner.log.metadata().set_policies(&r.scope, None).await {
                 tracing::warn!(record = %r.scope, error = %e,
@@ -286,16 +355,7 @@ async fn redo_state(
     topic: &TopicName,
     last_ledger: LedgerId,
 ) -> Result<Redo, MetadataError> {
-    let base = topic.to_string();
-    let mut again = false;
-    for t in meta.list_topics_under(&base).await? {
-        let Ok(name) = t.name.parse::<TopicName>() else {
-            continue;
-        };
-        if name.base().to_string() != base {
-            continue; // another topic whose name starts alike
-        }
-        again = true;
+    for t in topics_of(meta, topic).await? {
         if meta
             .topic_ledgers(t.id)
             .await?
@@ -305,7 +365,26 @@ async fn redo_state(
             return Ok(Redo::NotYet);
         }
     }
+    // Listed again: a topic listed above but deleted before its ledgers were read (it showed
+    // none) is not one that exists again.
+    let again = !topics_of(meta, topic).await?.is_empty();
     Ok(Redo::Due { again })
+}
+
+/// The topics of the name `topic` (itself or its partitions) the store lists.
+async fn topics_of(
+    meta: &dyn MetadataStore,
+    topic: &TopicName,
+) -> Result<Vec<crate::ledger::metadata::TopicRecord>, MetadataError> {
+    let base = topic.to_string();
+    let mut all = meta.list_topics_under(&base).await?;
+    // Another topic whose name starts alike is not one of them.
+    all.retain(|t| {
+        t.name
+            .parse::<TopicName>()
+            .is_ok_and(|n| n.base().to_string() == base)
+    });
+    Ok(all)
 }
 
 #[cfg(test)]
@@ -362,6 +441,19 @@ mod tests {
         // Its ledgers are all above the bound: a topic of the name created since.
         assert_eq!(
             redo_state(&meta, &base, first - 1).await.expect("read"),
+            Redo::Due { again: true }
+        );
+        // A topic of the name without any ledger yet is one created since too.
+        let other: TopicName = "persistent://t/ns/y".parse().expect("a topic name");
+        assert_eq!(
+            redo_state(&meta, &other, 100).await.expect("read"),
+            Redo::Due { again: false }
+        );
+        meta.get_or_create_topic("persistent://t/ns/y", 0)
+            .await
+            .expect("a topic");
+        assert_eq!(
+            redo_state(&meta, &other, 100).await.expect("read"),
             Redo::Due { again: true }
         );
     }

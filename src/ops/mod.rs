@@ -318,23 +318,19 @@ impl Operations {
         names: Vec<TopicName>,
         force: bool,
     ) -> Result<(), OpsError> {
-        let _paused = match &self.offload {
-            Some(o) => Some(o.pause_table(base).await?),
-            None => None,
-        };
-        // Read before anything is deleted: every ledger the topics had so far is at or below
-        // it (also those of partitions deleted by an earlier, interrupted deletion on their
-        // owners), and the lake removes rows of those ledgers only. A topic of the same name
-        // created later (a client may re-create a deleted partition on another node while
-        // the next ones are being deleted) gets higher ids and keeps its rows. A ledger made
-        // for these topics after this read is above it and never reaches the lake from this
-        // node (its offload of the table is paused); one another node made and offloaded in
-        // between stays in the table (left behind, never another topic's rows removed).
-        let last_ledger = self.log.metadata().last_ledger_id().await?;
-        // Recorded before anything is deleted: a crash (or a failed removal) after the log is
-        // gone leaves the record, and the engine removes the lake data later.
-        let mut recorded = match &self.offload {
-            Some(o) => o.begin_removal(base, last_ledger).await?,
+        // The table paused and the bound read before anything is deleted: every ledger the
+        // topics had so far is at or below it (also those of partitions deleted by an earlier,
+        // interrupted deletion on their owners), and the lake removes rows of those ledgers
+        // only. A topic of the same name created later (a client may re-create a deleted
+        // partition on another node while the next ones are being deleted) gets higher ids
+        // and keeps its rows. A ledger made for these topics after this read is above it and
+        // never reaches the lake from this node (its offload of the table is paused); one
+        // another node made and offloaded in between stays in the table (left behind, never
+        // another topic's rows removed). The removal is recorded first too: a crash (or a
+        // failed removal) after the log is gone leaves the record, and the engine removes the
+        // lake data later.
+        let deletion = match &self.offload {
+            Some(o) => Some(o.begin_deletion(base).await?),
             None => None,
         };
         let mut existed = false;
@@ -352,8 +348,10 @@ impl Operations {
                             .topic_exists(&name.to_string())
                             .await
                             .unwrap_or(false);
-                    if let (true, Some(o)) = (untouched, &self.offload) {
-                        o.end_removal(recorded.take()).await;
+                    if untouched {
+                        if let (Some(o), Some(d)) = (&self.offload, deletion) {
+                            o.deletion_refused(d).await;
+                        }
                     }
                     return Err(e.into());
                 }
@@ -367,13 +365,10 @@ impl Operations {
         crate::failpoint::hit("ops.before_lake_removal");
         // Also when the log part was gone already: a crash between the log deletion and the
         // table drop is finished by repeating the deletion, or by the engine on its own.
-        let dropped = match &self.offload {
-            Some(o) => {
-                let dropped = o.topic_deleted(base, last_ledger).await?;
-                o.end_removal(recorded.take()).await;
-                dropped
-            }
-            None => false,
+        let last_ledger = deletion.as_ref().map(|d| d.last_ledger());
+        let dropped = match (&self.offload, deletion) {
+            (Some(o), Some(d)) => o.finish_deletion(base, d).await?,
+            _ => false,
         };
         if !existed && !dropped {
             return Err(OpsError::NotFound(format!("Topic {base} not found")));
