@@ -2,15 +2,16 @@
 //! measures move (an append, a dispatch, an acknowledgement, an expiry) puts itself in a queue,
 //! once, through its [`Marker`]; the tick takes the queue and works through those topics and
 //! through the ones it still watches ([`Watched`]: rates not yet back at zero, a lag spiral or
-//! hot flag not yet cleared), never through every loaded topic. An idle loaded topic costs the
-//! tick nothing, and the tick's time follows the traffic, not the number of topics.
+//! hot flag not yet cleared), never through every loaded topic. A watched topic that did not
+//! change is sampled once a rate step, not every tick. An idle loaded topic costs the tick
+//! nothing, and the tick's time follows the traffic, not the number of topics.
 //!
 //! Invariants:
 //! - A marker is in the queue at most once: its `queued` flag is set from the moment it is
 //!   pushed until the tick that took it clears it. Anything recorded after that clear queues
 //!   the topic again, so no change goes unseen by the next tick.
-//! - [`Watched`] holds only topics that are still the loaded ones of their name (checked by
-//!   the tick each time before it samples them).
+//! - The tick samples only topics that are still the loaded ones of their name (checked each
+//!   time before it samples one); one unloaded meanwhile is dropped at its next sample.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -68,9 +69,21 @@ impl Marker {
 }
 
 /// The topics the stats tick samples, by full name: those that changed, until they are quiet
-/// again. Owned by the tick's task. Invariant: only topics that were the loaded ones of their
-/// name when last checked.
-pub(crate) type Watched = HashMap<Arc<str>, Arc<BrokerTopic>>;
+/// again. Owned by the tick's task.
+pub(crate) type Watched = HashMap<Arc<str>, Watch>;
+
+/// One watched topic.
+#[derive(Debug)]
+pub(crate) struct Watch {
+    pub topic: Arc<BrokerTopic>,
+    /// A partition's base topic (its partitions' shares are evaluated together).
+    pub base: Option<Arc<str>>,
+    /// When the tick samples it next ([`crate::metrics::meter::mono_ms`]): at once after a
+    /// change, else one rate step after the last sample (a topic whose traffic stopped only
+    /// waits for its rates to reach zero, and a meter needs one sample a step).
+    /// Invariant: the topic was the loaded one of its name when last sampled.
+    pub next_ms: u64,
+}
 
 #[cfg(test)]
 mod tests {

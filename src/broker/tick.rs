@@ -25,7 +25,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::activity::Watched;
+use super::activity::{Watch, Watched};
 use super::{lock, measure, Broker, BrokerTopic};
 use crate::policies::Reach;
 
@@ -139,33 +139,69 @@ impl Broker {
             .collect()
     }
 
-    /// Samples the rates of the topics that changed and of those still watched, feeds their
-    /// lag windows and flags hot partitions among them; stops watching the quiet ones.
+    /// Samples the rates of the topics that changed (at once) and of those still watched (one
+    /// rate step after their last sample), feeds their lag windows and flags hot partitions
+    /// among them; stops watching the quiet ones and those unloaded meanwhile.
     fn sample_measures(&self, watched: &mut Watched, touched: Vec<Arc<BrokerTopic>>) {
         if !self.measures.enabled {
             return;
         }
         for t in touched {
-            watched.insert(t.measures.marker.key.clone(), t);
+            let base = (t.partition >= 0).then(|| Arc::from(t.name.base().to_string()));
+            let watch = Watch {
+                topic: t,
+                base,
+                next_ms: 0,
+            };
+            watched.insert(watch.topic.measures.marker.key.clone(), watch);
         }
+        let now = crate::metrics::meter::mono_ms();
+        let step = crate::metrics::meter::step_ms(self.measures.rate_window_ms);
+        let mut due: Vec<Arc<str>> = Vec::new();
         {
             let index = lock(&self.loaded_index);
-            watched.retain(|key, t| index.get(&**key).is_some_and(|l| Arc::ptr_eq(l, t)));
+            watched.retain(|key, w| {
+                if w.next_ms > now {
+                    return true;
+                }
+                let loaded = index.get(&**key).is_some_and(|l| Arc::ptr_eq(l, &w.topic));
+                if loaded {
+                    due.push(key.clone());
+                }
+                loaded
+            });
         }
-        let mut partitioned: HashMap<String, Vec<Arc<BrokerTopic>>> = HashMap::new();
-        for t in watched.values() {
-            measure::sample(t);
-            if t.partition >= 0 {
-                partitioned
-                    .entry(t.name.base().to_string())
-                    .or_default()
-                    .push(t.clone());
+        let mut bases: HashMap<Arc<str>, Vec<Arc<BrokerTopic>>> = HashMap::new();
+        for key in &due {
+            if let Some(w) = watched.get(key) {
+                measure::sample(&w.topic);
+                if let Some(b) = &w.base {
+                    bases.entry(b.clone()).or_default();
+                }
             }
         }
-        for (_, parts) in partitioned {
-            measure::evaluate_partitions(&parts);
+        // A partitioned topic's shares are judged over all its watched partitions, sampled now
+        // or not (an unwatched partition counts as taking no traffic).
+        if !bases.is_empty() {
+            for w in watched.values() {
+                if let Some(parts) = w.base.as_ref().and_then(|b| bases.get_mut(b)) {
+                    parts.push(w.topic.clone());
+                }
+            }
+            for (_, parts) in bases {
+                measure::evaluate_partitions(&parts);
+            }
         }
-        watched.retain(|_, t| !measure::is_quiet(t));
+        for key in due {
+            let quiet = watched
+                .get(&key)
+                .is_some_and(|w| measure::is_quiet(&w.topic));
+            if quiet {
+                watched.remove(&key);
+            } else if let Some(w) = watched.get_mut(&key) {
+                w.next_ms = now + step;
+            }
+        }
         crate::metrics::node()
             .topics_watched
             .set(watched.len() as i64);

@@ -41,6 +41,7 @@ use bytes::Bytes;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+mod aging;
 pub mod bookie_id;
 pub mod cache;
 pub mod cursor;
@@ -151,6 +152,8 @@ pub(crate) struct LogShared {
     pub remote: std::sync::OnceLock<Arc<dyn replica::ReplicaSource>>,
     /// The copies this bookie holds of ledgers other nodes write ([`replicas`]).
     pub replicas: replicas::Replicas,
+    /// Open ledgers' age deadlines ([`aging`]).
+    pub aging: aging::Aging,
 }
 
 impl LogShared {
@@ -411,6 +414,7 @@ impl Log {
                 Vec::new(),
                 std::mem::take(&mut replica_plan.fenced),
             ),
+            aging: aging::Aging::new(),
         });
 
         crate::failpoint::hit("ledger.recovery.after_scan");

@@ -223,6 +223,19 @@ async fn aged_ledgers_are_sealed_by_the_ticker() -> TestResult {
     }
     assert_eq!(t.ledgers().len(), 1);
     assert_eq!(t.ledgers()[0].state, LedgerState::Sealed);
+    // The next ledger has a deadline of its own, counted from its first entry.
+    t.append(1, Bytes::from_static(b"y"))
+        .await?
+        .durable()
+        .await?;
+    for _ in 0..100 {
+        if t.ledgers().len() == 2 && t.ledgers().iter().all(|l| l.state == LedgerState::Sealed) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let states: Vec<LedgerState> = t.ledgers().iter().map(|l| l.state).collect();
+    assert_eq!(states, [LedgerState::Sealed, LedgerState::Sealed]);
     log.shutdown().await?;
     Ok(())
 }

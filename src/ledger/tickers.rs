@@ -1,34 +1,10 @@
-//! The log's background work: age rollover of idle open ledgers, the volume check that
-//! refuses appends before the disk is full, and the periodic check of replica copies against
-//! the store. Each runs until the log stops.
-
-use std::time::Duration;
+//! The log's periodic background work: the volume check that refuses appends before the disk
+//! is full, and the periodic check of replica copies against the store. Each runs until the
+//! log stops. (Age rollover is driven by deadlines: [`super::aging`].)
 
 use super::{replicas, Log, REPLICA_COLLECTION};
 
 impl Log {
-    pub(super) fn spawn_age_ticker(&self) {
-        let age = self.shared.config.rollover_age;
-        let period = (age / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
-        let stop = self.stop.clone();
-        let loaded = self.loaded.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(period);
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tick.tick() => {}
-                }
-                let topics = loaded.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                for t in topics {
-                    if let Err(e) = t.seal_if_aged().await {
-                        tracing::warn!(topic = %t.name(), error = %e, "age rollover failed");
-                    }
-                }
-            }
-        });
-    }
-
     /// Every [`REPLICA_COLLECTION`], drops the replica copies the store no longer lists for
     /// a live ledger, seals those sealed meanwhile and removes fence files no longer needed
     /// ([`Log::collect_replicas`]); a bookie holding no copy and no fence file does nothing.

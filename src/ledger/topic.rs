@@ -284,6 +284,9 @@ impl TopicLog {
                         if entry_id == 0 {
                             // A ledger opened ahead of its first entry ages from that entry.
                             w.opened_at = Instant::now();
+                            shared
+                                .aging
+                                .first_entry(&self.inner, shared.config.rollover_age);
                         }
                         w.next_entry += 1;
                         w.bytes += payload.len() as u64;

@@ -19,6 +19,12 @@ pub fn mono_ms() -> u64 {
 /// Samples a window holds: a rate covers between `SLOTS - 1` and `SLOTS` sample steps.
 const SLOTS: usize = 8;
 
+/// The time between two samples of a meter whose rates cover `window_ms`: a meter needs one
+/// sample a step for exact windows ([`Meter::sample`]).
+pub fn step_ms(window_ms: u64) -> u64 {
+    (window_ms / (SLOTS as u64 - 1)).max(1)
+}
+
 /// A cumulative sample of a meter's counters.
 #[derive(Debug, Clone, Copy, Default)]
 struct Sample {
@@ -90,7 +96,7 @@ impl Meter {
     pub fn sample(&self, window_ms: u64) {
         let now = mono_ms();
         let (msgs, bytes) = self.totals();
-        let step = (window_ms / (SLOTS as u64 - 1)).max(1);
+        let step = step_ms(window_ms);
         let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
         let last = ring.samples[(ring.start + ring.len - 1) % SLOTS];
         if now.saturating_sub(last.at_ms) < step {
