@@ -10,14 +10,16 @@ its own, which the shared-table layout of issue 22 has not replaced yet), then:
    has a backlog;
 2. with every topic still loaded: resident memory, open files and CPU over `--window` seconds
    (before any `/metrics` scrape), then resident memory after one scrape;
-3. once `broker.unload_idle_after` unloaded them all: the same again;
+3. once `broker.unload_idle_after` unloaded them all: the same again, in the window right
+   after the last unloads and in the next one (settled);
 4. load time of unloaded topics, from the official Python client (`create_producer`, which
    includes the lookup) on `--samples` random topics, and from the server's
    `ledgerlake_topic_load_seconds` histogram;
 5. a graceful restart: time from SIGTERM to exit, and from start to `/health/ready`;
 6. a crash restart: every topic is written to again (so each has an open ledger), then
    SIGKILL, and the time from start to `/health/ready` (recovery seals every open ledger).
-Prints one JSON object per run and the medians.
+Prints one JSON object per run and the medians. With `--loaded-windows N`, only: topics never
+unloaded, CPU over N consecutive windows after the populate.
 """
 import argparse
 import json
@@ -200,6 +202,9 @@ def run_once(args):
                     raise RuntimeError("topics were not unloaded")
                 time.sleep(1)
             out["unloaded"] = measure(pid, args.window)
+            # The window right after the last unloads holds their tail (sealing, memory handed
+            # back); the next one is the settled idle cost.
+            out["unloaded_settled"] = measure(pid, args.window)
             note(out)
             topics = [f"{base}-{i}" for i in range(args.topics)]
             before = load_buckets(svc.http)
@@ -222,6 +227,25 @@ def run_once(args):
         return out
 
 
+def loaded_tail(args):
+    """`--loaded-windows N`: topics never unloaded; CPU over N consecutive windows after the
+    populate, to see how long the work its traffic left behind lasts and what an idle, loaded
+    node costs once it is done."""
+    with tempfile.TemporaryDirectory(dir=args.tmp) as d:
+        svc = Service(args.bin, d, "0s")
+        svc.start()
+        try:
+            pid = svc.proc.pid
+            populate(args, svc, "persistent://public/default/many", args.messages_per_topic)
+            windows = [measure(pid, args.window)["cpu_percent_of_a_core"]
+                       for _ in range(args.loaded_windows)]
+            return {"topics": args.topics, "window_seconds": args.window,
+                    "loaded_cpu_percent_of_a_core_per_window": windows,
+                    "rss_mb": round(rss_mb(pid), 1)}
+        finally:
+            svc.stop(signal.SIGKILL)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
@@ -235,7 +259,13 @@ def main():
     ap.add_argument("--tmp", default=None)
     ap.add_argument("--no-crash", dest="crash", action="store_false",
                     help="skip the crash restart (step 6)")
+    ap.add_argument("--loaded-windows", type=int, default=0,
+                    help="only measure CPU over this many windows with every topic loaded")
     args = ap.parse_args()
+    if args.loaded_windows:
+        for _ in range(args.runs):
+            print(json.dumps(loaded_tail(args)), flush=True)
+        return 0
     runs = []
     for i in range(args.runs):
         r = run_once(args)
@@ -253,6 +283,7 @@ def main():
 
     keys = ["all_loaded.rss_mb", "all_loaded.cpu_percent_of_a_core", "all_loaded.open_files",
             "unloaded.rss_mb", "unloaded.cpu_percent_of_a_core", "unloaded.open_files",
+            "unloaded_settled.cpu_percent_of_a_core",
             "empty.rss_mb", "load_from_client.p50_ms", "load_from_client.p99_ms",
             "restart_to_ready_seconds", "stop_seconds", "populate.msgs_per_s"]
     if args.crash:

@@ -10,8 +10,8 @@
 //! - A marker is in the queue at most once: its `queued` flag is set from the moment it is
 //!   pushed until the tick that took it clears it. Anything recorded after that clear queues
 //!   the topic again, so no change goes unseen by the next tick.
-//! - The tick samples only topics that are still the loaded ones of their name (checked each
-//!   time before it samples one); one unloaded meanwhile is dropped at its next sample.
+//! - [`Watched`] holds only topics that are still the loaded ones of their name (checked by
+//!   the tick each time, before it samples any).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -79,9 +79,9 @@ pub(crate) struct Watch {
     /// A partition's base topic (its partitions' shares are evaluated together).
     pub base: Option<Arc<str>>,
     /// When the tick samples it next ([`crate::metrics::meter::mono_ms`]): at once after a
-    /// change, else one rate step after the last sample (a topic whose traffic stopped only
-    /// waits for its rates to reach zero, and a meter needs one sample a step).
-    /// Invariant: the topic was the loaded one of its name when last sampled.
+    /// change, else when its meters' next step comes (a topic whose traffic stopped only waits
+    /// for its rates to reach zero, and a meter needs one sample a step), or its lag window's
+    /// end if sooner.
     pub next_ms: u64,
 }
 

@@ -405,24 +405,29 @@ pub(crate) fn topic_row(topic: &super::BrokerTopic) -> TopicRow {
 }
 
 /// Samples the rates of `topic` and its subscriptions and feeds their backlogs into the lag
-/// windows (logging a warning when a subscription starts spiralling).
-pub(crate) fn sample(topic: &super::BrokerTopic) {
+/// windows (logging a warning when a subscription starts spiralling). Returns when the topic
+/// is next due ([`crate::metrics::meter::mono_ms`]) if nothing changes meanwhile: its
+/// meters' next samples, and with subscriptions at most a lag window later.
+pub(crate) fn sample(topic: &super::BrokerTopic) -> u64 {
     let m = &topic.measures;
-    if !m.settings.enabled {
-        return;
-    }
     let window = m.settings.rate_window_ms;
+    if !m.settings.enabled {
+        return u64::MAX;
+    }
     m.msg_in.sample(window);
+    let mut next = m.msg_in.next_sample_ms(window);
     let subs = m.subscriptions();
     if subs.is_empty() {
-        return;
+        return next;
     }
+    next = next.min(crate::metrics::meter::mono_ms() + m.settings.lag_window_ms);
     let ledgers = topic.log.ledgers();
     let in_rate = m.msg_in.rate(window).msgs;
     for s in subs {
-        s.out.sample(window);
-        s.acks.sample(window);
-        s.expired.sample(window);
+        for meter in [&s.out, &s.acks, &s.expired] {
+            meter.sample(window);
+            next = next.min(meter.next_sample_ms(window));
+        }
         let c = s.cursor();
         let (backlog, bytes, age, lake) = backlog_of(&ledgers, &c);
         match s.note_backlog(backlog, m.settings.lag_window_ms) {
@@ -436,6 +441,7 @@ pub(crate) fn sample(topic: &super::BrokerTopic) {
             None => {}
         }
     }
+    next
 }
 
 /// Whether the stats tick may stop sampling `topic` until it changes again: every rate reads

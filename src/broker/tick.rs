@@ -139,33 +139,38 @@ impl Broker {
             .collect()
     }
 
-    /// Samples the rates of the topics that changed (at once) and of those still watched (one
-    /// rate step after their last sample), feeds their lag windows and flags hot partitions
-    /// among them; stops watching the quiet ones and those unloaded meanwhile.
+    /// Samples the rates of the topics that changed (at once) and of those still watched (when
+    /// their meters' next step comes), feeds their lag windows and flags hot partitions among
+    /// them; stops watching the quiet ones and those unloaded meanwhile.
     fn sample_measures(&self, watched: &mut Watched, touched: Vec<Arc<BrokerTopic>>) {
         if !self.measures.enabled {
             return;
         }
         for t in touched {
-            let base = (t.partition >= 0).then(|| Arc::from(t.name.base().to_string()));
-            let watch = Watch {
-                topic: t,
-                base,
-                next_ms: 0,
-            };
-            watched.insert(watch.topic.measures.marker.key.clone(), watch);
+            let key = t.measures.marker.key.clone();
+            match watched.get_mut(&key) {
+                Some(w) if Arc::ptr_eq(&w.topic, &t) => w.next_ms = 0,
+                _ => {
+                    let base = (t.partition >= 0).then(|| Arc::from(t.name.base().to_string()));
+                    watched.insert(
+                        key,
+                        Watch {
+                            topic: t,
+                            base,
+                            next_ms: 0,
+                        },
+                    );
+                }
+            }
         }
         let now = crate::metrics::meter::mono_ms();
-        let step = crate::metrics::meter::step_ms(self.measures.rate_window_ms);
         let mut due: Vec<Arc<str>> = Vec::new();
         {
+            // Every tick, so that an unloaded topic's memory is not held for a step.
             let index = lock(&self.loaded_index);
             watched.retain(|key, w| {
-                if w.next_ms > now {
-                    return true;
-                }
                 let loaded = index.get(&**key).is_some_and(|l| Arc::ptr_eq(l, &w.topic));
-                if loaded {
+                if loaded && w.next_ms <= now {
                     due.push(key.clone());
                 }
                 loaded
@@ -173,8 +178,8 @@ impl Broker {
         }
         let mut bases: HashMap<Arc<str>, Vec<Arc<BrokerTopic>>> = HashMap::new();
         for key in &due {
-            if let Some(w) = watched.get(key) {
-                measure::sample(&w.topic);
+            if let Some(w) = watched.get_mut(key) {
+                w.next_ms = measure::sample(&w.topic);
                 if let Some(b) = &w.base {
                     bases.entry(b.clone()).or_default();
                 }
@@ -193,13 +198,11 @@ impl Broker {
             }
         }
         for key in due {
-            let quiet = watched
+            if watched
                 .get(&key)
-                .is_some_and(|w| measure::is_quiet(&w.topic));
-            if quiet {
+                .is_some_and(|w| measure::is_quiet(&w.topic))
+            {
                 watched.remove(&key);
-            } else if let Some(w) = watched.get_mut(&key) {
-                w.next_ms = now + step;
             }
         }
         crate::metrics::node()

@@ -315,7 +315,8 @@ pub struct LedgerConfig {
     pub rollover_size: ByteSize,
     /// ... or this many entries.
     pub rollover_entries: u64,
-    /// ... or when it has been open this long (checked on append and every few seconds).
+    /// ... or when it has been open this long since its first entry (checked on append and at
+    /// that deadline).
     #[serde(with = "humantime_serde")]
     #[schemars(with = "String")]
     pub rollover_age: Duration,

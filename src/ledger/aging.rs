@@ -1,19 +1,25 @@
 //! Rollover by age (`ledger.rollover_age`), driven by deadlines rather than by a scan: a
-//! ledger's age counts from its first entry, so that append queues the ledger's deadline, and
-//! one task per log sleeps until the earliest deadline and seals the ledgers that are due. An
-//! idle topic costs the task nothing; before, a ticker walked every topic the log had loaded a
-//! few times per rollover age.
+//! ledger's age counts from its first entry, so that append queues the topic's deadline, and
+//! one task per log sleeps until the earliest deadline and hands each due topic to
+//! [`super::TopicLog::at_age_deadline`]. An idle topic costs the task nothing; before, a ticker
+//! walked every topic the log had loaded every min(age / 4, 5 s).
 //!
 //! Invariants:
-//! - Every open ledger holding an entry has had its deadline queued by the append of its first
-//!   entry (under the topic's writer lock, so never twice for one ledger).
-//! - The task judges a due topic again ([`super::TopicLog::seal_if_aged`]): a deadline is a
-//!   hint, a ledger sealed or replaced meanwhile is left alone (its successor queued its own).
-//! - Deadlines hold topics weakly: a topic the log forgot is skipped when its deadline comes.
+//! - A topic has at most one deadline queued (its writer's `age_armed` flag, set and cleared
+//!   under its writer lock), so the queue holds at most one deadline per topic loaded within
+//!   the last rollover age, whatever the ledger churn.
+//! - Every open ledger holding an entry is covered: its first entry queued a deadline, or
+//!   found one queued; a deadline that comes early for the ledger now open queues the ledger's
+//!   own, and a seal that fails is tried again after [`RETRY`].
+//! - The topic judges the deadline again under its locks: a ledger sealed or replaced
+//!   meanwhile is left alone.
+//! - Deadlines hold a topic's [`AgeToken`] weakly: a topic the log forgot keeps only the
+//!   token's few bytes in the queue until its deadline, and is skipped then.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -21,11 +27,25 @@ use tokio::time::Instant;
 use super::topic::TopicInner;
 use super::{Log, TopicLog};
 
+/// How long after a failed age seal it is tried again.
+pub(crate) const RETRY: Duration = Duration::from_secs(5);
+
+/// What a topic's deadlines point at: a small allocation owned by the topic, so a deadline
+/// outliving its topic does not keep the topic's own allocation.
+#[derive(Debug)]
+pub(crate) struct AgeToken(Weak<TopicInner>);
+
+impl AgeToken {
+    pub(crate) fn new(topic: Weak<TopicInner>) -> AgeToken {
+        AgeToken(topic)
+    }
+}
+
 /// When a topic's open ledger is due to be sealed for its age.
 #[derive(Debug)]
 struct Deadline {
     at: Instant,
-    topic: Weak<TopicInner>,
+    topic: Weak<AgeToken>,
 }
 
 impl PartialEq for Deadline {
@@ -65,18 +85,40 @@ impl Aging {
         }
     }
 
-    /// Queues `topic`'s open ledger to be sealed once `age` has passed (call when its first
-    /// entry is appended).
-    pub(crate) fn first_entry(&self, topic: &Arc<TopicInner>, age: std::time::Duration) {
-        let _ = self.tx.send(Deadline {
-            at: Instant::now() + age,
-            topic: Arc::downgrade(topic),
-        });
+    /// Queues the deadline of a ledger opened (first entry) at `opened_at`: `age` later.
+    /// Returns whether a deadline was queued (not when it lies beyond what a clock can hold:
+    /// such a ledger never ages). Call under the topic's writer lock, and set `age_armed` to
+    /// the result.
+    pub(crate) fn queue(
+        &self,
+        topic: &Arc<AgeToken>,
+        opened_at: std::time::Instant,
+        age: Duration,
+    ) -> bool {
+        match opened_at.checked_add(age) {
+            Some(at) => self.send(topic, Instant::from_std(at)),
+            None => false,
+        }
+    }
+
+    /// Queues a deadline [`RETRY`] from now (a failed seal); as [`Aging::queue`].
+    pub(crate) fn retry(&self, topic: &Arc<AgeToken>) -> bool {
+        self.send(topic, Instant::now() + RETRY)
+    }
+
+    fn send(&self, topic: &Arc<AgeToken>, at: Instant) -> bool {
+        self.tx
+            .send(Deadline {
+                at,
+                topic: Arc::downgrade(topic),
+            })
+            .is_ok()
     }
 }
 
 impl Log {
-    /// Seals open ledgers as their age deadlines come, until the log stops.
+    /// Hands topics to [`TopicLog::at_age_deadline`] as their deadlines come, until the log
+    /// stops.
     pub(super) fn spawn_age_ticker(&self) {
         let Some(mut queued) = self
             .shared
@@ -101,11 +143,18 @@ impl Log {
                     },
                     () = sleep_until(next), if next.is_some() => {
                         let now = Instant::now();
+                        // One at a time, as the ticker did; a seal is a journal barrier, an
+                        // index file and a store update.
                         while due.peek().is_some_and(|Reverse(d)| d.at <= now) {
+                            if stop.is_cancelled() {
+                                return;
+                            }
                             let Some(Reverse(d)) = due.pop() else { break };
-                            let Some(inner) = d.topic.upgrade() else { continue };
+                            let Some(inner) = d.topic.upgrade().and_then(|t| t.0.upgrade()) else {
+                                continue;
+                            };
                             let t = TopicLog { inner };
-                            if let Err(e) = t.seal_if_aged().await {
+                            if let Err(e) = t.at_age_deadline().await {
                                 tracing::warn!(topic = %t.name(), error = %e, "age rollover failed");
                             }
                         }

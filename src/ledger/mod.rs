@@ -284,7 +284,7 @@ pub struct Log {
     shared: Arc<LogShared>,
     /// Invariant: at most one [`TopicLog`] per topic name.
     topics: tokio::sync::Mutex<HashMap<String, TopicLog>>,
-    /// The same topics, for synchronous access (stats, background ticker).
+    /// The same topics, for synchronous access (stats, transitions by topic id).
     loaded: Arc<Mutex<Vec<TopicLog>>>,
     /// Ledger transitions this log recorded (offloaded, deleted, expired). Invariant: bumped
     /// after the store recorded one and before the loaded topics are looked up to apply it,

@@ -240,6 +240,48 @@ async fn aged_ledgers_are_sealed_by_the_ticker() -> TestResult {
     Ok(())
 }
 
+/// A topic has one age deadline at a time: a ledger rolled by its entry count leaves the
+/// deadline queued for the next one, which comes early for it and is queued again at that
+/// ledger's own age.
+#[tokio::test]
+async fn a_ledger_rolled_early_leaves_its_deadline_to_the_next() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let config = LedgerConfig {
+        rollover_age: std::time::Duration::from_millis(600),
+        rollover_entries: 2,
+        ..small_config()
+    };
+    let log = Log::open(dir.path(), config, Arc::new(MemoryMetadataStore::new())).await?;
+    let t = log.topic("rolled").await?;
+    for _ in 0..2 {
+        t.append(0, Bytes::from_static(b"x"))
+            .await?
+            .durable()
+            .await?;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // The third entry rolls to a second ledger: it ages from now, 300 ms after the first.
+    let third = t
+        .append(0, Bytes::from_static(b"y"))
+        .await?
+        .durable()
+        .await?;
+    let states = |t: &TopicLog| t.ledgers().iter().map(|l| l.state).collect::<Vec<_>>();
+    tokio::time::sleep(std::time::Duration::from_millis(450)).await;
+    // The first deadline (600 ms after the first entry) came and went: too early for it.
+    assert_eq!(states(&t), [LedgerState::Sealed, LedgerState::Open]);
+    for _ in 0..100 {
+        if states(&t) == [LedgerState::Sealed, LedgerState::Sealed] {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(states(&t), [LedgerState::Sealed, LedgerState::Sealed]);
+    assert_eq!(t.ledgers()[1].id, third.ledger);
+    log.shutdown().await?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn interval_and_never_policies_acknowledge_and_persist_on_shutdown() -> TestResult {
     for sync in [SyncPolicy::IntervalMs, SyncPolicy::Never] {

@@ -64,6 +64,10 @@ struct WriterState {
     next_entry: u64,
     bytes: u64,
     opened_at: Instant,
+    /// Invariant: true while an age deadline of this topic is queued ([`super::aging`]); set
+    /// and cleared only under this lock, so a ledger's first entry finds a deadline queued or
+    /// queues one.
+    age_armed: bool,
 }
 
 #[derive(Debug)]
@@ -90,6 +94,8 @@ pub(crate) struct TopicInner {
     writer_epoch: std::sync::atomic::AtomicU64,
     /// How the topic's next ledgers are replicated (the namespace's persistence policy).
     replication: Mutex<Replication>,
+    /// What the topic's age deadlines hold ([`super::aging`]).
+    pub(super) age_token: Arc<super::aging::AgeToken>,
 }
 
 /// Handle to one topic partition's log. Cheap to clone.
@@ -164,7 +170,8 @@ impl TopicLog {
             shared.cache_budget.clone(),
         );
         TopicLog {
-            inner: Arc::new(TopicInner {
+            inner: Arc::new_cyclic(|me| TopicInner {
+                age_token: Arc::new(super::aging::AgeToken::new(me.clone())),
                 name,
                 id,
                 writer: Mutex::new(WriterState {
@@ -172,6 +179,7 @@ impl TopicLog {
                     next_entry: 0,
                     bytes: 0,
                     opened_at: Instant::now(),
+                    age_armed: false,
                 }),
                 roll_lock: tokio::sync::Mutex::new(()),
                 ledgers: Mutex::new(ledgers),
@@ -284,9 +292,13 @@ impl TopicLog {
                         if entry_id == 0 {
                             // A ledger opened ahead of its first entry ages from that entry.
                             w.opened_at = Instant::now();
-                            shared
-                                .aging
-                                .first_entry(&self.inner, shared.config.rollover_age);
+                            if !w.age_armed {
+                                w.age_armed = shared.aging.queue(
+                                    &self.inner.age_token,
+                                    w.opened_at,
+                                    shared.config.rollover_age,
+                                );
+                            }
                         }
                         w.next_entry += 1;
                         w.bytes += payload.len() as u64;
@@ -458,9 +470,20 @@ impl TopicLog {
     /// go, as recovery does, with no index file and nothing for the lake). The next append
     /// opens a new ledger. Returns the sealed ledger, `None` when there was none with entries.
     pub async fn seal_current(&self) -> Result<Option<LedgerRecord>, LifecycleError> {
+        self.seal_current_if(None).await
+    }
+
+    /// [`TopicLog::seal_current`], only if the open ledger is still `expected` (when given).
+    async fn seal_current_if(
+        &self,
+        expected: Option<LedgerId>,
+    ) -> Result<Option<LedgerRecord>, LifecycleError> {
         let _guard = self.inner.roll_lock.lock().await;
         let (old, empty) = {
             let mut w = lock(&self.inner.writer);
+            if expected.is_some_and(|id| w.current.as_ref().is_none_or(|c| c.id != id)) {
+                return Ok(None);
+            }
             let Some(old) = w.current.take() else {
                 return Ok(None);
             };
@@ -485,18 +508,39 @@ impl TopicLog {
         Ok(())
     }
 
-    /// Seals the open ledger if it is older than the rollover age (idle topics).
-    pub(crate) async fn seal_if_aged(&self) -> Result<(), LifecycleError> {
-        let aged = {
-            let w = lock(&self.inner.writer);
-            w.current.is_some()
-                && w.next_entry > 0
-                && w.opened_at.elapsed() >= self.inner.shared.config.rollover_age
+    /// At one of the topic's age deadlines ([`super::aging`]): seals the open ledger if it is
+    /// older than the rollover age (idle topics), queues the deadline of a younger one, and
+    /// otherwise leaves the topic without a deadline (its next ledger's first entry queues one).
+    /// A seal that fails is tried again after [`super::aging::RETRY`].
+    pub(crate) async fn at_age_deadline(&self) -> Result<(), LifecycleError> {
+        let shared = &self.inner.shared;
+        let age = shared.config.rollover_age;
+        let due = {
+            let mut w = lock(&self.inner.writer);
+            match w.current.as_ref().map(|c| c.id) {
+                Some(id) if w.next_entry > 0 && w.opened_at.elapsed() >= age => {
+                    w.age_armed = false;
+                    Some(id)
+                }
+                Some(_) if w.next_entry > 0 => {
+                    w.age_armed = shared.aging.queue(&self.inner.age_token, w.opened_at, age);
+                    None
+                }
+                _ => {
+                    w.age_armed = false;
+                    None
+                }
+            }
         };
-        if aged {
-            self.seal_current().await?;
+        let Some(id) = due else { return Ok(()) };
+        let sealed = self.seal_current_if(Some(id)).await;
+        if sealed.is_err() {
+            let mut w = lock(&self.inner.writer);
+            if !w.age_armed && w.current.as_ref().is_some_and(|c| c.id == id) {
+                w.age_armed = shared.aging.retry(&self.inner.age_token);
+            }
         }
-        Ok(())
+        sealed.map(|_| ())
     }
 
     /// Seals `old`: waits until its entries are durable, writes its index file, records the seal.

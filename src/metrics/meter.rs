@@ -118,6 +118,13 @@ impl Meter {
         }
     }
 
+    /// When the next sample is due ([`mono_ms`]): a step after the last one taken.
+    pub fn next_sample_ms(&self, window_ms: u64) -> u64 {
+        let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        let last = ring.samples[(ring.start + ring.len - 1) % SLOTS];
+        last.at_ms + step_ms(window_ms)
+    }
+
     /// The rate from the oldest sample still within `window_ms` (or the oldest kept) to now.
     pub fn rate(&self, window_ms: u64) -> Rate {
         let now = mono_ms();
