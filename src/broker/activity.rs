@@ -79,9 +79,8 @@ pub(crate) struct Watch {
     /// A partition's base topic (its partitions' shares are evaluated together).
     pub base: Option<Arc<str>>,
     /// When the tick samples it next ([`crate::metrics::meter::mono_ms`]): at once after a
-    /// change, else when its meters' next step comes (a topic whose traffic stopped only waits
-    /// for its rates to reach zero, and a meter needs one sample a step), or its lag window's
-    /// end if sooner.
+    /// change, else when its meters are due their next sample (a topic whose traffic stopped
+    /// only waits for its rates to reach zero, and a meter needs one sample a step).
     pub next_ms: u64,
 }
 

@@ -406,8 +406,8 @@ pub(crate) fn topic_row(topic: &super::BrokerTopic) -> TopicRow {
 
 /// Samples the rates of `topic` and its subscriptions and feeds their backlogs into the lag
 /// windows (logging a warning when a subscription starts spiralling). Returns when the topic
-/// is next due ([`crate::metrics::meter::mono_ms`]) if nothing changes meanwhile: its
-/// meters' next samples, and with subscriptions at most a lag window later.
+/// is next due ([`crate::metrics::meter::mono_ms`]) if nothing changes meanwhile: when every
+/// one of its meters is due a sample again (so that they all sample together from then on).
 pub(crate) fn sample(topic: &super::BrokerTopic) -> u64 {
     let m = &topic.measures;
     let window = m.settings.rate_window_ms;
@@ -420,13 +420,12 @@ pub(crate) fn sample(topic: &super::BrokerTopic) -> u64 {
     if subs.is_empty() {
         return next;
     }
-    next = next.min(crate::metrics::meter::mono_ms() + m.settings.lag_window_ms);
     let ledgers = topic.log.ledgers();
     let in_rate = m.msg_in.rate(window).msgs;
     for s in subs {
         for meter in [&s.out, &s.acks, &s.expired] {
             meter.sample(window);
-            next = next.min(meter.next_sample_ms(window));
+            next = next.max(meter.next_sample_ms(window));
         }
         let c = s.cursor();
         let (backlog, bytes, age, lake) = backlog_of(&ledgers, &c);

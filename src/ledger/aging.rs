@@ -1,5 +1,7 @@
 //! Rollover by age (`ledger.rollover_age`), driven by deadlines rather than by a scan: a
-//! ledger's age counts from its first entry, so that append queues the topic's deadline, and
+//! ledger's age counts from its first entry, so that append queues the topic's deadline (a
+//! ledger opened ahead of its first entry queues one when it opens: if no entry comes, it is
+//! discarded at that age, as it would otherwise pin the journal's segments), and
 //! one task per log sleeps until the earliest deadline and hands each due topic to
 //! [`super::TopicLog::at_age_deadline`]. An idle topic costs the task nothing; before, a ticker
 //! walked every topic the log had loaded every min(age / 4, 5 s).
@@ -8,13 +10,16 @@
 //! - A topic has at most one deadline queued (its writer's `age_armed` flag, set and cleared
 //!   under its writer lock), so the queue holds at most one deadline per topic loaded within
 //!   the last rollover age, whatever the ledger churn.
-//! - Every open ledger holding an entry is covered: its first entry queued a deadline, or
+//! - Every open ledger is covered: its opening and its first entry queued a deadline, or
 //!   found one queued; a deadline that comes early for the ledger now open queues the ledger's
-//!   own, and a seal that fails is tried again after [`RETRY`].
+//!   own. (A seal that fails leaves its ledger open, to recovery, as a roll's failed seal does.)
 //! - The topic judges the deadline again under its locks: a ledger sealed or replaced
 //!   meanwhile is left alone.
-//! - Deadlines hold a topic's [`AgeToken`] weakly: a topic the log forgot keeps only the
-//!   token's few bytes in the queue until its deadline, and is skipped then.
+//! - Deadlines hold a topic's [`AgeToken`] weakly: a topic dropped meanwhile keeps only the
+//!   token's few bytes in the queue until its deadline, and is skipped then (one the log forgot
+//!   but someone still holds has no open ledger, and the deadline does nothing).
+//! - Deadlines are on the runtime's clock; a ledger's age is measured on the system's
+//!   monotonic clock and turned into the time left when queued.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -26,9 +31,6 @@ use tokio::time::Instant;
 
 use super::topic::TopicInner;
 use super::{Log, TopicLog};
-
-/// How long after a failed age seal it is tried again.
-pub(crate) const RETRY: Duration = Duration::from_secs(5);
 
 /// What a topic's deadlines point at: a small allocation owned by the topic, so a deadline
 /// outliving its topic does not keep the topic's own allocation.
@@ -85,25 +87,21 @@ impl Aging {
         }
     }
 
-    /// Queues the deadline of a ledger opened (first entry) at `opened_at`: `age` later.
-    /// Returns whether a deadline was queued (not when it lies beyond what a clock can hold:
-    /// such a ledger never ages). Call under the topic's writer lock, and set `age_armed` to
-    /// the result.
+    /// Queues the deadline of a ledger opened (or given its first entry) at `opened_at`: `age`
+    /// later. Returns whether a deadline was queued: not when it lies beyond what a clock can
+    /// hold (such a ledger never ages), nor once the log stopped. Call under the topic's writer
+    /// lock, and set `age_armed` to the result.
     pub(crate) fn queue(
         &self,
         topic: &Arc<AgeToken>,
         opened_at: std::time::Instant,
         age: Duration,
     ) -> bool {
-        match opened_at.checked_add(age) {
-            Some(at) => self.send(topic, Instant::from_std(at)),
+        let left = age.saturating_sub(opened_at.elapsed());
+        match Instant::now().checked_add(left) {
+            Some(at) => self.send(topic, at),
             None => false,
         }
-    }
-
-    /// Queues a deadline [`RETRY`] from now (a failed seal); as [`Aging::queue`].
-    pub(crate) fn retry(&self, topic: &Arc<AgeToken>) -> bool {
-        self.send(topic, Instant::now() + RETRY)
     }
 
     fn send(&self, topic: &Arc<AgeToken>, at: Instant) -> bool {

@@ -240,37 +240,40 @@ async fn aged_ledgers_are_sealed_by_the_ticker() -> TestResult {
     Ok(())
 }
 
-/// A topic has one age deadline at a time: a ledger rolled by its entry count leaves the
-/// deadline queued for the next one, which comes early for it and is queued again at that
-/// ledger's own age.
+/// A ledger rolled by its entry count leaves the topic's age deadline queued for the next
+/// one, which comes early for it: that ledger is sealed at its own age, not at the first's.
 #[tokio::test]
 async fn a_ledger_rolled_early_leaves_its_deadline_to_the_next() -> TestResult {
+    let age = std::time::Duration::from_secs(2);
     let dir = tempfile::tempdir()?;
     let config = LedgerConfig {
-        rollover_age: std::time::Duration::from_millis(600),
+        rollover_age: age,
         rollover_entries: 2,
         ..small_config()
     };
     let log = Log::open(dir.path(), config, Arc::new(MemoryMetadataStore::new())).await?;
     let t = log.topic("rolled").await?;
+    let first = std::time::Instant::now();
     for _ in 0..2 {
         t.append(0, Bytes::from_static(b"x"))
             .await?
             .durable()
             .await?;
     }
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    // The third entry rolls to a second ledger: it ages from now, 300 ms after the first.
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    // The third entry rolls to a second ledger, which ages from it.
+    let rolled = std::time::Instant::now();
     let third = t
         .append(0, Bytes::from_static(b"y"))
         .await?
         .durable()
         .await?;
     let states = |t: &TopicLog| t.ledgers().iter().map(|l| l.state).collect::<Vec<_>>();
-    tokio::time::sleep(std::time::Duration::from_millis(450)).await;
-    // The first deadline (600 ms after the first entry) came and went: too early for it.
+    // Between the first ledger's age and the second's (about 0.5 s from each).
+    let midway = first + age + (rolled - first) / 2;
+    tokio::time::sleep(midway.saturating_duration_since(std::time::Instant::now())).await;
     assert_eq!(states(&t), [LedgerState::Sealed, LedgerState::Open]);
-    for _ in 0..100 {
+    for _ in 0..150 {
         if states(&t) == [LedgerState::Sealed, LedgerState::Sealed] {
             break;
         }

@@ -64,9 +64,9 @@ struct WriterState {
     next_entry: u64,
     bytes: u64,
     opened_at: Instant,
-    /// Invariant: true while an age deadline of this topic is queued ([`super::aging`]); set
-    /// and cleared only under this lock, so a ledger's first entry finds a deadline queued or
-    /// queues one.
+    /// Invariant: true while an age deadline of this topic is queued ([`super::aging`]; until
+    /// the log stops); set and cleared only under this lock, so a ledger's opening and first
+    /// entry find a deadline queued or queue one.
     age_armed: bool,
 }
 
@@ -420,6 +420,15 @@ impl TopicLog {
             w.next_entry = 0;
             w.bytes = 0;
             w.opened_at = Instant::now();
+            if !w.age_armed {
+                // A ledger opened ahead that gets no entry is discarded at its age (an open
+                // ledger pins the journal's segments); its first entry starts its age again.
+                w.age_armed = shared.aging.queue(
+                    &self.inner.age_token,
+                    w.opened_at,
+                    shared.config.rollover_age,
+                );
+            }
             old
         };
         tracing::debug!(topic = %self.inner.name, ledger = record.id, "opened ledger");
@@ -509,38 +518,32 @@ impl TopicLog {
     }
 
     /// At one of the topic's age deadlines ([`super::aging`]): seals the open ledger if it is
-    /// older than the rollover age (idle topics), queues the deadline of a younger one, and
-    /// otherwise leaves the topic without a deadline (its next ledger's first entry queues one).
-    /// A seal that fails is tried again after [`super::aging::RETRY`].
+    /// older than the rollover age (idle topics; one that never got an entry is discarded),
+    /// queues the deadline of a younger one, and otherwise leaves the topic without a deadline
+    /// (its next ledger queues one). A seal that fails leaves its ledger open to recovery, as a
+    /// roll's failed seal does.
     pub(crate) async fn at_age_deadline(&self) -> Result<(), LifecycleError> {
         let shared = &self.inner.shared;
         let age = shared.config.rollover_age;
         let due = {
             let mut w = lock(&self.inner.writer);
             match w.current.as_ref().map(|c| c.id) {
-                Some(id) if w.next_entry > 0 && w.opened_at.elapsed() >= age => {
+                Some(id) if w.opened_at.elapsed() >= age => {
                     w.age_armed = false;
                     Some(id)
                 }
-                Some(_) if w.next_entry > 0 => {
+                Some(_) => {
                     w.age_armed = shared.aging.queue(&self.inner.age_token, w.opened_at, age);
                     None
                 }
-                _ => {
+                None => {
                     w.age_armed = false;
                     None
                 }
             }
         };
         let Some(id) = due else { return Ok(()) };
-        let sealed = self.seal_current_if(Some(id)).await;
-        if sealed.is_err() {
-            let mut w = lock(&self.inner.writer);
-            if !w.age_armed && w.current.as_ref().is_some_and(|c| c.id == id) {
-                w.age_armed = shared.aging.retry(&self.inner.age_token);
-            }
-        }
-        sealed.map(|_| ())
+        self.seal_current_if(Some(id)).await.map(|_| ())
     }
 
     /// Seals `old`: waits until its entries are durable, writes its index file, records the seal.

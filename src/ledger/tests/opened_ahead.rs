@@ -72,26 +72,61 @@ async fn a_ledger_opened_ahead_takes_the_first_entry_or_is_discarded() -> TestRe
 }
 
 /// A ledger opened ahead ages from its first entry, not from its creation: a producer that
-/// waits longer than the rollover age before sending does not get a one-entry ledger.
+/// waits less than the rollover age before sending does not get a one-entry ledger; one
+/// opened ahead that gets no entry within the age is discarded (it would pin the journal's
+/// segments), and the next entry opens a new one.
 #[tokio::test]
 async fn a_ledger_opened_ahead_ages_from_its_first_entry() -> TestResult {
     let dir = tempfile::tempdir()?;
     let meta: Arc<dyn MetadataStore> = Arc::new(MemoryMetadataStore::new());
     let config = LedgerConfig {
-        rollover_age: std::time::Duration::from_millis(400),
+        rollover_age: std::time::Duration::from_millis(1000),
         ..small_config()
     };
     let log = Log::open(dir.path(), config, meta).await?;
     let t = log.topic("t").await?;
     t.open_ledger().await?;
+    let ahead = t.ledgers()[0].id;
     tokio::time::sleep(std::time::Duration::from_millis(600)).await;
     let a = t.append(1, payload(0, 1, 10)).await?.durable().await?;
+    // Past the age counted from the opening, not from the first entry: no roll.
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
     let b = t.append(2, payload(0, 2, 10)).await?.durable().await?;
     assert_eq!(
-        a.ledger, b.ledger,
+        (a.ledger, b.ledger),
+        (ahead, ahead),
         "both entries share the ledger opened ahead"
     );
     assert_eq!((a.entry, b.entry), (0, 1));
+    // Sealed at its age from the first entry; the next one opened ahead gets no entry and is
+    // discarded at its own age.
+    for _ in 0..150 {
+        if t.ledgers()[0].state == LedgerState::Sealed {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    t.open_ledger().await?;
+    let idle = t.ledgers().last().map(|l| l.id);
+    assert_ne!(idle, Some(ahead));
+    for _ in 0..150 {
+        let states: Vec<_> = t.ledgers().iter().map(|l| (l.id, l.state)).collect();
+        if states.iter().all(|(_, s)| *s != LedgerState::Open) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let states: Vec<_> = t.ledgers().iter().map(|l| (l.id, l.state)).collect();
+    assert_eq!(states[0], (ahead, LedgerState::Sealed), "{states:?}");
+    assert!(
+        states
+            .iter()
+            .all(|(id, s)| *s != LedgerState::Open
+                && (Some(*id) != idle || *s == LedgerState::Deleted)),
+        "the idle ledger opened ahead is discarded: {states:?}"
+    );
+    let c = t.append(3, payload(0, 3, 10)).await?.durable().await?;
+    assert!(Some(c.ledger) != idle && c.ledger > ahead);
     log.shutdown().await?;
     Ok(())
 }
