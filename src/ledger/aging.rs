@@ -1,10 +1,12 @@
 //! Rollover by age (`ledger.rollover_age`), driven by deadlines rather than by a scan: a
 //! ledger's age counts from its first entry, so that append queues the topic's deadline (a
 //! ledger opened ahead of its first entry queues one when it opens: if no entry comes, it is
-//! discarded at that age, as it would otherwise pin the journal's segments), and
-//! one task per log sleeps until the earliest deadline and hands each due topic to
-//! [`super::TopicLog::at_age_deadline`]. An idle topic costs the task nothing; before, a ticker
-//! walked every topic the log had loaded every min(age / 4, 5 s).
+//! discarded at that age, as it would otherwise pin the journal's segments), and one task per
+//! log ([`run`], spawned by the log) sleeps until the earliest deadline and hands each due
+//! topic to `TopicLog::at_age_deadline`. An idle topic costs the task nothing; before, a
+//! ticker walked every topic the log had loaded every min(age / 4, 5 s).
+//!
+//! This module knows nothing of topics: a deadline holds an [`AgeToken`] of any `T`.
 //!
 //! Invariants:
 //! - A topic has at most one deadline queued (its writer's `age_armed` flag, set and cleared
@@ -23,48 +25,47 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::future::Future;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-
-use super::topic::TopicInner;
-use super::{Log, TopicLog};
+use tokio_util::sync::CancellationToken;
 
 /// What a topic's deadlines point at: a small allocation owned by the topic, so a deadline
 /// outliving its topic does not keep the topic's own allocation.
 #[derive(Debug)]
-pub(crate) struct AgeToken(Weak<TopicInner>);
+pub(crate) struct AgeToken<T>(Weak<T>);
 
-impl AgeToken {
-    pub(crate) fn new(topic: Weak<TopicInner>) -> AgeToken {
+impl<T> AgeToken<T> {
+    pub(crate) fn new(topic: Weak<T>) -> AgeToken<T> {
         AgeToken(topic)
     }
 }
 
 /// When a topic's open ledger is due to be sealed for its age.
 #[derive(Debug)]
-struct Deadline {
+pub(crate) struct Deadline<T> {
     at: Instant,
-    topic: Weak<AgeToken>,
+    topic: Weak<AgeToken<T>>,
 }
 
-impl PartialEq for Deadline {
+impl<T> PartialEq for Deadline<T> {
     fn eq(&self, other: &Self) -> bool {
         self.at == other.at
     }
 }
 
-impl Eq for Deadline {}
+impl<T> Eq for Deadline<T> {}
 
-impl PartialOrd for Deadline {
+impl<T> PartialOrd for Deadline<T> {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
         Some(self.cmp(other))
     }
 }
 
-impl Ord for Deadline {
+impl<T> Ord for Deadline<T> {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         self.at.cmp(&other.at)
     }
@@ -72,14 +73,14 @@ impl Ord for Deadline {
 
 /// The queue of age deadlines, one per log.
 #[derive(Debug)]
-pub(crate) struct Aging {
-    tx: mpsc::UnboundedSender<Deadline>,
-    /// Taken by the task ([`Log::spawn_age_ticker`]). Invariant: taken at most once.
-    rx: Mutex<Option<mpsc::UnboundedReceiver<Deadline>>>,
+pub(crate) struct Aging<T> {
+    tx: mpsc::UnboundedSender<Deadline<T>>,
+    /// Taken by the task ([`run`]). Invariant: taken at most once.
+    rx: Mutex<Option<mpsc::UnboundedReceiver<Deadline<T>>>>,
 }
 
-impl Aging {
-    pub(crate) fn new() -> Aging {
+impl<T> Aging<T> {
+    pub(crate) fn new() -> Aging<T> {
         let (tx, rx) = mpsc::unbounded_channel();
         Aging {
             tx,
@@ -93,73 +94,61 @@ impl Aging {
     /// lock, and set `age_armed` to the result.
     pub(crate) fn queue(
         &self,
-        topic: &Arc<AgeToken>,
+        topic: &Arc<AgeToken<T>>,
         opened_at: std::time::Instant,
         age: Duration,
     ) -> bool {
         let left = age.saturating_sub(opened_at.elapsed());
         match Instant::now().checked_add(left) {
-            Some(at) => self.send(topic, at),
+            Some(at) => self
+                .tx
+                .send(Deadline {
+                    at,
+                    topic: Arc::downgrade(topic),
+                })
+                .is_ok(),
             None => false,
         }
     }
 
-    fn send(&self, topic: &Arc<AgeToken>, at: Instant) -> bool {
-        self.tx
-            .send(Deadline {
-                at,
-                topic: Arc::downgrade(topic),
-            })
-            .is_ok()
+    /// The deadlines, for [`run`] (`None` once taken).
+    pub(crate) fn take(&self) -> Option<mpsc::UnboundedReceiver<Deadline<T>>> {
+        self.rx.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 }
 
-impl Log {
-    /// Hands topics to [`TopicLog::at_age_deadline`] as their deadlines come, until the log
-    /// stops.
-    pub(super) fn spawn_age_ticker(&self) {
-        let Some(mut queued) = self
-            .shared
-            .aging
-            .rx
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        else {
-            return;
-        };
-        let stop = self.stop.clone();
-        tokio::spawn(async move {
-            let mut due: BinaryHeap<Reverse<Deadline>> = BinaryHeap::new();
-            loop {
-                let next = due.peek().map(|Reverse(d)| d.at);
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    d = queued.recv() => match d {
-                        Some(d) => due.push(Reverse(d)),
-                        None => return,
-                    },
-                    () = sleep_until(next), if next.is_some() => {
-                        let now = Instant::now();
-                        // One at a time, as the ticker did; a seal is a journal barrier, an
-                        // index file and a store update.
-                        while due.peek().is_some_and(|Reverse(d)| d.at <= now) {
-                            if stop.is_cancelled() {
-                                return;
-                            }
-                            let Some(Reverse(d)) = due.pop() else { break };
-                            let Some(inner) = d.topic.upgrade().and_then(|t| t.0.upgrade()) else {
-                                continue;
-                            };
-                            let t = TopicLog { inner };
-                            if let Err(e) = t.at_age_deadline().await {
-                                tracing::warn!(topic = %t.name(), error = %e, "age rollover failed");
-                            }
-                        }
+/// Hands each topic whose deadline came to `due`, one at a time (a seal is a journal barrier,
+/// an index file and a store update), until `stop`.
+pub(crate) async fn run<T, F, Fut>(
+    mut queued: mpsc::UnboundedReceiver<Deadline<T>>,
+    stop: CancellationToken,
+    due: F,
+) where
+    F: Fn(Arc<T>) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let mut heap: BinaryHeap<Reverse<Deadline<T>>> = BinaryHeap::new();
+    loop {
+        let next = heap.peek().map(|Reverse(d)| d.at);
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            d = queued.recv() => match d {
+                Some(d) => heap.push(Reverse(d)),
+                None => return,
+            },
+            () = sleep_until(next), if next.is_some() => {
+                let now = Instant::now();
+                while heap.peek().is_some_and(|Reverse(d)| d.at <= now) {
+                    if stop.is_cancelled() {
+                        return;
+                    }
+                    let Some(Reverse(d)) = heap.pop() else { break };
+                    if let Some(topic) = d.topic.upgrade().and_then(|t| t.0.upgrade()) {
+                        due(topic).await;
                     }
                 }
             }
-        });
+        }
     }
 }
 

@@ -153,7 +153,7 @@ pub(crate) struct LogShared {
     /// The copies this bookie holds of ledgers other nodes write ([`replicas`]).
     pub replicas: replicas::Replicas,
     /// Open ledgers' age deadlines ([`aging`]).
-    pub aging: aging::Aging,
+    pub aging: aging::Aging<topic::TopicInner>,
 }
 
 impl LogShared {

@@ -1,10 +1,24 @@
-//! The log's periodic background work: the volume check that refuses appends before the disk
-//! is full, and the periodic check of replica copies against the store. Each runs until the
-//! log stops. (Age rollover is driven by deadlines: [`super::aging`].)
+//! The log's background work: the volume check that refuses appends before the disk is full,
+//! the periodic check of replica copies against the store, and the task that seals open
+//! ledgers at their age deadlines ([`super::aging`]). Each runs until the log stops.
 
-use super::{replicas, Log, REPLICA_COLLECTION};
+use super::{aging, replicas, Log, TopicLog, REPLICA_COLLECTION};
 
 impl Log {
+    /// Hands topics to [`TopicLog::at_age_deadline`] as their age deadlines come
+    /// ([`aging`]), until the log stops.
+    pub(super) fn spawn_age_ticker(&self) {
+        let Some(queued) = self.shared.aging.take() else {
+            return;
+        };
+        tokio::spawn(aging::run(queued, self.stop.clone(), |inner| async move {
+            let t = TopicLog { inner };
+            if let Err(e) = t.at_age_deadline().await {
+                tracing::warn!(topic = %t.name(), error = %e, "age rollover failed");
+            }
+        }));
+    }
+
     /// Every [`REPLICA_COLLECTION`], drops the replica copies the store no longer lists for
     /// a live ledger, seals those sealed meanwhile and removes fence files no longer needed
     /// ([`Log::collect_replicas`]); a bookie holding no copy and no fence file does nothing.

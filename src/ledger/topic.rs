@@ -95,7 +95,7 @@ pub(crate) struct TopicInner {
     /// How the topic's next ledgers are replicated (the namespace's persistence policy).
     replication: Mutex<Replication>,
     /// What the topic's age deadlines hold ([`super::aging`]).
-    pub(super) age_token: Arc<super::aging::AgeToken>,
+    pub(super) age_token: Arc<super::aging::AgeToken<TopicInner>>,
 }
 
 /// Handle to one topic partition's log. Cheap to clone.
