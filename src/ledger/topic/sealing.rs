@@ -1,5 +1,6 @@
-//! Sealing the topic's open ledger on demand (unload, deletion, planned moves) and at its age
-//! deadline ([`crate::ledger::aging`]); a ledger that never got an entry is discarded instead.
+//! Sealing the topic's open ledger on demand (unload, deletion, hand-over and planned moves,
+//! an offload request) and at its age deadline ([`crate::ledger::aging`]); a ledger that never
+//! got an entry is discarded instead.
 
 use super::{lock, LedgerView, TopicLog};
 use crate::ledger::error::LifecycleError;
@@ -51,11 +52,11 @@ impl TopicLog {
         Ok(())
     }
 
-    /// At one of the topic's age deadlines ([`super::aging`]): seals the open ledger if it is
-    /// older than the rollover age (idle topics; one that never got an entry is discarded),
-    /// queues the deadline of a younger one, and otherwise leaves the topic without a deadline
-    /// (its next ledger queues one). A seal that fails leaves its ledger open to recovery, as a
-    /// roll's failed seal does.
+    /// At one of the topic's age deadlines ([`crate::ledger::aging`]): seals the open ledger if
+    /// it is older than the rollover age (idle topics; one that never got an entry is
+    /// discarded), queues the deadline of a younger one, and otherwise leaves the topic without
+    /// a deadline (its next ledger queues one). A seal that fails leaves its ledger open to
+    /// recovery, as a roll's failed seal does.
     pub(crate) async fn at_age_deadline(&self) -> Result<(), LifecycleError> {
         let shared = &self.inner.shared;
         let age = shared.config.rollover_age;
