@@ -414,8 +414,7 @@ pub(crate) fn sample(topic: &super::BrokerTopic) -> u64 {
     if !m.settings.enabled {
         return u64::MAX;
     }
-    m.msg_in.sample(window);
-    let mut next = m.msg_in.next_sample_ms(window);
+    let mut next = m.msg_in.sample(window);
     let subs = m.subscriptions();
     if subs.is_empty() {
         return next;
@@ -424,8 +423,7 @@ pub(crate) fn sample(topic: &super::BrokerTopic) -> u64 {
     let in_rate = m.msg_in.rate(window).msgs;
     for s in subs {
         for meter in [&s.out, &s.acks, &s.expired] {
-            meter.sample(window);
-            next = next.max(meter.next_sample_ms(window));
+            next = next.max(meter.sample(window));
         }
         let c = s.cursor();
         let (backlog, bytes, age, lake) = backlog_of(&ledgers, &c);

@@ -92,15 +92,16 @@ impl Meter {
 
     /// Takes a sample if a step (`window / (SLOTS - 1)`) has passed since the last one, so the
     /// ring spans about one window. Call it at least once a step for exact windows; calling
-    /// more often is harmless.
-    pub fn sample(&self, window_ms: u64) {
+    /// more often is harmless. Returns when the next sample is due ([`mono_ms`]): a step after
+    /// the last one taken.
+    pub fn sample(&self, window_ms: u64) -> u64 {
         let now = mono_ms();
         let (msgs, bytes) = self.totals();
         let step = step_ms(window_ms);
         let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
         let last = ring.samples[(ring.start + ring.len - 1) % SLOTS];
         if now.saturating_sub(last.at_ms) < step {
-            return;
+            return last.at_ms + step;
         }
         let s = Sample {
             at_ms: now,
@@ -116,13 +117,7 @@ impl Meter {
             ring.samples[i] = s;
             ring.start = (ring.start + 1) % SLOTS;
         }
-    }
-
-    /// When the next sample is due ([`mono_ms`]): a step after the last one taken.
-    pub fn next_sample_ms(&self, window_ms: u64) -> u64 {
-        let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
-        let last = ring.samples[(ring.start + ring.len - 1) % SLOTS];
-        last.at_ms + step_ms(window_ms)
+        now + step
     }
 
     /// The rate from the oldest sample still within `window_ms` (or the oldest kept) to now.
