@@ -51,6 +51,16 @@ impl<K: std::hash::Hash + Eq, V> Cached<K, V> {
         c.1.remove(key);
     }
 
+    /// Drops what is cached of `key` to save memory, without bumping the generation: nothing
+    /// changed, so a reader that loaded the record meanwhile may still cache it.
+    pub(crate) fn evict(&self, key: &K) {
+        self.0
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .1
+            .remove(key);
+    }
+
     /// Forgets every record and bumps the generation (the store's feed of changes ended, so
     /// changes may have been missed).
     pub(crate) fn invalidate_all(&self) {
@@ -86,6 +96,23 @@ mod tests {
         assert!(
             c.get(&"x").is_err(),
             "a load from before forgetting all is not cached"
+        );
+    }
+
+    #[test]
+    fn an_eviction_is_not_a_change() {
+        let c: Cached<&str, u32> = Cached::new();
+        let seen = c.get(&"a").expect_err("empty");
+        c.fill("a", 1, seen);
+        let seen_b = c.get(&"b").expect_err("absent");
+        c.evict(&"a");
+        let seen_a = c.get(&"a").expect_err("evicted");
+        assert_eq!(seen_a, seen, "the generation stays");
+        c.fill("b", 2, seen_b);
+        assert_eq!(
+            c.get(&"b").ok().map(|v| *v),
+            Some(2),
+            "a load from before is cached"
         );
     }
 

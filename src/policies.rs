@@ -518,6 +518,13 @@ impl PolicyStore {
         Some(reach)
     }
 
+    /// Drops the cached own policies of `topic`'s base topic, which unloaded here: memory for
+    /// topics not loaded stays flat however many topics were ever loaded. Its next load reads
+    /// them from the store again.
+    pub fn evict_topic(&self, topic: &TopicName) {
+        self.cache.evict(&topic_scope(topic));
+    }
+
     /// Forgets every cached policy (the feed of changes ended: some may have been missed).
     pub fn forget_all(&self) {
         self.cache.invalidate_all();

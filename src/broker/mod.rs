@@ -52,6 +52,7 @@ mod orphans;
 pub mod outbox;
 mod owner;
 mod rates;
+mod slots;
 
 pub mod subscription;
 pub mod throttle;
@@ -89,7 +90,8 @@ pub struct Broker {
     /// Topic partitions by full name, each behind a slot of its own: loading, unloading or
     /// deleting one topic holds only its slot, never the map, so a slow topic cannot delay
     /// another. Invariant: the map's lock is never held across an `.await`.
-    topics: Mutex<HashMap<String, Arc<TopicSlot>>>,
+    /// A slot leaves the map once nobody holds it and it is empty ([`slots`]).
+    topics: slots::Slots,
     /// The loaded topic partitions by full name, for readers that must not wait on a slot
     /// (metrics, stats ticks). Invariant: holds exactly the topics whose slot holds one; it is
     /// changed only while that slot's lock is held.
@@ -128,12 +130,6 @@ pub struct Broker {
     /// gets that pass's policies once it is loaded (the load compares this count).
     policy_passes: std::sync::atomic::AtomicU64,
 }
-
-/// One topic partition's place in the broker: empty until loaded. Its lock is held while the
-/// topic loads or is deleted (so nobody sees it half-loaded or half-deleted) and briefly by
-/// every PRODUCER and SUBSCRIBE that looks it up.
-#[derive(Debug, Default)]
-struct TopicSlot(tokio::sync::Mutex<Option<Arc<BrokerTopic>>>);
 
 impl Broker {
     /// Creates the broker state; `ownership` decides which topics it serves.
@@ -295,7 +291,7 @@ impl Broker {
         // Every loaded topic, waiting for a slot held by a load or a deletion to be released;
         // each is handed over: stopped, its open ledger sealed (so any node may serve it next,
         // reading the ledger from this node's bookie while it runs), then released.
-        let slots: Vec<Arc<TopicSlot>> = lock(&self.topics).values().cloned().collect();
+        let slots: Vec<Arc<slots::TopicSlot>> = lock(&self.topics).values().cloned().collect();
         futures::stream::iter(slots)
             .for_each_concurrent(HANDOVER_CONCURRENCY, |slot| async move {
                 let mut loaded = slot.0.lock().await;
@@ -321,14 +317,6 @@ impl Broker {
         }
     }
 
-    /// The slot of topic partition `key`, made empty when new.
-    fn slot(&self, key: &str) -> Arc<TopicSlot> {
-        lock(&self.topics)
-            .entry(key.to_string())
-            .or_default()
-            .clone()
-    }
-
     /// Names of the topic partitions of `namespace` loaded here now.
     pub fn loaded_in(&self, namespace: &crate::naming::NamespaceName) -> Vec<TopicName> {
         self.loaded_topics()
@@ -349,10 +337,12 @@ impl Broker {
         let key = topic.name.to_string();
         if index.get(&key).is_some_and(|t| Arc::ptr_eq(t, topic)) {
             index.remove(&key);
+            crate::memory::shrink_sparse(&mut index);
         }
         crate::metrics::node().topics_loaded.set(index.len() as i64);
         drop(index);
         self.note_policy_check(topic, false);
+        self.policies.evict_topic(&topic.name);
     }
 
     fn next_id(&self) -> u64 {

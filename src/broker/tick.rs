@@ -165,17 +165,16 @@ impl Broker {
         }
         let now = crate::metrics::meter::mono_ms();
         let mut due: Vec<Arc<str>> = Vec::new();
-        {
-            // Every tick, so that an unloaded topic's memory is not held for a step.
-            let index = lock(&self.loaded_index);
-            watched.retain(|key, w| {
-                let loaded = index.get(&**key).is_some_and(|l| Arc::ptr_eq(l, &w.topic));
-                if loaded && w.next_ms <= now {
-                    due.push(key.clone());
-                }
-                loaded
-            });
-        }
+        // Every tick, so that an unloaded topic's memory is not held for a step. A topic's
+        // owner has stopped once it is unloaded, deleted or handed over, so one atomic read
+        // tells; the loaded index, a map under the broker's lock, is not walked.
+        watched.retain(|key, w| {
+            let loaded = !w.topic.owner.is_closed();
+            if loaded && w.next_ms <= now {
+                due.push(key.clone());
+            }
+            loaded
+        });
         let mut bases: HashMap<Arc<str>, Vec<Arc<BrokerTopic>>> = HashMap::new();
         for key in &due {
             if let Some(w) = watched.get_mut(key) {
@@ -205,6 +204,7 @@ impl Broker {
                 watched.remove(&key);
             }
         }
+        crate::memory::shrink_sparse(watched);
         crate::metrics::node()
             .topics_watched
             .set(watched.len() as i64);

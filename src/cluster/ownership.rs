@@ -420,7 +420,13 @@ impl Ownership {
 
     /// Gives `topic` up (after it was unloaded or deleted here).
     pub async fn release(&self, topic: &str) -> Result<(), OwnershipError> {
-        let Some(epoch) = self.lock().remove(topic) else {
+        let epoch = {
+            let mut owned = self.lock();
+            let epoch = owned.remove(topic);
+            crate::memory::shrink_sparse(&mut owned);
+            epoch
+        };
+        let Some(epoch) = epoch else {
             return Ok(());
         };
         match self

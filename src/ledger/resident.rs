@@ -31,11 +31,22 @@ impl Log {
             return false;
         }
         topics.remove(topic.name());
-        self.loaded
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|l| !Arc::ptr_eq(&l.inner, &topic.inner));
+        crate::memory::shrink_sparse(&mut topics);
+        self.unlist(topic);
         true
+    }
+
+    /// Takes `topic` out of the loaded topics by id, if it is the log listed there (the caller
+    /// took it out of `topics`, under that lock).
+    pub(super) fn unlist(&self, topic: &TopicLog) {
+        let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+        if loaded
+            .get(&topic.id())
+            .is_some_and(|l| Arc::ptr_eq(&l.inner, &topic.inner))
+        {
+            loaded.remove(&topic.id());
+            crate::memory::shrink_sparse(&mut loaded);
+        }
     }
 
     /// Topic `name` for background work that must not load it: the cached log when the topic

@@ -125,10 +125,7 @@ impl Log {
                 .is_some_and(|c| Arc::ptr_eq(&c.inner, &t.inner))
             {
                 topics.remove(name);
-                self.loaded
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .retain(|l| !Arc::ptr_eq(&l.inner, &t.inner));
+                self.unlist(&t);
                 tracing::debug!(topic = name, "replaced a stale view of the topic");
             }
         }

@@ -132,7 +132,11 @@ struct Inner {
     config: ReplayConfig,
     scans: Arc<Semaphore>,
     broker_budget: Arc<Semaphore>,
-    topic_budgets: Mutex<HashMap<String, Weak<Semaphore>>>,
+    /// Each loaded topic partition's replay budget, by name, and the size at which entries
+    /// whose topics are gone are swept. Invariant: a live entry is the budget every
+    /// [`TopicLake`] of that name holds; the sweep runs when the map has doubled since the
+    /// last one, so a topic's load costs the same at 100,000 loaded topics as at ten.
+    topic_budgets: Mutex<(HashMap<String, Weak<Semaphore>>, usize)>,
     /// Read-only table handles on the replay runtime, by identifier, with their load time.
     tables: Mutex<HashMap<TableIdent, (Table, Instant)>>,
     counters: Counters,
@@ -174,7 +178,7 @@ impl Replay {
                 runtime,
                 scans: Arc::new(Semaphore::new(config.max_concurrent_scans)),
                 broker_budget: Arc::new(Semaphore::new(budget_bytes(config.broker_budget))),
-                topic_budgets: Mutex::new(HashMap::new()),
+                topic_budgets: Mutex::new((HashMap::new(), 0)),
                 tables: Mutex::new(HashMap::new()),
                 counters: Counters::default(),
                 last_error: Mutex::new(None),
@@ -186,8 +190,13 @@ impl Replay {
     /// The lake side of one topic partition.
     pub fn topic(&self, name: &TopicName) -> TopicLake {
         let budget = {
-            let mut budgets = lock(&self.inner.topic_budgets);
-            budgets.retain(|_, w| w.strong_count() > 0);
+            let mut guard = lock(&self.inner.topic_budgets);
+            let (budgets, sweep_at) = &mut *guard;
+            if budgets.len() >= (*sweep_at).max(1024) {
+                budgets.retain(|_, w| w.strong_count() > 0);
+                crate::memory::shrink_sparse(budgets);
+                *sweep_at = budgets.len() * 2;
+            }
             let key = name.to_string();
             match budgets.get(&key).and_then(Weak::upgrade) {
                 Some(s) => s,
