@@ -10,8 +10,9 @@
 //! - A marker is in the queue at most once: its `queued` flag is set from the moment it is
 //!   pushed until the tick that took it clears it. Anything recorded after that clear queues
 //!   the topic again, so no change goes unseen by the next tick.
-//! - [`Watched`] holds only topics that are still the loaded ones of their name (checked by
-//!   the tick each time, before it samples any).
+//! - [`Watched`] holds only topics whose owner still runs (checked by the tick each time,
+//!   before it samples any: an unloaded, deleted or handed-over topic's owner has stopped, so
+//!   one atomic read tells, and the tick never waits on the broker's loaded index).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

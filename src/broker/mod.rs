@@ -375,7 +375,7 @@ impl Broker {
 
     /// Topic partition `name` if it is loaded (never loads it).
     async fn loaded(&self, name: &str) -> Option<Arc<BrokerTopic>> {
-        let slot = lock(&self.topics).get(name).cloned()?;
+        let slot = self.existing_slot(name)?;
         let topic = slot.0.lock().await.clone();
         topic
     }
@@ -519,7 +519,9 @@ impl Broker {
         let t = match self.load_topic(name, &key, epoch).await {
             Ok(t) => t,
             Err(e) => {
-                // Not served here after all: another node may take it.
+                // Not served here after all: another node may take it. What the load cached
+                // of it goes too.
+                self.policies.evict_topic(name);
                 if let Err(r) = self.ownership.release(&key).await {
                     tracing::warn!(topic = %key, error = %r, "releasing a topic that failed to load");
                 }

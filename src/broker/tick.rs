@@ -167,7 +167,7 @@ impl Broker {
         let mut due: Vec<Arc<str>> = Vec::new();
         // Every tick, so that an unloaded topic's memory is not held for a step. A topic's
         // owner has stopped once it is unloaded, deleted or handed over, so one atomic read
-        // tells; the loaded index, a map under the broker's lock, is not walked.
+        // tells; no look-up in the loaded index, under the broker's lock, per watched topic.
         watched.retain(|key, w| {
             let loaded = !w.topic.owner.is_closed();
             if loaded && w.next_ms <= now {

@@ -575,11 +575,15 @@ impl Log {
                 }
             }
         }
-        self.topics.lock().await.remove(name);
-        self.loaded
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&topic.id());
+        {
+            // Every log of the name goes, listed ones too (under the one lock): the topic's
+            // rows are deleted next, so a log loaded meanwhile would be stale.
+            let mut topics = self.topics.lock().await;
+            if let Some(cached) = topics.remove(name) {
+                self.unlist(&cached);
+            }
+            self.unlist(&topic);
+        }
         let existed = self.shared.meta.delete_topic(name).await?;
         tracing::info!(topic = name, "topic deleted from the log");
         Ok(existed)

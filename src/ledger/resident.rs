@@ -49,6 +49,20 @@ impl Log {
         }
     }
 
+    /// Makes topic `name` exist in the metadata store without caching its log (an admin's
+    /// `PUT …/{topic}`, a subscription made on a declared partition nobody used): a log cached
+    /// for that would stay in memory until the broker loaded and unloaded the topic.
+    pub async fn ensure_topic(&self, name: &str) -> Result<(), MetadataError> {
+        if self.topics.lock().await.contains_key(name) {
+            return Ok(());
+        }
+        self.shared
+            .meta
+            .get_or_create_topic(name, super::now_ms())
+            .await
+            .map(|_| ())
+    }
+
     /// Topic `name` for background work that must not load it: the cached log when the topic
     /// is loaded, else a view made from the metadata store now and not cached. `None` when
     /// the topic does not exist.

@@ -42,7 +42,7 @@ impl Operations {
             )));
         }
         self.broker.check_topic_quota(&name.namespace, 1).await?;
-        self.log.topic(&name.to_string()).await?;
+        self.log.ensure_topic(&name.to_string()).await?;
         tracing::info!(topic = %name, "topic created");
         Ok(())
     }
@@ -202,7 +202,7 @@ impl Operations {
             if n > 0 {
                 // A declared partition nobody used yet gets its log, as Pulsar creates the
                 // partitions of a partitioned topic, so the subscription exists on all.
-                self.log.topic(&p.to_string()).await?;
+                self.log.ensure_topic(&p.to_string()).await?;
             }
             self.broker.create_subscription(&p, sub, start).await?;
         }
