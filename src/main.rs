@@ -30,9 +30,10 @@ fn release_freed_memory() {}
 /// `mmap`, and a freed heap top is trimmed, so the kernel faults in and zeroes the next buffer's
 /// pages again: about a tenth of the offload's CPU (benches/RESULTS.md, "malloc thresholds").
 /// With fixed thresholds, freed memory stays in the process: its resident size stays near its
-/// peak (each malloc arena may keep up to the trim threshold free). A parameter the environment
-/// already sets (`GLIBC_TUNABLES=glibc.malloc.<name>=…` or glibc's older `MALLOC_<NAME>_`
-/// variables) is left as given, e.g. `GLIBC_TUNABLES=glibc.malloc.trim_threshold=0` to give
+/// peak (a thread arena's heap, at most 64 MiB, never shrinks: its top would have to reach the
+/// trim threshold and exceed the top pad). A parameter the environment already sets
+/// (`GLIBC_TUNABLES=glibc.malloc.<name>=…` or glibc's older `MALLOC_<NAME>_` variables) is left
+/// as given, e.g. `GLIBC_TUNABLES=glibc.malloc.trim_threshold=0:glibc.malloc.top_pad=0` to give
 /// memory back eagerly.
 #[cfg(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64"))]
 #[allow(unsafe_code)]
