@@ -52,13 +52,12 @@ impl<K: std::hash::Hash + Eq, V> Cached<K, V> {
     }
 
     /// Drops what is cached of `key` to save memory, without bumping the generation: nothing
-    /// changed, so a reader that loaded the record meanwhile may still cache it.
+    /// changed, so a reader that loaded the record meanwhile may still cache it. The map gives
+    /// its room back once mostly empty.
     pub(crate) fn evict(&self, key: &K) {
-        self.0
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .1
-            .remove(key);
+        let mut c = self.0.write().unwrap_or_else(|p| p.into_inner());
+        c.1.remove(key);
+        crate::memory::shrink_sparse(&mut c.1);
     }
 
     /// Forgets every record and bumps the generation (the store's feed of changes ended, so
@@ -113,6 +112,26 @@ mod tests {
             c.get(&"b").ok().map(|v| *v),
             Some(2),
             "a load from before is cached"
+        );
+    }
+
+    #[test]
+    fn evictions_give_the_room_back() {
+        let c: Cached<u32, u32> = Cached::new();
+        for k in 0..10_000 {
+            let seen = c.get(&k).expect_err("absent");
+            c.fill(k, k, seen);
+        }
+        let room = |c: &Cached<u32, u32>| c.0.read().map(|g| g.1.capacity()).unwrap_or(0);
+        let peak = room(&c);
+        for k in 0..9_900 {
+            c.evict(&k);
+        }
+        assert!(room(&c) < peak / 8, "{} of {peak}", room(&c));
+        assert_eq!(
+            c.get(&9_950).ok().map(|v| *v),
+            Some(9_950),
+            "the rest stays cached"
         );
     }
 
