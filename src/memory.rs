@@ -68,6 +68,23 @@ pub fn shrink_sparse<K: std::hash::Hash + Eq, V, S: std::hash::BuildHasher>(
     }
 }
 
+/// Drops the entries of `map` that `keep` refuses once the map has doubled since the last
+/// such sweep (and holds at least 1,024), then gives its room back: a map whose dead entries
+/// are found only by looking (weak references, locks nobody holds) is swept at an amortised
+/// constant cost per insertion instead of on every one. `next` holds the size that triggers
+/// the next sweep (0 at first).
+pub fn sweep_when_doubled<K: std::hash::Hash + Eq, V>(
+    map: &mut std::collections::HashMap<K, V>,
+    next: &mut usize,
+    keep: impl FnMut(&K, &mut V) -> bool,
+) {
+    if map.len() >= (*next).max(1024) {
+        map.retain(keep);
+        shrink_sparse(map);
+        *next = map.len() * 2;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,5 +107,20 @@ mod tests {
             small,
             "a map at a quarter or more keeps its room"
         );
+    }
+
+    #[test]
+    fn a_sweep_waits_until_the_map_doubled() {
+        let mut map: std::collections::HashMap<u32, bool> = std::collections::HashMap::new();
+        let mut next = 0;
+        for i in 0..1023 {
+            map.insert(i, i % 2 == 0);
+            sweep_when_doubled(&mut map, &mut next, |_, live| *live);
+        }
+        assert_eq!(map.len(), 1023, "no sweep below 1,024");
+        map.insert(1023, false);
+        sweep_when_doubled(&mut map, &mut next, |_, live| *live);
+        assert_eq!(map.len(), 512, "the dead half went");
+        assert_eq!(next, 1024);
     }
 }

@@ -423,12 +423,10 @@ impl Inner {
     /// The writer lock of the table `ident`. Locks nobody holds are forgotten once the map
     /// has doubled since the last pruning (amortised: tables come and go with topics).
     fn writer(&self, ident: &iceberg::TableIdent) -> Arc<tokio::sync::Mutex<()>> {
-        let mut writers = lock(&self.writers);
-        if writers.0.len() >= writers.1.max(1024) {
-            writers.0.retain(|_, w| Arc::strong_count(w) > 1);
-            writers.1 = writers.0.len() * 2;
-        }
-        writers.0.entry(ident.to_string()).or_default().clone()
+        let mut guard = lock(&self.writers);
+        let (writers, next) = &mut *guard;
+        crate::memory::sweep_when_doubled(writers, next, |_, w| Arc::strong_count(w) > 1);
+        writers.entry(ident.to_string()).or_default().clone()
     }
 
     fn slot(&self, base: &str) -> Arc<TableSlot> {

@@ -192,11 +192,7 @@ impl Replay {
         let budget = {
             let mut guard = lock(&self.inner.topic_budgets);
             let (budgets, sweep_at) = &mut *guard;
-            if budgets.len() >= (*sweep_at).max(1024) {
-                budgets.retain(|_, w| w.strong_count() > 0);
-                crate::memory::shrink_sparse(budgets);
-                *sweep_at = budgets.len() * 2;
-            }
+            crate::memory::sweep_when_doubled(budgets, sweep_at, |_, w| w.strong_count() > 0);
             let key = name.to_string();
             match budgets.get(&key).and_then(Weak::upgrade) {
                 Some(s) => s,
