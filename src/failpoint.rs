@@ -10,6 +10,9 @@
 //!   contains `KEY`, if given), as a slow disk or store would;
 //! - `=error`: reaching [`io_error`]`(name)` (or [`io_error_at`]`(name, key)`, only when
 //!   `key` contains `KEY`, if given) returns an I/O error, as a failing disk would;
+//! - `=panic`: reaching [`panic_at`]`(name, key)` panics once (only when `key` contains
+//!   `KEY`, if given), as a rare defect in the code around it would: later hits pass, so the
+//!   test sees what recovery does;
 //! - `#SKIP`: the first SKIP times the point is reached it does nothing (crash at the third
 //!   seal, fail the twentieth `fdatasync`).
 //!
@@ -22,7 +25,8 @@
 //!   `offload.before_delete_local`, `lake.before_catalog_commit` (sleep);
 //! - retention and snapshot expiry: `retention.before_commit`, `retention.after_commit`,
 //!   `retention.before_catalog_commit` (sleep), `retention.before_file_delete`, `history.before_commit`, `history.after_commit`;
-//! - broker: `broker.load_topic` (sleep);
+//! - broker: `broker.load_topic` (sleep), `broker.owner.publish` (panic, keyed by topic: a
+//!   defect in a topic's owner);
 //! - topic deletion: `ops.before_lake_removal` (the log gone, the lake data not yet).
 
 /// What an armed failpoint does.
@@ -32,6 +36,7 @@ enum Action {
     Abort,
     Sleep(u64),
     Error,
+    Panic,
 }
 
 /// One armed failpoint.
@@ -53,6 +58,12 @@ impl Armed {
     /// Counts a hit; true when this one fires.
     fn fires(&self) -> bool {
         self.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= self.skip
+    }
+
+    /// Counts a hit; true when this one is the only one that fires (the first after the
+    /// skipped ones).
+    fn fires_once(&self) -> bool {
+        self.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == self.skip
     }
 }
 
@@ -84,10 +95,11 @@ fn parse(entry: &str) -> Option<Armed> {
     let action = match action {
         None => Action::Abort,
         Some("error") => Action::Error,
+        Some("panic") => Action::Panic,
         Some(a) => match a.strip_prefix("sleep(").and_then(|r| r.strip_suffix(')')) {
             Some(ms) => Action::Sleep(ms.parse().ok()?),
             None => {
-                eprintln!("failpoint {entry}: unknown action (use sleep(MS) or error)");
+                eprintln!("failpoint {entry}: unknown action (use sleep(MS), error or panic)");
                 return None;
             }
         },
@@ -149,6 +161,26 @@ pub fn io_error_at(name: &str, key: &str) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Panics if `name` is armed to panic for `key` and this is the hit that fires (debug builds
+/// only).
+#[inline]
+pub fn panic_at(name: &str, key: &str) {
+    #[cfg(debug_assertions)]
+    if armed()
+        .iter()
+        .filter(|a| {
+            a.name == name
+                && a.action == Action::Panic
+                && a.key.as_deref().is_none_or(|k| key.contains(k))
+        })
+        .fold(false, |fired, a| a.fires_once() | fired)
+    {
+        panic!("failpoint {name}: panicking at {key}");
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = (name, key);
+}
+
 /// Waits as long as `name` is armed to sleep for `key` (debug builds only).
 pub async fn pause(name: &str, key: &str) {
     #[cfg(debug_assertions)]
@@ -193,6 +225,11 @@ mod tests {
             (a.name.as_str(), a.key.as_deref(), a.action),
             ("ledger.read", Some("ns/bad"), Action::Error)
         );
+        let a = parse("broker.owner.publish@t-1=panic#3").expect("panic point");
+        assert_eq!(
+            (a.key.as_deref(), a.action, a.skip),
+            (Some("t-1"), Action::Panic, 3)
+        );
         assert!(parse("x=sleep(abc)").is_none());
         assert!(parse("x=explode").is_none());
         assert!(parse("x#many").is_none());
@@ -205,6 +242,11 @@ mod tests {
         assert_eq!(
             (0..5).map(|_| a.fires()).collect::<Vec<_>>(),
             [false, false, true, true, true]
+        );
+        let a = parse("p=panic#2").expect("panic point");
+        assert_eq!(
+            (0..5).map(|_| a.fires_once()).collect::<Vec<_>>(),
+            [false, false, true, false, false]
         );
     }
 }

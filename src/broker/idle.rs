@@ -6,6 +6,9 @@
 //! keeps nothing in memory but its slot. The next lookup, producer or consumer loads it again
 //! from the metadata store.
 //!
+//! A topic whose owner failed (a panic; the owner closed its clients) asks the same way and
+//! goes the same way, without the idle check.
+//!
 //! Nothing here walks the loaded topics: each owner keeps one timer while loaded and asks
 //! through a queue when its period ran out.
 //!
@@ -102,7 +105,7 @@ impl Broker {
                     let _ = broker.idle.inactive.send(topic.name.clone());
                     continue;
                 }
-                if broker.unload_idle(topic).await {
+                if broker.unload_idle(topic, what).await {
                     let settle = tokio::time::Instant::now() + RELEASE_SETTLE;
                     release_at = Some(settle.max(last_release + crate::memory::MIN_INTERVAL));
                 }
@@ -110,18 +113,22 @@ impl Broker {
         });
     }
 
-    /// Unloads `topic` if it is still the loaded one of its name and still idle; whether it
-    /// did.
-    async fn unload_idle(&self, topic: Arc<BrokerTopic>) -> bool {
+    /// Unloads `topic` if it is still the loaded one of its name and, when `why` is
+    /// [`IdleAsk::Unload`], still idle; whether it did. A topic whose owner failed
+    /// ([`IdleAsk::Failed`]) stopped already, its clients closed: it goes as an idle one
+    /// does.
+    async fn unload_idle(&self, topic: Arc<BrokerTopic>, why: IdleAsk) -> bool {
         let key = topic.name.to_string();
         let slot = self.slot(&key);
         let mut loaded = slot.0.lock().await;
         if !loaded.as_ref().is_some_and(|t| Arc::ptr_eq(t, &topic)) {
             return false;
         }
-        topic.save_dedup_snapshot().await;
-        if !topic.unload_if_idle().await {
-            return false;
+        if why == IdleAsk::Unload {
+            topic.save_dedup_snapshot().await;
+            if !topic.unload_if_idle().await {
+                return false;
+            }
         }
         *loaded = None;
         self.forget_loaded(&topic);
@@ -134,8 +141,10 @@ impl Broker {
             tracing::warn!(topic = %key, error = %e, "releasing an idle topic failed");
         }
         self.log.forget(&topic.log).await;
-        crate::metrics::node().topics_unloaded_idle.inc();
-        tracing::debug!(topic = %key, "unloaded an idle topic");
+        if why == IdleAsk::Unload {
+            crate::metrics::node().topics_unloaded_idle.inc();
+        }
+        tracing::debug!(topic = %key, why = ?why, "unloaded a topic that asked");
         true
     }
 }

@@ -510,7 +510,16 @@ impl Broker {
         let slot = self.slot(&key);
         let mut loaded = slot.0.lock().await;
         if let Some(t) = &*loaded {
-            return Ok(t.clone());
+            if !t.owner.is_closed() {
+                return Ok(t.clone());
+            }
+            // Only a failed owner closes its queue with its topic still here (every other
+            // stop takes the topic out under this lock first). It closed its clients; the
+            // topic loads anew, from the log it left (still this node's).
+            tracing::warn!(topic = %key, "the topic's owner failed: loading the topic anew");
+            if let Some(failed) = loaded.take() {
+                self.forget_loaded(&failed);
+            }
         }
         let started = std::time::Instant::now();
         let holder = self.log.pinning_holder(&key).await?;

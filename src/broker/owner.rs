@@ -19,13 +19,16 @@
 //! - Once the owner stops (delete, stop), every append it had queued has been answered; SENDs
 //!   queued behind the stop are dropped unanswered, which their producers see as the topic
 //!   having stopped.
+//! - A panic in the loop is caught: appends in flight are settled, clients closed and
+//!   subscriptions ended as at an unload, and only then is the queue closed, so a lookup
+//!   that finds the queue closed may load the topic anew ([`IdleAsk::Failed`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::FuturesOrdered;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use tokio::sync::{mpsc, oneshot};
 
 use super::dedup::{DedupSnapshot, DedupState, Verdict};
@@ -119,6 +122,8 @@ pub(crate) enum IdleAsk {
     Unload,
     /// Delete me (inactive per the inactive-topic policy).
     Delete,
+    /// Forget me: my loop failed (a panic), my clients are closed, nothing is in flight.
+    Failed,
 }
 
 /// An append whose SEND waits for durability.
@@ -257,6 +262,8 @@ enum Exit {
     Stopped(oneshot::Sender<()>),
     /// Unloaded because idle.
     Idle(oneshot::Sender<bool>),
+    /// A panic ended the loop.
+    Failed,
 }
 
 /// The owner's loop. Every loaded topic holds this future, and a future is as large as the
@@ -266,11 +273,15 @@ async fn run(mut owner: Box<Owner>, mut rx: mpsc::Receiver<TopicCommand>) {
     // A quota exceeded before a restart holds from the start, not from the first tick.
     owner.start_backlog_check();
     let mut appends = FuturesOrdered::new();
-    // One timer while loaded, reset only when it fires (or the policies change): commands
-    // just note the time.
-    let idle_timer = tokio::time::sleep(owner.idle_period());
-    tokio::pin!(idle_timer);
-    let exit = loop {
+    // A defect that panics here would otherwise end the task with the topic still in the
+    // broker's slot, every command to it failing until a restart: it is caught, and the
+    // topic's clients are closed below so that they reconnect to a topic loaded anew.
+    let served = std::panic::AssertUnwindSafe(async {
+        // One timer while loaded, reset only when it fires (or the policies change):
+        // commands just note the time.
+        let idle_timer = tokio::time::sleep(owner.idle_period());
+        tokio::pin!(idle_timer);
+        loop {
         tokio::select! {
             biased;
             Some((f, result)) = appends.next(), if !appends.is_empty() => owner.settled(f, result),
@@ -321,7 +332,16 @@ async fn run(mut owner: Box<Owner>, mut rx: mpsc::Receiver<TopicCommand>) {
             let next = std::time::Instant::now() + owner.idle_period();
             idle_timer.as_mut().reset(next.into());
         }
-    };
+        }
+    })
+    .catch_unwind()
+    .await;
+    let exit = served.unwrap_or_else(|panic| {
+        crate::metrics::node().topic_owner_failures.inc();
+        tracing::error!(topic = %owner.topic.name, panic = panic_text(&*panic),
+            "the topic's owner failed: its clients are closed and it loads anew on their next lookup");
+        Some(Exit::Failed)
+    });
     if let Some(check) = owner.check.take() {
         check.abort();
     }
@@ -338,13 +358,34 @@ async fn run(mut owner: Box<Owner>, mut rx: mpsc::Receiver<TopicCommand>) {
         Some(Exit::Idle(reply)) => {
             let _ = reply.send(true);
         }
+        Some(Exit::Failed) => {
+            // Its state may be half changed, but closing the clients and ending the
+            // subscriptions (their cursors saved) is what a restart would do, sooner. The
+            // queue closes only now: until then a lookup still finds this topic (its
+            // commands go unanswered), so the topic loaded anew never meets these
+            // subscriptions.
+            Box::pin(owner.unload()).await;
+            drop(rx);
+            owner.ask(IdleAsk::Failed);
+        }
         None => {}
     }
+}
+
+/// What a caught panic says (its message when it has one).
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
 }
 
 impl Owner {
     /// The deduplication verdict, then the append. `None` when the SEND is answered already.
     async fn publish(&mut self, r: PublishRequest) -> Option<(InFlight, AppendReceipt)> {
+        #[cfg(debug_assertions)]
+        crate::failpoint::panic_at("broker.owner.publish", &self.topic.name.to_string());
         if let Some(e) = self.blocked_error() {
             // A backlog quota holds the producers: a client that kept sending after
             // CLOSE_PRODUCER (or whose SENDs were in flight) is refused too.

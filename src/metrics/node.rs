@@ -44,6 +44,9 @@ pub struct NodeMetrics {
     pub topic_load_seconds: Histogram,
     /// Topic partitions unloaded because they were idle.
     pub topics_unloaded_idle: Counter,
+    /// Topic owners that failed (panicked): their clients were closed and the topic loads
+    /// anew on its next lookup.
+    pub topic_owner_failures: Counter,
     /// Open ledgers of writers that were gone, fenced, recovered and sealed here.
     pub ledgers_taken_over: Counter,
     /// Sealed ledgers with fewer live copies than their write quorum (as far as live bookies
@@ -99,6 +102,7 @@ impl NodeMetrics {
             topics_watched: Gauge::default(),
             topic_load_seconds: seconds_histogram(),
             topics_unloaded_idle: Counter::default(),
+            topic_owner_failures: Counter::default(),
             ledgers_taken_over: Counter::default(),
             ledgers_under_replicated: Gauge::default(),
             ledgers_rereplicated: Counter::default(),
@@ -171,6 +175,11 @@ impl NodeMetrics {
             "ledgerlake_topics_unloaded_idle",
             "Topic partitions unloaded because they were idle (broker.unload_idle_after)",
             m.topics_unloaded_idle.clone(),
+        );
+        registry.register(
+            "ledgerlake_topic_owner_failures",
+            "Topic owners that failed (a defect): their clients were closed and the topic loads anew on its next lookup",
+            m.topic_owner_failures.clone(),
         );
         registry.register(
             "ledgerlake_ledgers_taken_over",

@@ -108,7 +108,7 @@ impl Owner {
     }
 
     /// Asks the broker (nothing when the owner was started without a queue: tests).
-    fn ask(&self, what: IdleAsk) {
+    pub(super) fn ask(&self, what: IdleAsk) {
         if let Some(i) = &self.idle {
             let _ = i.ask.send((Arc::downgrade(&self.topic), what));
         }
