@@ -117,6 +117,18 @@ fn parse(entry: &str) -> Option<Armed> {
     })
 }
 
+/// The points armed as `name` with `action` for `key` (its `@KEY`, if given, is part of it).
+#[cfg(debug_assertions)]
+fn armed_for<'a>(
+    name: &'a str,
+    action: Action,
+    key: &'a str,
+) -> impl Iterator<Item = &'static Armed> + 'a {
+    armed().iter().filter(move |a| {
+        a.name == name && a.action == action && a.key.as_deref().is_none_or(|k| key.contains(k))
+    })
+}
+
 /// Aborts the process if `name` is armed to abort (debug builds only).
 #[inline]
 pub fn hit(name: &str) {
@@ -144,15 +156,7 @@ pub fn io_error(name: &str) -> std::io::Result<()> {
 #[inline]
 pub fn io_error_at(name: &str, key: &str) -> std::io::Result<()> {
     #[cfg(debug_assertions)]
-    if armed()
-        .iter()
-        .filter(|a| {
-            a.name == name
-                && a.action == Action::Error
-                && a.key.as_deref().is_none_or(|k| key.contains(k))
-        })
-        .fold(false, |fired, a| a.fires() | fired)
-    {
+    if armed_for(name, Action::Error, key).fold(false, |fired, a| a.fires() | fired) {
         eprintln!("failpoint {name}: injecting an I/O error");
         return Err(std::io::Error::other(format!("failpoint {name}")));
     }
@@ -166,15 +170,7 @@ pub fn io_error_at(name: &str, key: &str) -> std::io::Result<()> {
 #[inline]
 pub fn panic_at(name: &str, key: &str) {
     #[cfg(debug_assertions)]
-    if armed()
-        .iter()
-        .filter(|a| {
-            a.name == name
-                && a.action == Action::Panic
-                && a.key.as_deref().is_none_or(|k| key.contains(k))
-        })
-        .fold(false, |fired, a| a.fires_once() | fired)
-    {
+    if armed_for(name, Action::Panic, key).fold(false, |fired, a| a.fires_once() | fired) {
         panic!("failpoint {name}: panicking at {key}");
     }
     #[cfg(not(debug_assertions))]
