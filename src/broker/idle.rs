@@ -6,15 +6,17 @@
 //! keeps nothing in memory but its slot. The next lookup, producer or consumer loads it again
 //! from the metadata store.
 //!
-//! A topic whose owner failed (a panic; the owner closed its clients) asks the same way and
-//! goes the same way, without the idle check.
+//! A topic whose owner failed (a panic; the owner wound up its clients and subscriptions)
+//! asks the same way and goes the same way, without the idle check and without saving its
+//! deduplication snapshot (the next load folds it from the log).
 //!
 //! Nothing here walks the loaded topics: each owner keeps one timer while loaded and asks
 //! through a queue when its period ran out.
 //!
 //! Invariants:
 //! - A topic is unloaded only if its owner, asked under the topic's slot lock, finds it still
-//!   idle (`UnloadIfIdle`); a client that arrived meanwhile keeps it loaded.
+//!   idle (`UnloadIfIdle`); a client that arrived meanwhile keeps it loaded. The exception is
+//!   a failed owner's topic, which has stopped already.
 //! - A topic whose open ledger could not be sealed stays owned here and its log stays in
 //!   memory (only this node can recover that ledger).
 
@@ -134,11 +136,12 @@ impl Broker {
         self.forget_loaded(&topic);
         if let Err(e) = topic.log.seal_current().await {
             // Its open ledger keeps the topic here: it loads again from this node's log.
-            tracing::warn!(topic = %key, error = %e, "sealing an idle topic failed; it stays owned here");
+            tracing::warn!(topic = %key, why = ?why, error = %e,
+                "sealing an unloaded topic's ledger failed; it stays owned here");
             return true;
         }
         if let Err(e) = self.ownership.release(&key).await {
-            tracing::warn!(topic = %key, error = %e, "releasing an idle topic failed");
+            tracing::warn!(topic = %key, why = ?why, error = %e, "releasing an unloaded topic failed");
         }
         self.log.forget(&topic.log).await;
         if why == IdleAsk::Unload {

@@ -514,11 +514,15 @@ impl Broker {
                 return Ok(t.clone());
             }
             // Only a failed owner closes its queue with its topic still here (every other
-            // stop takes the topic out under this lock first). It closed its clients; the
-            // topic loads anew, from the log it left (still this node's).
-            tracing::warn!(topic = %key, "the topic's owner failed: loading the topic anew");
+            // stop takes the topic out under this lock before letting it go). It wound up
+            // its clients and subscriptions; the topic loads anew from the log it left,
+            // whose open ledger is sealed first, as an unload would.
+            tracing::warn!(topic = %key, "a failed owner's topic is loaded anew");
             if let Some(failed) = loaded.take() {
                 self.forget_loaded(&failed);
+                if let Err(e) = failed.log.seal_current().await {
+                    tracing::warn!(topic = %key, error = %e, "sealing a failed owner's ledger failed");
+                }
             }
         }
         let started = std::time::Instant::now();

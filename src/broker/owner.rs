@@ -20,8 +20,9 @@
 //!   queued behind the stop are dropped unanswered, which their producers see as the topic
 //!   having stopped.
 //! - A panic in the loop is caught: appends in flight are settled, clients closed and
-//!   subscriptions ended as at an unload, and only then is the queue closed, so a lookup
-//!   that finds the queue closed may load the topic anew ([`IdleAsk::Failed`]).
+//!   subscriptions ended as at an unload ([`wind_up_failed`]), and only then is the queue
+//!   closed, so a lookup that finds the queue closed may load the topic anew
+//!   ([`IdleAsk::Failed`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -262,8 +263,6 @@ enum Exit {
     Stopped(oneshot::Sender<()>),
     /// Unloaded because idle.
     Idle(oneshot::Sender<bool>),
-    /// A panic ended the loop.
-    Failed,
 }
 
 /// The owner's loop. Every loaded topic holds this future, and a future is as large as the
@@ -282,72 +281,86 @@ async fn run(mut owner: Box<Owner>, mut rx: mpsc::Receiver<TopicCommand>) {
         let idle_timer = tokio::time::sleep(owner.idle_period());
         tokio::pin!(idle_timer);
         loop {
-        tokio::select! {
-            biased;
-            Some((f, result)) = appends.next(), if !appends.is_empty() => owner.settled(f, result),
-            cmd = rx.recv() => match cmd {
-                None => break None,
-                Some(TopicCommand::Publish(request)) => {
-                    owner.last_busy = std::time::Instant::now();
-                    owner.last_publish = owner.last_busy;
-                    if let Some((f, receipt)) = Box::pin(owner.publish(*request)).await {
-                        appends.push_back(settle(f, receipt));
+            tokio::select! {
+                biased;
+                Some((f, result)) = appends.next(), if !appends.is_empty() => owner.settled(f, result),
+                cmd = rx.recv() => match cmd {
+                    None => break None,
+                    Some(TopicCommand::Publish(request)) => {
+                        owner.last_busy = std::time::Instant::now();
+                        owner.last_publish = owner.last_busy;
+                        if let Some((f, receipt)) = Box::pin(owner.publish(*request)).await {
+                            appends.push_back(settle(f, receipt));
+                        }
                     }
-                }
-                Some(TopicCommand::UnloadIfIdle(reply)) => {
-                    if appends.is_empty() && owner.idle_enough() {
+                    Some(TopicCommand::UnloadIfIdle(reply)) => {
+                        if appends.is_empty() && owner.idle_enough() {
+                            Box::pin(owner.unload()).await;
+                            break Some(Exit::Idle(reply));
+                        }
+                        let _ = reply.send(false);
+                    }
+                    Some(TopicCommand::Delete { force, reply }) => match Box::pin(owner.delete(force)).await {
+                        Ok(()) => break Some(Exit::Deleted(reply)),
+                        Err(e) => {
+                            let _ = reply.send(Err(e));
+                        }
+                    },
+                    Some(TopicCommand::Stop(reply)) => {
+                        Box::pin(owner.flush_subscriptions()).await;
+                        break Some(Exit::Stopped(reply));
+                    }
+                    Some(TopicCommand::Unload(reply)) => {
+                        // As Pulsar closes a topic: appends in flight settle (their receipts
+                        // leave) before the producers are told to go, so a client does not
+                        // resend what was stored (a duplicate without deduplication).
+                        while let Some((f, result)) = appends.next().await {
+                            owner.settled(f, result);
+                        }
                         Box::pin(owner.unload()).await;
-                        break Some(Exit::Idle(reply));
+                        break Some(Exit::Stopped(reply));
                     }
-                    let _ = reply.send(false);
-                }
-                Some(TopicCommand::Delete { force, reply }) => match Box::pin(owner.delete(force)).await {
-                    Ok(()) => break Some(Exit::Deleted(reply)),
-                    Err(e) => {
-                        let _ = reply.send(Err(e));
-                    }
+                    Some(cmd) => Box::pin(owner.handle(cmd)).await,
                 },
-                Some(TopicCommand::Stop(reply)) => {
-                    Box::pin(owner.flush_subscriptions()).await;
-                    break Some(Exit::Stopped(reply));
+                () = &mut idle_timer => {
+                    let next = Box::pin(owner.idle_tick(appends.is_empty())).await;
+                    idle_timer.as_mut().reset(next.into());
                 }
-                Some(TopicCommand::Unload(reply)) => {
-                    // As Pulsar closes a topic: appends in flight settle (their receipts
-                    // leave) before the producers are told to go, so a client does not resend
-                    // what was stored (a duplicate without deduplication).
-                    while let Some((f, result)) = appends.next().await {
-                        owner.settled(f, result);
-                    }
-                    Box::pin(owner.unload()).await;
-                    break Some(Exit::Stopped(reply));
-                }
-                Some(cmd) => Box::pin(owner.handle(cmd)).await,
-            },
-            () = &mut idle_timer => {
-                let next = Box::pin(owner.idle_tick(appends.is_empty())).await;
+            }
+            if std::mem::take(&mut owner.rearm) {
+                let next = std::time::Instant::now() + owner.idle_period();
                 idle_timer.as_mut().reset(next.into());
             }
-        }
-        if std::mem::take(&mut owner.rearm) {
-            let next = std::time::Instant::now() + owner.idle_period();
-            idle_timer.as_mut().reset(next.into());
-        }
         }
     })
     .catch_unwind()
     .await;
-    let exit = served.unwrap_or_else(|panic| {
-        crate::metrics::node().topic_owner_failures.inc();
-        tracing::error!(topic = %owner.topic.name, panic = panic_text(&*panic),
-            "the topic's owner failed: its clients are closed and it loads anew on their next lookup");
-        Some(Exit::Failed)
-    });
     if let Some(check) = owner.check.take() {
         check.abort();
     }
-    while let Some((f, result)) = appends.next().await {
-        owner.settled(f, result);
+    match served {
+        Ok(exit) => {
+            while let Some((f, result)) = appends.next().await {
+                owner.settled(f, result);
+            }
+            answer(exit);
+        }
+        Err(panic) => {
+            crate::metrics::node().topic_owner_failures.inc();
+            tracing::error!(topic = %owner.topic.name, panic = panic_text(&*panic),
+                "the topic's owner failed: its clients are closed and it loads anew on their next lookup");
+            Box::pin(wind_up_failed(&mut owner, &mut appends)).await;
+            // The queue closes only now: until then a lookup still finds this topic (its
+            // commands go unanswered), so a topic loaded anew never meets these
+            // subscriptions.
+            drop(rx);
+            owner.ask(IdleAsk::Failed);
+        }
     }
+}
+
+/// Answers whoever ended the loop.
+fn answer(exit: Option<Exit>) {
     match exit {
         Some(Exit::Deleted(reply)) => {
             let _ = reply.send(Ok(()));
@@ -358,17 +371,38 @@ async fn run(mut owner: Box<Owner>, mut rx: mpsc::Receiver<TopicCommand>) {
         Some(Exit::Idle(reply)) => {
             let _ = reply.send(true);
         }
-        Some(Exit::Failed) => {
-            // Its state may be half changed, but closing the clients and ending the
-            // subscriptions (their cursors saved) is what a restart would do, sooner. The
-            // queue closes only now: until then a lookup still finds this topic (its
-            // commands go unanswered), so the topic loaded anew never meets these
-            // subscriptions.
-            Box::pin(owner.unload()).await;
-            drop(rx);
-            owner.ask(IdleAsk::Failed);
-        }
         None => {}
+    }
+}
+
+/// After a panic in the loop: what a restart would do for the topic, sooner. Appends in
+/// flight settle (their producers get their answers), then the clients are closed and the
+/// subscriptions end with their cursors saved, as at an unload. The state may be half
+/// changed: deduplication is dropped first (the topic loaded anew folds its own from the
+/// log). Should this panic too, everyone is told to go without waiting (a subscription may
+/// then still be saving its cursor when the topic loads anew).
+async fn wind_up_failed<F>(owner: &mut Owner, appends: &mut FuturesOrdered<F>)
+where
+    F: std::future::Future<Output = (InFlight, Result<Position, AppendError>)>,
+{
+    owner.dedup = Dedup::Off;
+    let orderly = std::panic::AssertUnwindSafe(async {
+        while let Some((f, result)) = appends.next().await {
+            owner.settled(f, result);
+        }
+        owner.unload().await;
+    })
+    .catch_unwind()
+    .await;
+    if orderly.is_err() {
+        tracing::error!(topic = %owner.topic.name,
+            "winding up the failed owner failed too: its clients are told to go without waiting");
+        for (_, p) in owner.producers.drain() {
+            p.close.cancel();
+        }
+        for (_, s) in owner.subscriptions.drain() {
+            let _ = s.tx.send(SubscriptionCommand::Unload(oneshot::channel().0));
+        }
     }
 }
 

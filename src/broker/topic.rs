@@ -10,8 +10,8 @@
 //!
 //! Invariants:
 //! - A command whose owner has stopped (the topic was deleted, unloaded or the broker is
-//!   shutting down) fails with [`BrokerError::Stopped`]; the client retries and loads the topic
-//!   anew.
+//!   shutting down, or the owner failed) fails with [`BrokerError::Stopped`]; the client
+//!   retries and loads the topic anew.
 
 use std::sync::Arc;
 
@@ -48,6 +48,9 @@ pub struct BrokerTopic {
     pub(crate) lake: Option<crate::replay::TopicLake>,
     /// The owner task's queue. Invariant: the only way to change the partition's producers,
     /// subscriptions, deduplication state and policies, or to append a producer's message.
+    /// Invariant: closed while the topic is in its broker slot only once its owner failed
+    /// and wound up its clients and subscriptions (every other stop takes the topic out of
+    /// the slot under the slot's lock before letting the lock go).
     pub(crate) owner: mpsc::Sender<TopicCommand>,
     /// The broker-wide budget of queued SEND bytes ([`PUBLISH_BUDGET`]).
     pub(crate) publish_budget: Arc<tokio::sync::Semaphore>,
