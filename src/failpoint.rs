@@ -3,16 +3,18 @@
 //!
 //! Compiled in debug builds only (the test builds); in release builds [`hit`], [`pause`] and
 //! [`io_error`] do nothing. A test sets `LL_FAILPOINTS` in the child's environment, a
-//! comma-separated list of `name[@KEY][=ACTION][#SKIP]`:
+//! comma-separated list of `name[@KEY][=ACTION][*TIMES][#SKIP]`:
 //! - no action: reaching [`hit`]`(name)` aborts the process at once, as a crash or `kill -9`
 //!   would (no destructors, no flushing);
 //! - `=sleep(MS)`: reaching [`pause`]`(name, key)` waits MS milliseconds (only when `key`
 //!   contains `KEY`, if given), as a slow disk or store would;
 //! - `=error`: reaching [`io_error`]`(name)` (or [`io_error_at`]`(name, key)`, only when
 //!   `key` contains `KEY`, if given) returns an I/O error, as a failing disk would;
-//! - `=panic`: reaching [`panic_at`]`(name, key)` panics once (only when `key` contains
-//!   `KEY`, if given), as a rare defect in the code around it would: later hits pass, so the
-//!   test sees what recovery does;
+//! - `=panic`: reaching [`panic_at`]`(name, key)` panics (only when `key` contains `KEY`, if
+//!   given), as a rare defect in the code around it would; once unless `*TIMES` says
+//!   otherwise, so the test sees what recovery does;
+//! - `*TIMES`: the point fires TIMES times, then passes again (a store that fails twice,
+//!   then answers);
 //! - `#SKIP`: the first SKIP times the point is reached it does nothing (crash at the third
 //!   seal, fail the twentieth `fdatasync`).
 //!
@@ -49,6 +51,8 @@ struct Armed {
     action: Action,
     /// Hits that pass before the point fires.
     skip: u64,
+    /// Hits that fire, after the skipped ones (`None`: every one).
+    times: Option<u64>,
     /// Invariant: counts every hit of this point with a matching key, fired or not.
     hits: std::sync::atomic::AtomicU64,
 }
@@ -57,13 +61,8 @@ struct Armed {
 impl Armed {
     /// Counts a hit; true when this one fires.
     fn fires(&self) -> bool {
-        self.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= self.skip
-    }
-
-    /// Counts a hit; true when this one is the only one that fires (the first after the
-    /// skipped ones).
-    fn fires_once(&self) -> bool {
-        self.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == self.skip
+        let n = self.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        n >= self.skip && self.times.is_none_or(|t| n - self.skip < t)
     }
 }
 
@@ -88,6 +87,10 @@ fn parse(entry: &str) -> Option<Armed> {
         Some((body, n)) => (body, n.parse().ok()?),
         None => (entry, 0),
     };
+    let (entry_body, times) = match entry_body.rsplit_once('*') {
+        Some((body, n)) => (body, Some(n.parse().ok()?)),
+        None => (entry_body, None),
+    };
     let (point, action) = match entry_body.split_once('=') {
         Some((p, a)) => (p, Some(a)),
         None => (entry_body, None),
@@ -108,11 +111,14 @@ fn parse(entry: &str) -> Option<Armed> {
         Some((n, k)) => (n.to_string(), Some(k.to_string())),
         None => (point.to_string(), None),
     };
+    // A panic is a rare defect: once, unless told otherwise.
+    let times = times.or((action == Action::Panic).then_some(1));
     Some(Armed {
         name,
         key,
         action,
         skip,
+        times,
         hits: Default::default(),
     })
 }
@@ -170,7 +176,7 @@ pub fn io_error_at(name: &str, key: &str) -> std::io::Result<()> {
 #[inline]
 pub fn panic_at(name: &str, key: &str) {
     #[cfg(debug_assertions)]
-    if armed_for(name, Action::Panic, key).fold(false, |fired, a| a.fires_once() | fired) {
+    if armed_for(name, Action::Panic, key).fold(false, |fired, a| a.fires() | fired) {
         panic!("failpoint {name}: panicking at {key}");
     }
     #[cfg(not(debug_assertions))]
@@ -229,6 +235,7 @@ mod tests {
         assert!(parse("x=sleep(abc)").is_none());
         assert!(parse("x=explode").is_none());
         assert!(parse("x#many").is_none());
+        assert!(parse("x=error*often").is_none());
         assert!(parse("").is_none());
     }
 
@@ -241,8 +248,13 @@ mod tests {
         );
         let a = parse("p=panic#2").expect("panic point");
         assert_eq!(
-            (0..5).map(|_| a.fires_once()).collect::<Vec<_>>(),
+            (0..5).map(|_| a.fires()).collect::<Vec<_>>(),
             [false, false, true, false, false]
+        );
+        let a = parse("p=error*2#1").expect("counted error point");
+        assert_eq!(
+            (0..5).map(|_| a.fires()).collect::<Vec<_>>(),
+            [false, true, true, false, false]
         );
     }
 }

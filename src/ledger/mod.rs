@@ -154,6 +154,8 @@ pub(crate) struct LogShared {
     pub replicas: replicas::Replicas,
     /// Open ledgers' age deadlines ([`aging`]).
     pub aging: aging::Aging<topic::TopicInner>,
+    /// Cancelled when the log stops: background work that waits (a seal tried again) ends.
+    pub stop: CancellationToken,
 }
 
 impl LogShared {
@@ -418,6 +420,7 @@ impl Log {
                 std::mem::take(&mut replica_plan.fenced),
             ),
             aging: aging::Aging::new(),
+            stop: CancellationToken::new(),
         });
 
         crate::failpoint::hit("ledger.recovery.after_scan");
@@ -456,11 +459,11 @@ impl Log {
         report.sealed_ledgers = recovered.ledgers;
         report.recovered_entries = recovered.entries;
         let mut log = Log {
+            stop: shared.stop.clone(),
             shared,
             topics: tokio::sync::Mutex::new(HashMap::new()),
             loaded: Mutex::new(HashMap::new()),
             transitions: AtomicU64::new(0),
-            stop: CancellationToken::new(),
             report,
             dir: dir.to_path_buf(),
         };

@@ -14,7 +14,7 @@ use futures::StreamExt;
 
 use super::error::{LifecycleError, OpenError};
 use super::index::{write_index_file, write_index_files, IndexEntry};
-use super::metadata::{LedgerId, LedgerRecord, LedgerTransition, SealInfo};
+use super::metadata::{LedgerId, LedgerRecord, LedgerTransition, MetadataError, SealInfo};
 use super::open_ledger::Written;
 use super::{now_ms, LogShared};
 
@@ -59,6 +59,13 @@ async fn record_seal(
     entries: Arc<[IndexEntry]>,
     seal: LedgerTransition,
 ) -> Result<LedgerRecord, LifecycleError> {
+    if let Err(source) = crate::failpoint::io_error("ledger.seal.record") {
+        return Err(MetadataError::Backend {
+            op: "transition_ledger",
+            source: Box::new(source),
+        }
+        .into());
+    }
     let record = shared
         .meta
         .transition_ledger(ledger, seal, now_ms())

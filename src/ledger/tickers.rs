@@ -11,12 +11,15 @@ impl Log {
         let Some(queued) = self.shared.aging.take() else {
             return;
         };
-        tokio::spawn(aging::run(queued, self.stop.clone(), |inner| async move {
-            let t = TopicLog { inner };
-            if let Err(e) = t.at_age_deadline().await {
-                tracing::warn!(topic = %t.name(), error = %e, "age rollover failed");
-            }
-        }));
+        // On the tracker: shutdown waits for the seals under way before the journal stops.
+        self.shared
+            .tasks
+            .spawn(aging::run(queued, self.stop.clone(), |inner| async move {
+                let t = TopicLog { inner };
+                if let Err(e) = t.at_age_deadline().await {
+                    tracing::warn!(topic = %t.name(), error = %e, "age rollover failed");
+                }
+            }));
     }
 
     /// Every [`REPLICA_COLLECTION`], drops the replica copies the store no longer lists for

@@ -436,10 +436,8 @@ impl TopicLog {
         if let Some(old) = old {
             let topic = self.clone();
             shared.tasks.spawn(async move {
-                if let Err(e) = topic.seal(old.clone()).await {
-                    tracing::error!(topic = %topic.inner.name, ledger = old.id, error = %e,
-                        "sealing ledger failed; it will be sealed by recovery at next start");
-                }
+                // A failure is logged, and tried again, by the call.
+                let _ = topic.seal_or_retry(old).await;
             });
         }
         Ok(())

@@ -1,10 +1,24 @@
 //! Sealing the topic's open ledger on demand (unload, deletion, hand-over and planned moves,
-//! an offload request) and at its age deadline ([`crate::ledger::aging`]); a ledger that never
-//! got an entry is discarded instead.
+//! an offload request), when it rolls, and at its age deadline ([`crate::ledger::aging`]); a
+//! ledger that never got an entry is discarded instead.
+//!
+//! A seal that fails for a reason that may pass (the store unreachable, an index file that
+//! could not be written) is tried again in the background, waiting [`RESEAL_FIRST`] and then
+//! twice as long each time up to [`RESEAL_MAX`], until it lands, someone else closes the
+//! ledger (recovery, a takeover, a deletion), the failure is one that will not pass, or the
+//! log stops (recovery at the next start seals it then). Before, such a ledger stayed open
+//! until a restart: it pinned the journal's segments, was never offloaded and kept its topic
+//! from being deleted or forgotten.
+//!
+//! Invariant: the ledger being tried again stays the topic's open view ([`LedgerView::Open`])
+//! until its seal lands, so readers keep reading it and the log does not forget the topic.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use super::{lock, LedgerView, TopicLog};
-use crate::ledger::error::LifecycleError;
-use crate::ledger::metadata::{LedgerId, LedgerRecord};
+use crate::ledger::error::{AppendError, LifecycleError};
+use crate::ledger::metadata::{LedgerId, LedgerRecord, MetadataError};
 use crate::ledger::open_ledger::OpenLedger;
 use crate::ledger::seal::discard_empty;
 
@@ -40,7 +54,7 @@ impl TopicLog {
             self.discard_empty(&old).await?;
             return Ok(None);
         }
-        self.seal(old).await.map(Some)
+        self.seal_or_retry(old).await.map(Some)
     }
 
     /// Closes `old`, which never got an entry (see [`discard_empty`]).
@@ -79,5 +93,137 @@ impl TopicLog {
         };
         let Some(id) = due else { return Ok(()) };
         self.seal_current_if(Some(id)).await.map(|_| ())
+    }
+}
+
+/// First wait before a failed seal is tried again.
+pub(crate) const RESEAL_FIRST: Duration = Duration::from_secs(1);
+/// Longest wait between two tries.
+pub(crate) const RESEAL_MAX: Duration = Duration::from_secs(60);
+
+impl TopicLog {
+    /// Seals `old`; when that fails for a reason that may pass, tries again in the background
+    /// (see the module's docs) and returns the first failure.
+    pub(super) async fn seal_or_retry(
+        &self,
+        old: Arc<OpenLedger>,
+    ) -> Result<LedgerRecord, LifecycleError> {
+        let e = match self.seal(old.clone()).await {
+            Ok(record) => return Ok(record),
+            Err(e) => e,
+        };
+        if may_pass(&e) && !self.inner.shared.stop.is_cancelled() {
+            tracing::warn!(topic = %self.inner.name, ledger = old.id, error = %e,
+                "sealing a ledger failed; trying again");
+            let topic = self.clone();
+            self.inner
+                .shared
+                .tasks
+                .spawn(async move { topic.seal_again(old).await });
+        } else {
+            tracing::error!(topic = %self.inner.name, ledger = old.id, error = %e,
+                "sealing a ledger failed; recovery seals it at the next start");
+        }
+        Err(e)
+    }
+
+    /// Tries the seal of `old` again until it lands, the ledger is closed by someone else,
+    /// the failure will not pass, or the log stops.
+    async fn seal_again(&self, old: Arc<OpenLedger>) {
+        let stop = self.inner.shared.stop.clone();
+        let mut wait = RESEAL_FIRST;
+        for attempt in 2u32.. {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(wait) => {}
+            }
+            if !self.is_open_view(&old) {
+                return;
+            }
+            match self.seal(old.clone()).await {
+                Ok(_) => {
+                    tracing::info!(topic = %self.inner.name, ledger = old.id, attempt,
+                        "sealed a ledger whose seal had failed");
+                    return;
+                }
+                Err(e) if may_pass(&e) => {
+                    tracing::warn!(topic = %self.inner.name, ledger = old.id, attempt,
+                        error = %e, "sealing a ledger failed again; trying again");
+                }
+                Err(e) => {
+                    tracing::error!(topic = %self.inner.name, ledger = old.id, attempt,
+                        error = %e, "sealing a ledger failed for good");
+                    self.take_stored_close(&old).await;
+                    return;
+                }
+            }
+            wait = (wait * 2).min(RESEAL_MAX);
+        }
+    }
+
+    /// Whether `old` is still this view's open ledger (nobody closed it meanwhile).
+    fn is_open_view(&self, old: &Arc<OpenLedger>) -> bool {
+        matches!(lock(&self.inner.ledgers).get(&old.id),
+            Some(LedgerView::Open(o)) if Arc::ptr_eq(o, old))
+    }
+
+    /// After a seal the store refused for good: if the store holds the ledger closed (a seal
+    /// that landed though its answer was lost, or another node's recovery), the view takes
+    /// that record, so the ledger is read, offloaded and forgotten as a sealed one.
+    async fn take_stored_close(&self, old: &Arc<OpenLedger>) {
+        match self.inner.shared.meta.get_ledger(old.id).await {
+            Ok(Some(record)) if record.seal.is_some() => {
+                let mut ledgers = lock(&self.inner.ledgers);
+                if matches!(ledgers.get(&old.id), Some(LedgerView::Open(o)) if Arc::ptr_eq(o, old))
+                {
+                    ledgers.insert(old.id, LedgerView::Closed(Box::new(record)));
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(topic = %self.inner.name, ledger = old.id, error = %e,
+                "reading a ledger whose seal failed"),
+        }
+    }
+}
+
+/// Whether a failed seal may land if tried again: the store or the disk failed, not the
+/// journal (fail-stop until restart) nor the store's verdict on the ledger.
+fn may_pass(e: &LifecycleError) -> bool {
+    match e {
+        LifecycleError::Index(_) | LifecycleError::Io { .. } => true,
+        LifecycleError::Metadata(m) => matches!(m, MetadataError::Backend { .. }),
+        LifecycleError::Append(AppendError::Metadata(m)) => {
+            matches!(**m, MetadataError::Backend { .. })
+        }
+        LifecycleError::Append(AppendError::NoSpace(_) | AppendError::Quorum { .. }) => true,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_failures_that_may_pass_are_tried_again() {
+        let backend = || MetadataError::Backend {
+            op: "transition_ledger",
+            source: Box::new(std::io::Error::other("unreachable")),
+        };
+        assert!(may_pass(&LifecycleError::Metadata(backend())));
+        assert!(may_pass(&LifecycleError::Append(AppendError::Metadata(
+            Arc::new(backend())
+        ))));
+        assert!(!may_pass(&LifecycleError::Metadata(
+            MetadataError::InvalidTransition {
+                ledger: 1,
+                from: crate::ledger::LedgerState::Sealed,
+                to: crate::ledger::LedgerState::Sealed,
+            }
+        )));
+        assert!(!may_pass(&LifecycleError::Append(
+            AppendError::JournalFailed("fsync".into())
+        )));
+        assert!(!may_pass(&LifecycleError::Cancelled));
     }
 }
