@@ -20,7 +20,10 @@
 //!
 //! The names in use, by the step they break (the fault suite, `tests/faults/`, arms each):
 //! - log: `journal.fdatasync` (error), `ledger.read` (error, keyed by topic: a topic whose
-//!   stored entries cannot be read), `ledger.seal.after_index`, `ledger.seal.after_record`,
+//!   stored entries cannot be read), `ledger.seal.record` (error: the store refuses a seal's
+//!   record, before it is written; `ledger.seal.answer` (error: after it is written, its
+//!   answer lost); both also in recovery's seals), `ledger.seal.after_index`,
+//!   `ledger.seal.after_record`,
 //!   `ledger.recovery.after_scan`, `ledger.recovery.after_seal`,
 //!   `ledger.local_delete.after_record`, `ledger.reclaim.before_sync`;
 //! - offload: `offload.before_commit`, `offload.after_commit`, `offload.before_mark`,

@@ -400,6 +400,7 @@ where
         for (_, p) in owner.producers.drain() {
             p.close.cancel();
         }
+        owner.producers_changed();
         for (_, s) in owner.subscriptions.drain() {
             let _ = s.tx.send(SubscriptionCommand::Unload(oneshot::channel().0));
         }

@@ -3,8 +3,9 @@
 //! ledger opened ahead of its first entry queues one when it opens: if no entry comes, it is
 //! discarded at that age, as it would otherwise pin the journal's segments), and one task per
 //! log ([`run`], spawned by the log on its task tracker) sleeps until the earliest deadline and
-//! hands the due topics, several at once, to `TopicLog::at_age_deadline`. An idle topic costs the task nothing; before, a
-//! ticker walked every topic the log had loaded every min(age / 4, 5 s).
+//! hands the due topics, several at once, to `TopicLog::at_age_deadline`. An idle topic costs
+//! the task nothing; before, a ticker walked every topic the log had loaded every
+//! min(age / 4, 5 s).
 //!
 //! This module knows nothing of topics: a deadline holds an [`AgeToken`] of any `T`.
 //!
@@ -14,7 +15,8 @@
 //!   the last rollover age, whatever the ledger churn.
 //! - Every open ledger is covered: its opening and its first entry queued a deadline, or
 //!   found one queued; a deadline that comes early for the ledger now open queues the ledger's
-//!   own. (A seal that fails leaves its ledger open, to recovery, as a roll's failed seal does.)
+//!   own. (A seal that fails is tried again in the background, as a roll's failed seal is:
+//!   `ledger::topic::sealing`.)
 //! - The topic judges the deadline again under its locks: a ledger sealed or replaced
 //!   meanwhile is left alone.
 //! - Deadlines hold a topic's [`AgeToken`] weakly: a topic dropped meanwhile keeps only the

@@ -156,6 +156,8 @@ pub(crate) struct LogShared {
     pub aging: aging::Aging<topic::TopicInner>,
     /// Cancelled when the log stops: background work that waits (a seal tried again) ends.
     pub stop: CancellationToken,
+    /// Closes of ledgers tried again that may run at once ([`topic::RESEALS_AT_ONCE`]).
+    pub reseals: Semaphore,
 }
 
 impl LogShared {
@@ -421,6 +423,7 @@ impl Log {
             ),
             aging: aging::Aging::new(),
             stop: CancellationToken::new(),
+            reseals: Semaphore::new(topic::RESEALS_AT_ONCE),
         });
 
         crate::failpoint::hit("ledger.recovery.after_scan");

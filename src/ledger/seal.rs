@@ -70,6 +70,13 @@ async fn record_seal(
         .meta
         .transition_ledger(ledger, seal, now_ms())
         .await?;
+    if let Err(source) = crate::failpoint::io_error("ledger.seal.answer") {
+        return Err(MetadataError::Backend {
+            op: "transition_ledger",
+            source: Box::new(source),
+        }
+        .into());
+    }
     crate::failpoint::hit("ledger.seal.after_record");
     shared.index_cache.insert(ledger, entries);
     Ok(record)

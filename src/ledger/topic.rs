@@ -26,6 +26,7 @@ mod fencing;
 mod positions;
 mod replicated;
 mod sealing;
+pub(crate) use sealing::RESEALS_AT_ONCE;
 
 pub use replicated::Replication;
 
@@ -487,7 +488,14 @@ impl TopicLog {
                 seal_ledger(&shared, old.id, entries, info).await?
             }
         };
-        lock(&self.inner.ledgers).insert(record.id, LedgerView::Closed(Box::new(record.clone())));
+        {
+            // Only over its own open view: a record set meanwhile (a later state) stays.
+            let mut ledgers = lock(&self.inner.ledgers);
+            if matches!(ledgers.get(&record.id), Some(LedgerView::Open(o)) if Arc::ptr_eq(o, &old))
+            {
+                ledgers.insert(record.id, LedgerView::Closed(Box::new(record.clone())));
+            }
+        }
         tracing::debug!(topic = %self.inner.name, ledger = record.id,
             entries = record.seal.map_or(0, |s| s.entry_count), "sealed ledger");
         Ok(record)

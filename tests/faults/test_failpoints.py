@@ -297,18 +297,21 @@ def test_crash_during_recovery(make_service, failpoint):
     close_quietly(client)
 
 
-def test_a_failed_seal_is_tried_again_until_it_lands(make_service):
-    """The store refuses the first three seals' records (as a store that is unreachable for a
-    while would): each such ledger is sealed on a later try, without a restart, then
-    offloaded and deleted locally like any other. Before, it stayed open until the next
-    start: never offloaded, its journal segments pinned."""
-    svc = start(make_service, "ledger.seal.record=error*3")
+@pytest.mark.parametrize("failpoint", ["ledger.seal.record", "ledger.seal.answer"])
+def test_a_failed_seal_is_tried_again_until_it_lands(make_service, failpoint):
+    """The store refuses the first three seals' records (`ledger.seal.record`, as a store
+    that is unreachable for a while would), or records them and loses the answer
+    (`ledger.seal.answer`): each such ledger is closed on a later try, without a restart
+    (after a lost answer, from the store's record), then offloaded and deleted locally like
+    any other. Before, it stayed open until the next start: never offloaded, its journal
+    segments pinned."""
+    svc = start(make_service, f"{failpoint}=error*3")
     client = pulsar.Client(svc.url, operation_timeout_seconds=10)
     topic = f"persistent://public/default/reseal-{uuid.uuid4().hex[:6]}"
     history = History(client, topic)
     assert history.send(70)  # three rolls (20 entries each): three refused seals
     log = lambda: open(svc.log_path, errors="replace").read()
-    eventually(lambda: log().count("failpoint ledger.seal.record: injecting") == 3,
+    eventually(lambda: log().count(f"failpoint {failpoint}: injecting") == 3,
                timeout=30, interval=0.2)
 
     def every_full_ledger_closed():
@@ -317,8 +320,8 @@ def test_a_failed_seal_is_tried_again_until_it_lands(make_service):
         still_open = [l["id"] for l in ledgers[:-1] if l["state"] == "open"]
         assert not still_open, still_open
     eventually(every_full_ledger_closed, timeout=30, interval=0.2)
-    assert "sealing a ledger failed; trying again" in log()
-    assert "sealed a ledger whose seal had failed" in log()
+    assert "closing a ledger failed; trying again" in log()
+    assert "closed a ledger whose seal had failed" in log()
     settle(svc, topic)
     verify_clean(svc, topic)
     history.check(client)

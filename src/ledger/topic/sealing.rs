@@ -2,25 +2,30 @@
 //! an offload request), when it rolls, and at its age deadline ([`crate::ledger::aging`]); a
 //! ledger that never got an entry is discarded instead.
 //!
-//! A seal that fails for a reason that may pass (the store unreachable, an index file that
-//! could not be written) is tried again in the background, waiting [`RESEAL_FIRST`] and then
-//! twice as long each time up to [`RESEAL_MAX`], until it lands, someone else closes the
-//! ledger (recovery, a takeover, a deletion), the failure is one that will not pass, or the
-//! log stops (recovery at the next start seals it then). Before, such a ledger stayed open
-//! until a restart: it pinned the journal's segments, was never offloaded and kept its topic
-//! from being deleted or forgotten.
+//! A seal (or an empty ledger's discard) that fails for a reason that may pass (the store
+//! unreachable, an index file that could not be written) is tried again in the background,
+//! waiting [`RESEAL_FIRST`] and then about twice as long each time up to [`RESEAL_MAX`], until
+//! the ledger is closed, the failure is one that will not pass, or the log stops (recovery at
+//! the next start closes it then). Each try asks the store first, so a try that landed with
+//! its answer lost, or another node's takeover, is taken as it stands. Before, such a ledger
+//! stayed open until a restart: it pinned the journal's segments, was never offloaded and
+//! kept its topic from being deleted or forgotten.
 //!
-//! Invariant: the ledger being tried again stays the topic's open view ([`LedgerView::Open`])
-//! until its seal lands, so readers keep reading it and the log does not forget the topic.
+//! Invariants:
+//! - The ledger being tried again stays the topic's open view ([`LedgerView::Open`]) until
+//!   it is closed, so readers keep reading it and the log does not forget the topic.
+//! - Each ledger has one closer: it reaches [`TopicLog::seal_or_retry`] (or the discard)
+//!   once, taken out of the writer's current ledger under the writer's lock.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::{lock, LedgerView, TopicLog};
-use crate::ledger::error::{AppendError, LifecycleError};
-use crate::ledger::metadata::{LedgerId, LedgerRecord, MetadataError};
+use crate::ledger::error::LifecycleError;
+use crate::ledger::metadata::{LedgerId, LedgerRecord, LedgerTransition, MetadataError};
 use crate::ledger::open_ledger::OpenLedger;
 use crate::ledger::seal::discard_empty;
+use crate::ledger::{now_ms, LedgerState};
 
 impl TopicLog {
     /// Seals the open ledger now, so that everything appended so far is in sealed ledgers; an
@@ -51,8 +56,10 @@ impl TopicLog {
             (old, empty)
         };
         if empty {
-            self.discard_empty(&old).await?;
-            return Ok(None);
+            return match self.discard_empty(&old).await {
+                Ok(()) => Ok(None),
+                Err(e) => Err(self.after_failed_close(old, e).await),
+            };
         }
         self.seal_or_retry(old).await.map(Some)
     }
@@ -69,8 +76,8 @@ impl TopicLog {
     /// At one of the topic's age deadlines ([`crate::ledger::aging`]): seals the open ledger if
     /// it is older than the rollover age (idle topics; one that never got an entry is
     /// discarded), queues the deadline of a younger one, and otherwise leaves the topic without
-    /// a deadline (its next ledger queues one). A seal that fails leaves its ledger open to
-    /// recovery, as a roll's failed seal does.
+    /// a deadline (its next ledger queues one). A seal that fails is tried again in the
+    /// background, as a roll's failed seal is.
     pub(crate) async fn at_age_deadline(&self) -> Result<(), LifecycleError> {
         let shared = &self.inner.shared;
         let age = shared.config.rollover_age;
@@ -96,7 +103,8 @@ impl TopicLog {
     }
 }
 
-/// First wait before a failed seal is tried again.
+/// First wait before a failed seal is tried again (each wait gets up to half again, at random,
+/// so that the ledgers of one outage do not all try at the same moments).
 pub(crate) const RESEAL_FIRST: Duration = Duration::from_secs(1);
 /// Longest wait between two tries.
 pub(crate) const RESEAL_MAX: Duration = Duration::from_secs(60);
@@ -108,56 +116,95 @@ impl TopicLog {
         &self,
         old: Arc<OpenLedger>,
     ) -> Result<LedgerRecord, LifecycleError> {
-        let e = match self.seal(old.clone()).await {
-            Ok(record) => return Ok(record),
-            Err(e) => e,
-        };
+        match self.seal(old.clone()).await {
+            Ok(record) => Ok(record),
+            Err(e) => Err(self.after_failed_close(old, e).await),
+        }
+    }
+
+    /// After a first try at closing `old` failed with `e`: tries again in the background when
+    /// `e` may pass, else takes what the store holds (another node may have closed it).
+    /// Returns `e`.
+    async fn after_failed_close(&self, old: Arc<OpenLedger>, e: LifecycleError) -> LifecycleError {
         if may_pass(&e) && !self.inner.shared.stop.is_cancelled() {
             tracing::warn!(topic = %self.inner.name, ledger = old.id, error = %e,
-                "sealing a ledger failed; trying again");
+                "closing a ledger failed; trying again");
             let topic = self.clone();
             self.inner
                 .shared
                 .tasks
-                .spawn(async move { topic.seal_again(old).await });
+                .spawn(async move { topic.close_again(old).await });
         } else {
             tracing::error!(topic = %self.inner.name, ledger = old.id, error = %e,
-                "sealing a ledger failed; recovery seals it at the next start");
+                "closing a ledger failed; recovery closes it at the next start");
+            self.take_stored_close(&old).await;
         }
-        Err(e)
+        e
     }
 
-    /// Tries the seal of `old` again until it lands, the ledger is closed by someone else,
-    /// the failure will not pass, or the log stops.
-    async fn seal_again(&self, old: Arc<OpenLedger>) {
-        let stop = self.inner.shared.stop.clone();
+    /// Tries to close `old` again until it is closed, the failure will not pass, or the log
+    /// stops; at most [`RESEALS_AT_ONCE`] tries run at once in the log.
+    async fn close_again(&self, old: Arc<OpenLedger>) {
+        let shared = &self.inner.shared;
         let mut wait = RESEAL_FIRST;
         for attempt in 2u32.. {
+            let jitter = rand::random_range(0..=wait.as_millis() as u64 / 2);
             tokio::select! {
-                () = stop.cancelled() => return,
-                () = tokio::time::sleep(wait) => {}
+                () = shared.stop.cancelled() => return,
+                () = tokio::time::sleep(wait + Duration::from_millis(jitter)) => {}
             }
             if !self.is_open_view(&old) {
                 return;
             }
-            match self.seal(old.clone()).await {
-                Ok(_) => {
+            let Ok(_permit) = shared.reseals.acquire().await else {
+                return;
+            };
+            match self.close_once_more(&old).await {
+                Ok(()) => {
                     tracing::info!(topic = %self.inner.name, ledger = old.id, attempt,
-                        "sealed a ledger whose seal had failed");
+                        "closed a ledger whose seal had failed");
                     return;
                 }
                 Err(e) if may_pass(&e) => {
                     tracing::warn!(topic = %self.inner.name, ledger = old.id, attempt,
-                        error = %e, "sealing a ledger failed again; trying again");
+                        error = %e, "closing a ledger failed again; trying again");
                 }
                 Err(e) => {
                     tracing::error!(topic = %self.inner.name, ledger = old.id, attempt,
-                        error = %e, "sealing a ledger failed for good");
+                        error = %e, "closing a ledger failed for good");
                     self.take_stored_close(&old).await;
                     return;
                 }
             }
             wait = (wait * 2).min(RESEAL_MAX);
+        }
+    }
+
+    /// One more try at closing `old`. The store is asked first: an earlier try may have
+    /// landed with its answer lost, or another node closed the ledger; then the view takes
+    /// the store's record and nothing is written again. A ledger the store holds sealed with
+    /// no entry is an empty one whose discard stopped between its two steps: it is deleted.
+    async fn close_once_more(&self, old: &Arc<OpenLedger>) -> Result<(), LifecycleError> {
+        let meta = &self.inner.shared.meta;
+        match meta.get_ledger(old.id).await? {
+            None => Err(LifecycleError::UnknownLedger(old.id)),
+            Some(r)
+                if r.state == LedgerState::Sealed && r.seal.is_some_and(|s| s.entry_count == 0) =>
+            {
+                let deleted = meta
+                    .transition_ledger(old.id, LedgerTransition::Delete, now_ms())
+                    .await?;
+                self.set_record(deleted);
+                Ok(())
+            }
+            Some(r) if r.state != LedgerState::Open => {
+                self.set_record(r);
+                Ok(())
+            }
+            Some(_) if old.quorum.is_none() && old.written().entries.is_empty() => {
+                self.discard_empty(old).await
+            }
+            Some(_) => self.seal(old.clone()).await.map(|_| ()),
         }
     }
 
@@ -167,17 +214,13 @@ impl TopicLog {
             Some(LedgerView::Open(o)) if Arc::ptr_eq(o, old))
     }
 
-    /// After a seal the store refused for good: if the store holds the ledger closed (a seal
-    /// that landed though its answer was lost, or another node's recovery), the view takes
-    /// that record, so the ledger is read, offloaded and forgotten as a sealed one.
+    /// After a close that failed for good: if the store holds the ledger closed (another
+    /// node's recovery, or a seal that landed though its answer was lost), the view takes
+    /// that record, so the ledger is read, offloaded and forgotten as a closed one.
     async fn take_stored_close(&self, old: &Arc<OpenLedger>) {
         match self.inner.shared.meta.get_ledger(old.id).await {
-            Ok(Some(record)) if record.seal.is_some() => {
-                let mut ledgers = lock(&self.inner.ledgers);
-                if matches!(ledgers.get(&old.id), Some(LedgerView::Open(o)) if Arc::ptr_eq(o, old))
-                {
-                    ledgers.insert(old.id, LedgerView::Closed(Box::new(record)));
-                }
+            Ok(Some(record)) if record.state != LedgerState::Open && self.is_open_view(old) => {
+                self.set_record(record);
             }
             Ok(_) => {}
             Err(e) => tracing::warn!(topic = %self.inner.name, ledger = old.id, error = %e,
@@ -186,16 +229,15 @@ impl TopicLog {
     }
 }
 
-/// Whether a failed seal may land if tried again: the store or the disk failed, not the
+/// Most closes tried again at once in one log.
+pub(crate) const RESEALS_AT_ONCE: usize = 16;
+
+/// Whether a failed close may land if tried again: the store or the disk failed, not the
 /// journal (fail-stop until restart) nor the store's verdict on the ledger.
 fn may_pass(e: &LifecycleError) -> bool {
     match e {
-        LifecycleError::Index(_) | LifecycleError::Io { .. } => true,
+        LifecycleError::Index(_) => true,
         LifecycleError::Metadata(m) => matches!(m, MetadataError::Backend { .. }),
-        LifecycleError::Append(AppendError::Metadata(m)) => {
-            matches!(**m, MetadataError::Backend { .. })
-        }
-        LifecycleError::Append(AppendError::NoSpace(_) | AppendError::Quorum { .. }) => true,
         _ => false,
     }
 }
@@ -211,9 +253,6 @@ mod tests {
             source: Box::new(std::io::Error::other("unreachable")),
         };
         assert!(may_pass(&LifecycleError::Metadata(backend())));
-        assert!(may_pass(&LifecycleError::Append(AppendError::Metadata(
-            Arc::new(backend())
-        ))));
         assert!(!may_pass(&LifecycleError::Metadata(
             MetadataError::InvalidTransition {
                 ledger: 1,
@@ -222,7 +261,7 @@ mod tests {
             }
         )));
         assert!(!may_pass(&LifecycleError::Append(
-            AppendError::JournalFailed("fsync".into())
+            crate::ledger::AppendError::JournalFailed("fsync".into())
         )));
         assert!(!may_pass(&LifecycleError::Cancelled));
     }
