@@ -454,15 +454,6 @@ impl PolicyStore {
         Ok(out)
     }
 
-    /// Whether retention can remove anything anywhere: the broker default or some namespace's
-    /// own retention policy is finite (one listing of the namespaces' policies).
-    pub async fn any_finite_retention(&self) -> Result<bool, PoliciesError> {
-        Ok(match self.finite_retention().await? {
-            FiniteRetention::Everywhere => true,
-            FiniteRetention::In(namespaces) => !namespaces.is_empty(),
-        })
-    }
-
     /// Where retention is finite: everywhere when the broker default is (a namespace may still
     /// set its own infinite retention), else in the namespaces that set a finite one of their
     /// own (one listing of the namespaces' policies, never of the topics).

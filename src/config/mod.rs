@@ -120,8 +120,10 @@ pub struct BrokerConfig {
     #[serde(with = "humantime_serde")]
     #[schemars(with = "String")]
     pub cursor_persist_interval: Duration,
-    /// How often namespaces' retention policies are applied to the log when the lake is
-    /// disabled (with the lake, every offload pass applies them).
+    /// How often namespaces' retention policies are applied to data nothing else brings up:
+    /// without the lake, to the log; with it, to ledgers deleted locally or expired (every
+    /// offload pass also applies them to the tables it visits, so new data meets a size
+    /// limit at once). Pulsar's `retentionCheckIntervalInSeconds`.
     #[serde(with = "humantime_serde")]
     #[schemars(with = "String")]
     pub retention_check_interval: Duration,

@@ -147,6 +147,9 @@ struct Inner {
     log: Arc<Log>,
     policies: Arc<PolicyStore>,
     config: LakeConfig,
+    /// How often deleted and expired ledgers are listed for retention
+    /// (`broker.retention_check_interval`; [`schedule`]).
+    retention_every: std::time::Duration,
     /// Base topic → its slot.
     tables: Mutex<HashMap<String, Arc<TableSlot>>>,
     /// Table identifier → its writer lock, and the size at which the map is pruned next.
@@ -195,6 +198,7 @@ impl OffloadEngine {
         log: Arc<Log>,
         policies: Arc<PolicyStore>,
         config: LakeConfig,
+        retention_every: std::time::Duration,
         runtime: tokio::runtime::Handle,
     ) -> OffloadEngine {
         let (finish_tx, finish_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -204,6 +208,7 @@ impl OffloadEngine {
             log,
             policies,
             config,
+            retention_every,
             tables: Mutex::new(HashMap::new()),
             writers: Mutex::new((HashMap::new(), 0)),
             rotation: std::sync::atomic::AtomicUsize::new(0),
@@ -455,6 +460,7 @@ impl Inner {
         let mut tick = tokio::time::interval(self.config.check_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut known = schedule::TopicNames::default();
+        let mut retention = schedule::RetentionListing::default();
         let mut first = true;
         // Recorded removals of deleted topics are done again at the first tick, then every
         // orphan check interval, one round at a time.
@@ -476,7 +482,10 @@ impl Inner {
                 });
                 redo = Some((Instant::now(), round));
             }
-            let tables = match self.tables_with_work(&mut known, first).await {
+            let tables = match self
+                .tables_with_work(&mut known, &mut retention, first)
+                .await
+            {
                 Ok(t) => t,
                 Err(e) => {
                     tracing::warn!(error = %e, "offload: finding tables with work failed");

@@ -4,18 +4,73 @@
 //! table: one query to the metadata store per tick, never a walk over every topic, so
 //! millions of idle topics cost a tick nothing.
 //!
+//! Deleted and expired ledgers stay in their states (the lake holds them), so listing them
+//! costs as much as there are topics that ever had one. They are listed only for retention,
+//! and only once any namespace's retention is finite: at the first tick, every
+//! `broker.retention_check_interval` (Pulsar's `retentionCheckIntervalInSeconds`), and at
+//! once when the set of namespaces with a finite retention changes; a table they bring is
+//! visited only if its namespace's retention may be finite. Sealed and offloaded ledgers
+//! are listed every tick, and a pass applies retention to every table it visits, so new
+//! data meets a size limit at once.
+//!
 //! Invariants:
-//! - Every table that has a ledger in one of those states, or a pending request, is visited;
-//!   a visited table is given all of its partitions (retention and status are per table).
+//! - Every table that has a sealed or offloaded ledger, or a pending request, is visited;
+//!   one with deleted or expired ledgers in a namespace whose retention may be finite is
+//!   visited at least every retention check interval; a visited table is given all of its
+//!   partitions (retention and status are per table).
 //! - Topic names are learned by id only when a ledger names a topic id not seen before, and a
 //!   table's partitions by listing its name prefix: never by listing every topic.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
 
 use super::{lock, partition_index, Inner, OffloadError};
 use crate::ledger::metadata::{MetadataStore, TopicId};
 use crate::ledger::LedgerState;
 use crate::naming::TopicName;
+use crate::policies::FiniteRetention;
+
+/// When the scheduler last listed the ledgers only retention acts on (deleted, expired), and
+/// where retention was finite then.
+#[derive(Debug, Default)]
+pub(super) struct RetentionListing {
+    /// Invariant: `None` until the first listing.
+    at: Option<Instant>,
+    /// Where retention was finite at the last tick (`None`: no tick yet).
+    finite: Option<FiniteRetention>,
+}
+
+impl RetentionListing {
+    /// Whether this tick lists deleted and expired ledgers, given where retention is finite
+    /// now and how often retention is checked.
+    fn due(&self, finite: &FiniteRetention, every: Duration) -> bool {
+        let any = match finite {
+            FiniteRetention::Everywhere => true,
+            FiniteRetention::In(namespaces) => !namespaces.is_empty(),
+        };
+        let changed = self.finite.as_ref() != Some(finite);
+        any && (changed || self.at.is_none_or(|t| t.elapsed() >= every))
+    }
+
+    /// Records a tick whose listing succeeded (`listed`: it held deleted and expired ledgers).
+    /// A tick that failed records nothing, so the next one is due as this one was.
+    fn done(&mut self, finite: FiniteRetention, listed: bool) {
+        if listed {
+            self.at = Some(Instant::now());
+        }
+        self.finite = Some(finite);
+    }
+
+    /// Whether a table of namespace `ns` brought only by deleted or expired ledgers is
+    /// visited: its retention may be finite.
+    fn may_expire(&self, ns: &str) -> bool {
+        match &self.finite {
+            Some(FiniteRetention::Everywhere) => true,
+            Some(FiniteRetention::In(namespaces)) => namespaces.iter().any(|n| n == ns),
+            None => false,
+        }
+    }
+}
 
 /// Tables to visit: base topic name → (base, its partitions' indexes and names).
 pub(super) type Tables = BTreeMap<String, (TopicName, Vec<(i32, String)>)>;
@@ -35,22 +90,28 @@ impl Inner {
     pub(super) async fn tables_with_work(
         &self,
         known: &mut TopicNames,
+        retention: &mut RetentionListing,
         first: bool,
     ) -> Result<Tables, OffloadError> {
         let meta = self.log.metadata();
         let mut states = vec![LedgerState::Sealed, LedgerState::Offloaded];
-        if self.policies.any_finite_retention().await? {
+        let finite = self.policies.finite_retention().await?;
+        let for_retention = retention.due(&finite, self.retention_every);
+        if for_retention {
             states.extend([LedgerState::Deleted, LedgerState::Expired]);
         } else if first {
             // Files of ledgers expired before a restart may still be in their tables.
             states.push(LedgerState::Expired);
         }
-        let ids: BTreeSet<TopicId> = meta
-            .ledgers_in_states(&states)
-            .await?
+        let records = meta.ledgers_in_states(&states).await?;
+        retention.done(finite, for_retention);
+        // Topics with data to move; the others came for retention (or expired files) only.
+        let moving: BTreeSet<TopicId> = records
             .iter()
+            .filter(|r| matches!(r.state, LedgerState::Sealed | LedgerState::Offloaded))
             .map(|r| r.topic_id)
             .collect();
+        let ids: BTreeSet<TopicId> = records.iter().map(|r| r.topic_id).collect();
         let requested: BTreeSet<String> = lock(&self.tables)
             .iter()
             .filter(|(_, slot)| {
@@ -70,6 +131,12 @@ impl Inner {
                 continue; // deleted meanwhile
             };
             if let Ok(parsed) = name.parse::<TopicName>() {
+                if for_retention
+                    && !moving.contains(id)
+                    && !retention.may_expire(&parsed.namespace.to_string())
+                {
+                    continue; // its namespace keeps everything
+                }
                 let key = parsed.base().to_string();
                 if let Some(t) = known.tables.get(&key) {
                     tables.insert(key, t.clone());
@@ -148,4 +215,43 @@ async fn learn(
         }
     }
     Ok(known)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn only(namespaces: &[&str]) -> FiniteRetention {
+        FiniteRetention::In(namespaces.iter().map(|n| n.to_string()).collect())
+    }
+
+    /// One tick: whether it lists, then its success recorded.
+    fn tick(r: &mut RetentionListing, finite: FiniteRetention, every: Duration) -> bool {
+        let due = r.due(&finite, every);
+        r.done(finite, due);
+        due
+    }
+
+    #[test]
+    fn deleted_ledgers_are_listed_when_retention_is_due_or_its_reach_changes() {
+        let hour = Duration::from_secs(3600);
+        let mut r = RetentionListing::default();
+        // Infinite everywhere: never.
+        assert!(!tick(&mut r, only(&[]), hour));
+        assert!(!tick(&mut r, only(&[]), hour));
+        // Finite somewhere: at once, then not again within the interval.
+        assert!(tick(&mut r, only(&["public/a"]), hour));
+        assert!(!tick(&mut r, only(&["public/a"]), hour));
+        assert!(r.may_expire("public/a") && !r.may_expire("public/b"));
+        // Its reach changed: at once.
+        assert!(tick(&mut r, only(&["public/a", "public/b"]), hour));
+        assert!(tick(&mut r, FiniteRetention::Everywhere, hour));
+        assert!(r.may_expire("any/ns"));
+        assert!(!tick(&mut r, FiniteRetention::Everywhere, hour));
+        // A tick whose listing failed records nothing: the next is due as it was.
+        assert!(r.due(&only(&["public/c"]), hour));
+        assert!(r.due(&only(&["public/c"]), hour));
+        // The interval passed.
+        assert!(tick(&mut r, FiniteRetention::Everywhere, Duration::ZERO));
+    }
 }

@@ -711,6 +711,7 @@ async fn start_offload(
         log,
         policies,
         config.lake.clone(),
+        config.broker.retention_check_interval,
         rt.handle().clone(),
     );
     Ok((engine, rt))

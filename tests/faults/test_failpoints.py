@@ -26,6 +26,7 @@ from lake import http, offload_and_wait, stats, topic_path
 NS = "admin/v2/namespaces/public/default"
 FAST = {
     "LEDGERLAKE_LAKE__CHECK_INTERVAL": "100ms",
+    "LEDGERLAKE_BROKER__RETENTION_CHECK_INTERVAL": "100ms",
     "LEDGERLAKE_LEDGER__ROLLOVER_ENTRIES": "20",
     "LEDGERLAKE_BROKER__CURSOR_PERSIST_INTERVAL": "100ms",
     "LEDGERLAKE_LAKE__ORPHAN_FILE_AGE": "0s",

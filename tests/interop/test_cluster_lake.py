@@ -102,6 +102,7 @@ def test_a_topic_deleted_while_another_node_commits_to_its_shared_table_leaves_n
     prefix = f"cl-{uuid.uuid4().hex[:8]}"
     env = dict(s3_server.service_env(prefix), LEDGERLAKE_LAKE__CATALOG__URI=uri,
                LEDGERLAKE_METADATA__SESSION_TTL="3s", LEDGERLAKE_LAKE__CHECK_INTERVAL="100ms",
+               LEDGERLAKE_BROKER__RETENTION_CHECK_INTERVAL="100ms",
                LL_FAILPOINTS="retention.before_catalog_commit=sleep(6000)")
     nodes = [make_service(env=env, args=["--metadata-url", etcd.url(f"/{prefix}"),
                                          "--bookie-addr", f"127.0.0.1:{_free_port()}"])

@@ -19,6 +19,7 @@ from test_sql import psql, psql_rows
 
 FAST = {
     "LEDGERLAKE_LAKE__CHECK_INTERVAL": "100ms",
+    "LEDGERLAKE_BROKER__RETENTION_CHECK_INTERVAL": "100ms",
     "LEDGERLAKE_LEDGER__ROLLOVER_ENTRIES": "20",
 }
 

@@ -19,6 +19,7 @@ from lake import http, offload_and_wait, stats, topic_path
 GRACE_S = 20
 FAST = {"LEDGERLAKE_LAKE__CHECK_INTERVAL": "100ms", "LEDGERLAKE_LEDGER__ROLLOVER_ENTRIES": "20",
         "LEDGERLAKE_BROKER__CURSOR_PERSIST_INTERVAL": "100ms",
+        "LEDGERLAKE_BROKER__RETENTION_CHECK_INTERVAL": "100ms",
         "LEDGERLAKE_LAKE__REMOVED_FILE_GRACE": f"{GRACE_S}s"}
 NS = "admin/v2/namespaces/public/default"
 
@@ -90,6 +91,43 @@ def the_table(svc, topic, catalog_of):
 
 def data_files(table):
     return set(table.inspect.files().column("file_path").to_pylist())
+
+
+def test_deleted_ledgers_are_looked_at_for_retention_only_where_it_is_finite(make_service):
+    """Ledgers deleted locally stay in that state for good (the lake holds them), so the
+    offload scheduler lists them for retention only every `broker.retention_check_interval`
+    (here an hour), at once when the namespaces with a finite retention change, and visits
+    only tables of those namespaces. Before, once any namespace had a finite retention, every
+    tick (100 ms here) listed every deleted ledger and visited every table holding one."""
+    svc = make_service(dict(FAST, LEDGERLAKE_BROKER__RETENTION_CHECK_INTERVAL="1h"))
+    svc.start()
+    svc.create_namespace("public/finite")
+    client = pulsar.Client(svc.url, operation_timeout_seconds=30)
+    kept = f"persistent://public/default/kept-{uuid.uuid4().hex[:6]}"
+    goes = f"persistent://public/finite/goes-{uuid.uuid4().hex[:6]}"
+    for ns in ("public/default", "public/finite"):
+        assert http("PUT", f"{svc.http}/admin/v2/namespaces/{ns}/offloadDeletionLagMs", "0")[0] == 204
+    for topic in (kept, goes):
+        produce(client, topic, 0, 40)  # two full ledgers, rolled at 20 entries
+        offload_and_wait(svc, topic)
+        wait_for("every full ledger deleted locally", lambda: all(
+            l["ledger"]["state"] in ("deleted", "open")
+            for l in stats(svc, topic)["ledgers"] if l["ledger"]["entry_count"] > 0))
+    # Retention becomes finite in one namespace: its table is looked at at once, though the
+    # check interval is an hour, and its (unconsumed: no subscription) ledgers expire.
+    assert http("POST", f"{svc.http}/admin/v2/namespaces/public/finite/retention",
+                '{"retentionTimeInMinutes": 0, "retentionSizeInMB": -1}')[0] == 204
+    # (An expired ledger leaves the topic's list of ledgers.)
+    wait_for("the finite namespace's ledgers expired", lambda: not [
+        l for l in stats(svc, goes)["ledgers"] if l["ledger"]["entry_count"] > 0], timeout=30)
+    # The other namespace keeps everything: its table is not visited tick after tick.
+    runs = offload_status(svc, kept)["runs"]
+    time.sleep(3)  # 30 ticks
+    assert offload_status(svc, kept)["runs"] == runs
+    states = [l["ledger"]["state"] for l in stats(svc, kept)["ledgers"]
+              if l["ledger"]["entry_count"] > 0]
+    assert states and set(states) == {"deleted"}, states
+    client.close()
 
 
 def test_retention_policy_endpoint(make_service):
