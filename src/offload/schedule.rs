@@ -104,11 +104,16 @@ impl Inner {
             states.push(LedgerState::Expired);
         }
         let records = meta.ledgers_in_states(&states).await?;
-        retention.done(finite, for_retention);
-        // Topics with data to move; the others came for retention (or expired files) only.
-        let moving: BTreeSet<TopicId> = records
+        // Topics visited whatever their namespace's retention: those with data to move, and
+        // at the first tick those with expired ledgers (their files may still be in their
+        // tables). The others came for retention only.
+        let always: BTreeSet<TopicId> = records
             .iter()
-            .filter(|r| matches!(r.state, LedgerState::Sealed | LedgerState::Offloaded))
+            .filter(|r| match r.state {
+                LedgerState::Sealed | LedgerState::Offloaded => true,
+                LedgerState::Expired => first,
+                _ => false,
+            })
             .map(|r| r.topic_id)
             .collect();
         let ids: BTreeSet<TopicId> = records.iter().map(|r| r.topic_id).collect();
@@ -125,6 +130,8 @@ impl Inner {
         if unknown {
             *known = learn(&*meta, known, &ids, &requested).await?;
         }
+        // Recorded only once the tick can no longer fail: a failed one stays due.
+        retention.done(finite, for_retention);
         let mut tables = Tables::new();
         for id in &ids {
             let Some(name) = known.by_id.get(id) else {
@@ -132,7 +139,7 @@ impl Inner {
             };
             if let Ok(parsed) = name.parse::<TopicName>() {
                 if for_retention
-                    && !moving.contains(id)
+                    && !always.contains(id)
                     && !retention.may_expire(&parsed.namespace.to_string())
                 {
                     continue; // its namespace keeps everything
