@@ -59,27 +59,23 @@ async fn record_seal(
     entries: Arc<[IndexEntry]>,
     seal: LedgerTransition,
 ) -> Result<LedgerRecord, LifecycleError> {
-    if let Err(source) = crate::failpoint::io_error("ledger.seal.record") {
-        return Err(MetadataError::Backend {
-            op: "transition_ledger",
-            source: Box::new(source),
-        }
-        .into());
-    }
+    store_failpoint("ledger.seal.record")?;
     let record = shared
         .meta
         .transition_ledger(ledger, seal, now_ms())
         .await?;
-    if let Err(source) = crate::failpoint::io_error("ledger.seal.answer") {
-        return Err(MetadataError::Backend {
-            op: "transition_ledger",
-            source: Box::new(source),
-        }
-        .into());
-    }
+    store_failpoint("ledger.seal.answer")?;
     crate::failpoint::hit("ledger.seal.after_record");
     shared.index_cache.insert(ledger, entries);
     Ok(record)
+}
+
+/// Failpoint `name` armed to fail (debug builds only) as the store's transition failing.
+fn store_failpoint(name: &str) -> Result<(), MetadataError> {
+    crate::failpoint::io_error(name).map_err(|source| MetadataError::Backend {
+        op: "transition_ledger",
+        source: Box::new(source),
+    })
 }
 
 /// Closes `ledger`, which holds no entry (`info` says so): sealed empty, then deleted. It

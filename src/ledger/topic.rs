@@ -57,6 +57,13 @@ enum LedgerView {
     Closed(Box<LedgerRecord>),
 }
 
+impl LedgerView {
+    /// Whether `view` is the open view of `old` itself (nobody closed or replaced it).
+    fn is_open(view: Option<&LedgerView>, old: &Arc<OpenLedger>) -> bool {
+        matches!(view, Some(LedgerView::Open(o)) if Arc::ptr_eq(o, old))
+    }
+}
+
 /// Append-side state.
 #[derive(Debug)]
 struct WriterState {
@@ -491,8 +498,7 @@ impl TopicLog {
         {
             // Only over its own open view: a record set meanwhile (a later state) stays.
             let mut ledgers = lock(&self.inner.ledgers);
-            if matches!(ledgers.get(&record.id), Some(LedgerView::Open(o)) if Arc::ptr_eq(o, &old))
-            {
+            if LedgerView::is_open(ledgers.get(&record.id), &old) {
                 ledgers.insert(record.id, LedgerView::Closed(Box::new(record.clone())));
             }
         }

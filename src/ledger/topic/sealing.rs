@@ -210,8 +210,7 @@ impl TopicLog {
 
     /// Whether `old` is still this view's open ledger (nobody closed it meanwhile).
     fn is_open_view(&self, old: &Arc<OpenLedger>) -> bool {
-        matches!(lock(&self.inner.ledgers).get(&old.id),
-            Some(LedgerView::Open(o)) if Arc::ptr_eq(o, old))
+        LedgerView::is_open(lock(&self.inner.ledgers).get(&old.id), old)
     }
 
     /// After a close that failed for good: if the store holds the ledger closed (another
