@@ -15,8 +15,8 @@ pub struct SubscriptionStats {
     pub sub_type: String,
     /// Durable (a consumer's) or not (a reader's).
     pub is_durable: bool,
-    /// Connected consumers.
-    pub consumers: usize,
+    /// Connected consumers, in attach order (Pulsar's array of consumer stats).
+    pub consumers: Vec<ConsumerStats>,
     /// Entries not yet acknowledged, as Pulsar counts `msgBacklog` (a batch is one entry).
     pub msg_backlog: u64,
     /// Bytes of those entries (whole ledgers exactly, a partly consumed ledger pro rata).
@@ -51,6 +51,47 @@ pub struct SubscriptionStats {
     /// Seconds the subscription has been waiting on the lake without an entry (0: not
     /// waiting).
     pub lake_wait_seconds: u64,
+}
+
+/// Who a consumer's client is, as its connection learned it (shared by the connection's
+/// consumers).
+#[derive(Debug, Clone, Default)]
+pub struct ClientInfo {
+    /// The client's address as Pulsar shows it (`/host:port`).
+    pub address: String,
+    /// The CONNECT's `client_version`.
+    pub version: String,
+}
+
+/// Stats of one consumer of a subscription (Pulsar's `ConsumerStats` names; the fields it has
+/// that this broker does not keep are left out).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConsumerStats {
+    /// The name its SUBSCRIBE gave (or the client chose).
+    pub consumer_name: String,
+    /// Messages per second sent to it (the metrics' rate window).
+    pub msg_rate_out: f64,
+    /// Bytes per second sent to it.
+    pub msg_throughput_out: f64,
+    /// Messages sent to it since it attached.
+    pub msg_out_counter: u64,
+    /// Bytes sent to it since it attached.
+    pub bytes_out_counter: u64,
+    /// Messages it may still be sent (its FLOW permits).
+    pub available_permits: i64,
+    /// Messages sent to it and not acknowledged.
+    pub unacked_messages: u64,
+    /// Not sent to: it reached `maxUnackedMessagesPerConsumer`.
+    pub blocked_consumer_on_unacked_msgs: bool,
+    /// Its priority level (lower first).
+    pub priority_level: i32,
+    /// Its client's address (`/host:port`).
+    pub address: String,
+    /// Its client's version, as its CONNECT gave it.
+    pub client_version: String,
+    /// When it attached (RFC 3339, UTC).
+    pub connected_since: String,
 }
 
 /// Entries, bytes and age of the backlog from `first_unacked`, and the tier of `next_read`;

@@ -120,7 +120,7 @@ impl Broker {
         let topic = self.existing(name).await?;
         let handle = self.subscription(&topic, sub).await?;
         let stats = handle.ask(SubscriptionCommand::Stats).await;
-        if !force && stats.is_some_and(|s| s.consumers > 0) {
+        if !force && stats.is_some_and(|s| !s.consumers.is_empty()) {
             return Err(BrokerError::TopicBusy(format!(
                 "Subscription {sub} of {name} has active consumers"
             )));

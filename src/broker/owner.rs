@@ -703,7 +703,7 @@ impl Owner {
         if !force {
             for s in self.subscriptions.values() {
                 let stats = s.ask(SubscriptionCommand::Stats).await;
-                if stats.is_some_and(|st| st.consumers > 0) {
+                if stats.is_some_and(|st| !st.consumers.is_empty()) {
                     return Err(BrokerError::TopicBusy(format!(
                         "topic {name} has consumers connected to subscription {}",
                         s.name

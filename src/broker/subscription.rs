@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::backlog::{backlog, LakeWait, SubscriptionStats};
+use super::backlog::{backlog, ClientInfo, LakeWait, SubscriptionStats};
 use super::limits::UnackedGate;
 use super::measure::SubscriptionMeasures;
 use super::outbox::{any_drained, Outbox};
@@ -70,6 +70,8 @@ pub struct NewConsumer {
     pub priority: i32,
     /// Where its MESSAGE frames go.
     pub out: Outbox,
+    /// Its client (for stats).
+    pub client: Arc<ClientInfo>,
     /// Reply.
     pub reply: oneshot::Sender<Result<(), BrokerError>>,
 }
@@ -197,6 +199,9 @@ struct Consumer {
     sent: Meter,
     /// Flagged hot (Key_Shared: its hash range carries most of the traffic).
     hot: bool,
+    /// Its client and when it attached (for stats).
+    client: Arc<ClientInfo>,
+    attached: std::time::SystemTime,
 }
 
 struct State {
@@ -458,7 +463,7 @@ impl State {
         SubscriptionStats {
             sub_type: format!("{:?}", self.sub_type),
             is_durable: self.durable,
-            consumers: self.consumers.len(),
+            consumers: self.consumer_stats(),
             msg_backlog,
             backlog_size,
             backlog_age_seconds,
@@ -566,6 +571,7 @@ impl State {
                     name,
                     priority,
                     out,
+                    client,
                     reply,
                 } = *consumer;
                 if self.consumers.is_empty() && sub_type != self.sub_type {
@@ -593,6 +599,8 @@ impl State {
                         gate: UnackedGate::default(),
                         sent: Meter::default(),
                         hot: false,
+                        client,
+                        attached: std::time::SystemTime::now(),
                     })
                 };
                 let joined = result.is_ok();

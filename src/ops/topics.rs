@@ -148,7 +148,7 @@ impl Operations {
                     "messagesConsumedCounter": serde_json::Value::Null,
                     "numberOfEntriesSinceFirstNotAckedMessage": s.msg_backlog,
                     "totalNonContiguousDeletedMessagesRange": 0,
-                    "state": if s.consumers > 0 { "Open" } else { "NoConsumers" },
+                    "state": if s.consumers.is_empty() { "NoConsumers" } else { "Open" },
                 }),
             );
         }

@@ -79,6 +79,15 @@ def test_topics_subscriptions_and_messages(fresh_service):
                                 consumer_type=pulsar.ConsumerType.Shared)
     got = [consumer.receive(timeout_millis=10_000).data() for _ in range(10)]
     assert sorted(got) == sorted(f"m{i}".encode() for i in range(10))
+    # Each consumer's stats, an array as in Pulsar (`pulsar-admin topics stats` parses one).
+    [c] = call(svc, "GET", f"{NS}/adm/stats")[1]["subscriptions"]["audit"]["consumers"]
+    assert c["consumerName"] == consumer.consumer_name(), c
+    assert c["address"].startswith("/127.0.0.1:"), c
+    assert c["clientVersion"].startswith("Pulsar"), c  # what the client's CONNECT says
+    assert (c["msgOutCounter"], c["unackedMessages"]) == (10, 10), c
+    assert c["availablePermits"] == 1000 - 10, c  # the receiver queue's FLOW, less the 10
+    assert c["blockedConsumerOnUnackedMsgs"] is False, c
+    assert c["connectedSince"].endswith("Z"), c
     # Deleting a subscription with a consumer needs force.
     assert call(svc, "DELETE", f"{NS}/adm/subscription/audit")[0] == 412
     assert call(svc, "DELETE", f"{NS}/adm/subscription/audit?force=true")[0] == 204

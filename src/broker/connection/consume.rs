@@ -57,7 +57,11 @@ impl Connection {
             return self.send(error_reply(s.request_id, &e)).await;
         }
         let (broker, principal) = (self.broker.clone(), self.principal());
-        let (key, out) = ((self.id, s.consumer_id), self.out.clone());
+        let (key, out, client) = (
+            (self.id, s.consumer_id),
+            self.out.clone(),
+            self.client.clone(),
+        );
         // Pulsar's consumer identity for the subscribe rate: client host and consumer name.
         let identity = format!("{}/{}", self.peer.ip(), s.consumer_name);
         self.defer(async move {
@@ -76,7 +80,7 @@ impl Connection {
                 }
                 topic.subscribe_gate.admit(&identity)?;
                 let attach = |topic: Arc<BrokerTopic>| {
-                    let (s, out) = (&s, out.clone());
+                    let (s, out, client) = (&s, out.clone(), client.clone());
                     async move {
                         let handle = topic
                             .subscribe(SubscribeRequest {
@@ -94,6 +98,7 @@ impl Connection {
                                     name: s.consumer_name.clone(),
                                     priority: s.priority,
                                     out,
+                                    client,
                                     reply,
                                 }))
                             })

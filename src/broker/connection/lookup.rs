@@ -1,8 +1,11 @@
 //! CONNECT, LOOKUP, PARTITIONED_METADATA and GET_SCHEMA. Lookup failures go inside the typed
 //! responses: the C++ client matches a bare ERROR only against its other pending requests.
 
+use std::sync::Arc;
+
 use super::{authorized, Completion, Connection};
 use crate::auth::Action;
+use crate::broker::backlog::ClientInfo;
 use crate::broker::error::server_error;
 use crate::broker::{PROTOCOL_VERSION, SERVER_VERSION};
 use crate::cluster::ownership::Placement;
@@ -10,6 +13,9 @@ use crate::naming::{schema_version_bytes, schema_version_from_bytes};
 use crate::protocol::command;
 use crate::protocol::proto::{self, ServerError};
 use crate::schema;
+
+/// Most characters of a client's version kept for its consumers' stats.
+const MAX_CLIENT_VERSION: usize = 256;
 
 impl Connection {
     /// CONNECT: authenticates, then answers CONNECTED; `Err` closes the connection.
@@ -36,6 +42,11 @@ impl Connection {
                 return Err(format!("authentication failed: {e}"));
             }
         }
+        // Kept for the consumers' stats, bounded: a client names itself as it likes.
+        self.client = Arc::new(ClientInfo {
+            address: self.client.address.clone(),
+            version: c.client_version.chars().take(MAX_CLIENT_VERSION).collect(),
+        });
         let version = c.protocol_version.unwrap_or(0).min(PROTOCOL_VERSION);
         let max = self.broker.config.max_message_size.as_u64() as i32;
         self.send(command::connected(SERVER_VERSION, version, max))

@@ -24,6 +24,7 @@ use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
+use super::backlog::ClientInfo;
 use super::error::server_error;
 use super::outbox::{message_bytes, outbox, Outbox};
 use super::{Broker, BrokerError, BrokerTopic};
@@ -122,6 +123,8 @@ pub struct Connection {
     id: u64,
     /// The client's address (its host identifies its consumers for the subscribe rate).
     peer: SocketAddr,
+    /// The client's address and version (from CONNECT on), shown in its consumers' stats.
+    client: Arc<ClientInfo>,
     out: Outbox,
     producers: HashMap<u64, produce::ProducerState>,
     consumers: HashMap<u64, consume::ConsumerState>,
@@ -187,6 +190,10 @@ impl Connection {
         let mut conn = Connection {
             id: broker.next_id(),
             peer,
+            client: Arc::new(ClientInfo {
+                address: format!("/{peer}"),
+                version: String::new(),
+            }),
             broker: broker.clone(),
             out,
             producers: HashMap::new(),

@@ -98,7 +98,7 @@ impl Owner {
             InactiveTopicDeleteMode::SubscriptionsCaughtUp => {
                 for s in durable {
                     match s.ask(SubscriptionCommand::Stats).await {
-                        Some(st) if st.msg_backlog == 0 && st.consumers == 0 => {}
+                        Some(st) if st.msg_backlog == 0 && st.consumers.is_empty() => {}
                         _ => return false,
                     }
                 }

@@ -4,10 +4,40 @@
 use std::sync::atomic::Ordering;
 
 use super::State;
+use crate::broker::backlog::ConsumerStats;
 use crate::broker::measure::{hot_threshold, is_hot, CursorView};
 use crate::protocol::proto::command_subscribe::SubType;
 
 impl State {
+    /// Each consumer's stats, in attach order.
+    pub(super) fn consumer_stats(&self) -> Vec<ConsumerStats> {
+        let window = self.topic.measures.settings.rate_window_ms;
+        let per_consumer = self.unacked_limits().0;
+        self.consumers
+            .iter()
+            .map(|c| {
+                c.sent.sample(window);
+                let rate = c.sent.rate(window);
+                let (msgs, bytes) = c.sent.totals();
+                ConsumerStats {
+                    consumer_name: c.name.clone(),
+                    msg_rate_out: rate.msgs,
+                    msg_throughput_out: rate.bytes,
+                    msg_out_counter: msgs,
+                    bytes_out_counter: bytes,
+                    available_permits: c.permits.max(0),
+                    unacked_messages: c.gate.unacked,
+                    blocked_consumer_on_unacked_msgs: c.gate.blocked(per_consumer),
+                    priority_level: c.priority,
+                    address: c.client.address.clone(),
+                    client_version: c.client.version.clone(),
+                    connected_since: chrono::DateTime::<chrono::Utc>::from(c.attached)
+                        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                }
+            })
+            .collect()
+    }
+
     /// Publishes the cursor (positions, unacknowledged messages, pause, consumers) for
     /// metrics; a small lock, no `.await`.
     pub(super) fn publish_cursor(&self) {

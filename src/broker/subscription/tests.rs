@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{spawn, NewConsumer, SubscriptionCommand, SubscriptionHandle};
+use crate::broker::backlog::ClientInfo;
 use crate::broker::outbox::{outbox, OutboxReceiver};
 use crate::broker::owner::{self, Dedup, OwnerSetup};
 use crate::broker::{BrokerError, BrokerTopic, TopicPolicies};
@@ -184,6 +185,10 @@ async fn join(
                 name: name.into(),
                 priority: 0,
                 out,
+                client: Arc::new(ClientInfo {
+                    address: "/127.0.0.1:4000".into(),
+                    version: "test-client".into(),
+                }),
                 reply,
             }))
         })
@@ -346,6 +351,28 @@ async fn acks_and_redelivery_requests() -> TestResult {
         .await
         .ok_or("no stats")?;
     assert_eq!(stats.unacked_entries, 3);
+    // Each consumer's own stats, as Pulsar gives them: 100 permits, 9 messages sent (6 and
+    // the 3 redelivered), 3 of them unacknowledged.
+    let [c0] = stats.consumers.as_slice() else {
+        return Err(format!("one consumer expected: {:?}", stats.consumers).into());
+    };
+    assert_eq!(
+        (
+            c0.consumer_name.as_str(),
+            c0.available_permits,
+            c0.unacked_messages
+        ),
+        ("a", 91, 3)
+    );
+    assert_eq!(
+        (
+            c0.address.as_str(),
+            c0.client_version.as_str(),
+            c0.msg_out_counter
+        ),
+        ("/127.0.0.1:4000", "test-client", 9)
+    );
+    assert!(!c0.blocked_consumer_on_unacked_msgs);
     ack(&sub, &again, false);
     let mark = sub
         .ask(SubscriptionCommand::MarkDelete)
@@ -456,6 +483,7 @@ async fn a_consumer_nobody_waits_for_is_detached() -> TestResult {
             name: "ghost".into(),
             priority: 0,
             out,
+            client: Arc::default(),
             reply,
         })));
     // The exclusive subscription is free for the next consumer.
