@@ -18,7 +18,8 @@
 //!   idle (`UnloadIfIdle`); a client that arrived meanwhile keeps it loaded. The exception is
 //!   a failed owner's topic, which has stopped already.
 //! - A topic whose open ledger could not be sealed stays owned here and its log stays in
-//!   memory (only this node can recover that ledger).
+//!   memory (only this node can recover that ledger) until the seal tried again lands; then
+//!   it is let go as if its unload had sealed it, unless it was loaded again meanwhile.
 
 use std::sync::{Arc, Weak};
 
@@ -119,7 +120,7 @@ impl Broker {
     /// [`IdleAsk::Unload`], still idle; whether it did. A topic whose owner failed
     /// ([`IdleAsk::Failed`]) stopped already, its clients closed: it goes as an idle one
     /// does.
-    async fn unload_idle(&self, topic: Arc<BrokerTopic>, why: IdleAsk) -> bool {
+    async fn unload_idle(self: &Arc<Self>, topic: Arc<BrokerTopic>, why: IdleAsk) -> bool {
         let key = topic.name.to_string();
         let slot = self.slot(&key);
         let mut loaded = slot.0.lock().await;
@@ -135,20 +136,51 @@ impl Broker {
         *loaded = None;
         self.forget_loaded(&topic);
         if let Err(e) = topic.log.seal_current().await {
-            // Its open ledger keeps the topic here: it loads again from this node's log.
+            // Its open ledger keeps the topic here (it loads again from this node's log) until
+            // the seal tried again lands.
             tracing::warn!(topic = %key, why = ?why, error = %e,
-                "sealing an unloaded topic's ledger failed; it stays owned here");
+                "sealing an unloaded topic's ledger failed; it stays owned here until it is sealed");
+            self.let_go_once_sealed(key, topic.log.clone());
             return true;
         }
-        if let Err(e) = self.ownership.release(&key).await {
-            tracing::warn!(topic = %key, why = ?why, error = %e, "releasing an unloaded topic failed");
-        }
-        self.log.forget(&topic.log).await;
+        self.let_go(&key, &topic.log).await;
         if why == IdleAsk::Unload {
             crate::metrics::node().topics_unloaded_idle.inc();
         }
         tracing::debug!(topic = %key, why = ?why, "unloaded a topic that asked");
         true
+    }
+}
+
+impl Broker {
+    /// Releases the ownership of unloaded topic `key` and has the log forget `log`, its log.
+    async fn let_go(&self, key: &str, log: &crate::ledger::TopicLog) {
+        if let Err(e) = self.ownership.release(key).await {
+            tracing::warn!(topic = %key, error = %e, "releasing an unloaded topic failed");
+        }
+        self.log.forget(log).await;
+    }
+
+    /// For an unloaded topic whose open ledger could not be sealed: once the seal tried again
+    /// lands, lets the topic go as its unload would have, unless it was loaded again
+    /// meanwhile (its next unload does). Nothing happens if the broker or the log stops first.
+    fn let_go_once_sealed(self: &Arc<Self>, key: String, log: crate::ledger::TopicLog) {
+        let broker = self.clone();
+        self.tasks.spawn(async move {
+            let sealed = tokio::select! {
+                _ = broker.stop.cancelled() => false,
+                sealed = log.closed_after_retries() => sealed,
+            };
+            if !sealed {
+                return;
+            }
+            let slot = broker.slot(&key);
+            let loaded = slot.0.lock().await;
+            if loaded.is_none() {
+                broker.let_go(&key, &log).await;
+                tracing::info!(topic = %key, "let go of an unloaded topic once its ledger was sealed");
+            }
+        });
     }
 }
 

@@ -158,6 +158,9 @@ pub(crate) struct LogShared {
     pub stop: CancellationToken,
     /// Closes of ledgers tried again that may run at once ([`topic::RESEALS_AT_ONCE`]).
     pub reseals: Semaphore,
+    /// Notified (all waiters) each time a close tried again ends, landed or not
+    /// ([`TopicLog::closed_after_retries`]).
+    pub reseal_ended: tokio::sync::Notify,
 }
 
 impl LogShared {
@@ -424,6 +427,7 @@ impl Log {
             aging: aging::Aging::new(),
             stop: CancellationToken::new(),
             reseals: Semaphore::new(topic::RESEALS_AT_ONCE),
+            reseal_ended: tokio::sync::Notify::new(),
         });
 
         crate::failpoint::hit("ledger.recovery.after_scan");
@@ -558,6 +562,18 @@ impl Log {
             return Ok(self.shared.meta.delete_topic(name).await?);
         }
         let topic = self.topic(name).await?;
+        match self.delete_loaded(name, &topic).await {
+            Ok(existed) => Ok(existed),
+            Err(e) => {
+                // The topic stays (a repeated DELETE tries again): it takes appends again.
+                topic.deletion_failed();
+                Err(e)
+            }
+        }
+    }
+
+    /// [`Log::delete_topic`] of a topic that exists, `topic` its log.
+    async fn delete_loaded(&self, name: &str, topic: &TopicLog) -> Result<bool, LifecycleError> {
         topic.close_for_deletion().await?;
         // A rollover may still be sealing an older ledger in the background: wait for it.
         let mut waits = 0;
@@ -588,7 +604,7 @@ impl Log {
             if let Some(cached) = topics.remove(name) {
                 self.unlist(&cached);
             }
-            self.unlist(&topic);
+            self.unlist(topic);
         }
         let existed = self.shared.meta.delete_topic(name).await?;
         tracing::info!(topic = name, "topic deleted from the log");

@@ -91,7 +91,8 @@ pub(crate) struct TopicInner {
     ledgers: Mutex<BTreeMap<LedgerId, LedgerView>>,
     cache: Mutex<TailCache>,
     lac: Arc<watch::Sender<Option<Position>>>,
-    /// Invariant: once true, never false again, and no ledger is created after it was set
+    /// True from the start of the topic's deletion on, false again only if the deletion
+    /// fails ([`TopicLog::deletion_failed`]). Invariant: no ledger is created while it is set
     /// (checked under `roll_lock`).
     deleted: std::sync::atomic::AtomicBool,
     /// Entries this view reads of each open ledger another bookie writes, fixed when the view
@@ -469,16 +470,6 @@ impl TopicLog {
         } else {
             Ok(())
         }
-    }
-
-    /// First step of deleting the topic: refuses appends from now on and seals the open
-    /// ledger, so that every ledger of the topic ends up sealed (then deleted by the caller).
-    pub(crate) async fn close_for_deletion(&self) -> Result<(), LifecycleError> {
-        self.inner
-            .deleted
-            .store(true, std::sync::atomic::Ordering::Release);
-        self.seal_current().await?;
-        Ok(())
     }
 
     /// Seals `old`: waits until its entries are durable, writes its index file, records the seal.

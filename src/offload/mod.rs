@@ -133,8 +133,10 @@ struct TableSlot {
     status: Mutex<TableStatus>,
     progress: Arc<Progress>,
     last_orphan_check: Mutex<Option<Instant>>,
-    /// Invariant: true while the table may still hold files of expired ledgers (set by each
-    /// expiry and at start, cleared by a successful removal).
+    /// Invariant: true while the table may still hold files of the topic's expired ledgers
+    /// (set by each expiry and at start; cleared by a successful removal, or by a pass that
+    /// finds none of the topic's ledgers expired). A pass over a table with it set is never
+    /// skipped as idle.
     retention_pending: AtomicBool,
     /// After a ledger of the topic could not be read in a shared pass: until when the topic
     /// sits out its table's passes, and that rest's length (doubling with each failure).

@@ -178,14 +178,20 @@ impl Inner {
         }
         let any_manual = work.iter().any(|w| w.ticket.is_some());
         let policies = self.policies.effective(&first.base.namespace).await?;
-        // Cheap check first: nothing sealed or offloaded anywhere, no request and no retention
-        // → no I/O.
-        let busy = logs.iter().any(|l| {
-            l.log.ledgers().iter().any(|i| {
-                matches!(i.state, LedgerState::Sealed | LedgerState::Offloaded)
-                    || (i.state == LedgerState::Deleted && !policies.retention.is_infinite())
-            })
-        });
+        // Cheap check first: nothing sealed or offloaded anywhere, no request, no retention,
+        // and no table that may still hold files of expired ledgers (the views do not list
+        // expired ledgers; the scheduler brings such a table at the first tick and when
+        // retention is due) → no I/O.
+        let leftovers = work
+            .iter()
+            .any(|w| w.slot.retention_pending.load(Ordering::Acquire));
+        let busy = leftovers
+            || logs.iter().any(|l| {
+                l.log.ledgers().iter().any(|i| {
+                    matches!(i.state, LedgerState::Sealed | LedgerState::Offloaded)
+                        || (i.state == LedgerState::Deleted && !policies.retention.is_infinite())
+                })
+            });
         if !busy && !any_manual {
             return Ok(BTreeSet::new());
         }

@@ -162,6 +162,10 @@ impl super::Inner {
                 .map(|l| (l.partition, l.log.clone()))
                 .collect();
             let expiry = expire_ledgers(&self.log, &mine, &policies.retention).await?;
+            if !expiry.any_expired {
+                // No ledger of the topic is expired: the table holds no files of one.
+                w.slot.retention_pending.store(false, Ordering::Release);
+            }
             if !expiry.newly.is_empty() {
                 w.slot.retention_pending.store(true, Ordering::Release);
                 lock(&w.slot.status).retention.expired_ledgers += expiry.newly.len() as u64;

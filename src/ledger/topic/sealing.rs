@@ -17,6 +17,7 @@
 //! - Each ledger has one closer: it reaches [`TopicLog::seal_or_retry`] (or the discard)
 //!   once, taken out of the writer's current ledger under the writer's lock.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,6 +63,22 @@ impl TopicLog {
             };
         }
         self.seal_or_retry(old).await.map(Some)
+    }
+
+    /// First step of deleting the topic: refuses appends from now on and seals the open
+    /// ledger, so that every ledger of the topic ends up sealed (then deleted by the caller).
+    /// A deletion that fails from here on calls [`TopicLog::deletion_failed`].
+    pub(crate) async fn close_for_deletion(&self) -> Result<(), LifecycleError> {
+        self.inner.deleted.store(true, Ordering::Release);
+        self.seal_current().await?;
+        Ok(())
+    }
+
+    /// A deletion that [`TopicLog::close_for_deletion`] began failed: the topic stays and
+    /// takes appends again (in a new ledger; a seal that failed is tried again meanwhile), so
+    /// that it is not left refusing its producers until it is read anew.
+    pub(crate) fn deletion_failed(&self) {
+        self.inner.deleted.store(false, Ordering::Release);
     }
 
     /// Closes `old`, which never got an entry (see [`discard_empty`]).
@@ -130,10 +147,10 @@ impl TopicLog {
             tracing::warn!(topic = %self.inner.name, ledger = old.id, error = %e,
                 "closing a ledger failed; trying again");
             let topic = self.clone();
-            self.inner
-                .shared
-                .tasks
-                .spawn(async move { topic.close_again(old).await });
+            self.inner.shared.tasks.spawn(async move {
+                topic.close_again(old).await;
+                topic.inner.shared.reseal_ended.notify_waiters();
+            });
         } else {
             tracing::error!(topic = %self.inner.name, ledger = old.id, error = %e,
                 "closing a ledger failed; recovery closes it at the next start");
@@ -205,6 +222,25 @@ impl TopicLog {
                 self.discard_empty(old).await
             }
             Some(_) => self.seal(old.clone()).await.map(|_| ()),
+        }
+    }
+
+    /// Waits until none of the topic's ledgers is open in this view, as after a failed seal
+    /// whose retry landed; `false` when the log stopped first. A ledger whose close failed
+    /// for good stays open until the next start (recovery closes it), and so does the wait.
+    pub(crate) async fn closed_after_retries(&self) -> bool {
+        let shared = &self.inner.shared;
+        loop {
+            let ended = shared.reseal_ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if !self.is_writing() {
+                return true;
+            }
+            tokio::select! {
+                () = shared.stop.cancelled() => return false,
+                () = ended => {}
+            }
         }
     }
 
