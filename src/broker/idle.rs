@@ -19,7 +19,8 @@
 //!   a failed owner's topic, which has stopped already.
 //! - A topic whose open ledger could not be sealed stays owned here and its log stays in
 //!   memory (only this node can recover that ledger) until the seal tried again lands; then
-//!   it is let go as if its unload had sealed it, unless it was loaded again meanwhile.
+//!   it is let go as if its unload had sealed it, unless it was loaded again meanwhile (its
+//!   own unload lets it go then).
 
 use std::sync::{Arc, Weak};
 
@@ -140,7 +141,7 @@ impl Broker {
             // the seal tried again lands.
             tracing::warn!(topic = %key, why = ?why, error = %e,
                 "sealing an unloaded topic's ledger failed; it stays owned here until it is sealed");
-            self.let_go_once_sealed(key, topic.log.clone());
+            self.let_go_once_sealed(key, topic.log.clone(), why);
             return true;
         }
         self.let_go(&key, &topic.log).await;
@@ -162,22 +163,32 @@ impl Broker {
     }
 
     /// For an unloaded topic whose open ledger could not be sealed: once the seal tried again
-    /// lands, lets the topic go as its unload would have, unless it was loaded again
-    /// meanwhile (its next unload does). Nothing happens if the broker or the log stops first.
-    fn let_go_once_sealed(self: &Arc<Self>, key: String, log: crate::ledger::TopicLog) {
+    /// ends, lets the topic go as its unload would have if it is still unloaded and no
+    /// ledger of it is open (one whose close failed for good keeps it here until the next
+    /// start; a topic loaded again meanwhile goes at its own unload). The task ends then,
+    /// or when the broker or the log stops (at once when nothing is being tried again).
+    fn let_go_once_sealed(
+        self: &Arc<Self>,
+        key: String,
+        log: crate::ledger::TopicLog,
+        why: IdleAsk,
+    ) {
         let broker = self.clone();
         self.tasks.spawn(async move {
-            let sealed = tokio::select! {
+            let ended = tokio::select! {
                 _ = broker.stop.cancelled() => false,
-                sealed = log.closed_after_retries() => sealed,
+                ended = log.retries_ended() => ended,
             };
-            if !sealed {
+            if !ended {
                 return;
             }
             let slot = broker.slot(&key);
             let loaded = slot.0.lock().await;
-            if loaded.is_none() {
+            if loaded.is_none() && !log.is_writing() {
                 broker.let_go(&key, &log).await;
+                if why == IdleAsk::Unload {
+                    crate::metrics::node().topics_unloaded_idle.inc();
+                }
                 tracing::info!(topic = %key, "let go of an unloaded topic once its ledger was sealed");
             }
         });

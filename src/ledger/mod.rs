@@ -158,9 +158,6 @@ pub(crate) struct LogShared {
     pub stop: CancellationToken,
     /// Closes of ledgers tried again that may run at once ([`topic::RESEALS_AT_ONCE`]).
     pub reseals: Semaphore,
-    /// Notified (all waiters) each time a close tried again ends, landed or not
-    /// ([`TopicLog::closed_after_retries`]).
-    pub reseal_ended: tokio::sync::Notify,
 }
 
 impl LogShared {
@@ -427,7 +424,6 @@ impl Log {
             aging: aging::Aging::new(),
             stop: CancellationToken::new(),
             reseals: Semaphore::new(topic::RESEALS_AT_ONCE),
-            reseal_ended: tokio::sync::Notify::new(),
         });
 
         crate::failpoint::hit("ledger.recovery.after_scan");
@@ -562,39 +558,16 @@ impl Log {
             return Ok(self.shared.meta.delete_topic(name).await?);
         }
         let topic = self.topic(name).await?;
-        match self.delete_loaded(name, &topic).await {
-            Ok(existed) => Ok(existed),
-            Err(e) => {
-                // The topic stays (a repeated DELETE tries again): it takes appends again.
-                topic.deletion_failed();
-                Err(e)
-            }
+        if let Err(e) = self.close_all_for_deletion(&topic).await {
+            // Nothing was deleted yet: the topic stays, taking appends again, and a repeated
+            // DELETE tries again. From the first local copy deleted on, a failure leaves the
+            // topic refusing appends until it is read anew.
+            topic.deletion_failed();
+            return Err(e);
         }
-    }
-
-    /// [`Log::delete_topic`] of a topic that exists, `topic` its log.
-    async fn delete_loaded(&self, name: &str, topic: &TopicLog) -> Result<bool, LifecycleError> {
-        topic.close_for_deletion().await?;
-        // A rollover may still be sealing an older ledger in the background: wait for it.
-        let mut waits = 0;
-        loop {
-            let mut open = None;
-            for r in self.shared.meta.topic_ledgers(topic.id()).await? {
-                match r.state {
-                    LedgerState::Open => open = Some(r.id),
-                    LedgerState::Sealed | LedgerState::Offloaded => {
-                        self.delete_local(r.id).await?;
-                    }
-                    LedgerState::Deleted | LedgerState::Expired => {}
-                }
-            }
-            match open {
-                None => break,
-                Some(id) if waits >= 500 => return Err(LifecycleError::StillOpen(id)),
-                Some(_) => {
-                    waits += 1;
-                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                }
+        for r in self.shared.meta.topic_ledgers(topic.id()).await? {
+            if matches!(r.state, LedgerState::Sealed | LedgerState::Offloaded) {
+                self.delete_local(r.id).await?;
             }
         }
         {
@@ -604,11 +577,30 @@ impl Log {
             if let Some(cached) = topics.remove(name) {
                 self.unlist(&cached);
             }
-            self.unlist(topic);
+            self.unlist(&topic);
         }
         let existed = self.shared.meta.delete_topic(name).await?;
         tracing::info!(topic = name, "topic deleted from the log");
         Ok(existed)
+    }
+
+    /// First steps of deleting `topic`, which change nothing a reader sees: appends refused,
+    /// the open ledger sealed, and a wait for seals still running in the background (a
+    /// rollover's) until no ledger of the topic is open.
+    async fn close_all_for_deletion(&self, topic: &TopicLog) -> Result<(), LifecycleError> {
+        topic.close_for_deletion().await?;
+        let mut waits = 0;
+        loop {
+            let ledgers = self.shared.meta.topic_ledgers(topic.id()).await?;
+            match ledgers.iter().find(|r| r.state == LedgerState::Open) {
+                None => return Ok(()),
+                Some(r) if waits >= 500 => return Err(LifecycleError::StillOpen(r.id)),
+                Some(_) => {
+                    waits += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+            }
+        }
     }
 
     /// Whether a topic of that name exists (loaded or in the metadata store).

@@ -106,6 +106,11 @@ pub(crate) struct TopicInner {
     replication: Mutex<Replication>,
     /// What the topic's age deadlines hold ([`super::aging`]).
     pub(super) age_token: Arc<super::aging::AgeToken<TopicInner>>,
+    /// Closes of this topic's ledgers being tried again in the background, and the wake-up
+    /// each one gives when it ends ([`TopicLog::retries_ended`]). Invariant: the count is
+    /// raised before such a try is spawned and lowered (then all waiters woken) when it ends.
+    retrying: std::sync::atomic::AtomicU32,
+    retry_ended: tokio::sync::Notify,
 }
 
 /// Handle to one topic partition's log. Cheap to clone.
@@ -199,6 +204,8 @@ impl TopicLog {
                 foreign_open,
                 writer_epoch: std::sync::atomic::AtomicU64::new(0),
                 replication: Mutex::new(Replication::default()),
+                retrying: std::sync::atomic::AtomicU32::new(0),
+                retry_ended: tokio::sync::Notify::new(),
                 shared,
             }),
         }

@@ -396,7 +396,8 @@ impl Operations {
 }
 
 /// Adds the numbers of `one` into `sum` field by field (a subscription's stats summed over the
-/// partitions); other fields keep the first partition's value.
+/// partitions) and appends its arrays (each partition's consumers, as Pulsar's partitioned
+/// stats list them); other fields keep the first partition's value.
 fn add_numbers(sum: &mut serde_json::Value, one: &serde_json::Value) {
     let (Some(sum), Some(one)) = (sum.as_object_mut(), one.as_object()) else {
         return;
@@ -409,6 +410,11 @@ fn add_numbers(sum: &mut serde_json::Value, one: &serde_json::Value) {
                     _ => json!(a.as_f64().unwrap_or(0.0) + b.as_f64().unwrap_or(0.0)),
                 };
                 sum.insert(k.clone(), total);
+            }
+            (Some(serde_json::Value::Array(_)), serde_json::Value::Array(more)) => {
+                if let Some(serde_json::Value::Array(all)) = sum.get_mut(k) {
+                    all.extend(more.iter().cloned());
+                }
             }
             (None, _) => {
                 sum.insert(k.clone(), v.clone());

@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 INTEROP = os.path.join(os.path.dirname(HERE), "interop")
@@ -76,3 +77,17 @@ def close_quietly(client):
         client.close()
     except Exception:  # pulsar's errors for a service that is gone
         pass
+
+
+def metric(svc, name):
+    """Sum of the samples of metric `name` (no labels expected)."""
+    with urllib.request.urlopen(f"{svc.http}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    total = 0.0
+    found = False
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            total += float(line.rsplit(" ", 1)[1])
+            found = True
+    assert found, f"no metric {name}"
+    return total

@@ -21,7 +21,7 @@ import pulsar
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
-from conftest import close_quietly, eventually, verify_clean
+from conftest import close_quietly, eventually, metric, verify_clean
 from lake import http, offload_and_wait, stats, topic_path
 
 NS = "admin/v2/namespaces/public/default"
@@ -405,6 +405,8 @@ def test_an_unloaded_topic_whose_seal_failed_is_let_go_once_the_retry_lands(make
     eventually(lambda: "let go of an unloaded topic once its ledger was sealed" in log(),
                timeout=30, interval=0.2)
     assert "closed a ledger whose seal had failed" in log()
+    # The unload is counted once it is whole (ownership released, log forgotten).
+    assert metric(svc, "ledgerlake_topics_unloaded_idle_total") == 1
     history.producer = client.create_producer(topic, batching_enabled=False)
     assert history.send(5)
     history.check(client)

@@ -52,7 +52,6 @@ import shutil
 import signal
 import threading
 import time
-import urllib.request
 import uuid
 
 import pulsar
@@ -61,7 +60,7 @@ import pytest
 from pyarrow.fs import FileSelector, FileType
 from pyiceberg.catalog.sql import SqlCatalog
 
-from conftest import eventually, rounds, soak, verify_clean
+from conftest import eventually, metric, rounds, soak, verify_clean
 from faultproxy import FaultProxy
 from lake import http, lake_rows, offload_and_wait, stats, topic_path
 from servers import S3_PORT
@@ -98,20 +97,6 @@ def request_offload(svc, topic):
     status, body = http("PUT", f"{svc.http}/admin/v2/{topic_path(topic)}/offload")
     assert status == 200, body
     return body["request"]
-
-
-def metric(svc, name):
-    """Sum of the samples of metric `name` (no labels expected)."""
-    with urllib.request.urlopen(f"{svc.http}/metrics", timeout=30) as r:
-        text = r.read().decode()
-    total = 0.0
-    found = False
-    for line in text.splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            total += float(line.rsplit(" ", 1)[1])
-            found = True
-    assert found, f"no metric {name}"
-    return total
 
 
 FAILURES = "ledgerlake_lake_commit_failures_total"

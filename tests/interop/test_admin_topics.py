@@ -144,6 +144,10 @@ def test_partitioned_stats_and_unload(fresh_service):
     assert sum(p["msgInCounter"] for p in stats["partitions"].values()) == 20
     # Subscriptions keyed by name, summed over the partitions (as Pulsar's client expects).
     assert stats["subscriptions"]["early"]["msgBacklog"] == 20, stats["subscriptions"]
+    # The consumer of a partitioned topic is one per partition, each listed (as in Pulsar).
+    consumers = stats["subscriptions"]["s"]["consumers"]
+    assert len(consumers) == 2 and {c["consumerName"] for c in consumers} == \
+        {consumer.consumer_name()}, consumers
     assert call(svc, "POST", f"{NS}/parts/subscription/early/resetcursor",
                 {"ledgerId": 1, "entryId": 0})[0] == 405
     assert call(svc, "POST", f"{NS}/parts/subscription/early/skip/5")[0] == 204

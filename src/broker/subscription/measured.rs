@@ -25,8 +25,9 @@ impl State {
                     msg_throughput_out: rate.bytes,
                     msg_out_counter: msgs,
                     bytes_out_counter: bytes,
-                    available_permits: c.permits.max(0),
-                    unacked_messages: c.gate.unacked,
+                    // Java ints in Pulsar's stats (a client may send any FLOW).
+                    available_permits: c.permits.clamp(0, i64::from(i32::MAX)),
+                    unacked_messages: c.gate.unacked.min(i32::MAX as u64),
                     blocked_consumer_on_unacked_msgs: c.gate.blocked(per_consumer),
                     priority_level: c.priority,
                     address: c.client.address.clone(),

@@ -147,9 +147,11 @@ impl TopicLog {
             tracing::warn!(topic = %self.inner.name, ledger = old.id, error = %e,
                 "closing a ledger failed; trying again");
             let topic = self.clone();
+            self.inner.retrying.fetch_add(1, Ordering::AcqRel);
             self.inner.shared.tasks.spawn(async move {
                 topic.close_again(old).await;
-                topic.inner.shared.reseal_ended.notify_waiters();
+                topic.inner.retrying.fetch_sub(1, Ordering::AcqRel);
+                topic.inner.retry_ended.notify_waiters();
             });
         } else {
             tracing::error!(topic = %self.inner.name, ledger = old.id, error = %e,
@@ -225,20 +227,20 @@ impl TopicLog {
         }
     }
 
-    /// Waits until none of the topic's ledgers is open in this view, as after a failed seal
-    /// whose retry landed; `false` when the log stopped first. A ledger whose close failed
-    /// for good stays open until the next start (recovery closes it), and so does the wait.
-    pub(crate) async fn closed_after_retries(&self) -> bool {
-        let shared = &self.inner.shared;
+    /// Waits until no close of this topic's ledgers is being tried again (at once if none
+    /// is): each such try ends when its ledger is closed, when the failure will not pass, or
+    /// when the log stops. `false` when the log stopped first.
+    pub(crate) async fn retries_ended(&self) -> bool {
+        let inner = &self.inner;
         loop {
-            let ended = shared.reseal_ended.notified();
+            let ended = inner.retry_ended.notified();
             tokio::pin!(ended);
             ended.as_mut().enable();
-            if !self.is_writing() {
+            if inner.retrying.load(Ordering::Acquire) == 0 {
                 return true;
             }
             tokio::select! {
-                () = shared.stop.cancelled() => return false,
+                () = inner.shared.stop.cancelled() => return false,
                 () = ended => {}
             }
         }
