@@ -11,7 +11,10 @@
 //! once when the set of namespaces with a finite retention changes; a table they bring is
 //! visited only if its namespace's retention may be finite. Sealed and offloaded ledgers
 //! are listed every tick, and a pass applies retention to every table it visits, so new
-//! data meets a size limit at once.
+//! data meets a size limit at once. At the first tick, every table with an expired ledger is
+//! given one pass that loads it (files of expired ledgers may have outlived a crash or a
+//! failed removal; nothing durable says which tables are clean), so a start costs one table
+//! load per such table.
 //!
 //! Invariants:
 //! - Every table that has a sealed or offloaded ledger, or a pending request, is visited;
