@@ -162,12 +162,13 @@ impl Broker {
         self.log.forget(log).await;
     }
 
-    /// For an unloaded topic whose open ledger could not be sealed: once the seal tried again
+    /// For an unloaded topic whose open ledger could not be sealed (an unload's or a failed
+    /// deletion's; `why` says which unloads are counted as idle ones): once the seal tried again
     /// ends, lets the topic go as its unload would have if it is still unloaded and no
     /// ledger of it is open (one whose close failed for good keeps it here until the next
     /// start; a topic loaded again meanwhile goes at its own unload). The task ends then,
     /// or when the broker or the log stops (at once when nothing is being tried again).
-    fn let_go_once_sealed(
+    pub(super) fn let_go_once_sealed(
         self: &Arc<Self>,
         key: String,
         log: crate::ledger::TopicLog,

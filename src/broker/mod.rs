@@ -456,7 +456,11 @@ impl Broker {
     /// slot stays locked meanwhile, so no connection can load the topic half-deleted (other
     /// topics are not held up); a producer that connects afterwards creates a new, empty topic
     /// (with auto-creation on). Returns whether the topic existed.
-    pub async fn delete_topic(&self, name: &TopicName, force: bool) -> Result<bool, BrokerError> {
+    pub async fn delete_topic(
+        self: &Arc<Self>,
+        name: &TopicName,
+        force: bool,
+    ) -> Result<bool, BrokerError> {
         let key = name.to_string();
         let slot = self.slot(&key);
         let mut loaded = slot.0.lock().await;
@@ -473,11 +477,17 @@ impl Broker {
             *loaded = None;
             self.forget_loaded(&t);
         }
-        let existed = self
-            .log
-            .delete_topic(&key)
-            .await
-            .map_err(|e| BrokerError::Storage(format!("deleting {key}: {e}")))?;
+        let existed = match self.log.delete_topic(&key).await {
+            Ok(existed) => existed,
+            Err(e) => {
+                // The topic stays, unloaded but owned here: let go of it as a failed unload
+                // does, once no seal of it is being tried again.
+                if let Ok(log) = self.log.topic(&key).await {
+                    self.let_go_once_sealed(key.clone(), log, owner::IdleAsk::Failed);
+                }
+                return Err(BrokerError::Storage(format!("deleting {key}: {e}")));
+            }
+        };
         self.ownership.release(&key).await?;
         drop(loaded);
         Ok(existed)

@@ -363,8 +363,9 @@ def test_a_failed_seal_is_tried_again_until_it_lands(make_service, failpoint):
 def test_a_topic_whose_deletion_failed_takes_messages_again(make_service):
     """A DELETE whose seal the store refuses fails; the topic stays, and its producer is
     served again at once (before, its log refused every append until the topic was read
-    anew). The seal is tried again and lands; the repeated DELETE then succeeds."""
-    svc = start(make_service, "ledger.seal.record=error*1")
+    anew). The seal is tried again (refused twice more: about 7 s) and lands; the repeated
+    DELETE then succeeds."""
+    svc = start(make_service, "ledger.seal.record=error*3")
     client = pulsar.Client(svc.url, operation_timeout_seconds=10)
     topic = f"persistent://public/default/undeleted-{uuid.uuid4().hex[:6]}"
     history = History(client, topic)
@@ -386,6 +387,26 @@ def test_a_topic_whose_deletion_failed_takes_messages_again(make_service):
     eventually(lambda: http("DELETE", url)[0] == 204, timeout=30, interval=0.5)
     assert http("GET", f"{svc.http}/admin/v2/{topic_path(topic)}/stats")[0] == 404
     close_quietly(client)
+
+
+def test_a_topic_whose_deletion_failed_is_let_go_once_its_seal_lands(make_service):
+    """A DELETE whose seal the store refuses fails with no client left: the topic, unloaded
+    but owned here, is let go once the seal tried again lands (before, it stayed owned with
+    its log in memory until a restart or a client), and the repeated DELETE succeeds."""
+    svc = start(make_service, "ledger.seal.record=error*1")
+    client = pulsar.Client(svc.url, operation_timeout_seconds=10)
+    topic = f"persistent://public/default/dropped-{uuid.uuid4().hex[:6]}"
+    history = History(client, topic)
+    assert history.send(5)
+    history.producer.close()
+    close_quietly(client)
+    url = f"{svc.http}/admin/v2/{topic_path(topic)}"
+    assert http("DELETE", url)[0] == 500
+    log = lambda: open(svc.log_path, errors="replace").read()
+    eventually(lambda: "let go of an unloaded topic once its ledger was sealed" in log(),
+               timeout=30, interval=0.2)
+    assert http("DELETE", url)[0] == 204
+    assert http("GET", f"{svc.http}/admin/v2/{topic_path(topic)}/stats")[0] == 404
 
 
 def test_an_unloaded_topic_whose_seal_failed_is_let_go_once_the_retry_lands(make_service):
