@@ -20,7 +20,7 @@
 //! - A topic whose open ledger could not be sealed stays owned here and its log stays in
 //!   memory (only this node can recover that ledger) until the seal tried again lands; then
 //!   it is let go as if its unload had sealed it, unless it was loaded again meanwhile (its
-//!   own unload lets it go then).
+//!   own unload lets it go then). A topic whose deletion failed is let go the same way.
 
 use std::sync::{Arc, Weak};
 
@@ -141,7 +141,12 @@ impl Broker {
             // the seal tried again lands.
             tracing::warn!(topic = %key, why = ?why, error = %e,
                 "sealing an unloaded topic's ledger failed; it stays owned here until it is sealed");
-            self.let_go_once_sealed(key, topic.log.clone(), why);
+            self.let_go_once_sealed(key, topic.log.clone(), why == IdleAsk::Unload);
+            return true;
+        }
+        if topic.log.is_writing() {
+            // An older ledger (a rollover's) is still being sealed: once it is.
+            self.let_go_once_sealed(key, topic.log.clone(), why == IdleAsk::Unload);
             return true;
         }
         self.let_go(&key, &topic.log).await;
@@ -162,17 +167,18 @@ impl Broker {
         self.log.forget(log).await;
     }
 
-    /// For an unloaded topic whose open ledger could not be sealed (an unload's or a failed
-    /// deletion's; `why` says which unloads are counted as idle ones): once the seal tried again
-    /// ends, lets the topic go as its unload would have if it is still unloaded and no
-    /// ledger of it is open (one whose close failed for good keeps it here until the next
-    /// start; a topic loaded again meanwhile goes at its own unload). The task ends then,
-    /// or when the broker or the log stops (at once when nothing is being tried again).
+    /// For an unloaded topic whose open ledger could not be sealed, or whose deletion failed:
+    /// once no close of its ledgers is being tried again, lets the topic go as an unload
+    /// would (`idle`: counted as an idle unload) if it is still unloaded, no ledger of it is
+    /// open, and `log` is still the log in memory for it (else another unload or load took
+    /// over: its ownership is not this task's to release). One whose close failed for good
+    /// stays here until the next start. The task ends then, or when the broker or the log
+    /// stops (at once when nothing is being tried again).
     pub(super) fn let_go_once_sealed(
         self: &Arc<Self>,
         key: String,
         log: crate::ledger::TopicLog,
-        why: IdleAsk,
+        idle: bool,
     ) {
         let broker = self.clone();
         self.tasks.spawn(async move {
@@ -185,13 +191,16 @@ impl Broker {
             }
             let slot = broker.slot(&key);
             let loaded = slot.0.lock().await;
-            if loaded.is_none() && !log.is_writing() {
-                broker.let_go(&key, &log).await;
-                if why == IdleAsk::Unload {
-                    crate::metrics::node().topics_unloaded_idle.inc();
-                }
-                tracing::info!(topic = %key, "let go of an unloaded topic once its ledger was sealed");
+            if loaded.is_some() || log.is_writing() || !broker.log.forget(&log).await {
+                return;
             }
+            if let Err(e) = broker.ownership.release(&key).await {
+                tracing::warn!(topic = %key, error = %e, "releasing an unloaded topic failed");
+            }
+            if idle {
+                crate::metrics::node().topics_unloaded_idle.inc();
+            }
+            tracing::info!(topic = %key, "let go of a topic once no seal of it was tried again");
         });
     }
 }

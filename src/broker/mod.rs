@@ -453,8 +453,8 @@ impl Broker {
     /// CLOSE_PRODUCER / CLOSE_CONSUMER first (clients reconnect, as with Pulsar; with
     /// auto-creation on they find a new, empty topic). Then its subscriptions end, it is
     /// unloaded and deleted from the log (local data, ledgers, cursors, schemas). The topic's
-    /// slot stays locked meanwhile, so no connection can load the topic half-deleted (other
-    /// topics are not held up); a producer that connects afterwards creates a new, empty topic
+    /// slot stays locked meanwhile, so no connection loads the topic while it is being
+    /// deleted (other topics are not held up; after a failed deletion it loads again); a producer that connects afterwards creates a new, empty topic
     /// (with auto-creation on). Returns whether the topic existed.
     pub async fn delete_topic(
         self: &Arc<Self>,
@@ -481,9 +481,16 @@ impl Broker {
             Ok(existed) => existed,
             Err(e) => {
                 // The topic stays, unloaded but owned here: let go of it as a failed unload
-                // does, once no seal of it is being tried again.
-                if let Ok(log) = self.log.topic(&key).await {
-                    self.let_go_once_sealed(key.clone(), log, owner::IdleAsk::Failed);
+                // does, once no seal of it is being tried again; with nothing of it in
+                // memory, at once.
+                match self.log.cached(&key).await {
+                    Some(log) => self.let_go_once_sealed(key.clone(), log, false),
+                    None => {
+                        if let Err(e) = self.ownership.release(&key).await {
+                            tracing::warn!(topic = %key, error = %e,
+                                "releasing a topic whose deletion failed failed");
+                        }
+                    }
                 }
                 return Err(BrokerError::Storage(format!("deleting {key}: {e}")));
             }

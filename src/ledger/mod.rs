@@ -558,13 +558,19 @@ impl Log {
             return Ok(self.shared.meta.delete_topic(name).await?);
         }
         let topic = self.topic(name).await?;
-        if let Err(e) = self.close_all_for_deletion(&topic).await {
-            // Nothing was deleted yet: the topic stays, taking appends again, and a repeated
-            // DELETE tries again. From the first local copy deleted on, a failure leaves the
-            // topic refusing appends until it is read anew.
+        let deleted = self.delete_loaded(name, &topic).await;
+        if deleted.is_err() {
+            // The topic stays and takes appends again (in a new ledger), whatever step failed:
+            // ledgers whose local copies went before the failure are read from the lake, as
+            // deleted ones are. The repeated DELETE finishes the deletion.
             topic.deletion_failed();
-            return Err(e);
         }
+        deleted
+    }
+
+    /// [`Log::delete_topic`] of an existing topic, `topic` its log.
+    async fn delete_loaded(&self, name: &str, topic: &TopicLog) -> Result<bool, LifecycleError> {
+        self.close_all_for_deletion(topic).await?;
         for r in self.shared.meta.topic_ledgers(topic.id()).await? {
             if matches!(r.state, LedgerState::Sealed | LedgerState::Offloaded) {
                 self.delete_local(r.id).await?;
@@ -577,7 +583,7 @@ impl Log {
             if let Some(cached) = topics.remove(name) {
                 self.unlist(&cached);
             }
-            self.unlist(&topic);
+            self.unlist(topic);
         }
         let existed = self.shared.meta.delete_topic(name).await?;
         tracing::info!(topic = name, "topic deleted from the log");

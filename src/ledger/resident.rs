@@ -63,6 +63,11 @@ impl Log {
             .map(|_| ())
     }
 
+    /// The log of topic `name` if it is in memory (never loads or creates it).
+    pub async fn cached(&self, name: &str) -> Option<TopicLog> {
+        self.topics.lock().await.get(name).cloned()
+    }
+
     /// Topic `name` for background work that must not load it: the cached log when the topic
     /// is loaded, else a view made from the metadata store now and not cached. `None` when
     /// the topic does not exist.

@@ -91,8 +91,8 @@ pub(crate) struct TopicInner {
     ledgers: Mutex<BTreeMap<LedgerId, LedgerView>>,
     cache: Mutex<TailCache>,
     lac: Arc<watch::Sender<Option<Position>>>,
-    /// True from the start of the topic's deletion on, false again only if the deletion
-    /// fails ([`TopicLog::deletion_failed`]). Invariant: no ledger is created while it is set
+    /// True from the start of the topic's deletion on, false again if the deletion fails
+    /// ([`TopicLog::deletion_failed`]). Invariant: no ledger is created while it is set
     /// (checked under `roll_lock`).
     deleted: std::sync::atomic::AtomicBool,
     /// Entries this view reads of each open ledger another bookie writes, fixed when the view
@@ -106,9 +106,11 @@ pub(crate) struct TopicInner {
     replication: Mutex<Replication>,
     /// What the topic's age deadlines hold ([`super::aging`]).
     pub(super) age_token: Arc<super::aging::AgeToken<TopicInner>>,
-    /// Closes of this topic's ledgers being tried again in the background, and the wake-up
-    /// each one gives when it ends ([`TopicLog::retries_ended`]). Invariant: the count is
-    /// raised before such a try is spawned and lowered (then all waiters woken) when it ends.
+    /// Closes of this topic's ledgers running in the background (a rollover's seal, a seal
+    /// tried again), and the wake-up each one gives when it ends ([`TopicLog::retries_ended`]).
+    /// Invariant: the count is raised before such a close is spawned and lowered (then all
+    /// waiters woken) when its task ends or is dropped; a rollover's seal that fails raises it
+    /// for the retry before lowering it for itself.
     retrying: std::sync::atomic::AtomicU32,
     retry_ended: tokio::sync::Notify,
 }
@@ -451,9 +453,11 @@ impl TopicLog {
         tracing::debug!(topic = %self.inner.name, ledger = record.id, "opened ledger");
         if let Some(old) = old {
             let topic = self.clone();
+            let closing = self.closing_in_background();
             shared.tasks.spawn(async move {
-                // A failure is logged, and tried again, by the call.
+                // A failure is logged, and tried again (counted anew), by the call.
                 let _ = topic.seal_or_retry(old).await;
+                drop(closing);
             });
         }
         Ok(())

@@ -74,9 +74,9 @@ impl TopicLog {
         Ok(())
     }
 
-    /// A deletion that [`TopicLog::close_for_deletion`] began failed: the topic stays and
-    /// takes appends again (in a new ledger; a seal that failed is tried again meanwhile), so
-    /// that it is not left refusing its producers until it is read anew.
+    /// A deletion that [`TopicLog::close_for_deletion`] began failed, at whatever step: the
+    /// topic stays and takes appends again (in a new ledger; a seal that failed is tried again
+    /// meanwhile), so that it is not left refusing its producers until it is read anew.
     pub(crate) fn deletion_failed(&self) {
         self.inner.deleted.store(false, Ordering::Release);
     }
@@ -147,11 +147,10 @@ impl TopicLog {
             tracing::warn!(topic = %self.inner.name, ledger = old.id, error = %e,
                 "closing a ledger failed; trying again");
             let topic = self.clone();
-            self.inner.retrying.fetch_add(1, Ordering::AcqRel);
+            let closing = self.closing_in_background();
             self.inner.shared.tasks.spawn(async move {
                 topic.close_again(old).await;
-                topic.inner.retrying.fetch_sub(1, Ordering::AcqRel);
-                topic.inner.retry_ended.notify_waiters();
+                drop(closing);
             });
         } else {
             tracing::error!(topic = %self.inner.name, ledger = old.id, error = %e,
@@ -227,8 +226,15 @@ impl TopicLog {
         }
     }
 
-    /// Waits until no close of this topic's ledgers is being tried again (at once if none
-    /// is): each such try ends when its ledger is closed, when the failure will not pass, or
+    /// Counts a close of one of this topic's ledgers that runs in the background until the
+    /// returned guard is dropped (also when its task panics or is dropped unfinished).
+    pub(super) fn closing_in_background(&self) -> ClosingGuard {
+        self.inner.retrying.fetch_add(1, Ordering::AcqRel);
+        ClosingGuard(self.inner.clone())
+    }
+
+    /// Waits until no close of this topic's ledgers runs in the background (a rollover's
+    /// seal, a seal tried again; at once if none does): each such try ends when its ledger is closed, when the failure will not pass, or
     /// when the log stops. `false` when the log stopped first.
     pub(crate) async fn retries_ended(&self) -> bool {
         let inner = &self.inner;
@@ -263,6 +269,17 @@ impl TopicLog {
             Err(e) => tracing::warn!(topic = %self.inner.name, ledger = old.id, error = %e,
                 "reading a ledger whose seal failed"),
         }
+    }
+}
+
+/// A close running in the background ([`TopicLog::closing_in_background`]): uncounted, and
+/// the topic's waiters woken, when dropped.
+pub(super) struct ClosingGuard(Arc<super::TopicInner>);
+
+impl Drop for ClosingGuard {
+    fn drop(&mut self) {
+        self.0.retrying.fetch_sub(1, Ordering::AcqRel);
+        self.0.retry_ended.notify_waiters();
     }
 }
 
