@@ -454,8 +454,9 @@ impl Broker {
     /// auto-creation on they find a new, empty topic). Then its subscriptions end, it is
     /// unloaded and deleted from the log (local data, ledgers, cursors, schemas). The topic's
     /// slot stays locked meanwhile, so no connection loads the topic while it is being
-    /// deleted (other topics are not held up; after a failed deletion it loads again); a producer that connects afterwards creates a new, empty topic
-    /// (with auto-creation on). Returns whether the topic existed.
+    /// deleted (other topics are not held up; after a failed deletion it loads again); a
+    /// producer that connects afterwards creates a new, empty topic (with auto-creation on).
+    /// Returns whether the topic existed.
     pub async fn delete_topic(
         self: &Arc<Self>,
         name: &TopicName,

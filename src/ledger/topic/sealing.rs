@@ -234,8 +234,9 @@ impl TopicLog {
     }
 
     /// Waits until no close of this topic's ledgers runs in the background (a rollover's
-    /// seal, a seal tried again; at once if none does): each such try ends when its ledger is closed, when the failure will not pass, or
-    /// when the log stops. `false` when the log stopped first.
+    /// seal, a seal tried again; at once if none does): each ends when its ledger is closed,
+    /// when the failure will not pass, or when the log stops. `false` when the log stopped
+    /// first.
     pub(crate) async fn retries_ended(&self) -> bool {
         let inner = &self.inner;
         loop {
