@@ -330,6 +330,24 @@ pub enum FiniteRetention {
     In(Vec<String>),
 }
 
+impl FiniteRetention {
+    /// Whether retention can remove anything anywhere.
+    pub fn anywhere(&self) -> bool {
+        match self {
+            FiniteRetention::Everywhere => true,
+            FiniteRetention::In(namespaces) => !namespaces.is_empty(),
+        }
+    }
+
+    /// Whether namespace `ns` (`tenant/namespace`) may have a finite retention.
+    pub fn may_cover(&self, ns: &str) -> bool {
+        match self {
+            FiniteRetention::Everywhere => true,
+            FiniteRetention::In(namespaces) => namespaces.iter().any(|n| n == ns),
+        }
+    }
+}
+
 /// Cached access to namespace policies.
 #[derive(Debug)]
 pub struct PolicyStore {

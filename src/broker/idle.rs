@@ -137,15 +137,12 @@ impl Broker {
         *loaded = None;
         self.forget_loaded(&topic);
         if let Err(e) = topic.log.seal_current().await {
-            // Its open ledger keeps the topic here (it loads again from this node's log) until
-            // the seal tried again lands.
             tracing::warn!(topic = %key, why = ?why, error = %e,
                 "sealing an unloaded topic's ledger failed; it stays owned here until it is sealed");
-            self.let_go_once_sealed(key, topic.log.clone(), why == IdleAsk::Unload);
-            return true;
         }
         if topic.log.is_writing() {
-            // An older ledger (a rollover's) is still being sealed: once it is.
+            // An open ledger (a seal tried again, a rollover's still running) keeps the topic
+            // here (it loads again from this node's log) until it is closed.
             self.let_go_once_sealed(key, topic.log.clone(), why == IdleAsk::Unload);
             return true;
         }

@@ -47,12 +47,8 @@ impl RetentionListing {
     /// Whether this tick lists deleted and expired ledgers, given where retention is finite
     /// now and how often retention is checked.
     fn due(&self, finite: &FiniteRetention, every: Duration) -> bool {
-        let any = match finite {
-            FiniteRetention::Everywhere => true,
-            FiniteRetention::In(namespaces) => !namespaces.is_empty(),
-        };
         let changed = self.finite.as_ref() != Some(finite);
-        any && (changed || self.at.is_none_or(|t| t.elapsed() >= every))
+        finite.anywhere() && (changed || self.at.is_none_or(|t| t.elapsed() >= every))
     }
 
     /// Records a tick whose listing succeeded (`listed`: it held deleted and expired ledgers).
@@ -67,11 +63,7 @@ impl RetentionListing {
     /// Whether a table of namespace `ns` brought only by deleted or expired ledgers is
     /// visited: its retention may be finite.
     fn may_expire(&self, ns: &str) -> bool {
-        match &self.finite {
-            Some(FiniteRetention::Everywhere) => true,
-            Some(FiniteRetention::In(namespaces)) => namespaces.iter().any(|n| n == ns),
-            None => false,
-        }
+        self.finite.as_ref().is_some_and(|f| f.may_cover(ns))
     }
 }
 
