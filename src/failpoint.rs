@@ -32,7 +32,8 @@
 //!   `retention.before_catalog_commit` (sleep), `retention.before_file_delete`, `history.before_commit`, `history.after_commit`;
 //! - broker: `broker.load_topic` (sleep), `broker.owner.publish` (panic, keyed by topic: a
 //!   defect in a topic's owner);
-//! - topic deletion: `ops.before_lake_removal` (the log gone, the lake data not yet).
+//! - topic deletion: `ops.after_topics_deleted` (sleep: the topics gone, their name's slots
+//!   free again), `ops.before_lake_removal` (the log gone, the lake data not yet).
 
 /// What an armed failpoint does.
 #[cfg(debug_assertions)]

@@ -79,7 +79,7 @@ impl Broker {
     }
 
     /// One round: report this node's load; if it is overloaded, move one topic away.
-    async fn balance_once(&self, board: &LoadBoard, cfg: &LoadBalancerConfig) {
+    async fn balance_once(self: &Arc<Self>, board: &LoadBoard, cfg: &LoadBalancerConfig) {
         let topics: Vec<TopicLoad> = self
             .loaded_topics()
             .iter()

@@ -17,10 +17,12 @@
 //! - A topic is unloaded only if its owner, asked under the topic's slot lock, finds it still
 //!   idle (`UnloadIfIdle`); a client that arrived meanwhile keeps it loaded. The exception is
 //!   a failed owner's topic, which has stopped already.
-//! - A topic whose open ledger could not be sealed stays owned here and its log stays in
-//!   memory (only this node can recover that ledger) until the seal tried again lands; then
-//!   it is let go as if its unload had sealed it, unless it was loaded again meanwhile (its
-//!   own unload lets it go then). A topic whose deletion failed is let go the same way.
+//! - A topic whose open ledger could not be sealed at an idle unload stays owned here and its
+//!   log stays in memory (only this node can recover that ledger) until the seal tried again
+//!   lands; then it is let go as if its unload had sealed it, unless it was loaded again
+//!   meanwhile (its own unload lets it go then). A topic whose deletion failed is let go the
+//!   same way. An admin unload or planned move gives the claim up at once (the open ledger
+//!   keeps the topic on this node's bookie); its log goes the same way.
 
 use std::sync::{Arc, Weak};
 
@@ -168,7 +170,8 @@ impl Broker {
     /// once no close of its ledgers is being tried again, lets the topic go as an unload
     /// would (`idle`: counted as an idle unload) if it is still unloaded, no ledger of it is
     /// open, and `log` is still the log in memory for it (else another unload or load took
-    /// over: its ownership is not this task's to release). One whose close failed for good
+    /// over: its ownership is not this task's to release; a claim given up already is no
+    /// longer here to release, after an admin unload). One whose close failed for good
     /// stays here until the next start. The task ends then, or when the broker or the log
     /// stops (at once when nothing is being tried again).
     pub(super) fn let_go_once_sealed(

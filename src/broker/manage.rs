@@ -229,16 +229,17 @@ impl Broker {
     /// Unloads topic partition `name`: its producers and consumers are closed (they
     /// reconnect and load it anew), cursors saved, owner stopped. Returns whether it was
     /// loaded.
-    pub async fn unload(&self, name: &TopicName) -> Result<bool, BrokerError> {
+    pub async fn unload(self: &Arc<Self>, name: &TopicName) -> Result<bool, BrokerError> {
         self.unload_to(name, None).await
     }
 
     /// [`Broker::unload`], then the topic's open ledger is sealed (its entries stay on this
     /// node's bookie and are read from there), so that any node may serve it next: the node
     /// with id `destination` when one is named (a planned move), else the one placement picks.
-    /// Nothing is copied.
+    /// Nothing is copied. A log whose seal failed stays in memory until the seal tried again
+    /// lands (its open ledger keeps the topic on this node's bookie meanwhile).
     pub async fn unload_to(
-        &self,
+        self: &Arc<Self>,
         name: &TopicName,
         destination: Option<&str>,
     ) -> Result<bool, BrokerError> {
@@ -275,12 +276,16 @@ impl Broker {
             // Still released: the open ledger then keeps the topic on this node's bookie.
             tracing::warn!(topic = %name, error = %e, "sealing at unload failed");
         }
+        // Nothing of it stays in memory; a log whose ledger could not be sealed goes once the
+        // seal tried again lands (with the claim, if giving it up below failed; the let-go
+        // waits for this slot's lock).
+        if !self.log.forget(&topic.log).await {
+            self.let_go_once_sealed(key.clone(), topic.log.clone(), false);
+        }
         if let Some(to) = &target {
             self.ownership.hand_over(&key, to).await?;
         }
         self.ownership.release(&key).await?;
-        // Nothing of it stays in memory (unless its ledger could not be sealed).
-        self.log.forget(&topic.log).await;
         tracing::info!(topic = %name, to = ?destination, "unloaded");
         Ok(true)
     }

@@ -537,10 +537,11 @@ impl Log {
         let ledgers = self.shared.meta.topic_ledgers(record.id).await?;
         let t = TopicLog::new(self.shared.clone(), record.id, record.name, ledgers);
         topics.insert(name.to_string(), t.clone());
-        self.loaded
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(t.id(), t.clone());
+        {
+            let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+            loaded.insert(t.id(), t.clone());
+            crate::metrics::node().topic_logs.set(loaded.len() as i64);
+        }
         // A transition recorded after the read above may have looked for this topic before it
         // was listed as loaded: read its ledgers again and apply what moved on.
         if self.transitions.load(Ordering::SeqCst) != seen {

@@ -46,6 +46,7 @@ impl Log {
         {
             loaded.remove(&topic.id());
             crate::memory::shrink_sparse(&mut loaded);
+            crate::metrics::node().topic_logs.set(loaded.len() as i64);
         }
     }
 

@@ -40,6 +40,9 @@ pub struct NodeMetrics {
     /// Loaded topic partitions the stats tick samples now (those that changed lately; an idle
     /// loaded topic is not among them).
     pub topics_watched: Gauge,
+    /// Topic logs the log holds in memory: those of loaded topics, and of unloaded ones still
+    /// held (a seal being tried again or failed for good, a manual offload's).
+    pub topic_logs: Gauge,
     /// Seconds each topic load took (claim, log, deduplication state, subscriptions).
     pub topic_load_seconds: Histogram,
     /// Topic partitions unloaded because they were idle.
@@ -100,6 +103,7 @@ impl NodeMetrics {
             sql_queries_running: Gauge::default(),
             topics_loaded: Gauge::default(),
             topics_watched: Gauge::default(),
+            topic_logs: Gauge::default(),
             topic_load_seconds: seconds_histogram(),
             topics_unloaded_idle: Counter::default(),
             topic_owner_failures: Counter::default(),
@@ -165,6 +169,11 @@ impl NodeMetrics {
             "ledgerlake_topics_watched",
             "Loaded topic partitions whose rates the stats tick samples now (changed lately)",
             m.topics_watched.clone(),
+        );
+        registry.register(
+            "ledgerlake_topic_logs_in_memory",
+            "Topic logs held in memory: loaded topics', and unloaded ones' still held (a seal being tried again or failed for good, a manual offload's)",
+            m.topic_logs.clone(),
         );
         registry.register(
             "ledgerlake_topic_load_seconds",

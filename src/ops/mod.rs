@@ -310,8 +310,9 @@ impl Operations {
         self.delete_all(name, names, force).await
     }
 
-    /// Deletes the topics `names` of the table of `base`, then `base`'s own metadata (partition
-    /// count, schemas) and its lake table, with offload of that table held off throughout.
+    /// Deletes the topics `names` of the table of `base`, then (for a partitioned topic)
+    /// `base`'s own metadata (partition count, schemas), and its lake table, with offload of
+    /// that table held off throughout.
     async fn delete_all(
         &self,
         base: &TopicName,
@@ -357,11 +358,13 @@ impl Operations {
                 }
             }
         }
-        existed |= self
-            .log
-            .delete_topic(&base.to_string())
-            .await
-            .map_err(|e| OpsError::Internal(format!("deleting {base}: {e}")))?;
+        crate::failpoint::pause("ops.after_topics_deleted", &base.to_string()).await;
+        // A non-partitioned topic's records went with it, above, under its slot. That slot is
+        // free again, and a client that reconnected at once (a forced deletion closes them)
+        // may have made the topic anew: deleting the name again would take the new topic.
+        if names.as_slice() != std::slice::from_ref(base) {
+            existed |= self.delete_partitioned_records(base, &names).await?;
+        }
         crate::failpoint::hit("ops.before_lake_removal");
         // Also when the log part was gone already: a crash between the log deletion and the
         // table drop is finished by repeating the deletion, or by the engine on its own.
@@ -375,6 +378,28 @@ impl Operations {
         }
         tracing::info!(topic = %base, partitions = names.len(), last_ledger, "topic deleted");
         Ok(())
+    }
+
+    /// Deletes partitioned topic `base`'s own records (partition count, schemas) once its
+    /// partitions `names` are gone; whether it had any. Kept when a partition was made anew
+    /// meanwhile (its clients reconnect at once after a forced deletion): the partitioned
+    /// topic then stays whole, with the new partitions, and a repeated DELETE deletes it.
+    async fn delete_partitioned_records(
+        &self,
+        base: &TopicName,
+        names: &[TopicName],
+    ) -> Result<bool, OpsError> {
+        for name in names {
+            if self.log.topic_exists(&name.to_string()).await? {
+                tracing::warn!(topic = %base, partition = %name,
+                    "a partition was made anew during the deletion: the partitioned topic stays");
+                return Ok(false);
+            }
+        }
+        self.log
+            .delete_topic(&base.to_string())
+            .await
+            .map_err(|e| OpsError::Internal(format!("deleting {base}: {e}")))
     }
 
     /// Deletes the topics the broker finds inactive

@@ -16,6 +16,8 @@ import subprocess
 import sys
 import urllib.request
 
+import pulsar
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 INTEROP = os.path.join(os.path.dirname(HERE), "interop")
 sys.path.insert(0, INTEROP)
@@ -68,6 +70,16 @@ def verify_clean(svc, *topics, deep=True):
         raise AssertionError(f"verify printed no JSON (exit {r.returncode}): {r.stdout}{r.stderr}")
     assert r.returncode == 0 and doc["clean"], json.dumps(doc, indent=1)[:4000] + r.stderr
     return doc
+
+
+def read_all(client, topic):
+    """Every message's payload from the earliest, read with a reader."""
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    got = []
+    while reader.has_message_available():
+        got.append(reader.read_next(timeout_millis=30000).data())
+    reader.close()
+    return got
 
 
 def close_quietly(client):

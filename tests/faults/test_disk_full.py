@@ -19,7 +19,7 @@ import uuid
 import pulsar
 import pytest
 
-from conftest import eventually, verify_clean
+from conftest import eventually, read_all, verify_clean
 from faultproxy import FaultProxy
 from lake import http, offload_and_wait, stats
 
@@ -105,15 +105,6 @@ class Sender:
             if not answered.wait(wait) or self.results[payload] != pulsar.Result.Ok:
                 return i
         return n
-
-
-def read_all(client, topic):
-    reader = client.create_reader(topic, pulsar.MessageId.earliest)
-    got = []
-    while reader.has_message_available():
-        got.append(reader.read_next(timeout_millis=30000).data())
-    reader.close()
-    return got
 
 
 def check_history(client, topic, sender):

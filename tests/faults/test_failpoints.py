@@ -21,7 +21,7 @@ import pulsar
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
-from conftest import close_quietly, eventually, metric, verify_clean
+from conftest import close_quietly, eventually, metric, read_all, verify_clean
 from lake import http, offload_and_wait, stats, topic_path
 
 NS = "admin/v2/namespaces/public/default"
@@ -407,6 +407,7 @@ def test_a_topic_whose_deletion_failed_is_let_go_once_its_seal_lands(make_servic
     log = lambda: open(svc.log_path, errors="replace").read()
     eventually(lambda: "let go of a topic once no seal of it was tried again" in log(),
                timeout=30, interval=0.2)
+    assert metric(svc, "ledgerlake_topic_logs_in_memory") == 0
     assert http("DELETE", url)[0] == 204
     assert http("GET", f"{svc.http}/admin/v2/{topic_path(topic)}/stats")[0] == 404
 
@@ -430,10 +431,91 @@ def test_an_unloaded_topic_whose_seal_failed_is_let_go_once_the_retry_lands(make
     assert "closed a ledger whose seal had failed" in log()
     # The unload is counted once it is whole (ownership released, log forgotten).
     assert metric(svc, "ledgerlake_topics_unloaded_idle_total") == 1
+    assert metric(svc, "ledgerlake_topic_logs_in_memory") == 0
     history.producer = client.create_producer(topic, batching_enabled=False)
     assert history.send(5)
     history.check(client)
     close_quietly(client)
+
+
+def test_an_admin_unload_whose_seal_failed_forgets_the_log_once_the_retry_lands(make_service):
+    """`PUT …/unload` finds the topic's seal refused: the unload answers, the topic's claim is
+    given up (its open ledger keeps it on this node's bookie), and its log leaves memory once
+    the seal tried again lands (before, it stayed until a restart); the topic then loads
+    again with every message."""
+    svc = start(make_service, "ledger.seal.record=error*1")
+    client = pulsar.Client(svc.url, operation_timeout_seconds=10)
+    topic = f"persistent://public/default/unloaded-{uuid.uuid4().hex[:6]}"
+    history = History(client, topic)
+    assert history.send(5)  # one open ledger: the unload's seal is the one refused
+    assert metric(svc, "ledgerlake_topic_logs_in_memory") == 1
+    history.producer.close()
+    status, body = http("PUT", f"{svc.http}/admin/v2/{topic_path(topic)}/unload")
+    assert status == 204, (status, body)
+    log = lambda: open(svc.log_path, errors="replace").read()
+    assert "sealing at unload failed" in log()
+    eventually(lambda: metric(svc, "ledgerlake_topic_logs_in_memory") == 0,
+               timeout=30, interval=0.2)
+    assert "closed a ledger whose seal had failed" in log()
+    history.producer = client.create_producer(topic, batching_enabled=False)
+    assert history.send(5)
+    history.check(client)
+    close_quietly(client)
+
+
+def test_a_topic_made_anew_during_its_forced_deletion_keeps_its_messages(make_service):
+    """A forced DELETE closes the producer, which reconnects at once and makes the topic
+    anew (auto-creation) while the deletion is still finishing (held by a failpoint after the
+    topic went): the new topic keeps every message acknowledged to it. Before, the deletion
+    deleted the name's log a second time, outside the topic's lock, taking the new topic's
+    acknowledged messages and refusing its appends from then on."""
+    svc = start(make_service, "ops.after_topics_deleted=sleep(8000)")
+    client = pulsar.Client(svc.url, operation_timeout_seconds=10)
+    topic = f"persistent://public/default/anew-{uuid.uuid4().hex[:6]}"
+    producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=5000)
+    delete_while_made_anew(svc, f"{svc.http}/admin/v2/{topic_path(topic)}?force=true",
+                           producer)
+    within(10, lambda: [producer.send(f"new{i}".encode()) for i in range(5, 10)])
+    assert read_all(client, topic) == [f"new{i}".encode() for i in range(10)]
+    close_quietly(client)
+
+
+def test_a_partitioned_topic_made_anew_during_its_forced_deletion_stays_whole(make_service):
+    """The same with a partitioned topic: its partitions, made anew by their producers while
+    the deletion finishes, keep their partitioned topic (partition count, schemas), so they
+    are served, listed and deleted as one (before, the deletion removed the partition count
+    under them: `…/partitions` answered 404 and each partition refused its own DELETE)."""
+    svc = start(make_service, "ops.after_topics_deleted=sleep(8000)")
+    client = pulsar.Client(svc.url, operation_timeout_seconds=10)
+    topic = f"persistent://public/default/anew-parted-{uuid.uuid4().hex[:6]}"
+    url = f"{svc.http}/admin/v2/{topic_path(topic)}/partitions"
+    assert http("PUT", url, "2")[0] in (200, 204)
+    producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=5000)
+    delete_while_made_anew(svc, f"{url}?force=true", producer)
+    assert http("GET", url) == (200, {"partitions": 2})
+    got = read_all(client, f"{topic}-partition-0") + read_all(client, f"{topic}-partition-1")
+    assert sorted(got) == [f"new{i}".encode() for i in range(5)]
+    producer.close()
+    assert http("DELETE", url)[0] == 204
+    assert http("GET", url) == (200, {"partitions": 0})
+    close_quietly(client)
+
+
+def delete_while_made_anew(svc, url, producer):
+    """Sends five messages with `producer`, DELETEs `url` (a forced deletion, held by the
+    failpoint once its topics are gone) and, while it is held, sends `new0`…`new4`: the
+    producer, closed by the deletion, reconnects and makes the topic anew."""
+    for i in range(5):
+        producer.send(f"old{i}".encode())
+    answer = {}
+    deletion = threading.Thread(target=lambda: answer.update(status=http("DELETE", url)[0]))
+    deletion.start()
+    eventually(lambda: "failpoint: pausing" in open(svc.log_path, errors="replace").read(),
+               timeout=10, interval=0.05)
+    within(10, lambda: [producer.send(f"new{i}".encode()) for i in range(5)])
+    assert deletion.is_alive(), "the deletion ended before the topic was made anew"
+    deletion.join(30)
+    assert answer.get("status") == 204, answer
 
 
 def within(seconds, what):
