@@ -1,7 +1,8 @@
 //! Topic deletion (Pulsar's paths):
 //! - `DELETE /admin/v2/persistent/{tenant}/{namespace}/{topic}`: a non-partitioned topic;
 //! - `DELETE /admin/v2/persistent/{tenant}/{namespace}/{topic}/partitions`: a partitioned topic
-//!   (every partition and its partition count).
+//!   (every partition and its partition count; when a forced deletion's clients made a
+//!   partition anew meanwhile, the partition count and schemas stay with it).
 //!
 //! 204 when deleted, 404 when it does not exist, 412 while producers or consumers are
 //! connected, unless `force=true`, which sends them CLOSE_PRODUCER / CLOSE_CONSUMER first (as

@@ -21,8 +21,9 @@
 //!   log stays in memory (only this node can recover that ledger) until the seal tried again
 //!   lands; then it is let go as if its unload had sealed it, unless it was loaded again
 //!   meanwhile (its own unload lets it go then). A topic whose deletion failed is let go the
-//!   same way. An admin unload or planned move gives the claim up at once (the open ledger
-//!   keeps the topic on this node's bookie); its log goes the same way.
+//!   same way. An admin unload or planned move gives the claim up at once (placement keeps
+//!   the topic on this node, which holds the open ledger; a planned move's destination and
+//!   this node both refuse it until the seal lands); its log goes the same way.
 
 use std::sync::{Arc, Weak};
 

@@ -237,7 +237,9 @@ impl Broker {
     /// node's bookie and are read from there), so that any node may serve it next: the node
     /// with id `destination` when one is named (a planned move), else the one placement picks.
     /// Nothing is copied. A log whose seal failed stays in memory until the seal tried again
-    /// lands (its open ledger keeps the topic on this node's bookie meanwhile).
+    /// lands. Meanwhile its open ledger pins the topic to this node: an unload's next lookup
+    /// loads it here again, while a planned move's topic is served nowhere (the destination
+    /// does not hold the ledger, and this node defers to the destination).
     pub async fn unload_to(
         self: &Arc<Self>,
         name: &TopicName,
@@ -273,11 +275,11 @@ impl Broker {
         topic.save_dedup_snapshot().await;
         topic.unload().await;
         if let Err(e) = topic.log.seal_current().await {
-            // Still released: the open ledger then keeps the topic on this node's bookie.
+            // Still released: the open ledger then pins the topic to this node (see above).
             tracing::warn!(topic = %name, error = %e, "sealing at unload failed");
         }
         // Nothing of it stays in memory; a log whose ledger could not be sealed goes once the
-        // seal tried again lands (with the claim, if giving it up below failed; the let-go
+        // seal tried again lands (with the claim, if handing it over below failed; the let-go
         // waits for this slot's lock).
         if !self.log.forget(&topic.log).await {
             self.let_go_once_sealed(key.clone(), topic.log.clone(), false);

@@ -159,9 +159,11 @@ impl OffloadEngine {
     }
 
     /// After `base`'s topics were deleted: drops its lake table and deletes the table's files
-    /// when `lake.drop_table_on_topic_delete` is on (in a namespace's shared table, removes
-    /// its rows up to the bound instead), forgets its offload status, then its record. Returns
-    /// whether anything was dropped or removed. On failure the record stays.
+    /// when `lake.drop_table_on_topic_delete` is on (in a namespace's shared table, or when a
+    /// topic of the name was made anew meanwhile, removes its rows up to the bound instead: the
+    /// new topic's ledgers are above it, and another node may have offloaded them already),
+    /// forgets its offload status, then its record. Returns whether anything was dropped or
+    /// removed. On failure the record stays.
     pub async fn finish_deletion(
         &self,
         base: &TopicName,
@@ -171,6 +173,9 @@ impl OffloadEngine {
         if !self.inner.config.drop_table_on_topic_delete {
             return Ok(false);
         }
+        let again = !topics_of(&*self.inner.log.metadata(), base)
+            .await?
+            .is_empty();
         let inner = self.inner.clone();
         let table = deletion.table.clone();
         let last_ledger = deletion.last_ledger;
@@ -181,7 +186,7 @@ impl OffloadEngine {
                     &inner.lake,
                     &table,
                     last_ledger,
-                    false,
+                    again,
                     grace,
                     &inner.finish_tx,
                 )

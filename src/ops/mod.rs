@@ -382,8 +382,12 @@ impl Operations {
 
     /// Deletes partitioned topic `base`'s own records (partition count, schemas) once its
     /// partitions `names` are gone; whether it had any. Kept when a partition was made anew
-    /// meanwhile (its clients reconnect at once after a forced deletion): the partitioned
-    /// topic then stays whole, with the new partitions, and a repeated DELETE deletes it.
+    /// meanwhile on any node (its clients reconnect at once after a forced deletion): the
+    /// partitioned topic then stays whole, with the new partitions, and a repeated DELETE
+    /// deletes it. A window is left: a partition whose load had checked the count before this
+    /// check and records its topic after it, or one made between this check and the
+    /// deletion, is left without its partitioned topic (served, but deleted only by making
+    /// the partitioned topic again).
     async fn delete_partitioned_records(
         &self,
         base: &TopicName,

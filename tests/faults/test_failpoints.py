@@ -22,7 +22,7 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
 from conftest import close_quietly, eventually, metric, read_all, verify_clean
-from lake import http, offload_and_wait, stats, topic_path
+from lake import http, offload_and_wait, stats, table_of, topic_path
 
 NS = "admin/v2/namespaces/public/default"
 FAST = {
@@ -468,13 +468,22 @@ def test_a_topic_made_anew_during_its_forced_deletion_keeps_its_messages(make_se
     anew (auto-creation) while the deletion is still finishing (held by a failpoint after the
     topic went): the new topic keeps every message acknowledged to it. Before, the deletion
     deleted the name's log a second time, outside the topic's lock, taking the new topic's
-    acknowledged messages and refusing its appends from then on."""
-    svc = start(make_service, "ops.after_topics_deleted=sleep(8000)")
+    acknowledged messages and refusing its appends from then on. The name's lake table loses
+    the deleted topic's rows and stays (before, it was dropped whole: in a cluster another
+    node may have offloaded the new topic into it already)."""
+    svc = start(make_service, "ops.after_topics_deleted=sleep(12000)")
     client = pulsar.Client(svc.url, operation_timeout_seconds=10)
     topic = f"persistent://public/default/anew-{uuid.uuid4().hex[:6]}"
     producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=5000)
+    for i in range(5):
+        producer.send(f"old{i}".encode())
+    offload_and_wait(svc, topic)
+    catalog, ident, _ = table_of(svc, topic)
+    assert len(catalog.load_table(ident).scan().to_arrow()) == 5
     delete_while_made_anew(svc, f"{svc.http}/admin/v2/{topic_path(topic)}?force=true",
                            producer)
+    assert catalog.table_exists(ident), "the table of a topic made anew was dropped"
+    assert len(catalog.load_table(ident).scan().to_arrow()) == 0
     within(10, lambda: [producer.send(f"new{i}".encode()) for i in range(5, 10)])
     assert read_all(client, topic) == [f"new{i}".encode() for i in range(10)]
     close_quietly(client)
@@ -485,12 +494,14 @@ def test_a_partitioned_topic_made_anew_during_its_forced_deletion_stays_whole(ma
     the deletion finishes, keep their partitioned topic (partition count, schemas), so they
     are served, listed and deleted as one (before, the deletion removed the partition count
     under them: `…/partitions` answered 404 and each partition refused its own DELETE)."""
-    svc = start(make_service, "ops.after_topics_deleted=sleep(8000)")
+    svc = start(make_service, "ops.after_topics_deleted=sleep(12000)")
     client = pulsar.Client(svc.url, operation_timeout_seconds=10)
     topic = f"persistent://public/default/anew-parted-{uuid.uuid4().hex[:6]}"
     url = f"{svc.http}/admin/v2/{topic_path(topic)}/partitions"
     assert http("PUT", url, "2")[0] in (200, 204)
     producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=5000)
+    for i in range(5):
+        producer.send(f"old{i}".encode())
     delete_while_made_anew(svc, f"{url}?force=true", producer)
     assert http("GET", url) == (200, {"partitions": 2})
     got = read_all(client, f"{topic}-partition-0") + read_all(client, f"{topic}-partition-1")
@@ -502,11 +513,9 @@ def test_a_partitioned_topic_made_anew_during_its_forced_deletion_stays_whole(ma
 
 
 def delete_while_made_anew(svc, url, producer):
-    """Sends five messages with `producer`, DELETEs `url` (a forced deletion, held by the
-    failpoint once its topics are gone) and, while it is held, sends `new0`…`new4`: the
-    producer, closed by the deletion, reconnects and makes the topic anew."""
-    for i in range(5):
-        producer.send(f"old{i}".encode())
+    """DELETEs `url` (a forced deletion, held by the failpoint once its topics are gone) and,
+    while it is held, sends `new0`…`new4` with `producer`: closed by the deletion, it
+    reconnects and makes the topic anew."""
     answer = {}
     deletion = threading.Thread(target=lambda: answer.update(status=http("DELETE", url)[0]))
     deletion.start()

@@ -49,6 +49,17 @@ def stats(svc, topic):
     return body
 
 
+def table_of(svc, topic):
+    """The embedded SQL catalog of `svc`, the identifier of `topic`'s lake table and its
+    location."""
+    from pyiceberg.catalog.sql import SqlCatalog
+    st = stats(svc, topic)
+    catalog = SqlCatalog(st["lake"]["catalog"], uri=f"sqlite:///{svc.data_dir}/data/catalog.db",
+                         warehouse="")
+    ident = tuple(st["lake"]["namespace"]) + (st["lake"]["tableName"],)
+    return catalog, ident, catalog.load_table(ident).metadata.location
+
+
 def wait_acknowledged(svc, topic, sub, through, timeout=30):
     """Waits until the broker has the entries of subscription `sub` up to `through` (ledger,
     entry) acknowledged: its oldest unacknowledged entry (admin stats) comes after that."""

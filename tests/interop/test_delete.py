@@ -6,19 +6,10 @@ import os
 import time
 
 import pulsar
-from pyiceberg.catalog.sql import SqlCatalog
 
-from lake import http, offload_and_wait, stats
+from lake import http, offload_and_wait, stats, table_of
 
 FAST = {"LEDGERLAKE_LAKE__CHECK_INTERVAL": "100ms", "LEDGERLAKE_LEDGER__ROLLOVER_ENTRIES": "20"}
-
-
-def table_of(svc, topic):
-    st = stats(svc, topic)
-    catalog = SqlCatalog(st["lake"]["catalog"], uri=f"sqlite:///{svc.data_dir}/data/catalog.db",
-                         warehouse="")
-    ident = tuple(st["lake"]["namespace"]) + (st["lake"]["tableName"],)
-    return catalog, ident, catalog.load_table(ident).metadata.location
 
 
 def files_under(location):
