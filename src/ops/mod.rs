@@ -387,7 +387,8 @@ impl Operations {
     /// deletes it. A window is left: a partition whose load had checked the count before this
     /// check and records its topic after it, or one made between this check and the
     /// deletion, is left without its partitioned topic (served, but deleted only by making
-    /// the partitioned topic again).
+    /// the partitioned topic again). A partition a client makes once the count is gone is a
+    /// topic of its own, as any name ending in `-partition-N` without a partitioned topic.
     async fn delete_partitioned_records(
         &self,
         base: &TopicName,

@@ -486,6 +486,11 @@ def test_a_topic_made_anew_during_its_forced_deletion_keeps_its_messages(make_se
     assert len(catalog.load_table(ident).scan().to_arrow()) == 0
     within(10, lambda: [producer.send(f"new{i}".encode()) for i in range(5, 10)])
     assert read_all(client, topic) == [f"new{i}".encode() for i in range(10)]
+    # The new topic offloads into the table it kept; the lake and the log agree.
+    offload_and_wait(svc, topic)
+    rows = catalog.load_table(ident).scan().to_arrow()
+    assert sorted(rows.column("payload").to_pylist()) == [f"new{i}".encode() for i in range(10)]
+    eventually(lambda: verify_clean(svc, topic), timeout=60, interval=1)
     close_quietly(client)
 
 
