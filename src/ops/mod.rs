@@ -290,7 +290,7 @@ impl Operations {
                 "{name} is a partitioned topic: delete it through .../partitions"
             )));
         }
-        self.delete_all(&name.base(), vec![name.clone()], force)
+        self.delete_all(&name.base(), vec![name.clone()], false, force)
             .await
     }
 
@@ -307,16 +307,17 @@ impl Operations {
             )));
         }
         let names = (0..partitions).map(|i| name.partition_name(i)).collect();
-        self.delete_all(name, names, force).await
+        self.delete_all(name, names, true, force).await
     }
 
-    /// Deletes the topics `names` of the table of `base`, then (for a partitioned topic)
-    /// `base`'s own metadata (partition count, schemas), and its lake table, with offload of
-    /// that table held off throughout.
+    /// Deletes the topics `names` of the table of `base`, then (when `partitioned`: they are
+    /// its partitions) `base`'s own metadata (partition count, schemas), and its lake table,
+    /// with offload of that table held off throughout.
     async fn delete_all(
         &self,
         base: &TopicName,
         names: Vec<TopicName>,
+        partitioned: bool,
         force: bool,
     ) -> Result<(), OpsError> {
         // The table paused and the bound read before anything is deleted: every ledger the
@@ -362,7 +363,7 @@ impl Operations {
         // A non-partitioned topic's records went with it, above, under its slot. That slot is
         // free again, and a client that reconnected at once (a forced deletion closes them)
         // may have made the topic anew: deleting the name again would take the new topic.
-        if names.as_slice() != std::slice::from_ref(base) {
+        if partitioned {
             existed |= self.delete_partitioned_records(base, &names).await?;
         }
         crate::failpoint::hit("ops.before_lake_removal");
