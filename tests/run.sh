@@ -8,7 +8,8 @@
 #   CARGO_TARGET_DIR   build directory (default /var/tmp/ledgerlake-target, outside the clone,
 #                      so CI reuses the previous build; a cold build also fits CI's limit)
 #   LEDGERLAKE_SKIP_INSTALL=1   do not try to install system packages
-#   LL_SOAK=1          the fault suite's long mode (200 SIGKILL rounds and more; about an hour)
+#   LL_SOAK=1          the long mode (the fault suite's 200 SIGKILL rounds and more, 50 rounds
+#                      of killing a cluster's writer; about an hour more)
 #   LL_FAULT_ROUNDS=N  the SIGKILL rounds of the fault suite, whatever the mode
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -72,8 +73,8 @@ step "cargo test"
 cargo test --locked -- --test-threads 2
 step "interop tests (official Python pulsar-client, PyIceberg, DuckDB, S3 and PostgreSQL servers)"
 PATH="$PWD/$VENV/bin:$PATH" LL_TEST_BIN="$CARGO_TARGET_DIR/debug/ledgerlake" "$VENV/bin/python" -m pytest -q -p no:logging \
-  -p no:cacheprovider tests/interop
+  -p no:cacheprovider --durations=15 tests/interop
 step "fault suite (SIGKILL rounds, failpoints, S3 and catalog faults, full disk; LL_SOAK=1: the long soak)"
 PATH="$PWD/$VENV/bin:$PATH" LL_TEST_BIN="$CARGO_TARGET_DIR/debug/ledgerlake" "$VENV/bin/python" -m pytest -q -p no:logging \
-  -p no:cacheprovider tests/faults
+  -p no:cacheprovider --durations=15 tests/faults
 step "done"

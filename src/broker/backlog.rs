@@ -53,14 +53,19 @@ pub struct SubscriptionStats {
     pub lake_wait_seconds: u64,
 }
 
-/// Who a consumer's client is, as its connection learned it (shared by the connection's
-/// consumers).
+/// Who a connection's client is, as the connection learned it (shared by its consumers and
+/// producers, for their stats).
 #[derive(Debug, Clone, Default)]
 pub struct ClientInfo {
     /// The client's address as Pulsar shows it (`/host:port`).
     pub address: String,
     /// The CONNECT's `client_version`.
     pub version: String,
+}
+
+/// A consumer's or producer's `connectedSince`: RFC 3339, UTC, milliseconds.
+pub(crate) fn timestamp(at: std::time::SystemTime) -> String {
+    chrono::DateTime::<chrono::Utc>::from(at).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 /// Stats of one consumer of a subscription (Pulsar's `ConsumerStats` names; the fields it has

@@ -12,7 +12,8 @@
 //!
 //! Invariants:
 //! - [`TopicMeasures::subscriptions`] holds the measures of exactly the subscriptions the
-//!   owner has (the owner adds and removes them).
+//!   owner has (the owner adds and removes them); [`TopicMeasures::publishers`] those of
+//!   exactly its producers.
 //! - With `metrics.enabled` off nothing is recorded (the rates read 0).
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -88,8 +89,9 @@ pub(crate) struct TopicMeasures {
     pub write_latency: Buckets<9>,
     /// Entry sizes, bytes.
     pub entry_size: Buckets<8>,
-    /// Producers registered (kept by the owner).
-    pub producers: AtomicU64,
+    /// Invariant: the registrations of exactly the owner's producers, oldest first (the owner
+    /// sets them whenever its producers change).
+    publishers: Mutex<Vec<Arc<super::publisher::PublisherMeasure>>>,
     /// The size backlog quota in force (-1: none), kept by the owner.
     pub quota_limit: AtomicI64,
     /// The age backlog quota in force, seconds (-1: none).
@@ -115,7 +117,7 @@ impl TopicMeasures {
             msg_in: Meter::default(),
             write_latency: Buckets::new(&WRITE_LATENCY_US),
             entry_size: Buckets::new(&ENTRY_SIZE_BYTES),
-            producers: AtomicU64::new(0),
+            publishers: Mutex::new(Vec::new()),
             quota_limit: AtomicI64::new(-1),
             quota_limit_time: AtomicI64::new(-1),
             share_bits: AtomicU64::new(1f64.to_bits()),
@@ -125,14 +127,21 @@ impl TopicMeasures {
         }
     }
 
-    /// Counts one durable append (and marks the topic changed even with measures off: the
-    /// tick also saves deduplication snapshots of topics that appended).
-    pub fn appended(&self, messages: u64, bytes: u64, took_us: u64) {
+    /// Counts one durable append of `publisher` (and marks the topic changed even with
+    /// measures off: the tick also saves deduplication snapshots of topics that appended).
+    pub fn appended(
+        &self,
+        publisher: &super::publisher::PublisherMeasure,
+        messages: u64,
+        bytes: u64,
+        took_us: u64,
+    ) {
         self.marker.touch();
         if !self.settings.enabled {
             return;
         }
         self.msg_in.record(messages, bytes);
+        publisher.appended.record(messages, bytes);
         self.write_latency.record(took_us);
         self.entry_size.record(bytes);
     }
@@ -169,6 +178,17 @@ impl TopicMeasures {
     /// The subscriptions' measures now.
     pub fn subscriptions(&self) -> Vec<Arc<SubscriptionMeasures>> {
         lock(&self.subscriptions).clone()
+    }
+
+    /// The owner's producers now (`all`, in any order).
+    pub fn set_publishers(&self, mut all: Vec<Arc<super::publisher::PublisherMeasure>>) {
+        all.sort_by(|a, b| (a.since, &a.name).cmp(&(b.since, &b.name)));
+        *lock(&self.publishers) = all;
+    }
+
+    /// The owner's producers, oldest registration first.
+    pub fn publishers(&self) -> Vec<Arc<super::publisher::PublisherMeasure>> {
+        lock(&self.publishers).clone()
     }
 }
 
@@ -353,7 +373,7 @@ pub(crate) fn topic_row(topic: &super::BrokerTopic) -> TopicRow {
         throughput_in: rate_in.bytes,
         in_messages,
         in_bytes,
-        producers: m.producers.load(Ordering::Relaxed),
+        producers: lock(&m.publishers).len() as u64,
         storage_size,
         offloaded_size,
         backlog_quota_limit: m.quota_limit.load(Ordering::Relaxed),
@@ -415,6 +435,9 @@ pub(crate) fn sample(topic: &super::BrokerTopic) -> u64 {
         return u64::MAX;
     }
     let mut next = m.msg_in.sample(window);
+    for p in lock(&m.publishers).iter() {
+        next = next.max(p.appended.sample(window));
+    }
     let subs = m.subscriptions();
     if subs.is_empty() {
         return next;

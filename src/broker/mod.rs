@@ -51,6 +51,7 @@ pub(crate) mod measure;
 mod orphans;
 pub mod outbox;
 mod owner;
+pub mod publisher;
 mod rates;
 mod slots;
 
@@ -386,6 +387,16 @@ impl Broker {
         self.loaded(name)
             .await
             .map_or(0, |t| t.throttle.throttled())
+    }
+
+    /// Stats of the producers of topic partition `name` if it is loaded (else empty).
+    pub async fn publisher_stats(&self, name: &str) -> Vec<publisher::PublisherStats> {
+        let Some(topic) = self.loaded(name).await else {
+            return Vec::new();
+        };
+        let window = topic.measures.settings.rate_window_ms;
+        let all = topic.measures.publishers();
+        all.iter().map(|p| p.stats(window)).collect()
     }
 
     /// Stats of the subscriptions of topic partition `name` if it is loaded (else empty).

@@ -129,7 +129,7 @@ pub(crate) enum IdleAsk {
 
 /// An append whose SEND waits for durability.
 struct InFlight {
-    producer: Arc<str>,
+    publisher: Arc<super::publisher::PublisherMeasure>,
     highest: i64,
     reply: oneshot::Sender<Published>,
     /// When the owner took the SEND, and its messages and bytes (for the measures).
@@ -427,18 +427,18 @@ impl Owner {
             let _ = r.reply.send(Published::Refused(e));
             return None;
         }
-        if self.fenced.contains(&r.producer) {
+        if self.fenced.contains(&r.publisher.name) {
             let _ = r
                 .reply
                 .send(Published::Refused(BrokerError::Storage(format!(
                     "an earlier send of producer {} failed: reconnect and resend from it",
-                    r.producer
+                    r.publisher.name
                 ))));
             return None;
         }
         match &mut self.dedup {
             Dedup::Off => {}
-            Dedup::On { live, .. } => match live.check(&r.producer, r.highest) {
+            Dedup::On { live, .. } => match live.check(&r.publisher.name, r.highest) {
                 Verdict::New => {}
                 Verdict::Duplicate => {
                     let _ = r.reply.send(Published::Duplicate);
@@ -455,7 +455,7 @@ impl Owner {
             }
         }
         let f = InFlight {
-            producer: r.producer,
+            publisher: r.publisher,
             highest: r.highest,
             reply: r.reply,
             started: std::time::Instant::now(),
@@ -483,15 +483,16 @@ impl Owner {
     fn settled(&mut self, f: InFlight, result: Result<Position, AppendError>) {
         if result.is_ok() {
             let took = f.started.elapsed().as_micros() as u64;
-            self.topic.measures.appended(f.messages, f.bytes, took);
+            let m = &self.topic.measures;
+            m.appended(&f.publisher, f.messages, f.bytes, took);
         } else {
-            self.fenced.insert(f.producer.clone());
+            self.fenced.insert(f.publisher.name.clone());
         }
         if let Dedup::On { live, .. } = &mut self.dedup {
             if result.is_ok() {
-                live.persisted(&f.producer, f.highest);
+                live.persisted(&f.publisher.name, f.highest);
             } else {
-                live.failed(&f.producer);
+                live.failed(&f.publisher.name);
             }
         }
         let _ = f.reply.send(Published::Persisted(result));
@@ -500,7 +501,8 @@ impl Owner {
     async fn handle(&mut self, cmd: TopicCommand) {
         match cmd {
             TopicCommand::AddProducer(producer) => {
-                let NewProducer { name, slot, reply } = *producer;
+                let NewProducer { slot, reply } = *producer;
+                let name = slot.publisher.name.to_string();
                 self.last_busy = std::time::Instant::now();
                 // A producer registering anew resends what was not acknowledged, in order.
                 self.fenced.remove(name.as_str());
@@ -519,7 +521,8 @@ impl Owner {
                     producer_id,
                 } = *producer;
                 self.last_busy = std::time::Instant::now();
-                let same = |p: &ProducerSlot| p.conn == conn && p.producer_id == producer_id;
+                let same =
+                    |p: &ProducerSlot| p.conn == conn && p.publisher.producer_id == producer_id;
                 if self.producers.get(&name).is_some_and(same) {
                     self.producers.remove(&name);
                 }
@@ -564,13 +567,10 @@ impl Owner {
         }
     }
 
-    /// Publishes the producer count to the measures.
+    /// Publishes the producers to the measures (their count and stats).
     fn producers_changed(&self) {
-        let n = self.producers.len() as u64;
-        self.topic
-            .measures
-            .producers
-            .store(n, std::sync::atomic::Ordering::Relaxed);
+        let all = self.producers.values().map(|p| p.publisher.clone());
+        self.topic.measures.set_publishers(all.collect());
     }
 
     /// Registers a producer unless an exclusive one or one of the same name is there.

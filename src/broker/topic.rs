@@ -78,10 +78,11 @@ pub struct BrokerTopic {
 pub(crate) struct ProducerSlot {
     /// Its connection.
     pub conn: u64,
-    /// Its id on that connection.
-    pub producer_id: u64,
-    /// Exclusive access mode.
+    /// Any access mode but Shared: alone on the topic.
     pub exclusive: bool,
+    /// This registration: its id on the connection, name, client, and the counters of its
+    /// durable appends (its stats).
+    pub publisher: Arc<super::publisher::PublisherMeasure>,
     /// Cancelled by the owner to close the producer (the topic is unloaded or deleted, or a
     /// backlog quota holds it). The connection then answers every SEND the owner took before
     /// it sends CLOSE_PRODUCER, so a client never resends what was stored.
@@ -126,8 +127,8 @@ pub(crate) enum Published {
 /// One SEND of a producer for the owner to publish.
 #[derive(Debug)]
 pub(crate) struct PublishRequest {
-    /// Producer name (deduplication key).
-    pub producer: Arc<str>,
+    /// The producer registration that sent it (its name is the deduplication key).
+    pub publisher: Arc<super::publisher::PublisherMeasure>,
     /// The SEND's highest sequence id ([`super::dedup::highest_sequence_id`]).
     pub highest: i64,
     /// Publish time of its first message.
@@ -156,9 +157,7 @@ pub(crate) struct SubscribeRequest {
 /// A producer to register (boxed in [`TopicCommand::AddProducer`]).
 #[derive(Debug)]
 pub(crate) struct NewProducer {
-    /// Its name.
-    pub name: String,
-    /// Its connection, id and access mode.
+    /// Its connection, access mode and registration (id, name).
     pub slot: ProducerSlot,
     /// Answered with its `last_sequence_id` (-1 without deduplication).
     pub reply: oneshot::Sender<Result<i64, BrokerError>>,
@@ -267,7 +266,7 @@ impl BrokerTopic {
     /// the owner's queue, is the backpressure.
     pub(crate) async fn publish(
         &self,
-        producer: Arc<str>,
+        publisher: Arc<super::publisher::PublisherMeasure>,
         highest: i64,
         publish_time_ms: i64,
         entry: Bytes,
@@ -281,7 +280,7 @@ impl BrokerTopic {
             .await
             .map_err(|_| self.gone())?;
         let request = PublishRequest {
-            producer,
+            publisher,
             highest,
             publish_time_ms,
             entry,
@@ -294,13 +293,9 @@ impl BrokerTopic {
             .map_err(|_| self.gone())
     }
 
-    /// Registers a producer; returns its `last_sequence_id`.
-    pub(crate) async fn add_producer(
-        &self,
-        name: String,
-        slot: ProducerSlot,
-    ) -> Result<i64, BrokerError> {
-        self.ask(|reply| TopicCommand::AddProducer(Box::new(NewProducer { name, slot, reply })))
+    /// Registers the producer `slot` names; returns its `last_sequence_id`.
+    pub(crate) async fn add_producer(&self, slot: ProducerSlot) -> Result<i64, BrokerError> {
+        self.ask(|reply| TopicCommand::AddProducer(Box::new(NewProducer { slot, reply })))
             .await?
     }
 

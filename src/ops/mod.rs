@@ -452,7 +452,8 @@ impl Operations {
     }
 
     /// Stats of `name` (a topic, a partitioned topic or one partition): storage, ledgers with
-    /// their tier, the lake table, loaded subscriptions and the broker's replay counters.
+    /// their tier, the lake table, loaded subscriptions, connected producers (`publishers`) and
+    /// the broker's replay counters.
     pub async fn topic_stats(&self, name: &TopicName) -> Result<serde_json::Value, OpsError> {
         if self.partitions(name).await? == 0 {
             self.broker.check_served_here(name).await?;
@@ -462,6 +463,7 @@ impl Operations {
         let mut entries = 0u64;
         let wanted_partition = name.partition().map(|p| p as i32);
         let mut subscriptions = serde_json::Map::new();
+        let mut publishers = Vec::new();
         let mut rate_limited = 0u64;
         // Per partition, the slowest durable subscription's backlog (Pulsar's `backlogSize`).
         let mut backlog_size = 0u64;
@@ -490,6 +492,9 @@ impl Operations {
                 if partition >= 0 {
                     partitions.insert(log.name().to_string(), partition_json(r));
                 }
+            }
+            for p in self.broker.publisher_stats(log.name()).await {
+                publishers.push(to_json(&p)?);
             }
             let subs = self.broker.subscription_stats(log.name()).await;
             backlog_size += subs
@@ -548,6 +553,7 @@ impl Operations {
             "entries": entries,
             "ledgers": ledgers,
             "lake": lake,
+            "publishers": publishers,
             "subscriptions": subscriptions,
             "publishRateLimitedTimes": rate_limited,
             "replay": self.broker.replay_stats(),

@@ -98,18 +98,22 @@ pub struct Producer {
     pub name: Option<String>,
     /// Any access mode but Shared: the producer must be alone on the topic.
     pub exclusive: bool,
+    /// The access mode as Pulsar names it (`Shared` when absent or unknown), for stats.
+    pub access_mode: &'static str,
     /// The producer's schema, registered or matched.
     pub schema: Option<proto::Schema>,
 }
 
 impl From<proto::CommandProducer> for Producer {
     fn from(p: proto::CommandProducer) -> Self {
-        let shared = proto::ProducerAccessMode::Shared as i32;
+        let mode = p
+            .producer_access_mode
+            .and_then(|m| proto::ProducerAccessMode::try_from(m).ok())
+            .unwrap_or(proto::ProducerAccessMode::Shared);
         Producer {
             name: p.producer_name.filter(|n| !n.is_empty()),
-            exclusive: p
-                .producer_access_mode
-                .is_some_and(|m| m != shared && proto::ProducerAccessMode::try_from(m).is_ok()),
+            exclusive: mode != proto::ProducerAccessMode::Shared,
+            access_mode: mode.as_str_name(),
             topic: p.topic,
             producer_id: p.producer_id,
             request_id: p.request_id,

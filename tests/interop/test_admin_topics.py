@@ -88,6 +88,13 @@ def test_topics_subscriptions_and_messages(fresh_service):
     assert c["availablePermits"] == 1000 - 10, c  # the receiver queue's FLOW, less the 10
     assert c["blockedConsumerOnUnackedMsgs"] is False, c
     assert c["connectedSince"].endswith("Z"), c
+    # Each producer's stats (Pulsar's `publishers` array): who it is and what it appended.
+    [p] = call(svc, "GET", f"{NS}/adm/stats")[1]["publishers"]
+    assert p["producerName"] == producer.producer_name(), p
+    assert (p["accessMode"], p["msgInCounter"]) == ("Shared", 10), p
+    assert p["msgRateIn"] > 0 and p["averageMsgSize"] > 0, p
+    assert p["address"].startswith("/127.0.0.1:"), p
+    assert p["clientVersion"].startswith("Pulsar") and p["connectedSince"].endswith("Z"), p
     # Deleting a subscription with a consumer needs force.
     assert call(svc, "DELETE", f"{NS}/adm/subscription/audit")[0] == 412
     assert call(svc, "DELETE", f"{NS}/adm/subscription/audit?force=true")[0] == 204
@@ -148,6 +155,24 @@ def test_partitioned_stats_and_unload(fresh_service):
     consumers = stats["subscriptions"]["s"]["consumers"]
     assert len(consumers) == 2 and {c["consumerName"] for c in consumers} == \
         {consumer.consumer_name()}, consumers
+    # So is the producer: one per partition (the C++ client leaves each partition's producer
+    # to be named by the broker), its appends counted on each.
+    publishers = stats["publishers"]
+    assert len(publishers) == 2 and producer.producer_name() in \
+        {p["producerName"] for p in publishers}, publishers
+    assert sorted(p["msgInCounter"] for p in publishers) == sorted(
+        p["msgInCounter"] for p in stats["partitions"].values()), publishers
+    for name, one in stats["partitions"].items():
+        [p] = one["publishers"]
+        assert p["msgInCounter"] == one["msgInCounter"], (name, p)
+    # An exclusive producer says so; a closed one is no longer listed.
+    alone = client.create_producer("persistent://public/default/alone",
+                                   access_mode=pulsar.ProducerAccessMode.Exclusive)
+    alone.send(b"x")
+    [p] = call(svc, "GET", f"{NS}/alone/stats")[1]["publishers"]
+    assert (p["accessMode"], p["msgInCounter"]) == ("Exclusive", 1), p
+    alone.close()
+    assert call(svc, "GET", f"{NS}/alone/stats")[1]["publishers"] == []
     assert call(svc, "POST", f"{NS}/parts/subscription/early/resetcursor",
                 {"ledgerId": 1, "entryId": 0})[0] == 405
     assert call(svc, "POST", f"{NS}/parts/subscription/early/skip/5")[0] == 204

@@ -95,6 +95,9 @@ def test_hold_then_drain_then_sends_go_through(make_service):
         producer.send_async(f"m-{i}:".encode() + KB, lambda res, _id: done.append(res))
     time.sleep(3)
     assert done == [], done
+    # Closed, so neither counted nor listed in the stats while the quota holds.
+    stats = call(svc, "GET", "/persistent/public/bq/hold/stats")[1]
+    assert (stats["producerCount"], stats["publishers"]) == (0, []), stats
     # The slow subscription catches up: the backlog drains and the held sends go through.
     got = drain(slow)
     assert got == [f"m-{i}" for i in range(30)], got[:5]

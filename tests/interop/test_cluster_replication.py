@@ -124,12 +124,14 @@ def test_ledgers_survive_losing_a_replica_and_then_the_writer(etcd, make_service
         client.close()
 
 
-ROUNDS = int(os.environ.get("LL_KILL_ROUNDS", "10"))
+# 10 rounds in the test command, 50 in the long mode (LL_SOAK=1); LL_KILL_ROUNDS overrides both.
+ROUNDS = int(os.environ.get("LL_KILL_ROUNDS")
+             or (50 if os.environ.get("LL_SOAK", "0") not in ("", "0") else 10))
 
 
 def test_killing_the_writer_loses_no_acknowledged_message(etcd, make_service):
-    """SIGKILL the owner (and writer) of a busy topic, round after round (LL_KILL_ROUNDS, 10
-    by default): the next owner fences the open ledger on its replicas, ends it where its ack
+    """SIGKILL the owner (and writer) of a busy topic, round after round (ROUNDS: 10, 50 with
+    LL_SOAK=1): the next owner fences the open ledger on its replicas, ends it where its ack
     quorum guarantees every acknowledged entry, and the producer goes on there; with
     deduplication on, every acknowledged message is read exactly once, in order."""
     prefix, nodes = _cluster(etcd, make_service, "kill")

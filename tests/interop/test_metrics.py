@@ -298,3 +298,30 @@ def test_the_stats_tick_samples_topics_that_changed_until_they_are_quiet(make_se
     eventually(one_again, timeout=15, interval=0.2)
     eventually(all_quiet, timeout=30, interval=0.5)
     client.close()
+
+
+def test_producer_and_consumer_rates_in_stats_cover_the_last_window(make_service):
+    """A producer's and a consumer's rates in topic stats, read once they have been attached
+    longer than the rate window: each covers the traffic of the last window (a sample taken
+    only when stats are read would be the only one within the window, and the rate read 0)."""
+    svc = make_service(env={**FAST, "LEDGERLAKE_METRICS__RATE_WINDOW": "2s"})
+    svc.start()
+    topic = "persistent://public/default/rated"
+    client = pulsar.Client(svc.url, operation_timeout_seconds=30)
+    # Exclusive: no Key_Shared check looks at this consumer's rate.
+    consumer = client.subscribe(topic, "s")
+    producer = client.create_producer(topic, batching_enabled=False)
+    time.sleep(3)  # attached longer than the window before any traffic
+    sent, until = 0, time.time() + 3
+    while time.time() < until:
+        producer.send(b"x" * 100)
+        consumer.acknowledge(consumer.receive(timeout_millis=10_000))
+        sent += 1
+    stats = call(svc, "GET", "/persistent/public/default/rated/stats")[1]
+    [p] = stats["publishers"]
+    [c] = stats["subscriptions"]["s"]["consumers"]
+    assert p["msgInCounter"] == sent and p["msgRateIn"] > 0, p
+    assert c["msgOutCounter"] == sent and c["msgRateOut"] > 0, c
+    producer.close()
+    consumer.close()
+    client.close()

@@ -42,7 +42,8 @@ impl Connection {
                 return Err(format!("authentication failed: {e}"));
             }
         }
-        // Kept for the consumers' stats, bounded: a client names itself as it likes.
+        // Kept for the consumers' and producers' stats, bounded: a client names itself as it
+        // likes.
         self.client = Arc::new(ClientInfo {
             address: self.client.address.clone(),
             version: c.client_version.chars().take(MAX_CLIENT_VERSION).collect(),

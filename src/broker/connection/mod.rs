@@ -123,7 +123,8 @@ pub struct Connection {
     id: u64,
     /// The client's address (its host identifies its consumers for the subscribe rate).
     peer: SocketAddr,
-    /// The client's address and version (from CONNECT on), shown in its consumers' stats.
+    /// The client's address and version (from CONNECT on), shown in its consumers' and
+    /// producers' stats.
     client: Arc<ClientInfo>,
     out: Outbox,
     producers: HashMap<u64, produce::ProducerState>,

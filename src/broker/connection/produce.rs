@@ -18,6 +18,7 @@ use super::{
 use crate::auth::Action;
 use crate::broker::dedup::highest_sequence_id;
 use crate::broker::error::server_error;
+use crate::broker::publisher::PublisherMeasure;
 use crate::broker::topic::{ProducerSlot, Published};
 use crate::broker::{BrokerError, BrokerTopic};
 use crate::naming::schema_version_bytes;
@@ -48,9 +49,8 @@ pub(super) struct Opened {
 /// hold its name for ever).
 pub(super) struct Registration {
     topic: Arc<BrokerTopic>,
-    name: String,
+    publisher: Arc<PublisherMeasure>,
     conn: u64,
-    producer_id: u64,
     kept: bool,
 }
 
@@ -59,8 +59,8 @@ impl Drop for Registration {
         if self.kept {
             return;
         }
-        let (topic, name) = (self.topic.clone(), std::mem::take(&mut self.name));
-        let (conn, producer_id) = (self.conn, self.producer_id);
+        let (topic, name) = (self.topic.clone(), self.publisher.name.to_string());
+        let (conn, producer_id) = (self.conn, self.publisher.producer_id);
         tokio::spawn(async move { topic.remove_producer(name, conn, producer_id).await });
     }
 }
@@ -75,7 +75,8 @@ struct ReceiptItem {
 /// A producer registered on this connection.
 pub(super) struct ProducerState {
     topic: Arc<BrokerTopic>,
-    name: Arc<str>,
+    /// Its registration (name, id, the counters of its appends).
+    publisher: Arc<PublisherMeasure>,
     receipts: mpsc::Sender<ReceiptItem>,
 }
 
@@ -88,13 +89,8 @@ impl Connection {
             return self.send(error_reply(p.request_id, &e)).await;
         }
         let (broker, principal, conn) = (self.broker.clone(), self.principal(), self.id);
+        let client = self.client.clone();
         let close = CancellationToken::new();
-        let slot = ProducerSlot {
-            conn: self.id,
-            producer_id: p.producer_id,
-            exclusive: p.exclusive,
-            close: close.clone(),
-        };
         self.defer(async move {
             let opened = async {
                 let mut topic =
@@ -111,11 +107,23 @@ impl Connection {
                     .name
                     .clone()
                     .unwrap_or_else(|| broker.generate_producer_name());
-                let last_sequence_id = match topic.add_producer(name.clone(), slot.clone()).await {
+                let publisher = Arc::new(PublisherMeasure::new(
+                    p.producer_id,
+                    Arc::from(name),
+                    p.access_mode,
+                    client,
+                ));
+                let slot = ProducerSlot {
+                    conn,
+                    exclusive: p.exclusive,
+                    close: close.clone(),
+                    publisher: publisher.clone(),
+                };
+                let last_sequence_id = match topic.add_producer(slot.clone()).await {
                     // Unloaded (idle) between the lookup and the registration: load it again.
                     Err(BrokerError::Stopped(_)) => {
                         topic = broker.topic(&topic.name).await?;
-                        topic.add_producer(name.clone(), slot).await?
+                        topic.add_producer(slot).await?
                     }
                     other => other?,
                 };
@@ -127,9 +135,8 @@ impl Connection {
                 }
                 let registration = Registration {
                     topic,
-                    name,
+                    publisher,
                     conn,
-                    producer_id: p.producer_id,
                     kept: false,
                 };
                 Ok(Opened {
@@ -162,12 +169,15 @@ impl Connection {
             Err(e) => return self.send(error_reply(p.request_id, &e)).await,
         };
         o.registration.kept = true;
-        let (topic, name) = (o.registration.topic.clone(), o.registration.name.clone());
+        let (topic, publisher) = (
+            o.registration.topic.clone(),
+            o.registration.publisher.clone(),
+        );
         // PRODUCER_SUCCESS leaves before the receipt task starts: a close the owner asked
         // meanwhile follows it on the wire.
         self.send(command::producer_success(
             p.request_id,
-            &name,
+            &publisher.name,
             o.last_sequence_id,
             o.schema_version.take(),
         ))
@@ -183,7 +193,7 @@ impl Connection {
             p.producer_id,
             ProducerState {
                 topic,
-                name: Arc::from(name.as_str()),
+                publisher,
                 receipts: tx,
             },
         );
@@ -260,7 +270,7 @@ impl Connection {
         let _ = producer
             .topic
             .publish(
-                producer.name.clone(),
+                producer.publisher.clone(),
                 highest,
                 publish_time,
                 payload.entry,
@@ -273,7 +283,7 @@ impl Connection {
         cancel_opening(&mut self.opening_producers, c.producer_id);
         if let Some(p) = self.producers.remove(&c.producer_id) {
             p.topic
-                .remove_producer(p.name.to_string(), self.id, c.producer_id)
+                .remove_producer(p.publisher.name.to_string(), self.id, c.producer_id)
                 .await;
         }
         self.send(command::success(c.request_id)).await;
@@ -283,7 +293,7 @@ impl Connection {
     pub(super) async fn close_producers(&mut self) {
         for (pid, p) in self.producers.drain() {
             p.topic
-                .remove_producer(p.name.to_string(), self.id, pid)
+                .remove_producer(p.publisher.name.to_string(), self.id, pid)
                 .await;
         }
     }

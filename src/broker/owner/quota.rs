@@ -98,6 +98,7 @@ impl Owner {
         for (_, p) in self.producers.drain() {
             p.close.cancel();
         }
+        self.producers_changed();
     }
 
     fn unblock(&mut self) {

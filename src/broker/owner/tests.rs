@@ -10,6 +10,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::{spawn, test_log, Dedup, OwnerSetup};
+use crate::broker::publisher::PublisherMeasure;
 use crate::broker::topic::{ProducerSlot, Published, TopicPolicies};
 use crate::broker::{BrokerError, BrokerTopic};
 use crate::ledger::{Log, Position};
@@ -73,17 +74,24 @@ impl Harness {
 
 /// Publishes one message of producer `p` with sequence id `seq` and waits until it settles.
 async fn send(topic: &BrokerTopic, p: &str, seq: u64) -> Result<Published, BrokerError> {
+    send_as(topic, publisher(p), seq).await
+}
+
+/// [`send`] by registration `p`.
+async fn send_as(
+    topic: &BrokerTopic,
+    p: Arc<PublisherMeasure>,
+    seq: u64,
+) -> Result<Published, BrokerError> {
     let metadata = MessageMetadata {
-        producer_name: p.into(),
+        producer_name: p.name.to_string(),
         sequence_id: seq,
         publish_time: 1_700_000_000_000,
         ..Default::default()
     };
     let entry = build_entry(&metadata, b"payload");
     let (reply, settled) = oneshot::channel();
-    topic
-        .publish(Arc::from(p), seq as i64, 0, entry, reply)
-        .await?;
+    topic.publish(p, seq as i64, 0, entry, reply).await?;
     settled
         .await
         .map_err(|_| BrokerError::Stopped("owner stopped".into()))
@@ -96,13 +104,29 @@ fn position(p: Published) -> Result<Position, String> {
     }
 }
 
-fn slot(producer_id: u64, exclusive: bool) -> (ProducerSlot, CancellationToken) {
+/// A registration of producer `name` (id 0 on connection 1).
+fn publisher(name: &str) -> Arc<PublisherMeasure> {
+    Arc::new(PublisherMeasure::new(
+        0,
+        Arc::from(name),
+        "Shared",
+        Default::default(),
+    ))
+}
+
+/// A registration of producer `name`, id `producer_id` on connection 1.
+fn slot(name: &str, producer_id: u64, exclusive: bool) -> (ProducerSlot, CancellationToken) {
     let close = CancellationToken::new();
     let slot = ProducerSlot {
         conn: 1,
-        producer_id,
         exclusive,
         close: close.clone(),
+        publisher: Arc::new(PublisherMeasure::new(
+            producer_id,
+            Arc::from(name),
+            if exclusive { "Exclusive" } else { "Shared" },
+            Default::default(),
+        )),
     };
     (slot, close)
 }
@@ -122,7 +146,7 @@ async fn sends_settle_in_order_and_duplicates_are_not_stored() -> TestResult {
         let entry = build_entry(&metadata, b"x");
         let (reply, settled) = oneshot::channel();
         topic
-            .publish(Arc::from("p"), seq as i64, 0, entry, reply)
+            .publish(publisher("p"), seq as i64, 0, entry, reply)
             .await?;
         pending.push(settled);
     }
@@ -138,8 +162,8 @@ async fn sends_settle_in_order_and_duplicates_are_not_stored() -> TestResult {
     topic.stop().await;
     // Loaded again, the state is folded from the log.
     let topic = h.load(true).await?;
-    let (s, _rx) = slot(7, false);
-    assert_eq!(topic.add_producer("p".into(), s).await?, 4);
+    let (s, _rx) = slot("p", 7, false);
+    assert_eq!(topic.add_producer(s).await?, 4);
     assert!(matches!(send(&topic, "p", 4).await?, Published::Duplicate));
     position(send(&topic, "p", 5).await?)?;
     topic.stop().await;
@@ -193,27 +217,27 @@ async fn the_producer_limit_applies_to_new_producers_at_once() -> TestResult {
     topic.set_policies(limit(Some(2))).await;
     let mut kept = Vec::new();
     for (i, name) in ["a", "b"].into_iter().enumerate() {
-        let (s, rx) = slot(i as u64, false);
-        topic.add_producer(name.into(), s).await?;
+        let (s, rx) = slot(name, i as u64, false);
+        topic.add_producer(s).await?;
         kept.push(rx);
     }
-    let (c, _c) = slot(3, false);
-    let refused = topic.add_producer("c".into(), c).await;
+    let (c, _c) = slot("c", 3, false);
+    let refused = topic.add_producer(c).await;
     assert!(
         matches!(&refused, Err(BrokerError::ProducerBusy(m)) if m.contains("max producers")),
         "{refused:?}"
     );
     // Raised on the live topic: the next producer gets in; connected ones are never dropped.
     topic.set_policies(limit(Some(3))).await;
-    let (c, _c) = slot(3, false);
-    topic.add_producer("c".into(), c).await?;
+    let (c, _c) = slot("c", 3, false);
+    topic.add_producer(c).await?;
     topic.set_policies(limit(Some(1))).await;
-    let (d, _d) = slot(4, false);
-    assert!(topic.add_producer("d".into(), d).await.is_err());
+    let (d, _d) = slot("d", 4, false);
+    assert!(topic.add_producer(d).await.is_err());
     topic.remove_producer("a".into(), 1, 0).await;
     topic.set_policies(limit(None)).await;
-    let (d, _d) = slot(4, false);
-    topic.add_producer("d".into(), d).await?;
+    let (d, _d) = slot("d", 4, false);
+    topic.add_producer(d).await?;
     topic.stop().await;
     h.log.shutdown().await?;
     Ok(())
@@ -223,34 +247,34 @@ async fn the_producer_limit_applies_to_new_producers_at_once() -> TestResult {
 async fn an_exclusive_producer_excludes_every_other() -> TestResult {
     let h = Harness::new().await?;
     let topic = h.load(false).await?;
-    let (a, _a) = slot(1, false);
-    assert_eq!(topic.add_producer("a".into(), a).await?, -1);
-    let (same_name, _s) = slot(2, false);
-    let refused = topic.add_producer("a".into(), same_name).await;
+    let (a, _a) = slot("a", 1, false);
+    assert_eq!(topic.add_producer(a).await?, -1);
+    let (same_name, _s) = slot("a", 2, false);
+    let refused = topic.add_producer(same_name).await;
     assert!(
         matches!(refused, Err(BrokerError::ProducerBusy(_))),
         "{refused:?}"
     );
-    let (exclusive, _e) = slot(3, true);
-    let refused = topic.add_producer("x".into(), exclusive).await;
+    let (exclusive, _e) = slot("x", 3, true);
+    let refused = topic.add_producer(exclusive).await;
     assert!(
         matches!(refused, Err(BrokerError::ProducerBusy(_))),
         "{refused:?}"
     );
     // Once "a" goes, an exclusive producer gets the topic, and then nobody else does.
     topic.remove_producer("a".into(), 1, 1).await;
-    let (exclusive, _e) = slot(3, true);
-    topic.add_producer("x".into(), exclusive).await?;
-    let (b, _b) = slot(4, false);
-    let refused = topic.add_producer("b".into(), b).await;
+    let (exclusive, _e) = slot("x", 3, true);
+    topic.add_producer(exclusive).await?;
+    let (b, _b) = slot("b", 4, false);
+    let refused = topic.add_producer(b).await;
     assert!(
         matches!(refused, Err(BrokerError::ProducerBusy(_))),
         "{refused:?}"
     );
     // Removing with another connection's producer id leaves the registration alone.
     topic.remove_producer("x".into(), 1, 99).await;
-    let (b, _b) = slot(4, false);
-    assert!(topic.add_producer("b".into(), b).await.is_err());
+    let (b, _b) = slot("b", 4, false);
+    assert!(topic.add_producer(b).await.is_err());
     topic.stop().await;
     h.log.shutdown().await?;
     Ok(())
@@ -261,8 +285,8 @@ async fn deletion_is_refused_while_a_producer_is_attached_unless_forced() -> Tes
     let h = Harness::new().await?;
     let topic = h.load(false).await?;
     position(send(&topic, "p", 0).await?)?;
-    let (p, close) = slot(5, false);
-    topic.add_producer("p".into(), p).await?;
+    let (p, close) = slot("p", 5, false);
+    topic.add_producer(p).await?;
     let refused = topic.delete(false).await;
     assert!(
         matches!(refused, Err(BrokerError::TopicBusy(_))),
@@ -286,18 +310,17 @@ async fn a_registration_nobody_waits_for_is_undone() -> TestResult {
     // The connection that asked closed before the answer: its oneshot is gone.
     let (reply, gone) = tokio::sync::oneshot::channel();
     drop(gone);
-    let (exclusive, _e) = slot(1, true);
+    let (exclusive, _e) = slot("ghost", 1, true);
     let cmd = crate::broker::topic::TopicCommand::AddProducer(Box::new(
         crate::broker::topic::NewProducer {
-            name: "ghost".into(),
             slot: exclusive,
             reply,
         },
     ));
     topic.owner.send(cmd).await?;
     // Neither its name nor its exclusivity is held.
-    let (s, _s) = slot(2, false);
-    assert_eq!(topic.add_producer("ghost".into(), s).await?, -1);
+    let (s, _s) = slot("ghost", 2, false);
+    assert_eq!(topic.add_producer(s).await?, -1);
     topic.stop().await;
     h.log.shutdown().await?;
     Ok(())
@@ -318,8 +341,8 @@ async fn an_idle_topic_asks_to_be_unloaded_and_a_client_keeps_it_loaded() -> Tes
         )
         .await?;
     // A producer attached: the topic never asks, however long it stays.
-    let (s, _rx) = slot(1, false);
-    topic.add_producer("p".into(), s).await?;
+    let (s, _rx) = slot("p", 1, false);
+    topic.add_producer(s).await?;
     position(send(&topic, "p", 0).await?)?;
     let waited = tokio::time::timeout(after * 3, asked.recv()).await;
     assert!(
@@ -337,8 +360,8 @@ async fn an_idle_topic_asks_to_be_unloaded_and_a_client_keeps_it_loaded() -> Tes
     let same = weak.upgrade().ok_or("topic dropped")?;
     assert!(Arc::ptr_eq(&same, &topic));
     // ...and a client that comes before the broker gets to it keeps it loaded.
-    let (s, _rx2) = slot(2, false);
-    topic.add_producer("q".into(), s).await?;
+    let (s, _rx2) = slot("q", 2, false);
+    topic.add_producer(s).await?;
     assert!(
         !topic.unload_if_idle().await,
         "unloaded with a producer attached"
@@ -356,8 +379,43 @@ async fn an_idle_topic_asks_to_be_unloaded_and_a_client_keeps_it_loaded() -> Tes
         "an idle topic was not unloaded"
     );
     assert!(matches!(
-        topic.add_producer("r".into(), slot(3, false).0).await,
+        topic.add_producer(slot("r", 3, false).0).await,
         Err(BrokerError::Stopped(_))
     ));
+    Ok(())
+}
+
+#[tokio::test]
+async fn each_producer_registration_counts_its_own_durable_appends() -> TestResult {
+    let h = Harness::new().await?;
+    let topic = h.load(false).await?;
+    let (a, _a) = slot("p1", 1, false);
+    let first = a.publisher.clone();
+    topic.add_producer(a).await?;
+    for seq in 0..3 {
+        position(send_as(&topic, first.clone(), seq).await?)?;
+    }
+    assert_eq!(topic.measures.publishers().len(), 1);
+    // The same name registered again (its client reconnected): a registration of its own.
+    topic.remove_producer("p1".into(), 1, 1).await;
+    let (again, _b) = slot("p1", 1, false);
+    let second = again.publisher.clone();
+    topic.add_producer(again).await?;
+    position(send_as(&topic, second.clone(), 3).await?)?;
+    assert_eq!(first.appended.totals().0, 3);
+    assert_eq!(second.appended.totals().0, 1);
+    let listed = topic.measures.publishers();
+    assert!(listed.len() == 1 && Arc::ptr_eq(&listed[0], &second));
+    let stats = second.stats(60_000);
+    assert_eq!(
+        (stats.msg_in_counter, stats.producer_name.as_str()),
+        (1, "p1")
+    );
+    assert!(stats.average_msg_size > 0.0);
+    topic.remove_producer("p1".into(), 1, 1).await;
+    let gone = topic.subscriptions().await; // answered after the removal
+    assert!(gone.is_empty() && topic.measures.publishers().is_empty());
+    topic.stop().await;
+    h.log.shutdown().await?;
     Ok(())
 }

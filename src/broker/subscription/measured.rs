@@ -1,4 +1,5 @@
-//! What a subscription publishes to its measures: its cursor after every step of its task, and
+//! What a subscription publishes to its measures: its cursor after every step of its task,
+//! its consumers' dispatch rates (sampled at every persist tick, read by their stats) and
 //! (Key_Shared) which consumers' hash ranges carry most of the traffic.
 
 use std::sync::atomic::Ordering;
@@ -16,8 +17,10 @@ impl State {
         self.consumers
             .iter()
             .map(|c| {
-                c.sent.sample(window);
+                // The rate before the sample: a sample taken now would be the only one within
+                // the window when the last was taken longer ago, and the rate would read 0.
                 let rate = c.sent.rate(window);
+                c.sent.sample(window);
                 let (msgs, bytes) = c.sent.totals();
                 ConsumerStats {
                     consumer_name: c.name.clone(),
@@ -32,8 +35,7 @@ impl State {
                     priority_level: c.priority,
                     address: c.client.address.clone(),
                     client_version: c.client.version.clone(),
-                    connected_since: chrono::DateTime::<chrono::Utc>::from(c.attached)
-                        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                    connected_since: crate::broker::backlog::timestamp(c.attached),
                 }
             })
             .collect()
@@ -56,18 +58,21 @@ impl State {
     /// the hot factor times an even share, warning once when one turns hot.
     pub(super) fn check_hot_consumers(&mut self) {
         let settings = self.topic.measures.settings;
+        let window = settings.rate_window_ms;
+        if settings.enabled {
+            // Every type's consumers: their stats read these rates.
+            for c in &self.consumers {
+                c.sent.sample(window);
+            }
+        }
         if !settings.enabled || self.sub_type != SubType::KeyShared {
             self.measures.hot_consumers.store(0, Ordering::Relaxed);
             return;
         }
-        let window = settings.rate_window_ms;
         let rates: Vec<f64> = self
             .consumers
             .iter()
-            .map(|c| {
-                c.sent.sample(window);
-                c.sent.rate(window).msgs
-            })
+            .map(|c| c.sent.rate(window).msgs)
             .collect();
         let total: f64 = rates.iter().sum();
         let n = self.consumers.len();
