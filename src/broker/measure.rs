@@ -89,8 +89,9 @@ pub(crate) struct TopicMeasures {
     pub write_latency: Buckets<9>,
     /// Entry sizes, bytes.
     pub entry_size: Buckets<8>,
-    /// Invariant: the registrations of exactly the owner's producers, oldest first (the owner
-    /// sets them whenever its producers change).
+    /// Invariant: while the owner runs, the registrations of exactly its producers, oldest
+    /// first (the owner sets them whenever its producers change; a stopped topic is out of
+    /// the broker's index).
     publishers: Mutex<Vec<Arc<super::publisher::PublisherMeasure>>>,
     /// The size backlog quota in force (-1: none), kept by the owner.
     pub quota_limit: AtomicI64,
@@ -424,7 +425,8 @@ pub(crate) fn topic_row(topic: &super::BrokerTopic) -> TopicRow {
     row
 }
 
-/// Samples the rates of `topic` and its subscriptions and feeds their backlogs into the lag
+/// Samples the rates of `topic`, its producers and its subscriptions and feeds the
+/// subscriptions' backlogs into the lag
 /// windows (logging a warning when a subscription starts spiralling). Returns when the topic
 /// is next due ([`crate::metrics::meter::mono_ms`]) if nothing changes meanwhile: when every
 /// one of its meters is due a sample again (so that they all sample together from then on).
@@ -435,7 +437,7 @@ pub(crate) fn sample(topic: &super::BrokerTopic) -> u64 {
         return u64::MAX;
     }
     let mut next = m.msg_in.sample(window);
-    for p in lock(&m.publishers).iter() {
+    for p in m.publishers() {
         next = next.max(p.appended.sample(window));
     }
     let subs = m.subscriptions();
@@ -465,7 +467,8 @@ pub(crate) fn sample(topic: &super::BrokerTopic) -> u64 {
 }
 
 /// Whether the stats tick may stop sampling `topic` until it changes again: every rate reads
-/// zero over the rate window, and no warning it raised (hot, lag spiral) is still up.
+/// zero over the rate window, and no warning it raised (hot, lag spiral) is still up. Its
+/// producers' rates are not read: each append is in the topic's meter too.
 pub(crate) fn is_quiet(topic: &super::BrokerTopic) -> bool {
     let m = &topic.measures;
     let window = m.settings.rate_window_ms;

@@ -508,11 +508,15 @@ impl Owner {
                 self.fenced.remove(name.as_str());
                 let result = self.add_producer(name.clone(), slot);
                 let added = result.is_ok();
+                if added {
+                    // Listed before the client hears of it.
+                    self.producers_changed();
+                }
                 if reply.send(result).is_err() && added {
                     // Whoever asked is gone (its connection closed meanwhile): undo.
                     self.producers.remove(&name);
+                    self.producers_changed();
                 }
-                self.producers_changed();
             }
             TopicCommand::RemoveProducer(producer) => {
                 let GoneProducer {

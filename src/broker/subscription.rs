@@ -195,7 +195,8 @@ struct Consumer {
     permits: i64,
     /// Unacknowledged messages it holds (Shared and Key_Shared stop at the limit).
     gate: UnackedGate,
-    /// Messages sent to it (Key_Shared hot-consumer detection).
+    /// Messages sent to it (its stats; Key_Shared hot-consumer detection), sampled at every
+    /// persist tick.
     sent: Meter,
     /// Flagged hot (Key_Shared: its hash range carries most of the traffic).
     hot: bool,
