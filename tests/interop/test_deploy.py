@@ -1,7 +1,8 @@
-"""The deployment files under deploy/ (Dockerfile, compose stack, Prometheus alert rules, Grafana
-dashboard, Helm chart and its rendered manifests) checked without a container engine or a
-cluster: every YAML parses; the compose stack and the chart are consistent with themselves, with
-the image and with the config loader (`ledgerlake config check`); the rendered Kubernetes
+"""The deployment files under deploy/ (Dockerfile, compose stack and three-node cluster,
+Prometheus alert rules, Grafana dashboard, Helm chart and its rendered manifests, single node
+and cluster) checked without a container engine or a cluster: every YAML parses; the compose
+files and the chart are consistent with themselves, with the image and with the config loader
+(`ledgerlake config check`, each cluster node's own variables included); the rendered Kubernetes
 manifests pass the Kubernetes API schemas (kubernetes-validate); and every metric the alert
 rules and the dashboard query is one that a live `GET /metrics` really serves."""
 import hashlib
@@ -27,8 +28,14 @@ DEPLOY = ROOT / "deploy"
 CHART = DEPLOY / "helm" / "ledgerlake"
 CHART_CONFIG = CHART / "files" / "ledgerlake.toml"
 RENDERED = DEPLOY / "helm" / "rendered" / "ledgerlake.yaml"
+# `helm template ledgerlake deploy/helm/ledgerlake --set cluster.enabled=true
+#  --set cluster.metadataUrl=etcd://etcd.default.svc:2379`, written by hand as RENDERED is.
+RENDERED_CLUSTER = DEPLOY / "helm" / "rendered" / "ledgerlake-cluster.yaml"
+CLUSTER_VALUES = {"enabled": True, "replicas": 3, "metadataUrl": "etcd://etcd.default.svc:2379"}
 COMPOSE = DEPLOY / "compose.yaml"
 COMPOSE_CONFIG = DEPLOY / "compose" / "ledgerlake.toml"
+COMPOSE_CLUSTER = DEPLOY / "compose.cluster.yaml"
+CLUSTER_CONFIG = DEPLOY / "compose" / "cluster.toml"
 ALERTS = DEPLOY / "prometheus" / "alerts.yml"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "ledgerlake.json"
 
@@ -103,9 +110,9 @@ def compose_env(service):
     return {k: interpolate(str(v)) for k, v in env.items()}
 
 
-def rendered():
+def rendered(path=RENDERED):
     """[(source template, document)] of the rendered chart, in order."""
-    text = RENDERED.read_text(encoding="utf-8")
+    text = path.read_text(encoding="utf-8")
     out = []
     for chunk in re.split(r"(?m)^---\n(?=# Source: )", text)[1:]:
         first, _, rest = chunk.partition("\n")
@@ -114,8 +121,8 @@ def rendered():
     return out
 
 
-def rendered_docs():
-    return [yaml.safe_load(body) for _, body in rendered()]
+def rendered_docs(path=RENDERED):
+    return [yaml.safe_load(body) for _, body in rendered(path)]
 
 
 def values():
@@ -144,7 +151,7 @@ def dockerfile_instructions():
 def test_every_yaml_under_deploy_parses():
     files = [p for p in DEPLOY.rglob("*") if p.suffix in (".yaml", ".yml")
              and "templates" not in p.relative_to(DEPLOY).parts]
-    expected = {"compose.yaml", "prometheus/prometheus.yml", "prometheus/alerts.yml",
+    expected = {"compose.yaml", "compose.cluster.yaml", "prometheus/prometheus.yml", "prometheus/alerts.yml",
                 "grafana/provisioning/datasources/prometheus.yaml",
                 "grafana/provisioning/dashboards/dashboards.yaml", "helm/ledgerlake/Chart.yaml",
                 "helm/ledgerlake/values.yaml", "helm/rendered/ledgerlake.yaml"}
@@ -236,6 +243,68 @@ def test_compose_ledgerlake_config_loads_and_points_at_the_stack():
                                       f"{pg['POSTGRES_PASSWORD']}@postgres:5432/"
                                       f"{pg['POSTGRES_DB']}")
     assert cfg["broker"]["advertised_address"] == "localhost:6650"
+
+
+def test_compose_cluster_is_three_nodes_on_one_etcd_and_one_lake():
+    """compose.cluster.yaml: three nodes of the single stack's image, each with its own
+    listeners, volume and health check, on the one etcd its `etcd` service serves and the one
+    lake (MinIO bucket, PostgreSQL catalog) of its other services; each node's configuration
+    (cluster.toml plus its environment) goes through the config loader."""
+    c = load_yaml_docs(COMPOSE_CLUSTER)[0]
+    services = c["services"]
+    nodes = [f"ledgerlake-{i}" for i in (1, 2, 3)]
+    assert set(nodes) | {"etcd", "minio", "minio-init", "postgres"} <= set(services)
+    single = compose()["services"]["ledgerlake"]
+    etcd = services["etcd"]
+    assert etcd["network_mode"] == "host" and etcd.get("healthcheck", {}).get("test")
+    etcd_url = next(a.split("=", 1)[1] for a in etcd["command"]
+                    if a.startswith("--advertise-client-urls="))
+    assert etcd_url.startswith("http://127.0.0.1:")
+    declared_volumes = set(c.get("volumes") or {})
+    published = {str(p).rsplit(":", 1)[1]: name for name in ("minio", "postgres")
+                 for p in services[name]["ports"]}
+    configs, ids, addrs = [], set(), set()
+    for name in nodes:
+        n = services[name]
+        assert (n["image"], n["build"]) == (single["image"], single["build"]), name
+        assert n["network_mode"] == "host" and "ports" not in n, name
+        assert n["entrypoint"] == ["ledgerlake", "serve", "--config",
+                                   "/etc/ledgerlake/ledgerlake.toml"], name
+        assert n["depends_on"] == {"etcd": {"condition": "service_healthy"},
+                                   "minio-init": {"condition": "service_completed_successfully"},
+                                   "postgres": {"condition": "service_healthy"}}, name
+        assert "./compose/cluster.toml:/etc/ledgerlake/ledgerlake.toml:ro" in n["volumes"]
+        [data] = [v.split(":")[0] for v in n["volumes"] if v.endswith(":/var/lib/ledgerlake")]
+        assert data in declared_volumes, name
+        env = compose_env(n)
+        assert env and all(k.startswith("LEDGERLAKE_") for k in env), env
+        config_check(CLUSTER_CONFIG, env)
+        cfg = config_show(CLUSTER_CONFIG, env)
+        server = cfg["server"]
+        for key in ("pulsar_addr", "http_addr", "pg_addr", "bookie_addr"):
+            assert server[key].startswith("127.0.0.1:"), (name, key, server[key])
+            addrs.add(server[key])
+        advertised = cfg["broker"]["advertised_address"]
+        assert advertised == server["pulsar_addr"], name
+        # A node's id: its advertised host and its HTTP port.
+        ids.add(advertised.rsplit(":", 1)[0] + ":" + server["http_addr"].rsplit(":", 1)[1])
+        assert n["healthcheck"]["test"] == [
+            "CMD", "curl", "-fsS", f"http://{server['http_addr']}/health/ready"], name
+        assert cfg["metadata"]["url"] == etcd_url.replace("http://", "etcd://"), name
+        lake = cfg["lake"]
+        assert lake["s3"]["endpoint"].rsplit(":", 1)[1] in published
+        assert published[lake["s3"]["endpoint"].rsplit(":", 1)[1]] == "minio"
+        catalog_port = re.search(r"@127\.0\.0\.1:(\d+)/", lake["catalog"]["uri"]).group(1)
+        assert published[catalog_port] == "postgres", lake["catalog"]["uri"]
+        configs.append(cfg)
+    assert len(addrs) == 4 * len(nodes) and len(ids) == len(nodes), (addrs, ids)
+    # One lake: the same warehouse and catalog on every node; its bucket is the one made.
+    assert len({(c["lake"]["warehouse"], c["lake"]["catalog"]["uri"]) for c in configs}) == 1
+    bucket = re.match(r"s3://([^/]+)/", configs[0]["lake"]["warehouse"]).group(1)
+    init = " ".join(services["minio-init"]["command"])
+    assert f"mb --ignore-existing lake/{bucket}" in init, init
+    pg = compose_env(services["postgres"])
+    assert configs[0]["lake"]["catalog"]["uri"].endswith(f"/{pg['POSTGRES_DB']}")
 
 
 # --- Dockerfile ----------------------------------------------------------------------------
@@ -374,23 +443,29 @@ def template_literal_lines(path, vals):
     return out
 
 
+def assert_plain_lines_rendered(path, vals):
+    """Every template's plain lines that `vals` render are in rendered file `path`, in order."""
+    parts = rendered(path)
+    templates = sorted(p for p in (CHART / "templates").glob("*.yaml"))
+    assert sorted({src for src, _ in parts}) == sorted(f"templates/{p.name}" for p in templates)
+    for template in templates:
+        body = "\n".join(b for src, b in parts if src == f"templates/{template.name}")
+        body = body.splitlines()
+        i = 0
+        for line in template_literal_lines(template, vals):
+            while i < len(body) and body[i] != line:
+                i += 1
+            assert i < len(body), f"{template.name}: {line!r} missing or out of order in {path}"
+            i += 1
+
+
 def test_rendered_manifests_are_what_the_chart_renders_with_default_values():
     """No helm binary here: deploy/helm/rendered/ledgerlake.yaml is written by hand. It must
     hold every template's plain lines in order, and the values' figures where templates put
     them."""
     vals = values()
     chart = load_yaml_docs(CHART / "Chart.yaml")[0]
-    parts = rendered()
-    templates = sorted(p for p in (CHART / "templates").glob("*.yaml"))
-    assert sorted({src for src, _ in parts}) == sorted(f"templates/{p.name}" for p in templates)
-    for path in templates:
-        body = "\n".join(b for src, b in parts if src == f"templates/{path.name}").splitlines()
-        i = 0
-        for line in template_literal_lines(path, vals):
-            while i < len(body) and body[i] != line:
-                i += 1
-            assert i < len(body), f"{path.name}: {line!r} missing or out of order in {RENDERED}"
-            i += 1
+    assert_plain_lines_rendered(RENDERED, vals)
     cm, svc, headless, sts, sm = rendered_docs()
     # ConfigMap: the chart's file, byte for byte; the checksum annotation is its sha256.
     text = CHART_CONFIG.read_text(encoding="utf-8")
@@ -444,6 +519,58 @@ def test_rendered_manifests_are_what_the_chart_renders_with_default_values():
     # Output format of `helm template`: "---\n# Source: …\n<document>\n" per manifest.
     raw = RENDERED.read_text(encoding="utf-8")
     assert raw.startswith("---\n# Source: ") and raw.endswith("\n") and not raw.endswith("\n\n")
+    # One node: no bookie listener, no cluster (test_cluster_manifests_… covers that mode).
+    assert not vals["cluster"]["enabled"] and "bookie" not in {p["name"] for p in c["ports"]}
+    assert "bookie" not in {p["name"] for p in headless["spec"]["ports"]}
+
+
+def test_cluster_manifests_make_each_pod_a_node_of_one_cluster():
+    """The chart with cluster.enabled (RENDERED_CLUSTER): `replicas` pods, each advertising its
+    own pod DNS name (its node id) for Pulsar and its bookie listener, on the one etcd; what
+    Kubernetes gives each pod goes through the config loader."""
+    vals = values()
+    vals["cluster"] = dict(vals["cluster"], **CLUSTER_VALUES)
+    assert_plain_lines_rendered(RENDERED_CLUSTER, vals)
+    docs = rendered_docs(RENDERED_CLUSTER)
+    for doc in docs:
+        if doc["kind"] != "ServiceMonitor":
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    cm, svc, headless, sts, sm = docs
+    assert sts["spec"]["replicas"] == CLUSTER_VALUES["replicas"]
+    assert sts["spec"]["serviceName"] == headless["metadata"]["name"]
+    assert headless["spec"]["publishNotReadyAddresses"] is True
+    c = sts["spec"]["template"]["spec"]["containers"][0]
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert {p["name"]: (p["port"], p["targetPort"]) for p in headless["spec"]["ports"]}[
+        "bookie"] == (3181, "bookie") and ports["bookie"] == 3181
+    assert "bookie" not in {p["name"] for p in svc["spec"]["ports"]}  # nodes only
+    # Kubernetes expands $(VAR) from the variables defined before it, in order.
+    env, pod_name = [], None
+    for e in c["env"]:
+        if "valueFrom" in e:
+            assert e["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}, e
+            pod_name = e["name"]
+            continue
+        for ref in re.findall(r"\$\((\w+)\)", e["value"]):
+            assert ref == pod_name, (e, "refers to a variable not defined before it")
+        env.append((e["name"], e["value"]))
+    assert pod_name == "POD_NAME" and all(k.startswith("LEDGERLAKE_") for k, _ in env), env
+    ids = set()
+    for i in range(CLUSTER_VALUES["replicas"]):
+        pod = f"{sts['metadata']['name']}-{i}"
+        pod_env = {k: v.replace("$(POD_NAME)", pod) for k, v in env}
+        config_check(CHART_CONFIG, pod_env)
+        cfg = config_show(CHART_CONFIG, pod_env)
+        host = f"{pod}.{headless['metadata']['name']}.default.svc"
+        assert cfg["metadata"]["url"] == CLUSTER_VALUES["metadataUrl"]
+        assert cfg["broker"]["advertised_address"] == f"{host}:{ports['pulsar']}"
+        server = cfg["server"]
+        assert server["bookie_addr"] == f"0.0.0.0:{ports['bookie']}"
+        listener = server["bookie_listener_name"]
+        assert server["bookie_advertised_listeners"] == {listener: f"{host}:{ports['bookie']}"}
+        # A node's id: its advertised host and its HTTP port.
+        ids.add(f"{host}:{server['http_addr'].rsplit(':', 1)[1]}")
+    assert len(ids) == CLUSTER_VALUES["replicas"], ids
 
 
 # --- alert rules and dashboard -------------------------------------------------------------

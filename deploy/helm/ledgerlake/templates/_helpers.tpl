@@ -42,9 +42,30 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
-{{/* What LOOKUP answers: .Values.advertisedAddress, or the Service's DNS name. */}}
+{{/* A cluster node's DNS name: its pod's, through the headless Service ($(POD_NAME) is
+expanded by Kubernetes from the container's POD_NAME variable). */}}
+{{- define "ledgerlake.podHost" -}}
+{{- printf "$(POD_NAME).%s-headless.%s.svc" (include "ledgerlake.fullname" .) .Release.Namespace }}
+{{- end }}
+
+{{/* Pods: one, or cluster.replicas nodes with cluster.enabled. */}}
+{{- define "ledgerlake.replicas" -}}
+{{- if .Values.cluster.enabled }}
+{{- .Values.cluster.replicas }}
+{{- else }}
+{{- 1 }}
+{{- end }}
+{{- end }}
+
+{{/* What LOOKUP answers: a cluster node's pod DNS name, .Values.advertisedAddress, or the
+Service's DNS name. */}}
 {{- define "ledgerlake.advertisedAddress" -}}
+{{- if .Values.cluster.enabled }}
 {{- if .Values.advertisedAddress }}
+{{- fail "advertisedAddress cannot be set with cluster.enabled: each node advertises its pod" }}
+{{- end }}
+{{- printf "%s:6650" (include "ledgerlake.podHost" .) }}
+{{- else if .Values.advertisedAddress }}
 {{- .Values.advertisedAddress }}
 {{- else }}
 {{- printf "%s.%s.svc:%v" (include "ledgerlake.fullname" .) .Release.Namespace .Values.service.ports.pulsar }}
