@@ -389,15 +389,17 @@ fn access_for(
     ))))
 }
 
-/// This node's cluster record at its addresses.
+/// This node's cluster record at its addresses (the URLs other nodes follow: redirects to the
+/// owner, a namespace unload's fan-out).
 fn local_cluster(
     http_addr: SocketAddr,
     https_addr: Option<SocketAddr>,
     pulsar: &PulsarListeners,
 ) -> ClusterData {
+    let advertised = &pulsar.advertised;
     ClusterData {
-        service_url: format!("http://{http_addr}"),
-        service_url_tls: https_addr.map_or(String::new(), |a| format!("https://{a}")),
+        service_url: listener_url("http", http_addr, advertised),
+        service_url_tls: https_addr.map_or(String::new(), |a| listener_url("https", a, advertised)),
         broker_service_url: format!("pulsar://{}", pulsar.advertised),
         broker_service_url_tls: pulsar
             .advertised_tls
@@ -603,6 +605,16 @@ async fn open_metadata(
 }
 
 /// A node's id: the advertised host with the HTTP port, as Pulsar names brokers.
+/// `scheme://host:port` of a listener bound to `addr`; bound to every interface (`0.0.0.0`,
+/// `::`), which nobody else can dial, the broker's advertised host with `addr`'s port.
+fn listener_url(scheme: &str, addr: SocketAddr, advertised: &str) -> String {
+    if addr.ip().is_unspecified() {
+        format!("{scheme}://{}", node_id(advertised, addr))
+    } else {
+        format!("{scheme}://{addr}")
+    }
+}
+
 fn node_id(advertised: &str, http_addr: SocketAddr) -> String {
     let host = advertised
         .rsplit_once(':')
@@ -730,7 +742,25 @@ pub async fn shutdown_signal() -> std::io::Result<&'static str> {
 
 #[cfg(test)]
 mod tests {
-    use super::namespaces_in_use;
+    use super::{listener_url, namespaces_in_use};
+
+    #[test]
+    fn a_listener_bound_to_every_interface_is_reached_at_the_advertised_host() {
+        let pod = "ledgerlake-1.ledgerlake-headless.default.svc:6650";
+        let any = "0.0.0.0:8080".parse().expect("an address");
+        assert_eq!(
+            listener_url("http", any, pod),
+            "http://ledgerlake-1.ledgerlake-headless.default.svc:8080"
+        );
+        let any6 = "[::]:8443".parse().expect("an address");
+        assert_eq!(
+            listener_url("https", any6, pod),
+            "https://ledgerlake-1.ledgerlake-headless.default.svc:8443"
+        );
+        let one = "127.0.0.1:8081".parse().expect("an address");
+        assert_eq!(listener_url("http", one, pod), "http://127.0.0.1:8081");
+    }
+
     use crate::ledger::metadata::memory::MemoryMetadataStore;
     use crate::ledger::MetadataStore;
 

@@ -29,8 +29,10 @@ CHART = DEPLOY / "helm" / "ledgerlake"
 CHART_CONFIG = CHART / "files" / "ledgerlake.toml"
 RENDERED = DEPLOY / "helm" / "rendered" / "ledgerlake.yaml"
 # `helm template ledgerlake deploy/helm/ledgerlake --set cluster.enabled=true
-#  --set cluster.metadataUrl=etcd://etcd.default.svc:2379`, written by hand as RENDERED is.
+#  --set cluster.metadataUrl=etcd://etcd.default.svc:2379
+#  --set-file config=deploy/helm/cluster.toml`, written by hand as RENDERED is.
 RENDERED_CLUSTER = DEPLOY / "helm" / "rendered" / "ledgerlake-cluster.yaml"
+CHART_CLUSTER_CONFIG = DEPLOY / "helm" / "cluster.toml"
 CLUSTER_VALUES = {"enabled": True, "replicas": 3, "metadataUrl": "etcd://etcd.default.svc:2379"}
 COMPOSE = DEPLOY / "compose.yaml"
 COMPOSE_CONFIG = DEPLOY / "compose" / "ledgerlake.toml"
@@ -261,7 +263,8 @@ def test_compose_cluster_is_three_nodes_on_one_etcd_and_one_lake():
                     if a.startswith("--advertise-client-urls="))
     assert etcd_url.startswith("http://127.0.0.1:")
     declared_volumes = set(c.get("volumes") or {})
-    published = {str(p).rsplit(":", 1)[1]: name for name in ("minio", "postgres")
+    # host ip:port → service (the nodes, on the host's network, reach these).
+    published = {str(p).rsplit(":", 1)[0]: name for name in ("minio", "postgres")
                  for p in services[name]["ports"]}
     configs, ids, addrs = [], set(), set()
     for name in nodes:
@@ -270,9 +273,12 @@ def test_compose_cluster_is_three_nodes_on_one_etcd_and_one_lake():
         assert n["network_mode"] == "host" and "ports" not in n, name
         assert n["entrypoint"] == ["ledgerlake", "serve", "--config",
                                    "/etc/ledgerlake/ledgerlake.toml"], name
-        assert n["depends_on"] == {"etcd": {"condition": "service_healthy"},
-                                   "minio-init": {"condition": "service_completed_successfully"},
-                                   "postgres": {"condition": "service_healthy"}}, name
+        deps = {"etcd": {"condition": "service_healthy"},
+                "minio-init": {"condition": "service_completed_successfully"},
+                "postgres": {"condition": "service_healthy"}}
+        if name != nodes[0]:  # the first node makes the catalog's tables
+            deps[nodes[0]] = {"condition": "service_healthy"}
+        assert n["depends_on"] == deps, name
         assert "./compose/cluster.toml:/etc/ledgerlake/ledgerlake.toml:ro" in n["volumes"]
         [data] = [v.split(":")[0] for v in n["volumes"] if v.endswith(":/var/lib/ledgerlake")]
         assert data in declared_volumes, name
@@ -292,10 +298,9 @@ def test_compose_cluster_is_three_nodes_on_one_etcd_and_one_lake():
             "CMD", "curl", "-fsS", f"http://{server['http_addr']}/health/ready"], name
         assert cfg["metadata"]["url"] == etcd_url.replace("http://", "etcd://"), name
         lake = cfg["lake"]
-        assert lake["s3"]["endpoint"].rsplit(":", 1)[1] in published
-        assert published[lake["s3"]["endpoint"].rsplit(":", 1)[1]] == "minio"
-        catalog_port = re.search(r"@127\.0\.0\.1:(\d+)/", lake["catalog"]["uri"]).group(1)
-        assert published[catalog_port] == "postgres", lake["catalog"]["uri"]
+        assert published.get(lake["s3"]["endpoint"].removeprefix("http://")) == "minio", lake
+        catalog = re.search(r"@([^/]+)/", lake["catalog"]["uri"]).group(1)
+        assert published.get(catalog) == "postgres", lake["catalog"]["uri"]
         configs.append(cfg)
     assert len(addrs) == 4 * len(nodes) and len(ids) == len(nodes), (addrs, ids)
     # One lake: the same warehouse and catalog on every node; its bucket is the one made.
@@ -530,12 +535,21 @@ def test_cluster_manifests_make_each_pod_a_node_of_one_cluster():
     Kubernetes gives each pod goes through the config loader."""
     vals = values()
     vals["cluster"] = dict(vals["cluster"], **CLUSTER_VALUES)
+    text = CHART_CLUSTER_CONFIG.read_text(encoding="utf-8")
+    vals["config"] = text
     assert_plain_lines_rendered(RENDERED_CLUSTER, vals)
     docs = rendered_docs(RENDERED_CLUSTER)
     for doc in docs:
         if doc["kind"] != "ServiceMonitor":
             kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
     cm, svc, headless, sts, sm = docs
+    # The cluster's config (one lake every node reaches), as the ConfigMap and its checksum.
+    assert cm["data"]["ledgerlake.toml"] == text
+    assert sts["spec"]["template"]["metadata"]["annotations"]["checksum/config"] == \
+        hashlib.sha256(text.encode()).hexdigest()
+    shared = config_show(CHART_CLUSTER_CONFIG)["lake"]
+    assert shared["warehouse"].startswith("s3://"), shared
+    assert shared["catalog"]["uri"].startswith("postgres://"), shared
     assert sts["spec"]["replicas"] == CLUSTER_VALUES["replicas"]
     assert sts["spec"]["serviceName"] == headless["metadata"]["name"]
     assert headless["spec"]["publishNotReadyAddresses"] is True
@@ -559,8 +573,8 @@ def test_cluster_manifests_make_each_pod_a_node_of_one_cluster():
     for i in range(CLUSTER_VALUES["replicas"]):
         pod = f"{sts['metadata']['name']}-{i}"
         pod_env = {k: v.replace("$(POD_NAME)", pod) for k, v in env}
-        config_check(CHART_CONFIG, pod_env)
-        cfg = config_show(CHART_CONFIG, pod_env)
+        config_check(CHART_CLUSTER_CONFIG, pod_env)
+        cfg = config_show(CHART_CLUSTER_CONFIG, pod_env)
         host = f"{pod}.{headless['metadata']['name']}.default.svc"
         assert cfg["metadata"]["url"] == CLUSTER_VALUES["metadataUrl"]
         assert cfg["broker"]["advertised_address"] == f"{host}:{ports['pulsar']}"

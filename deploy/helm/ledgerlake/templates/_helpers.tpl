@@ -33,10 +33,13 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
-{{/* ledgerlake.toml: .Values.config, or the chart's files/ledgerlake.toml. */}}
+{{/* ledgerlake.toml: .Values.config, or the chart's files/ledgerlake.toml (a single node only:
+every node of a cluster needs the same lake, which the default file's local one is not). */}}
 {{- define "ledgerlake.config" -}}
 {{- if .Values.config }}
 {{- .Values.config }}
+{{- else if .Values.cluster.enabled }}
+{{- fail "cluster.enabled needs config: a ledgerlake.toml whose lake every node reaches (an S3 warehouse and a PostgreSQL catalog), e.g. --set-file config=deploy/helm/cluster.toml" }}
 {{- else }}
 {{- .Files.Get "files/ledgerlake.toml" }}
 {{- end }}
