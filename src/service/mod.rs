@@ -604,7 +604,6 @@ async fn open_metadata(
     }
 }
 
-/// A node's id: the advertised host with the HTTP port, as Pulsar names brokers.
 /// `scheme://host:port` of a listener bound to `addr`; bound to every interface (`0.0.0.0`,
 /// `::`), which nobody else can dial, the broker's advertised host with `addr`'s port.
 fn listener_url(scheme: &str, addr: SocketAddr, advertised: &str) -> String {
@@ -615,6 +614,7 @@ fn listener_url(scheme: &str, addr: SocketAddr, advertised: &str) -> String {
     }
 }
 
+/// A node's id: the advertised host with the HTTP port, as Pulsar names brokers.
 fn node_id(advertised: &str, http_addr: SocketAddr) -> String {
     let host = advertised
         .rsplit_once(':')

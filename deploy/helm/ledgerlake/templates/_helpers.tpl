@@ -39,7 +39,7 @@ every node of a cluster needs the same lake, which the default file's local one 
 {{- if .Values.config }}
 {{- .Values.config }}
 {{- else if .Values.cluster.enabled }}
-{{- fail "cluster.enabled needs config: a ledgerlake.toml whose lake every node reaches (an S3 warehouse and a PostgreSQL catalog), e.g. --set-file config=deploy/helm/cluster.toml" }}
+{{- fail "cluster.enabled needs config: a ledgerlake.toml whose lake every node reaches (an S3 warehouse and a PostgreSQL catalog), e.g. --set-file config=deploy/helm/ledgerlake/files/cluster.toml" }}
 {{- else }}
 {{- .Files.Get "files/ledgerlake.toml" }}
 {{- end }}
