@@ -8,7 +8,8 @@
 //! - Every add's `done` is called exactly once: `Ok` only for an `Added` answer naming its
 //!   ledger and entry, in order. A refusal about the add's own ledger (its copy fenced, or
 //!   the entry not the next one: [`ledger_refusal`]) fails that ledger on that replica (its
-//!   later adds there are refused too; its writer sends that replica nothing more and rolls)
+//!   later adds there are refused too; its writer sends that replica nothing more, and puts
+//!   another bookie in its place or rolls, ADR 0016)
 //!   and the stream goes on, so the other ledgers it carries (a takeover's recovery adds
 //!   beside a writer's adds) keep their replica. Anything else (the bookie unavailable or not
 //!   listed as a replica, a malformed or late answer, a lost connection) fails it and every add
@@ -17,8 +18,8 @@
 //!   replica refuses an add that is not the next entry of its copy, so a ledger whose earlier
 //!   entry failed can never get a gap there.
 //! - The payload bytes queued or in flight to one bookie stay under [`MAX_BEHIND`]: an add
-//!   past it fails at once (its ledger then sends that replica nothing more and rolls to a new
-//!   ensemble, which leaves the bookie out for [`QUARANTINE`]), so a slow replica cannot make
+//!   past it fails at once (its ledger then sends that replica nothing more and replaces it or
+//!   rolls to a new ensemble, which leaves the bookie out for [`QUARANTINE`]), so a slow replica cannot make
 //!   the writer hold an unbounded backlog for it while the ack quorum keeps producers going.
 
 use std::collections::{HashMap, VecDeque};

@@ -158,12 +158,13 @@ impl OpenLedger {
         }
     }
 
-    /// Replica `i` of this replicated ledger made entries `0..=entry_id` durable.
-    pub fn confirm_on_replica(&self, i: usize, entry_id: u64) {
+    /// Member `member` of this replicated ledger's ensemble made entries `0..=entry_id`
+    /// durable.
+    pub fn confirm_on_replica(&self, member: super::quorum::MemberId, entry_id: u64) {
         if let Some(count) = self
             .quorum
             .as_ref()
-            .and_then(|q| q.replica_durable(i, entry_id))
+            .and_then(|q| q.replica_durable(member, entry_id))
         {
             self.publish(count);
         }

@@ -1,70 +1,157 @@
-//! The writer's side of a replicated ledger (ADR 0010): which of its bookies made which entries
-//! durable, and when an entry has reached its ack quorum.
+//! The writer's side of a replicated ledger (ADR 0010, ADR 0016): which of its bookies made
+//! which entries durable, when an entry has reached its ack quorum, and which bookies the next
+//! entry goes to while a failed replica is replaced.
 //!
 //! The writer's own journal is one bookie of the ensemble; each replica gets every entry, in
 //! order, over one connection ([`super::ReplicaSource::add`]). An entry is acknowledged to the
 //! producer, and becomes visible to readers, once `ack_quorum` bookies made it durable.
 //!
 //! Invariants (under the state's lock):
-//! - `durable[i]` only grows; bookie `i` holds entries `0..durable[i]` (each bookie confirms in
+//! - A member's `durable` only grows; it holds entries `0..durable` (each bookie confirms in
 //!   order: the journal acknowledges in write order, a replica answers adds in order).
-//! - `confirmed` is the `ack_quorum`-th largest of `durable`: entries `0..confirmed` are
-//!   durable on at least `ack_quorum` bookies. It only grows, and every waiting receipt below
-//!   it has been answered `Ok`.
-//! - A failed replica gets no later entry of the ledger (its copy stays a dense prefix); once
-//!   fewer than `ack_quorum` bookies are left, every waiting and later entry fails.
+//!   Answers are matched by [`MemberId`], never by place: a replaced bookie's late answers
+//!   count for nobody.
+//! - `confirmed` only grows, and entries `0..confirmed` are durable on at least `ack_quorum`
+//!   bookies; from a member's failure on, only members that did not fail count towards it.
+//!   Every waiting receipt below it has been answered `Ok`.
+//! - A failed member gets no later entry of the ledger (its copy stays a dense prefix); once
+//!   fewer than `ack_quorum` members are left, every waiting and later entry fails.
+//! - A member that joined by an ensemble change gets entries `0..from` from this journal's
+//!   copy and every later entry in id order: entries routed while that copy is sent wait in
+//!   its queue, and it becomes [`Status::Live`] only with an empty queue, under the lock that
+//!   routes entries.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use bytes::Bytes;
 use tokio::sync::{oneshot, watch};
 
 use super::error::AppendError;
 use super::metadata::LedgerId;
 use super::Position;
 
-type Reply = oneshot::Sender<Result<Position, AppendError>>;
+/// Answers one producer once its entry is confirmed or failed.
+pub(crate) type Receipt = oneshot::Sender<Result<Position, AppendError>>;
+
+/// Names one bookie's membership of one ledger's ensemble: a bookie that replaces another gets
+/// a new id (the journal is id 0).
+pub(crate) type MemberId = u32;
+
+/// An entry for a replica: id, publish time, payload.
+pub(crate) type Routed = (u64, i64, Bytes);
+
+/// How many failed replicas one ledger replaces before it rolls instead.
+pub(crate) const MAX_REPLACEMENTS: u32 = 3;
+
+#[derive(Debug)]
+enum Status {
+    Live,
+    /// Gets nothing more; counts no more towards confirmations.
+    Failed,
+    /// Joined by an ensemble change; its earlier entries are being sent from this journal,
+    /// and these later ones wait for them.
+    CatchingUp(Vec<Routed>),
+}
+
+#[derive(Debug)]
+struct Member {
+    id: MemberId,
+    bookie: String,
+    durable: u64,
+    status: Status,
+}
 
 #[derive(Debug)]
 struct State {
-    /// Entries durable on each bookie: index 0 is this node's journal, then the replicas.
-    durable: Vec<u64>,
-    /// Replicas that failed (index as in `durable`; the journal never counts as failed here:
-    /// a failed journal stops the whole node).
-    failed: Vec<bool>,
+    /// Index 0 is this node's journal (it never fails here: a failed journal stops the whole
+    /// node), then the replicas in the ledger record's order.
+    members: Vec<Member>,
     confirmed: u64,
+    /// Entries registered so far: ids `0..submitted`.
+    submitted: u64,
     /// Receipts not answered yet, by entry id, ascending.
-    waiting: VecDeque<(u64, Reply)>,
+    waiting: VecDeque<(u64, Receipt)>,
     /// Set once the quorum can no longer be reached.
     broken: Option<Arc<str>>,
+    /// A failed member is being replaced: the ledger does not roll for it meanwhile.
+    replacing: bool,
+    /// Replacements started so far (at most [`MAX_REPLACEMENTS`]).
+    replacements: u32,
+    /// Bookies replaced in this ledger (a stale copy there would refuse a new one).
+    former: Vec<String>,
+    next_id: MemberId,
+}
+
+impl State {
+    fn member(&mut self, id: MemberId) -> Option<&mut Member> {
+        self.members.iter_mut().find(|m| m.id == id)
+    }
+
+    fn failed(&self) -> bool {
+        self.members
+            .iter()
+            .any(|m| matches!(m.status, Status::Failed))
+    }
+
+    /// Members that did not fail.
+    fn left(&self) -> usize {
+        self.members
+            .iter()
+            .filter(|m| !matches!(m.status, Status::Failed))
+            .count()
+    }
+
+    /// The count the members that did not fail hold at the ack quorum (0: too few left).
+    fn quorum_count(&self, ack_quorum: usize) -> u64 {
+        let mut counts: Vec<u64> = self
+            .members
+            .iter()
+            .filter(|m| !matches!(m.status, Status::Failed))
+            .map(|m| m.durable)
+            .collect();
+        counts.sort_unstable_by(|a, b| b.cmp(a));
+        counts.get(ack_quorum - 1).copied().unwrap_or(0)
+    }
 }
 
 /// The replication state of one open ledger this node writes.
 #[derive(Debug)]
 pub(crate) struct Quorum {
     ledger: LedgerId,
-    /// The replicas' bookie ids (index `i` here is `i + 1` in the state's vectors).
-    pub replicas: Vec<String>,
     ack_quorum: usize,
     state: Mutex<State>,
-    /// Bumped whenever a bookie holds more, a replica fails or the quorum breaks, for
-    /// [`Quorum::settled`] and [`Quorum::settled_complete`].
+    /// Bumped whenever a bookie holds more, a member fails, joins or goes live, or the quorum
+    /// breaks, for the waits below.
     progress: watch::Sender<u64>,
 }
 
 impl Quorum {
     pub fn new(ledger: LedgerId, replicas: Vec<String>, ack_quorum: u8) -> Quorum {
         let n = replicas.len() + 1;
+        let members = std::iter::once(String::new())
+            .chain(replicas)
+            .zip(0..)
+            .map(|(bookie, id)| Member {
+                id,
+                bookie,
+                durable: 0,
+                status: Status::Live,
+            })
+            .collect();
         Quorum {
             ledger,
-            replicas,
             ack_quorum: usize::from(ack_quorum).clamp(1, n),
             state: Mutex::new(State {
-                durable: vec![0; n],
-                failed: vec![false; n],
+                members,
                 confirmed: 0,
+                submitted: 0,
                 waiting: VecDeque::new(),
                 broken: None,
+                replacing: false,
+                replacements: 0,
+                former: Vec::new(),
+                next_id: n as MemberId,
             }),
             progress: watch::channel(0).0,
         }
@@ -74,64 +161,90 @@ impl Quorum {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Waits for entry `entry` (registered in id order, before it is sent anywhere).
-    pub fn register(&self, entry: u64, reply: Reply) {
-        let mut s = self.lock();
-        match &s.broken {
-            Some(why) => {
-                let _ = reply.send(Err(self.error(why)));
+    fn bump(&self) {
+        self.progress.send_modify(|p| *p += 1);
+    }
+
+    /// Waits until `ready` says something (`None`: the state can no longer change).
+    async fn wait_for<T>(&self, mut ready: impl FnMut(&State) -> Option<T>) -> Option<T> {
+        let mut progress = self.progress.subscribe();
+        loop {
+            if let Some(t) = ready(&self.lock()) {
+                return Some(t);
             }
-            None => s.waiting.push_back((entry, reply)),
+            progress.changed().await.ok()?;
         }
     }
 
-    /// Whether replica `i` (0-based among the replicas) still gets entries.
-    pub fn sends_to(&self, i: usize) -> bool {
-        !self.lock().failed[i + 1]
+    /// Registers entry `entry` (in id order, before it is sent anywhere) and routes it: the
+    /// replicas to send it to now. A member catching up queues it instead.
+    pub fn register(
+        &self,
+        entry: u64,
+        reply: Receipt,
+        publish_time_ms: i64,
+        payload: &Bytes,
+    ) -> Vec<(MemberId, String)> {
+        let mut s = self.lock();
+        s.submitted = entry + 1;
+        if let Some(why) = &s.broken {
+            let _ = reply.send(Err(self.error(why)));
+            return Vec::new();
+        }
+        s.waiting.push_back((entry, reply));
+        let mut to = Vec::new();
+        for m in &mut s.members[1..] {
+            match &mut m.status {
+                Status::Live => to.push((m.id, m.bookie.clone())),
+                Status::CatchingUp(queue) => queue.push((entry, publish_time_ms, payload.clone())),
+                Status::Failed => {}
+            }
+        }
+        to
     }
 
-    /// Whether a replica failed: the ledger should roll so that the next entries get a
-    /// complete ensemble.
+    /// Whether the ledger should roll so that the next entries get a complete ensemble: the
+    /// quorum broke, or a replica failed and is not being replaced.
     pub fn degraded(&self) -> bool {
         let s = self.lock();
-        s.broken.is_some() || s.failed.iter().any(|f| *f)
+        s.broken.is_some() || (s.failed() && !s.replacing)
     }
 
     /// The journal made entries `0..=entry` durable. Returns the new confirmed count, if it
     /// moved.
     pub fn local_durable(&self, entry: u64) -> Option<u64> {
-        self.durable_on(0, entry)
+        self.replica_durable(0, entry)
     }
 
-    /// Replica `i` made entries `0..=entry` durable.
-    pub fn replica_durable(&self, i: usize, entry: u64) -> Option<u64> {
-        self.durable_on(i + 1, entry)
-    }
-
-    fn durable_on(&self, bookie: usize, entry: u64) -> Option<u64> {
-        let (grew, confirmed) = self.record_durable(bookie, entry);
+    /// Member `member` made entries `0..=entry` durable (ignored once it failed or left).
+    pub fn replica_durable(&self, member: MemberId, entry: u64) -> Option<u64> {
+        let (grew, confirmed) = self.record_durable(member, entry);
         if grew {
-            self.progress.send_modify(|p| *p += 1);
+            self.bump();
         }
         confirmed
     }
 
-    /// Records that `bookie` holds entries `0..=entry`: whether that is news, and the new
+    /// Records that `member` holds entries `0..=entry`: whether that is news, and the new
     /// confirmed count if it grew (its receipts sent).
-    fn record_durable(&self, bookie: usize, entry: u64) -> (bool, Option<u64>) {
+    fn record_durable(&self, member: MemberId, entry: u64) -> (bool, Option<u64>) {
         let mut s = self.lock();
-        let grew = s.durable[bookie] < entry + 1;
+        let Some(m) = s
+            .member(member)
+            .filter(|m| !matches!(m.status, Status::Failed))
+        else {
+            return (false, None);
+        };
+        let grew = m.durable < entry + 1;
         if grew {
-            s.durable[bookie] = entry + 1;
+            m.durable = entry + 1;
         }
         // Broken, the ledger ends where it was: entries failed to their producers stay
         // unconfirmed, however many bookies hold them later.
         if s.broken.is_some() {
             return (grew, None);
         }
-        let mut counts = s.durable.clone();
-        counts.sort_unstable_by(|a, b| b.cmp(a));
-        let q = counts[self.ack_quorum - 1];
+        let q = s.quorum_count(self.ack_quorum);
         if q <= s.confirmed {
             return (grew, None);
         }
@@ -144,25 +257,170 @@ impl Quorum {
         (grew, Some(q))
     }
 
-    /// Replica `i` failed: it gets nothing more of this ledger. When too few bookies are left
-    /// for the ack quorum, every entry not confirmed yet fails.
-    pub fn replica_failed(&self, i: usize, why: &str) {
+    /// Member `member` failed: it gets nothing more of this ledger. When too few bookies are
+    /// left for the ack quorum, every entry not confirmed yet fails. Returns whether the caller
+    /// is to replace it ([`Quorum::join`]): no other replacement is under way and fewer than
+    /// [`MAX_REPLACEMENTS`] were made; the ledger does not roll for it until
+    /// [`Quorum::replacement_ended`].
+    pub fn replica_failed(&self, member: MemberId, why: &str) -> bool {
         let mut s = self.lock();
-        if s.failed[i + 1] {
-            return;
+        let Some(m) = s
+            .member(member)
+            .filter(|m| !matches!(m.status, Status::Failed))
+        else {
+            return false;
+        };
+        m.status = Status::Failed;
+        let bookie = m.bookie.clone();
+        let left = s.left();
+        let replace = left >= self.ack_quorum
+            && s.broken.is_none()
+            && !s.replacing
+            && s.replacements < MAX_REPLACEMENTS;
+        if replace {
+            s.replacing = true;
+            s.replacements += 1;
         }
-        s.failed[i + 1] = true;
-        tracing::warn!(ledger = self.ledger, bookie = %self.replicas[i], why,
-            "a replica of the ledger failed; the ledger rolls to a new ensemble");
-        let left = s.failed.iter().filter(|f| !**f).count();
         drop(s);
-        self.progress.send_modify(|p| *p += 1);
+        tracing::warn!(
+            ledger = self.ledger,
+            bookie,
+            why,
+            replace,
+            "a replica of the ledger failed"
+        );
+        self.bump();
         if left < self.ack_quorum {
             self.break_with(
                 format!(
-                    "{left} of its bookies are left, fewer than its ack quorum of {} ({} \
+                    "{left} of its bookies are left, fewer than its ack quorum of {} ({bookie} \
                      failed: {why})",
-                    self.ack_quorum, self.replicas[i]
+                    self.ack_quorum
+                )
+                .into(),
+            );
+        }
+        replace
+    }
+
+    /// Every bookie this ledger's entries went to: its replicas now (failed ones included),
+    /// then those replaced.
+    pub fn bookies(&self) -> Vec<String> {
+        let s = self.lock();
+        s.members[1..]
+            .iter()
+            .map(|m| m.bookie.clone())
+            .chain(s.former.iter().cloned())
+            .collect()
+    }
+
+    /// The bookie of member `member`, if it is one.
+    pub fn bookie_of(&self, member: MemberId) -> Option<String> {
+        self.lock().member(member).map(|m| m.bookie.clone())
+    }
+
+    /// Waits until the members that did not fail hold every confirmed entry at the ack quorum,
+    /// so that a failed member may leave the ledger's record without an acknowledged entry
+    /// being held by too few of those it lists (false: the quorum broke first).
+    pub async fn survivors_hold_confirmed(&self) -> bool {
+        let ack = self.ack_quorum;
+        self.wait_for(|s| match s.broken {
+            Some(_) => Some(false),
+            None => (s.quorum_count(ack) >= s.confirmed).then_some(true),
+        })
+        .await
+        .unwrap_or(false)
+    }
+
+    /// Puts `bookie` in failed member `failed`'s place (its record changed already): the new
+    /// member's id and `from`, the entries it is to get from this journal's copy (entries
+    /// `from` and later queue for it, [`Quorum::take_queued`]). `None` when the quorum broke
+    /// or `failed` is not a failed member.
+    pub fn join(&self, failed: MemberId, bookie: String) -> Option<(MemberId, u64)> {
+        let mut s = self.lock();
+        if s.broken.is_some() {
+            return None;
+        }
+        let (id, from) = (s.next_id, s.submitted);
+        let m = s
+            .member(failed)
+            .filter(|m| matches!(m.status, Status::Failed))?;
+        let old = std::mem::replace(
+            m,
+            Member {
+                id,
+                bookie,
+                durable: 0,
+                status: Status::CatchingUp(Vec::new()),
+            },
+        );
+        s.former.push(old.bookie);
+        s.next_id += 1;
+        drop(s);
+        self.bump();
+        Some((id, from))
+    }
+
+    /// The entries queued for member `member` while it caught up, in order; once none are
+    /// left, it is live (later entries go to it directly) and this is empty. `None` when it
+    /// failed meanwhile or the quorum broke.
+    pub fn take_queued(&self, member: MemberId) -> Option<Vec<Routed>> {
+        let mut s = self.lock();
+        if s.broken.is_some() {
+            return None;
+        }
+        let m = s.member(member)?;
+        let out = match &mut m.status {
+            Status::Failed => return None,
+            Status::Live => Vec::new(),
+            Status::CatchingUp(queue) if !queue.is_empty() => std::mem::take(queue),
+            Status::CatchingUp(_) => {
+                m.status = Status::Live;
+                drop(s);
+                self.bump();
+                return Some(Vec::new());
+            }
+        };
+        Some(out)
+    }
+
+    /// Waits until member `member` (0: the journal) holds entries `0..count`: false when it
+    /// failed or left, or the quorum broke, first.
+    pub async fn holds(&self, member: MemberId, count: u64) -> bool {
+        self.wait_for(|s| {
+            if s.broken.is_some() {
+                return Some(false);
+            }
+            match s.members.iter().find(|m| m.id == member) {
+                Some(m) if matches!(m.status, Status::Failed) => Some(false),
+                Some(m) => (m.durable >= count).then_some(true),
+                None => Some(false),
+            }
+        })
+        .await
+        .unwrap_or(false)
+    }
+
+    /// A replacement started by [`Quorum::replica_failed`] ended (its member went live, or
+    /// none could): a member still catching up is given up (failed), and a replica that failed
+    /// and was not replaced now rolls the ledger.
+    pub fn replacement_ended(&self) {
+        let mut s = self.lock();
+        s.replacing = false;
+        for m in &mut s.members {
+            if matches!(m.status, Status::CatchingUp(_)) {
+                m.status = Status::Failed;
+            }
+        }
+        let left = s.left();
+        drop(s);
+        self.bump();
+        if left < self.ack_quorum {
+            self.break_with(
+                format!(
+                    "{left} of its bookies are left, fewer than its ack quorum of {} (a \
+                     replacement was given up)",
+                    self.ack_quorum
                 )
                 .into(),
             );
@@ -185,7 +443,7 @@ impl Quorum {
         }
         s.broken = Some(why);
         drop(s);
-        self.progress.send_modify(|p| *p += 1);
+        self.bump();
     }
 
     fn error(&self, why: &Arc<str>) -> AppendError {
@@ -205,160 +463,37 @@ impl Quorum {
         grace: std::time::Duration,
     ) -> (u64, Vec<String>) {
         let (count, _) = self.settled(submitted).await;
-        let mut progress = self.progress.subscribe();
-        let caught_up = async {
-            loop {
-                {
-                    let s = self.lock();
-                    let behind = (1..s.durable.len()).any(|i| !s.failed[i] && s.durable[i] < count);
-                    if s.broken.is_some() || !behind {
-                        return;
-                    }
-                }
-                if progress.changed().await.is_err() {
-                    return;
-                }
-            }
-        };
+        let caught_up = self.wait_for(|s| {
+            let behind = s.members[1..]
+                .iter()
+                .any(|m| !matches!(m.status, Status::Failed) && m.durable < count);
+            (s.broken.is_some() || !behind).then_some(())
+        });
         let _ = tokio::time::timeout(grace, caught_up).await;
         self.settled(submitted).await
     }
 
     /// Waits until every entry below `submitted` is confirmed or failed; returns the entries
-    /// confirmed and the replicas that hold all of them.
+    /// confirmed and the replicas that did not fail and hold all of them (a failed one may be
+    /// out of the record already, after an ensemble change, and drop its copy).
     pub async fn settled(&self, submitted: u64) -> (u64, Vec<String>) {
-        let mut progress = self.progress.subscribe();
-        loop {
-            {
-                let s = self.lock();
-                if s.confirmed >= submitted || s.broken.is_some() {
-                    let count = s.confirmed.min(submitted);
-                    let complete = self
-                        .replicas
-                        .iter()
-                        .enumerate()
-                        .filter(|(i, _)| s.durable[i + 1] >= count)
-                        .map(|(_, b)| b.clone())
-                        .collect();
-                    return (count, complete);
-                }
-            }
-            if progress.changed().await.is_err() {
-                return (self.lock().confirmed.min(submitted), Vec::new());
-            }
+        let settled = self.wait_for(|s| {
+            (s.confirmed >= submitted || s.broken.is_some()).then(|| {
+                let count = s.confirmed.min(submitted);
+                let complete = s.members[1..]
+                    .iter()
+                    .filter(|m| !matches!(m.status, Status::Failed) && m.durable >= count)
+                    .map(|m| m.bookie.clone())
+                    .collect();
+                (count, complete)
+            })
+        });
+        match settled.await {
+            Some(done) => done,
+            None => (self.lock().confirmed.min(submitted), Vec::new()),
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn reply() -> (Reply, oneshot::Receiver<Result<Position, AppendError>>) {
-        oneshot::channel()
-    }
-
-    #[test]
-    fn an_entry_is_confirmed_once_its_ack_quorum_holds_it() {
-        let q = Quorum::new(7, vec!["b".into(), "c".into()], 2);
-        let (t0, mut r0) = reply();
-        let (t1, mut r1) = reply();
-        q.register(0, t0);
-        q.register(1, t1);
-        assert_eq!(q.local_durable(1), None, "one bookie of a quorum of two");
-        assert!(r0.try_recv().is_err());
-        assert_eq!(q.replica_durable(1, 0), Some(1));
-        assert_eq!(
-            r0.try_recv().ok().and_then(Result::ok),
-            Some(Position::new(7, 0))
-        );
-        assert!(r1.try_recv().is_err(), "entry 1 is on one bookie only");
-        assert_eq!(q.replica_durable(0, 1), Some(2));
-        assert_eq!(
-            r1.try_recv().ok().and_then(Result::ok),
-            Some(Position::new(7, 1))
-        );
-    }
-
-    #[test]
-    fn losing_one_of_three_keeps_a_quorum_of_two_and_losing_two_fails_the_rest() {
-        let q = Quorum::new(1, vec!["b".into(), "c".into()], 2);
-        let (t0, mut r0) = reply();
-        q.register(0, t0);
-        q.replica_failed(0, "connection reset");
-        assert!(q.degraded() && !q.sends_to(0) && q.sends_to(1));
-        q.local_durable(0);
-        q.replica_durable(1, 0);
-        assert!(matches!(r0.try_recv(), Ok(Ok(_))));
-        let (t1, mut r1) = reply();
-        q.register(1, t1);
-        q.local_durable(1);
-        q.replica_failed(1, "timed out");
-        assert!(matches!(r1.try_recv(), Ok(Err(AppendError::Quorum { .. }))));
-        let (t2, mut r2) = reply();
-        q.register(2, t2);
-        assert!(matches!(r2.try_recv(), Ok(Err(AppendError::Quorum { .. }))));
-    }
-
-    #[test]
-    fn a_broken_quorum_confirms_nothing_more() {
-        let q = Quorum::new(1, vec!["b".into(), "c".into()], 3);
-        let (t0, mut r0) = reply();
-        q.register(0, t0);
-        q.replica_durable(0, 0);
-        q.replica_durable(1, 0);
-        q.replica_failed(0, "timed out");
-        assert!(matches!(r0.try_recv(), Ok(Err(AppendError::Quorum { .. }))));
-        assert_eq!(
-            q.local_durable(0),
-            None,
-            "entry 0 failed; it is never confirmed"
-        );
-    }
-
-    #[tokio::test]
-    async fn settling_names_the_replicas_holding_every_confirmed_entry() {
-        let q = Quorum::new(1, vec!["b".into(), "c".into()], 2);
-        for e in 0..3 {
-            q.register(e, reply().0);
-        }
-        q.local_durable(2);
-        q.replica_durable(0, 2);
-        q.replica_durable(1, 0);
-        q.replica_failed(1, "gone");
-        assert_eq!(q.settled(3).await, (3, vec!["b".to_string()]));
-    }
-
-    #[tokio::test]
-    async fn a_seal_waits_a_grace_for_a_replica_only_slow_to_answer() {
-        let q = std::sync::Arc::new(Quorum::new(1, vec!["b".into(), "c".into()], 2));
-        for e in 0..3 {
-            q.register(e, reply().0);
-        }
-        q.local_durable(2);
-        q.replica_durable(0, 2);
-        q.replica_durable(1, 1);
-        // C's answer for the last entry arrives within the grace: C is complete.
-        let late = q.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            late.replica_durable(1, 2);
-        });
-        let (count, complete) = q
-            .settled_complete(3, std::time::Duration::from_secs(10))
-            .await;
-        assert_eq!(
-            (count, complete),
-            (3, vec!["b".to_string(), "c".to_string()])
-        );
-        // One that never answers is left out once the grace is over.
-        let q = Quorum::new(2, vec!["b".into(), "c".into()], 2);
-        q.register(0, reply().0);
-        q.local_durable(0);
-        q.replica_durable(0, 0);
-        let (count, complete) = q
-            .settled_complete(1, std::time::Duration::from_millis(50))
-            .await;
-        assert_eq!((count, complete), (1, vec!["b".to_string()]));
-    }
-}
+mod tests;

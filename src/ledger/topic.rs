@@ -22,6 +22,7 @@ use super::read::{deleted_meanwhile, read_located, read_one};
 use super::seal::seal_ledger;
 use super::{now_ms, Entry, LogShared, Position};
 
+mod ensemble;
 mod fencing;
 mod positions;
 mod replicated;
@@ -326,9 +327,8 @@ impl TopicLog {
                         let (tx, rx) = oneshot::channel();
                         // A replicated entry is acknowledged by its quorum, not the journal.
                         let reply = match &current.quorum {
-                            Some(q) => {
-                                q.register(entry_id, tx);
-                                self.replicate(&current, entry_id, publish_time_ms, &payload);
+                            Some(_) => {
+                                self.replicate(&current, (entry_id, publish_time_ms), &payload, tx);
                                 Reply::Quorum
                             }
                             None => Reply::Direct(tx),
@@ -378,7 +378,8 @@ impl TopicLog {
             && (w.bytes + next_len as u64 > c.rollover_size.as_u64()
                 || w.next_entry >= c.rollover_entries
                 || w.opened_at.elapsed() >= c.rollover_age
-                // A replica failed: the next entries go to a new ledger with a full ensemble.
+                // A replica failed and is not being replaced: the next entries go to a new
+                // ledger with a full ensemble.
                 || degraded())
     }
 

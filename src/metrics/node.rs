@@ -52,6 +52,9 @@ pub struct NodeMetrics {
     pub topic_owner_failures: Counter,
     /// Open ledgers of writers that were gone, fenced, recovered and sealed here.
     pub ledgers_taken_over: Counter,
+    /// Replacements of failed replicas of open ledgers this node writes (ADR 0016): the
+    /// replica replaced in the ledger's ensemble, or not (an open ledger then rolls).
+    pub ensemble_changes: Family<OutcomeLabel, Counter>,
     /// Sealed ledgers with fewer live copies than their write quorum (as far as live bookies
     /// allow), as this node's last autorecovery audit found them (every node audits the whole
     /// cluster: the figure is the cluster's, not a share to be summed).
@@ -74,10 +77,10 @@ pub struct TierLabel {
     pub tier: &'static str,
 }
 
-/// `outcome="ok|error|timeout|cancelled"`.
+/// `outcome="ok|error|timeout|cancelled"` (SQL), `outcome="replaced|not_replaced"` (ensemble changes).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabel {
-    /// `ok`, `error`, `timeout` or `cancelled`.
+    /// `ok`, `error`, `timeout` or `cancelled`; `replaced` or `not_replaced`.
     pub outcome: &'static str,
 }
 
@@ -108,6 +111,7 @@ impl NodeMetrics {
             topics_unloaded_idle: Counter::default(),
             topic_owner_failures: Counter::default(),
             ledgers_taken_over: Counter::default(),
+            ensemble_changes: Family::default(),
             ledgers_under_replicated: Gauge::default(),
             ledgers_rereplicated: Counter::default(),
             rereplicated_bytes: Counter::default(),
@@ -194,6 +198,11 @@ impl NodeMetrics {
             "ledgerlake_ledgers_taken_over",
             "Open ledgers of writers that were gone, fenced on their replicas, recovered and sealed by this node",
             m.ledgers_taken_over.clone(),
+        );
+        registry.register(
+            "ledgerlake_ensemble_changes",
+            "Replacements of replicas that failed during writes of open ledgers written here: outcome=replaced (another bookie took the place in the same ledger) or not_replaced (no spare bookie, a step failed, the ledger was sealed meanwhile or the node stopped; an open ledger then rolls)",
+            m.ensemble_changes.clone(),
         );
         registry.register(
             "ledgerlake_ledgers_under_replicated",

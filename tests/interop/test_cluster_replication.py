@@ -96,6 +96,9 @@ def test_ledgers_survive_losing_a_replica_and_then_the_writer(etcd, make_service
         for i in range(100, 200):
             producer.send(f"m{i}".encode())
         assert _read_all(client, topic, 200) == [f"m{i}" for i in range(200)]
+        # No bookie is left outside the ensemble to take the dead one's place: it rolled.
+        assert _metric(writer, 'ledgerlake_ensemble_changes_total{outcome="not_replaced"}') >= 1
+        assert _metric(writer, 'ledgerlake_ensemble_changes_total{outcome="replaced"}') == 0
 
         # Seal everything, then lose the writer: the last node serves every message from its
         # own copies (nothing was offloaded).

@@ -13,7 +13,8 @@ mod replicated;
 use feeds::policy_feeds_report_every_write;
 use policies::{policies_are_created_once_and_listed_by_prefix, policies_are_replaced_and_removed};
 use replicated::{
-    replicated_ledgers_keep_their_ensemble, sealed_ledgers_copies_move_by_compare_and_set,
+    open_ledgers_change_ensemble_until_fenced, replicated_ledgers_keep_their_ensemble,
+    sealed_ledgers_copies_move_by_compare_and_set,
 };
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -473,7 +474,7 @@ async fn topics_are_deleted_only_without_live_ledgers(store: &dyn MetadataStore)
 }
 
 /// How many checks [`run_all`] makes; each gets a store of its own.
-const CHECKS: usize = 16;
+const CHECKS: usize = 17;
 
 /// A topic's writers are fenced by epoch: ledger creation, cursor saves and deletes.
 async fn writers_are_fenced_by_epoch(store: &dyn MetadataStore) -> TestResult {
@@ -574,6 +575,7 @@ async fn run_all(stores: Vec<std::sync::Arc<dyn MetadataStore>>) -> TestResult {
     writers_are_fenced_by_epoch(&*store()?).await?;
     replicated_ledgers_keep_their_ensemble(&*store()?).await?;
     sealed_ledgers_copies_move_by_compare_and_set(&*store()?).await?;
+    open_ledgers_change_ensemble_until_fenced(&*store()?).await?;
     policy_feeds_report_every_write(&*store()?).await?;
     assert!(
         store().is_err(),

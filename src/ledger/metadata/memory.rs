@@ -9,8 +9,8 @@ use async_trait::async_trait;
 
 use super::changes::Feeds;
 use super::{
-    check_partition_change, CopyChange, LedgerId, LedgerRecord, LedgerState, LedgerTransition,
-    MetadataError, MetadataStore, Placement, TopicId, TopicRecord,
+    check_partition_change, CopyChange, EnsembleChange, LedgerId, LedgerRecord, LedgerState,
+    LedgerTransition, MetadataError, MetadataStore, Placement, TopicId, TopicRecord,
 };
 
 /// In-memory metadata store.
@@ -37,6 +37,22 @@ struct State {
 }
 
 impl State {
+    /// Applies `change` to ledger `id` whole, or not at all.
+    fn update_ledger(
+        &mut self,
+        id: LedgerId,
+        change: impl FnOnce(&mut LedgerRecord) -> Result<(), MetadataError>,
+    ) -> Result<LedgerRecord, MetadataError> {
+        let l = self
+            .ledgers
+            .get_mut(&id)
+            .ok_or(MetadataError::LedgerNotFound(id))?;
+        let mut next = l.clone();
+        change(&mut next)?;
+        *l = next.clone();
+        Ok(next)
+    }
+
     /// The topic exists and no writer above `writer_epoch` fenced it.
     fn writable(&self, topic_id: TopicId, writer_epoch: Option<u64>) -> Result<(), MetadataError> {
         if !self.topics.contains_key(&topic_id) {
@@ -74,15 +90,7 @@ impl MemoryMetadataStore {
         id: LedgerId,
         change: impl FnOnce(&mut LedgerRecord) -> Result<(), MetadataError>,
     ) -> Result<LedgerRecord, MetadataError> {
-        let mut s = self.lock();
-        let l = s
-            .ledgers
-            .get_mut(&id)
-            .ok_or(MetadataError::LedgerNotFound(id))?;
-        let mut next = l.clone();
-        change(&mut next)?;
-        *l = next.clone();
-        Ok(next)
+        self.lock().update_ledger(id, change)
     }
 }
 
@@ -261,6 +269,22 @@ impl MetadataStore for MemoryMetadataStore {
         change: &CopyChange,
     ) -> Result<LedgerRecord, MetadataError> {
         self.update_ledger(id, |l| change.apply(l))
+    }
+
+    async fn change_ensemble(
+        &self,
+        id: LedgerId,
+        change: &EnsembleChange,
+        writer_epoch: Option<u64>,
+    ) -> Result<LedgerRecord, MetadataError> {
+        let mut s = self.lock();
+        let topic_id = s
+            .ledgers
+            .get(&id)
+            .ok_or(MetadataError::LedgerNotFound(id))?
+            .topic_id;
+        s.writable(topic_id, writer_epoch)?;
+        s.update_ledger(id, |l| change.apply(l))
     }
 
     async fn save_cursor(

@@ -25,8 +25,8 @@
 //!   compare-and-set on their bytes, and a store that several processes share reports every
 //!   write to each feed of [`MetadataStore::policy_changes`] (contract in [`changes`]).
 //! - **Fencing.** A topic's fence epoch only grows ([`MetadataStore::fence_writers`]); a ledger
-//!   created with a writer epoch below it is refused in the same atomic step that would have
-//!   created it.
+//!   created, or an open ledger's ensemble changed, with a writer epoch below it is refused in
+//!   the same atomic step that would have made the change.
 //!
 //! The trait is small on purpose so that PostgreSQL and distributed stores can implement it with
 //! plain transactions; the SQL in [`sqlite`] is portable apart from the placeholder style, and
@@ -39,6 +39,7 @@ use std::str::FromStr;
 use async_trait::async_trait;
 
 mod changes;
+mod ensemble;
 pub mod etcd;
 pub mod memory;
 pub mod sqlite;
@@ -47,6 +48,7 @@ pub mod sqlite;
 mod conformance;
 
 pub use changes::{PolicyChange, PolicyChanges};
+pub use ensemble::EnsembleChange;
 
 /// Identifier of a ledger, unique and increasing across the whole service.
 pub type LedgerId = u64;
@@ -578,6 +580,18 @@ pub trait MetadataStore: Send + Sync + fmt::Debug + 'static {
         &self,
         id: LedgerId,
         change: &CopyChange,
+    ) -> Result<LedgerRecord, MetadataError>;
+
+    /// Replaces a failed replica of an open ledger ([`EnsembleChange::apply`]'s rule), as one
+    /// compare-and-set on the ledger record: refused with `Conflict` (nothing changed) when the
+    /// ledger is not open, does not list `from` as a replica or lists `to` already; with
+    /// `writer_epoch`, refused with [`MetadataError::Fenced`] once the topic's writers were
+    /// fenced at a higher epoch, atomically with the change (ADR 0016).
+    async fn change_ensemble(
+        &self,
+        id: LedgerId,
+        change: &EnsembleChange,
+        writer_epoch: Option<u64>,
     ) -> Result<LedgerRecord, MetadataError>;
 
     /// Fences the writers of `topic_id` below `epoch` (a new owner, before it writes): from

@@ -23,8 +23,8 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Connection, Row, SqliteConnection, SqlitePool};
 
 use super::{
-    name_range_end, CopyChange, LedgerId, LedgerRecord, LedgerState, LedgerTransition,
-    MetadataError, MetadataStore, Placement, SealInfo, TopicId, TopicRecord,
+    name_range_end, CopyChange, EnsembleChange, LedgerId, LedgerRecord, LedgerState,
+    LedgerTransition, MetadataError, MetadataStore, Placement, SealInfo, TopicId, TopicRecord,
 };
 
 /// Schema version this build writes and reads.
@@ -402,6 +402,20 @@ impl MetadataStore for SqliteMetadataStore {
         let change = change.clone();
         self.writer
             .run(move |c| Box::pin(async move { writes::move_ledger_copies(c, id, &change).await }))
+            .await
+    }
+
+    async fn change_ensemble(
+        &self,
+        id: LedgerId,
+        change: &EnsembleChange,
+        writer_epoch: Option<u64>,
+    ) -> Result<LedgerRecord, MetadataError> {
+        let change = change.clone();
+        self.writer
+            .run(move |c| {
+                Box::pin(async move { writes::change_ensemble(c, id, &change, writer_epoch).await })
+            })
             .await
     }
 

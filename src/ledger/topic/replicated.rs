@@ -9,7 +9,7 @@ use bytes::Bytes;
 use super::super::error::{AppendError, LifecycleError};
 use super::super::metadata::{LedgerId, LedgerRecord, LedgerTransition, PlacedSeal};
 use super::super::open_ledger::OpenLedger;
-use super::super::quorum::Quorum;
+use super::super::quorum::{MemberId, Quorum, Receipt, Routed};
 use super::super::seal::{discard_empty, seal_ledger_as};
 use super::{lock, TopicLog};
 
@@ -34,44 +34,56 @@ pub const DEFAULT_ACK_QUORUM: u8 = 2;
 const SEAL_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
 impl TopicLog {
-    /// Sends entry `entry` of replicated ledger `ledger` to each replica still in its quorum.
+    /// Registers entry `entry` (id, publish time) of replicated ledger `ledger` with its
+    /// quorum, which answers `reply` once its ack quorum holds it, and sends it to each replica
+    /// the quorum routes it to now. Called in entry order, under the writer's lock.
     pub(super) fn replicate(
         &self,
         ledger: &Arc<OpenLedger>,
-        entry: u64,
-        publish_time_ms: i64,
+        (entry, publish_time_ms): (u64, i64),
         payload: &Bytes,
+        reply: Receipt,
     ) {
-        let (Some(q), Some(remote)) = (&ledger.quorum, self.inner.shared.remote.get()) else {
+        let Some(q) = &ledger.quorum else {
             return;
         };
+        let targets = q.register(entry, reply, publish_time_ms, payload);
         let topic: Arc<str> = Arc::from(self.inner.name.as_str());
-        for (i, bookie) in q.replicas.iter().enumerate() {
-            if !q.sends_to(i) {
-                continue;
-            }
-            let add = super::super::replica::ReplicaAdd {
-                topic: topic.clone(),
-                ledger: ledger.id,
-                entry,
-                publish_time_ms,
-                payload: payload.clone(),
-                recovery: false,
-            };
-            let copy = ledger.clone();
-            remote.add(
-                bookie,
-                add,
-                Box::new(move |done| match done {
-                    Ok(()) => copy.confirm_on_replica(i, entry),
-                    Err(why) => {
-                        if let Some(q) = &copy.quorum {
-                            q.replica_failed(i, &why);
-                        }
-                    }
-                }),
-            );
+        for (member, bookie) in targets {
+            let routed = (entry, publish_time_ms, payload.clone());
+            self.send_to_replica(&topic, ledger, (member, &bookie), routed);
         }
+    }
+
+    /// Sends one entry of `ledger` to member `member` (bookie `bookie`): its answer confirms
+    /// the entry there, or fails the member (which may start its replacement).
+    pub(super) fn send_to_replica(
+        &self,
+        topic: &Arc<str>,
+        ledger: &Arc<OpenLedger>,
+        (member, bookie): (MemberId, &str),
+        (entry, publish_time_ms, payload): Routed,
+    ) {
+        let Some(remote) = self.inner.shared.remote.get() else {
+            return;
+        };
+        let add = super::super::replica::ReplicaAdd {
+            topic: topic.clone(),
+            ledger: ledger.id,
+            entry,
+            publish_time_ms,
+            payload,
+            recovery: false,
+        };
+        let (copy, writer) = (ledger.clone(), self.clone());
+        remote.add(
+            bookie,
+            add,
+            Box::new(move |done| match done {
+                Ok(()) => copy.confirm_on_replica(member, entry),
+                Err(why) => writer.replica_failed(&copy, member, &why),
+            }),
+        );
     }
 
     /// Puts `replication` in force for the ledgers this topic opens from now on.

@@ -224,3 +224,64 @@ pub(super) async fn sealed_ledgers_copies_move_by_compare_and_set(
     assert_eq!(store.get_ledger(old.id).await?, Some(pinned));
     Ok(())
 }
+
+pub(super) async fn open_ledgers_change_ensemble_until_fenced(
+    store: &dyn MetadataStore,
+) -> TestResult {
+    let (t, l) = replicated_ledger(store, "ensemble").await?;
+    store.fence_writers(t.id, 3).await?;
+    let change = |from: &str, to: &str| EnsembleChange {
+        from: from.to_string(),
+        to: to.to_string(),
+    };
+    // A failed replica is replaced in its place; the writer, quorums and segment stay.
+    let changed = store
+        .change_ensemble(l.id, &change("b2", "b4"), Some(3))
+        .await?;
+    assert_eq!(store.get_ledger(l.id).await?, Some(changed.clone()));
+    assert_eq!(
+        changed.bookies().collect::<Vec<_>>(),
+        vec!["b1", "b4", "b3"]
+    );
+    assert_eq!(
+        (
+            changed.ack_quorum,
+            changed.write_quorum,
+            changed.first_segment
+        ),
+        (2, 3, 1)
+    );
+    // Refused, nothing changed: a bookie that is not a replica (the writer's included), a
+    // bookie listed already.
+    for bad in [
+        change("b2", "b5"),
+        change("b1", "b5"),
+        change("b3", "b1"),
+        change("b3", "b4"),
+    ] {
+        let r = store.change_ensemble(l.id, &bad, Some(3)).await;
+        assert!(
+            matches!(r, Err(MetadataError::Conflict(_))),
+            "{bad:?}: {r:?}"
+        );
+    }
+    // A writer of an older epoch than the topic's fence changes nothing.
+    let r = store
+        .change_ensemble(l.id, &change("b3", "b5"), Some(2))
+        .await;
+    assert!(matches!(r, Err(MetadataError::Fenced { .. })), "{r:?}");
+    assert_eq!(store.get_ledger(l.id).await?, Some(changed));
+    // A sealed ledger's ensemble no longer changes.
+    store
+        .transition_ledger(l.id, LedgerTransition::Seal(seal(2)), 3)
+        .await?;
+    let r = store.change_ensemble(l.id, &change("b3", "b5"), None).await;
+    assert!(matches!(r, Err(MetadataError::Conflict(_))), "{r:?}");
+    assert!(matches!(
+        store
+            .change_ensemble(l.id + 1000, &change("b3", "b5"), None)
+            .await,
+        Err(MetadataError::LedgerNotFound(_))
+    ));
+    Ok(())
+}

@@ -205,6 +205,48 @@ impl EtcdMetadataStore {
         Ok(Some((decode_ledger(kv.value())?, kv.mod_revision())))
     }
 
+    /// [`Self::update_ledger`], also refused with `Fenced` once a higher epoch than
+    /// `writer_epoch` fenced the ledger's topic: the writers key is compared unchanged since it
+    /// was read, in the same transaction.
+    pub(super) async fn update_ledger_as_writer(
+        &self,
+        op: &'static str,
+        id: LedgerId,
+        writer_epoch: Option<u64>,
+        change: impl Fn(&mut LedgerRecord) -> Result<(), MetadataError>,
+    ) -> Result<LedgerRecord, MetadataError> {
+        loop {
+            let (mut ledger, revision) = self
+                .ledger_with_revision(id)
+                .await?
+                .ok_or(MetadataError::LedgerNotFound(id))?;
+            let key = self.keys.ledger(ledger.topic_id, id);
+            let mut compares = vec![unchanged(key.clone(), revision)];
+            if let Some(epoch) = writer_epoch {
+                let (fenced_at, fence_revision) = self.fenced_at(ledger.topic_id).await?;
+                if epoch < fenced_at {
+                    return Err(MetadataError::Fenced {
+                        topic_id: ledger.topic_id,
+                        epoch,
+                        fenced_at,
+                    });
+                }
+                compares.push(unchanged(
+                    self.keys.writers(ledger.topic_id),
+                    fence_revision,
+                ));
+            }
+            change(&mut ledger)?;
+            let txn =
+                Txn::new()
+                    .when(compares)
+                    .and_then([TxnOp::put(key, encode_ledger(&ledger), None)]);
+            if self.txn(op, txn).await?.succeeded() {
+                return Ok(ledger);
+            }
+        }
+    }
+
     /// Changes ledger `id` by `change` and writes it back if nobody changed it meanwhile;
     /// reads again after a lost race. `change`'s refusal is returned as it is.
     pub(super) async fn update_ledger(
@@ -213,19 +255,6 @@ impl EtcdMetadataStore {
         id: LedgerId,
         change: impl Fn(&mut LedgerRecord) -> Result<(), MetadataError>,
     ) -> Result<LedgerRecord, MetadataError> {
-        loop {
-            let (mut ledger, revision) = self
-                .ledger_with_revision(id)
-                .await?
-                .ok_or(MetadataError::LedgerNotFound(id))?;
-            change(&mut ledger)?;
-            let key = self.keys.ledger(ledger.topic_id, id);
-            let txn = Txn::new()
-                .when([unchanged(key.clone(), revision)])
-                .and_then([TxnOp::put(key, encode_ledger(&ledger), None)]);
-            if self.txn(op, txn).await?.succeeded() {
-                return Ok(ledger);
-            }
-        }
+        self.update_ledger_as_writer(op, id, None, change).await
     }
 }

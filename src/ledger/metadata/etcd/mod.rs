@@ -27,8 +27,8 @@ use etcd_client::{
 use crate::config::EtcdUrl;
 
 use super::{
-    check_partition_change, CopyChange, LedgerId, LedgerRecord, LedgerState, LedgerTransition,
-    MetadataError, MetadataStore, Placement, TopicId, TopicRecord,
+    check_partition_change, CopyChange, EnsembleChange, LedgerId, LedgerRecord, LedgerState,
+    LedgerTransition, MetadataError, MetadataStore, Placement, TopicId, TopicRecord,
 };
 use layout::{decode, decode_ledger, encode, encode_ledger, Keys, StoredTopic};
 
@@ -189,7 +189,7 @@ impl EtcdMetadataStore {
 
     /// A counter's next value and its mod revision (0: absent).
     /// The epoch `topic`'s writers are fenced at (0: never) and its key's mod revision.
-    async fn fenced_at(&self, topic: TopicId) -> Result<(u64, i64), MetadataError> {
+    pub(super) async fn fenced_at(&self, topic: TopicId) -> Result<(u64, i64), MetadataError> {
         Ok(
             match self
                 .get("read writer fence", self.keys.writers(topic))
@@ -524,6 +524,16 @@ impl MetadataStore for EtcdMetadataStore {
         change: &CopyChange,
     ) -> Result<LedgerRecord, MetadataError> {
         self.update_ledger("move ledger copies", id, |l| change.apply(l))
+            .await
+    }
+
+    async fn change_ensemble(
+        &self,
+        id: LedgerId,
+        change: &EnsembleChange,
+        writer_epoch: Option<u64>,
+    ) -> Result<LedgerRecord, MetadataError> {
+        self.update_ledger_as_writer("change ensemble", id, writer_epoch, |l| change.apply(l))
             .await
     }
 

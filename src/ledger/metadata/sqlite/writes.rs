@@ -6,8 +6,8 @@ use sqlx::{Row, SqliteConnection};
 
 use super::{backend, ledger_from_row, schema, topic_from_row, LEDGER_COLUMNS};
 use crate::ledger::metadata::{
-    check_partition_change, CopyChange, LedgerId, LedgerRecord, LedgerState, LedgerTransition,
-    MetadataError, TopicId, TopicRecord,
+    check_partition_change, CopyChange, EnsembleChange, LedgerId, LedgerRecord, LedgerState,
+    LedgerTransition, MetadataError, TopicId, TopicRecord,
 };
 
 /// The topic named `name`, created if it does not exist.
@@ -343,6 +343,36 @@ pub(super) async fn move_ledger_copies(
     if result.rows_affected() != 1 {
         return Err(MetadataError::Conflict(format!(
             "ledger {id} changed while its copies were moved"
+        )));
+    }
+    Ok(next)
+}
+
+/// Replaces a failed replica of an open ledger ([`EnsembleChange::apply`]), unless a higher
+/// epoch fenced its topic's writers; compared and set on the columns it reads.
+pub(super) async fn change_ensemble(
+    c: &mut SqliteConnection,
+    id: LedgerId,
+    change: &EnsembleChange,
+    writer_epoch: Option<u64>,
+) -> Result<LedgerRecord, MetadataError> {
+    let current = ledger_on(c, id).await?;
+    not_fenced_above(c, current.topic_id, writer_epoch).await?;
+    let mut next = current.clone();
+    change.apply(&mut next)?;
+    let result = sqlx::query(
+        "UPDATE ll_ledgers SET replicas = ? WHERE ledger_id = ? AND state = ? AND replicas = ?",
+    )
+    .bind(super::encode_replicas(&next.replicas))
+    .bind(id as i64)
+    .bind(i64::from(current.state.as_u8()))
+    .bind(super::encode_replicas(&current.replicas))
+    .execute(&mut *c)
+    .await
+    .map_err(backend("change ensemble"))?;
+    if result.rows_affected() != 1 {
+        return Err(MetadataError::Conflict(format!(
+            "ledger {id} changed while its ensemble was changed"
         )));
     }
     Ok(next)

@@ -1,0 +1,301 @@
+//! The quorum's bookkeeping, one member at a time and under a concurrent writer.
+
+use super::*;
+
+fn reply() -> (Receipt, oneshot::Receiver<Result<Position, AppendError>>) {
+    oneshot::channel()
+}
+
+/// Registers entry `e` with a receipt nobody waits for; the members it goes to now.
+fn entry(q: &Quorum, e: u64) -> Vec<MemberId> {
+    q.register(e, reply().0, 0, &Bytes::new())
+        .into_iter()
+        .map(|(m, _)| m)
+        .collect()
+}
+
+#[test]
+fn an_entry_is_confirmed_once_its_ack_quorum_holds_it() {
+    let q = Quorum::new(7, vec!["b".into(), "c".into()], 2);
+    let (t0, mut r0) = reply();
+    let (t1, mut r1) = reply();
+    assert_eq!(q.register(0, t0, 0, &Bytes::new()).len(), 2);
+    q.register(1, t1, 0, &Bytes::new());
+    assert_eq!(q.local_durable(1), None, "one bookie of a quorum of two");
+    assert!(r0.try_recv().is_err());
+    assert_eq!(q.replica_durable(2, 0), Some(1));
+    assert_eq!(
+        r0.try_recv().ok().and_then(Result::ok),
+        Some(Position::new(7, 0))
+    );
+    assert!(r1.try_recv().is_err(), "entry 1 is on one bookie only");
+    assert_eq!(q.replica_durable(1, 1), Some(2));
+    assert_eq!(
+        r1.try_recv().ok().and_then(Result::ok),
+        Some(Position::new(7, 1))
+    );
+}
+
+#[test]
+fn losing_one_of_three_keeps_a_quorum_of_two_and_losing_two_fails_the_rest() {
+    let q = Quorum::new(1, vec!["b".into(), "c".into()], 2);
+    let (t0, mut r0) = reply();
+    q.register(0, t0, 0, &Bytes::new());
+    assert!(q.replica_failed(1, "connection reset"), "to be replaced");
+    assert!(!q.degraded(), "no roll while it is replaced");
+    q.replacement_ended();
+    assert!(q.degraded(), "not replaced: the ledger rolls");
+    assert_eq!(entry(&q, 1), vec![2], "a failed replica gets nothing more");
+    q.local_durable(0);
+    q.replica_durable(2, 0);
+    assert!(matches!(r0.try_recv(), Ok(Ok(_))));
+    let (t2, mut r2) = reply();
+    q.register(2, t2, 0, &Bytes::new());
+    q.local_durable(2);
+    assert!(
+        !q.replica_failed(2, "timed out"),
+        "too few are left to replace it"
+    );
+    assert!(matches!(r2.try_recv(), Ok(Err(AppendError::Quorum { .. }))));
+    let (t3, mut r3) = reply();
+    q.register(3, t3, 0, &Bytes::new());
+    assert!(matches!(r3.try_recv(), Ok(Err(AppendError::Quorum { .. }))));
+}
+
+#[test]
+fn a_broken_quorum_confirms_nothing_more() {
+    let q = Quorum::new(1, vec!["b".into(), "c".into()], 3);
+    let (t0, mut r0) = reply();
+    q.register(0, t0, 0, &Bytes::new());
+    q.replica_durable(1, 0);
+    q.replica_durable(2, 0);
+    q.replica_failed(1, "timed out");
+    assert!(matches!(r0.try_recv(), Ok(Err(AppendError::Quorum { .. }))));
+    assert_eq!(
+        q.local_durable(0),
+        None,
+        "entry 0 failed; it is never confirmed"
+    );
+}
+
+/// Once a replica failed, what it holds no longer confirms anything: the bookies a
+/// replacement leaves in the record must hold every confirmed entry themselves.
+#[test]
+fn a_failed_replica_no_longer_counts_towards_confirmations() {
+    let q = Quorum::new(1, vec!["b".into(), "c".into()], 2);
+    let (t0, mut r0) = reply();
+    q.register(0, t0, 0, &Bytes::new());
+    q.replica_durable(2, 0);
+    q.replica_failed(2, "gone");
+    assert_eq!(
+        q.local_durable(0),
+        None,
+        "c failed: the journal alone is one"
+    );
+    assert!(r0.try_recv().is_err());
+    assert_eq!(q.replica_durable(1, 0), Some(1));
+    assert!(matches!(r0.try_recv(), Ok(Ok(_))));
+}
+
+#[test]
+fn a_replacement_gets_earlier_entries_first_and_later_ones_in_order(
+) -> Result<(), Box<dyn std::error::Error>> {
+    let q = Quorum::new(1, vec!["b".into(), "c".into()], 2);
+    assert_eq!(entry(&q, 0), vec![1, 2]);
+    assert_eq!(entry(&q, 1), vec![1, 2]);
+    assert!(q.replica_failed(2, "gone"));
+    let (d, from) = q.join(2, "d".into()).ok_or("c failed")?;
+    assert_eq!(
+        (d, from),
+        (3, 2),
+        "a new member id; entries 0..2 from the journal"
+    );
+    assert_eq!(q.bookies(), vec!["b", "d", "c"]);
+    assert_eq!(
+        entry(&q, 2),
+        vec![1],
+        "d queues what comes while it catches up"
+    );
+    let queued = q.take_queued(d).ok_or("d is catching up")?;
+    assert_eq!(queued.iter().map(|r| r.0).collect::<Vec<_>>(), vec![2]);
+    assert_eq!(q.take_queued(d).map(|v| v.len()), Some(0), "now live");
+    assert_eq!(entry(&q, 3), vec![1, 3], "later entries go to d directly");
+    // The replaced bookie's late answers count for nobody; d's count.
+    q.local_durable(3);
+    assert_eq!(q.replica_durable(2, 3), None);
+    assert_eq!(q.replica_durable(d, 3), Some(4));
+    q.replacement_ended();
+    assert!(!q.degraded());
+    // A member that fails while catching up is not live later.
+    assert!(q.replica_failed(d, "gone too"));
+    let (e, _) = q.join(d, "e".into()).ok_or("d failed")?;
+    assert!(!q.replica_failed(e, "refused"), "one replacement at a time");
+    assert!(q.take_queued(e).is_none());
+    q.replacement_ended();
+    assert!(
+        q.degraded(),
+        "e failed and is not replaced: the ledger rolls"
+    );
+    // A third replacement is made, no fourth.
+    let (f, _) = q.join(e, "f".into()).ok_or("e failed")?;
+    assert_eq!(q.take_queued(f).map(|v| v.len()), Some(0));
+    assert!(q.replica_failed(f, "gone"));
+    let (g, _) = q.join(f, "g".into()).ok_or("f failed")?;
+    q.replacement_ended();
+    assert!(
+        !q.replica_failed(g, "gone"),
+        "{MAX_REPLACEMENTS} replacements at most"
+    );
+    Ok(())
+}
+
+/// One thread registers entries (as the writer does, each sent right after it is routed)
+/// while another catches a new member up from the journal and then hands it its queue:
+/// the new member gets every entry exactly once, in id order (its bookie refuses anything
+/// else).
+#[test]
+fn a_joining_member_gets_every_entry_once_in_order_while_entries_keep_coming(
+) -> Result<(), Box<dyn std::error::Error>> {
+    const N: u64 = 100_000;
+    type Sent = std::sync::Arc<Mutex<Vec<(MemberId, u64)>>>;
+    fn push(sent: &Sent, to: MemberId, entry: u64) {
+        sent.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((to, entry));
+    }
+    let q = Arc::new(Quorum::new(1, vec!["b".into(), "c".into()], 2));
+    let sent: Sent = Default::default();
+    // The writer goes on once the new member joined, while it catches up.
+    let joined = Arc::new(std::sync::Barrier::new(2));
+    let writer = {
+        let (q, sent, joined) = (q.clone(), sent.clone(), joined.clone());
+        std::thread::spawn(move || {
+            for e in 0..N {
+                if e == 100 {
+                    joined.wait();
+                }
+                for (to, _) in q.register(e, reply().0, 0, &Bytes::new()) {
+                    push(&sent, to, e);
+                }
+            }
+        })
+    };
+    while q.lock().submitted < 100 {
+        std::thread::yield_now();
+    }
+    assert!(q.replica_failed(2, "gone"));
+    let (d, from) = q.join(2, "d".into()).ok_or("c failed")?;
+    joined.wait();
+    for e in 0..from {
+        push(&sent, d, e);
+    }
+    // Entries queue while the earlier ones are read and sent.
+    while q.lock().submitted < from + 1000 {
+        std::thread::yield_now();
+    }
+    loop {
+        let queued = q.take_queued(d).ok_or("d neither failed nor left")?;
+        if queued.is_empty() {
+            break;
+        }
+        for (e, _, _) in queued {
+            push(&sent, d, e);
+        }
+    }
+    writer.join().map_err(|_| "the writer panicked")?;
+    let sent = sent.lock().unwrap_or_else(|p| p.into_inner());
+    let to_d: Vec<u64> = sent
+        .iter()
+        .filter(|(m, _)| *m == d)
+        .map(|(_, e)| *e)
+        .collect();
+    assert!(to_d.len() as u64 == N && to_d.iter().zip(0..).all(|(e, i)| *e == i));
+    Ok(())
+}
+
+/// A replacement that ends with its member still catching up gives that member up; with
+/// too few members left, the quorum breaks.
+#[test]
+fn a_replacement_given_up_fails_its_member() {
+    let q = Quorum::new(1, vec!["b".into(), "c".into()], 2);
+    let (t0, mut r0) = reply();
+    q.register(0, t0, 0, &Bytes::new());
+    assert!(q.replica_failed(2, "gone"));
+    let Some((d, _)) = q.join(2, "d".into()) else {
+        panic!("c failed");
+    };
+    assert!(
+        !q.replica_failed(1, "gone too"),
+        "one replacement at a time"
+    );
+    q.replacement_ended();
+    assert!(q.take_queued(d).is_none(), "d was given up");
+    assert!(matches!(r0.try_recv(), Ok(Err(AppendError::Quorum { .. }))));
+}
+
+#[tokio::test]
+async fn a_failed_replica_leaves_once_the_others_hold_every_confirmed_entry() {
+    let q = std::sync::Arc::new(Quorum::new(1, vec!["b".into(), "c".into()], 2));
+    for e in 0..3 {
+        entry(&q, e);
+    }
+    q.local_durable(2);
+    q.replica_durable(2, 2);
+    q.replica_durable(1, 0);
+    q.replica_failed(2, "gone");
+    // Entries 1 and 2 are confirmed by the journal and c: b must hold them first.
+    let waiting = q.clone();
+    let held = tokio::spawn(async move { waiting.survivors_hold_confirmed().await });
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    assert!(!held.is_finished());
+    q.replica_durable(1, 2);
+    assert!(held.await.unwrap_or(false));
+}
+
+#[tokio::test]
+async fn settling_names_the_replicas_holding_every_confirmed_entry() {
+    let q = Quorum::new(1, vec!["b".into(), "c".into()], 2);
+    for e in 0..3 {
+        entry(&q, e);
+    }
+    q.local_durable(2);
+    q.replica_durable(1, 2);
+    // C held every entry, then failed: it may leave the record (an ensemble change) and
+    // drop its copy, so the seal does not list it.
+    q.replica_durable(2, 2);
+    q.replica_failed(2, "gone");
+    assert_eq!(q.settled(3).await, (3, vec!["b".to_string()]));
+}
+
+#[tokio::test]
+async fn a_seal_waits_a_grace_for_a_replica_only_slow_to_answer() {
+    let q = std::sync::Arc::new(Quorum::new(1, vec!["b".into(), "c".into()], 2));
+    for e in 0..3 {
+        entry(&q, e);
+    }
+    q.local_durable(2);
+    q.replica_durable(1, 2);
+    q.replica_durable(2, 1);
+    // C's answer for the last entry arrives within the grace: C is complete.
+    let late = q.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        late.replica_durable(2, 2);
+    });
+    let (count, complete) = q
+        .settled_complete(3, std::time::Duration::from_secs(10))
+        .await;
+    assert_eq!(
+        (count, complete),
+        (3, vec!["b".to_string(), "c".to_string()])
+    );
+    // One that never answers is left out once the grace is over.
+    let q = Quorum::new(2, vec!["b".into(), "c".into()], 2);
+    entry(&q, 0);
+    q.local_durable(0);
+    q.replica_durable(1, 0);
+    let (count, complete) = q
+        .settled_complete(1, std::time::Duration::from_millis(50))
+        .await;
+    assert_eq!((count, complete), (1, vec!["b".to_string()]));
+}

@@ -1,0 +1,228 @@
+//! Replacing a replica that fails during writes (ADR 0016): the writer keeps its open ledger
+//! and puts another bookie in the failed one's place for the following entries, as
+//! BookKeeper changes a ledger's ensemble, instead of rolling to a new ledger.
+//!
+//! The order of the steps keeps every acknowledged entry recoverable by a new owner, which
+//! fences and reads the bookies the ledger's record lists ([`super::super::takeover`]):
+//! 1. The bookies left (the journal and the replicas that did not fail) hold every confirmed
+//!    entry at the ack quorum ([`Quorum::survivors_hold_confirmed`]); from the failure on, the
+//!    failed replica's answers confirm nothing.
+//! 2. The ledger record names the new bookie in the failed one's place, by a compare-and-set
+//!    fenced by the writer's epoch ([`super::super::MetadataStore::change_ensemble`]): a new
+//!    owner fences the topic's writers before it reads the ensemble, so it sees the last one.
+//! 3. The new member joins the quorum ([`Quorum::join`]) and gets every earlier entry from
+//!    this journal's copy, then the entries queued for it meanwhile, then the later ones
+//!    directly, all in id order (a replica takes a copy's entries only densely from 0). Its
+//!    answers count from then on; until it holds the ledger, the others carry the ack quorum.
+//!
+//! A failure at any step leaves the failed replica out, and the ledger rolls at its next
+//! entry, as it did before ensemble changes (ADR 0010).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::super::metadata::EnsembleChange;
+use super::super::open_ledger::OpenLedger;
+use super::super::quorum::{MemberId, Quorum};
+use super::super::read::read_located;
+use super::TopicLog;
+
+/// Payload bytes read from this journal per step while a new replica catches up.
+const CATCH_UP_BUDGET: u64 = 4 << 20;
+/// Entries read per step while a new replica catches up.
+const CATCH_UP_ENTRIES: usize = 4096;
+/// Longest wait for the bookies left to hold the confirmed entries, and for a new replica
+/// to make one step of its catch-up durable.
+const STEP_TIMEOUT: Duration = Duration::from_secs(20);
+/// Longest time one replacement takes, every step included.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Ends a replacement when dropped ([`Quorum::replacement_ended`]).
+struct ReplacementEnded(Arc<Quorum>);
+
+impl Drop for ReplacementEnded {
+    fn drop(&mut self) {
+        self.0.replacement_ended();
+    }
+}
+
+impl TopicLog {
+    /// Member `member` of replicated ledger `ledger` failed (`why`): it gets nothing more,
+    /// and when its quorum says so, another bookie is put in its place in the background.
+    pub(super) fn replica_failed(&self, ledger: &Arc<OpenLedger>, member: MemberId, why: &str) {
+        let Some(q) = ledger.quorum.clone() else {
+            return;
+        };
+        if !q.replica_failed(member, why) {
+            return;
+        }
+        let (writer, ledger) = (self.clone(), ledger.clone());
+        self.inner.shared.tasks.spawn(async move {
+            // However the attempt ends (a panic included), the ledger may roll again after.
+            let _ended = ReplacementEnded(q.clone());
+            let topic = writer.inner.name.clone();
+            let stop = writer.inner.shared.stop.clone();
+            let attempt =
+                tokio::time::timeout(ATTEMPT_TIMEOUT, writer.change_ensemble(&ledger, &q, member));
+            let outcome = tokio::select! {
+                done = attempt => done.unwrap_or_else(|_| {
+                    Err(format!("the replacement took longer than {ATTEMPT_TIMEOUT:?}"))
+                }),
+                () = stop.cancelled() => Err("the node is stopping".to_string()),
+            };
+            let outcome = match outcome {
+                Ok(bookie) => {
+                    tracing::info!(
+                        topic,
+                        ledger = ledger.id,
+                        bookie,
+                        "a replica that failed was replaced; the ledger goes on"
+                    );
+                    "replaced"
+                }
+                Err(why) => {
+                    tracing::warn!(
+                        topic,
+                        ledger = ledger.id,
+                        why,
+                        "a replica that failed was not replaced; an open ledger rolls"
+                    );
+                    "not_replaced"
+                }
+            };
+            crate::metrics::node()
+                .ensemble_changes
+                .get_or_create(&crate::metrics::node::OutcomeLabel { outcome })
+                .inc();
+        });
+    }
+
+    /// Puts a live bookie outside the ledger's ensemble in failed member `failed`'s place
+    /// (the module's steps); the bookie chosen.
+    async fn change_ensemble(
+        &self,
+        ledger: &Arc<OpenLedger>,
+        q: &Quorum,
+        failed: MemberId,
+    ) -> Result<String, String> {
+        let shared = &self.inner.shared;
+        let remote = shared
+            .remote
+            .get()
+            .cloned()
+            .ok_or("this node reaches no other bookie")?;
+        let from = q
+            .bookie_of(failed)
+            .ok_or("the failed replica left already")?;
+        let taken = q.bookies();
+        let spare = remote
+            .choose(&shared.bookie, usize::MAX)
+            .await
+            .into_iter()
+            .find(|b| !taken.contains(b))
+            .ok_or("no live bookie is outside the ensemble")?;
+        let held = tokio::time::timeout(STEP_TIMEOUT, q.survivors_hold_confirmed()).await;
+        if !held.unwrap_or(false) {
+            return Err("the bookies left did not come to hold every confirmed entry".into());
+        }
+        let change = EnsembleChange {
+            from,
+            to: spare.clone(),
+        };
+        shared
+            .meta
+            .change_ensemble(ledger.id, &change, self.writer_epoch())
+            .await
+            .map_err(|e| format!("recording the new ensemble: {e}"))?;
+        let (member, upto) = q
+            .join(failed, spare.clone())
+            .ok_or("the ledger's quorum broke")?;
+        if let Err(why) = self
+            .send_earlier_entries(ledger, q, (member, &spare), upto)
+            .await
+        {
+            q.replica_failed(member, &why);
+            return Err(format!("{spare} joined and failed: {why}"));
+        }
+        Ok(spare)
+    }
+
+    /// Sends new member `member` (bookie `bookie`) entries `0..upto` from this journal's copy,
+    /// then the entries queued for it meanwhile, until it is live.
+    async fn send_earlier_entries(
+        &self,
+        ledger: &Arc<OpenLedger>,
+        q: &Quorum,
+        (member, bookie): (MemberId, &str),
+        upto: u64,
+    ) -> Result<(), String> {
+        let topic: Arc<str> = Arc::from(self.inner.name.as_str());
+        let journal = tokio::time::timeout(STEP_TIMEOUT, q.holds(0, upto)).await;
+        if !journal.unwrap_or(false) {
+            return Err("this journal did not make the earlier entries durable".into());
+        }
+        let mut next = 0;
+        while next < upto {
+            self.still_written(ledger)?;
+            let located: Vec<_> = {
+                let w = ledger.written();
+                let end = (upto as usize).min(w.entries.len());
+                let mut bytes = 0u64;
+                w.entries[(next as usize).min(end)..end]
+                    .iter()
+                    .take(CATCH_UP_ENTRIES)
+                    .take_while(|at| {
+                        let fits = bytes == 0 || bytes + u64::from(at.len) <= CATCH_UP_BUDGET;
+                        bytes += u64::from(at.len);
+                        fits
+                    })
+                    .copied()
+                    .collect()
+            };
+            if located.is_empty() {
+                return Err(format!("this journal has no entry {next} of the ledger"));
+            }
+            let entries = read_located(&self.inner.shared, ledger.id, next, located)
+                .await
+                .map_err(|e| format!("reading entry {next} from this journal: {e}"))?;
+            for e in entries {
+                next = e.position.entry + 1;
+                let routed = (e.position.entry, e.publish_time_ms, e.payload);
+                self.send_to_replica(&topic, ledger, (member, bookie), routed);
+            }
+            let step = tokio::time::timeout(STEP_TIMEOUT, q.holds(member, next)).await;
+            if !step.unwrap_or(false) {
+                return Err(format!("it did not make entries up to {next} durable"));
+            }
+        }
+        loop {
+            let queued = q.take_queued(member).ok_or("it failed while catching up")?;
+            let Some(last) = queued.last().map(|r| r.0) else {
+                return Ok(());
+            };
+            let bytes: usize = queued.iter().map(|r| r.2.len()).sum();
+            for routed in queued {
+                self.send_to_replica(&topic, ledger, (member, bookie), routed);
+            }
+            // Paced as the earlier entries are, so that what queued while it caught up does
+            // not pile up in the bookie's stream.
+            if bytes as u64 > CATCH_UP_BUDGET {
+                self.still_written(ledger)?;
+                let step = tokio::time::timeout(STEP_TIMEOUT, q.holds(member, last + 1)).await;
+                if !step.unwrap_or(false) {
+                    return Err(format!("it did not make entries up to {last} durable"));
+                }
+            }
+        }
+    }
+
+    /// Whether `ledger` is still the one this topic writes (a ledger rolled meanwhile is
+    /// sealed with the replicas complete by then: catching one up is of no use).
+    fn still_written(&self, ledger: &Arc<OpenLedger>) -> Result<(), String> {
+        let w = super::lock(&self.inner.writer);
+        match &w.current {
+            Some(c) if Arc::ptr_eq(c, ledger) => Ok(()),
+            _ => Err("the ledger rolled meanwhile".into()),
+        }
+    }
+}
