@@ -74,3 +74,33 @@ Service's DNS name. */}}
 {{- printf "%s.%s.svc:%v" (include "ledgerlake.fullname" .) .Release.Namespace .Values.service.ports.pulsar }}
 {{- end }}
 {{- end }}
+
+{{/* The pods' affinity: .Values.affinity when set; else, with cluster.enabled, the nodes spread
+over hosts (cluster.antiAffinity: soft prefers it, hard requires it, none leaves it to the
+scheduler), so that losing a host costs the cluster one node. */}}
+{{- define "ledgerlake.affinity" -}}
+{{- if .Values.affinity }}
+affinity:
+  {{- toYaml .Values.affinity | nindent 2 }}
+{{- else if and .Values.cluster.enabled (eq .Values.cluster.antiAffinity "hard") }}
+affinity:
+  podAntiAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      - labelSelector:
+          matchLabels:
+            {{- include "ledgerlake.selectorLabels" . | nindent 12 }}
+        topologyKey: kubernetes.io/hostname
+{{- else if and .Values.cluster.enabled (eq .Values.cluster.antiAffinity "soft") }}
+affinity:
+  podAntiAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+      - weight: 100
+        podAffinityTerm:
+          labelSelector:
+            matchLabels:
+              {{- include "ledgerlake.selectorLabels" . | nindent 14 }}
+          topologyKey: kubernetes.io/hostname
+{{- else if and .Values.cluster.enabled (ne .Values.cluster.antiAffinity "none") }}
+{{- fail "cluster.antiAffinity is soft, hard or none" }}
+{{- end }}
+{{- end }}
