@@ -297,6 +297,24 @@ mod tests {
         assert!(err.is_some_and(|e| e.contains("broker.advertised_address")));
         c.broker.advertised_address = "node-1.example:6650".into();
         assert!(c.validate().is_ok());
+        // Any one listener bound everywhere is enough: the Pulsar one (the advertised host
+        // when none is set), or the HTTP one (the node's id and the others' redirects).
+        for (pulsar, http) in [
+            ([0, 0, 0, 0], [127, 0, 0, 1]),
+            ([127, 0, 0, 1], [0, 0, 0, 0]),
+        ] {
+            let mut c = Config::default();
+            c.server.bookie_addr = Some(SocketAddr::from(([127, 0, 0, 1], 3181)));
+            c.server.pulsar_addr = SocketAddr::from((pulsar, 6650));
+            c.server.http_addr = SocketAddr::from((http, 8080));
+            let err = c.validate().err().map(|e| e.to_string());
+            assert!(err.is_some_and(|e| e.contains("broker.advertised_address")));
+        }
+        // A single node bound everywhere is reached by its clients only: no host is needed.
+        let mut c = Config::default();
+        c.server.pulsar_addr = SocketAddr::from(([0, 0, 0, 0], 6650));
+        c.server.http_addr = SocketAddr::from(([0, 0, 0, 0], 8080));
+        assert!(c.validate().is_ok());
     }
 
     #[test]

@@ -594,16 +594,29 @@ impl Config {
         {
             return invalid("broker.authentication.node_token", "is empty".into());
         }
-        let unspecified =
-            |a: Option<std::net::SocketAddr>| a.is_some_and(|a| a.ip().is_unspecified());
-        if unspecified(self.server.bookie_addr)
-            && unspecified(Some(self.server.pulsar_addr))
-            && self.broker.advertised_address.is_empty()
-        {
-            return invalid(
-                "broker.advertised_address",
-                "the bookie and Pulsar listeners are bound to every interface: name the host the other nodes reach this one at".into(),
-            );
+        // A node of a cluster is dialled by the others (and its clients are sent to it) at
+        // its advertised host, which is the Pulsar listener's when none is set: a listener
+        // bound to every interface names no host anybody can dial.
+        let s = &self.server;
+        let everywhere = [
+            Some(s.pulsar_addr),
+            Some(s.http_addr),
+            s.https_addr,
+            s.bookie_addr,
+        ]
+        .into_iter()
+        .flatten()
+        .find(|a| a.ip().is_unspecified());
+        if let Some(addr) = everywhere.filter(|_| clustered) {
+            if self.broker.advertised_address.is_empty() {
+                return invalid(
+                    "broker.advertised_address",
+                    format!(
+                        "a node of a cluster with a listener bound to every interface ({addr}) \
+                         must name the host the other nodes reach it at"
+                    ),
+                );
+            }
         }
         if self.metadata.session_ttl < Duration::from_secs(2) {
             return invalid("metadata.session_ttl", "must be at least 2s".into());
