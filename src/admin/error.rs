@@ -65,6 +65,8 @@ pub enum AdminError {
     Redirect {
         /// The owner's `http://host:port`.
         base: String,
+        /// The owner's `https://host:port`, when it serves HTTPS.
+        base_tls: Option<String>,
         /// The topic (partition) it serves.
         topic: String,
         /// Why (the owner named).
@@ -78,6 +80,9 @@ pub enum AdminError {
 pub struct RedirectBase {
     /// The owner's `http://host:port`.
     pub base: String,
+    /// The owner's `https://host:port`, when it serves HTTPS (for a request that came over
+    /// HTTPS).
+    pub base_tls: Option<String>,
     /// The topic (partition) it serves.
     pub topic: String,
 }
@@ -148,7 +153,17 @@ impl From<crate::ops::OpsError> for AdminError {
             OpsError::NotAllowed(m) => AdminError::NotAllowed(m),
             OpsError::Unavailable(m) => AdminError::Unavailable(m),
             OpsError::NotImplemented(m) => AdminError::NotImplemented(m),
-            OpsError::Redirect { base, topic, why } => AdminError::Redirect { base, topic, why },
+            OpsError::Redirect {
+                base,
+                base_tls,
+                topic,
+                why,
+            } => AdminError::Redirect {
+                base,
+                base_tls,
+                topic,
+                why,
+            },
             other => AdminError::Internal(other.to_string()),
         }
     }
@@ -202,7 +217,12 @@ impl IntoResponse for AdminError {
             AdminError::NotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             AdminError::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
             AdminError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            AdminError::Redirect { base, topic, .. } => {
+            AdminError::Redirect {
+                base,
+                base_tls,
+                topic,
+                ..
+            } => {
                 let mut response = (
                     StatusCode::TEMPORARY_REDIRECT,
                     Json(json!({ "reason": self.to_string() })),
@@ -210,6 +230,7 @@ impl IntoResponse for AdminError {
                     .into_response();
                 response.extensions_mut().insert(RedirectBase {
                     base: base.clone(),
+                    base_tls: base_tls.clone(),
                     topic: topic.clone(),
                 });
                 return response;

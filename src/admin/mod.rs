@@ -166,9 +166,14 @@ pub fn router(state: AdminState, max_body: usize) -> Router {
         .with_state(state)
 }
 
+/// Marks a request that came over the HTTPS listener (an extension the service adds there).
+#[derive(Debug, Clone, Copy)]
+pub struct OverTls;
+
 /// Completes a 307 to a topic's owner ([`error::AdminError::Redirect`]): `Location` is the
-/// owner's web service URL with this request's path and query, as Pulsar's brokers redirect
-/// admin calls to the owner of the bundle. Only a request naming that very topic (partition)
+/// owner's web service URL (its HTTPS one for a request that came over HTTPS, when it serves
+/// HTTPS) with this request's path and query, as Pulsar's brokers redirect admin calls to the
+/// owner of the bundle. Only a request naming that very topic (partition)
 /// is redirected: a partitioned-topic call whose partitions live on several nodes would bounce
 /// between them, so it gets 503 instead (fanning such calls out is not built yet).
 async fn redirect_to_owner(
@@ -185,8 +190,15 @@ async fn redirect_to_owner(
         .split('/')
         .map(str::to_string)
         .collect();
+    let over_tls = request.extensions().get::<OverTls>().is_some();
     let mut response = next.run(request).await;
-    if let Some(error::RedirectBase { base, topic }) = response.extensions_mut().remove() {
+    if let Some(error::RedirectBase {
+        base,
+        base_tls,
+        topic,
+    }) = response.extensions_mut().remove()
+    {
+        let base = base_tls.filter(|_| over_tls).unwrap_or(base);
         let local = topic.rsplit('/').next().unwrap_or_default();
         let target = format!("{}{path}", base.trim_end_matches('/'));
         match axum::http::HeaderValue::from_str(&target) {

@@ -53,6 +53,10 @@ pub struct NodeRecord {
     pub broker_service_url_tls: Option<String>,
     /// `http://host:port` of the admin API.
     pub web_service_url: String,
+    /// `https://host:port` of the admin API, when the node serves HTTPS: admin calls that came
+    /// over HTTPS are redirected there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub web_service_url_tls: Option<String>,
     /// `host:port` of the PostgreSQL-wire listener, when SQL is on.
     #[serde(default)]
     pub pg_addr: Option<String>,
@@ -444,6 +448,7 @@ pub(crate) mod tests {
             broker_service_url: format!("pulsar://{id}"),
             broker_service_url_tls: None,
             web_service_url: format!("http://{id}"),
+            web_service_url_tls: None,
             pg_addr: Some("127.0.0.1:5433".into()),
             started_at_ms: 7,
             version: "0.1.0".into(),
@@ -462,9 +467,11 @@ pub(crate) mod tests {
                                    bookie_addr in proptest::option::of(".*"),
                                    bookie_listeners in proptest::collection::btree_map(
                                        ".*", ".*", 0..3),
-                                   bookie_tls in any::<bool>()) {
+                                   bookie_tls in any::<bool>(),
+                                   web_tls in proptest::option::of(".*")) {
             let r = NodeRecord { broker_service_url_tls: tls, pg_addr: pg, started_at_ms: started,
-                                 bookie_addr, bookie_listeners, bookie_tls, ..record(&id) };
+                                 bookie_addr, bookie_listeners, bookie_tls,
+                                 web_service_url_tls: web_tls, ..record(&id) };
             let bytes = r.encode();
             prop_assert_eq!(bytes[0], FORMAT);
             prop_assert_eq!(NodeRecord::decode(&bytes).ok(), Some(r));

@@ -79,6 +79,8 @@ pub enum OpsError {
     Redirect {
         /// The owner's `http://host:port`.
         base: String,
+        /// The owner's `https://host:port`, when it serves HTTPS.
+        base_tls: Option<String>,
         /// The topic (partition) it serves.
         topic: String,
         /// Why (the owner named).
@@ -112,6 +114,7 @@ impl From<BrokerError> for OpsError {
                 OpsError::Redirect {
                     why: format!("topic {topic} is served by {}", owner.id),
                     base: owner.web_service_url,
+                    base_tls: owner.web_service_url_tls,
                     topic,
                 }
             }
@@ -119,6 +122,7 @@ impl From<BrokerError> for OpsError {
                 OpsError::Redirect {
                     why: format!("topic {topic} is being moved to {}", to.id),
                     base: to.web_service_url,
+                    base_tls: to.web_service_url_tls,
                     topic,
                 }
             }

@@ -224,6 +224,8 @@ impl Service {
             broker_service_url_tls: (!local.broker_service_url_tls.is_empty())
                 .then(|| local.broker_service_url_tls.clone()),
             web_service_url: local.service_url.clone(),
+            web_service_url_tls: (!local.service_url_tls.is_empty())
+                .then(|| local.service_url_tls.clone()),
             pg_addr: pg_addr.map(|a| a.to_string()),
             started_at_ms: crate::ledger::now_ms(),
             version: env!("CARGO_PKG_VERSION").to_string(),
@@ -465,7 +467,7 @@ async fn serve_http(
             let bound = axum::serve::Listener::local_addr(&incoming).map_err(ServiceError::Http)?;
             let server = tokio::spawn(admin::listen::serve(
                 incoming,
-                app.clone(),
+                app.clone().layer(axum::Extension(admin::OverTls)),
                 stop.clone(),
                 header_read_timeout,
             ));

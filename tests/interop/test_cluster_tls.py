@@ -135,3 +135,55 @@ def test_a_tls_bookie_needs_trusted_authorities(tmp_path):
         capture_output=True, text=True, timeout=60, env=dict(os.environ, **env))
     assert run.returncode != 0
     assert "server.bookie_tls_trust_certs_file" in run.stderr, run.stderr
+
+
+def test_an_admin_call_over_https_is_redirected_to_the_owners_https(etcd, make_service,
+                                                                    tmp_path):
+    """Two nodes serving HTTPS beside HTTP: an admin call about a topic another node owns is
+    redirected (307) to the owner's HTTPS URL when it came over HTTPS (a token sent over TLS
+    is not sent on in the clear), and to its HTTP URL when it came over HTTP."""
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    import pulsar
+    from test_cluster_ownership import _NoRedirect, _owners
+
+    certs = make_certs(str(tmp_path / "certs"))
+    prefix = f"/https-{uuid.uuid4().hex[:6]}"
+    env = {"LEDGERLAKE_METADATA__SESSION_TTL": "3s", "LEDGERLAKE_LAKE__ENABLED": "false",
+           "LEDGERLAKE_SERVER__TLS_CERT_FILE": certs["cert"],
+           "LEDGERLAKE_SERVER__TLS_KEY_FILE": certs["key"]}
+    nodes = []
+    for _ in range(2):
+        port = _free_port()
+        node = make_service(env=env, args=["--metadata-url", etcd.url(prefix),
+                                           "--bookie-addr", f"127.0.0.1:{_free_port()}",
+                                           "--https-addr", f"127.0.0.1:{port}"])
+        node.start()
+        node.https = f"https://127.0.0.1:{port}"
+        nodes.append(node)
+    topic = f"persistent://public/default/https-{uuid.uuid4().hex[:6]}"
+    client = pulsar.Client("pulsar://" + ",".join(f"127.0.0.1:{n.pulsar_port}" for n in nodes),
+                           operation_timeout_seconds=30)
+    try:
+        client.create_producer(topic).send(b"owned")
+        owner_id = _owners(etcd, prefix)[topic]
+        (owner,) = [n for n in nodes if f"127.0.0.1:{n.http_port}" == owner_id]
+        (elsewhere,) = [n for n in nodes if n is not owner]
+        stats = f"/admin/v2/persistent/{topic[len('persistent://'):]}/stats"
+        opener = urllib.request.build_opener(
+            _NoRedirect, urllib.request.HTTPSHandler(
+                context=ssl.create_default_context(cafile=certs["ca"])))
+
+        def location(base):
+            try:
+                with opener.open(base + stats, timeout=10) as r:
+                    return r.status, r.headers.get("Location")
+            except urllib.error.HTTPError as e:
+                return e.code, e.headers.get("Location")
+        assert location(elsewhere.https) == (307, owner.https + stats)
+        assert location(elsewhere.http) == (307, owner.http + stats)
+        assert location(owner.https)[0] == 200
+    finally:
+        client.close()
