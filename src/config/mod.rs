@@ -600,6 +600,7 @@ impl Config {
         let s = &self.server;
         let everywhere = [
             Some(s.pulsar_addr),
+            s.pulsar_tls_addr,
             Some(s.http_addr),
             s.https_addr,
             s.bookie_addr,

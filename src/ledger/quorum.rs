@@ -15,7 +15,8 @@
 //!   bookies; from a member's failure on, only members that did not fail count towards it.
 //!   Every waiting receipt below it has been answered `Ok`.
 //! - A failed member gets no later entry of the ledger (its copy stays a dense prefix); once
-//!   fewer than `ack_quorum` members are left, every waiting and later entry fails.
+//!   fewer than `ack_quorum` members are live (a member still catching up is not), every
+//!   waiting and later entry fails.
 //! - A member that joined by an ensemble change gets entries `0..from` from this journal's
 //!   copy and every later entry in id order: entries routed while that copy is sent wait in
 //!   its queue, and it becomes [`Status::Live`] only with an empty queue, under the lock that
@@ -94,11 +95,12 @@ impl State {
             .any(|m| matches!(m.status, Status::Failed))
     }
 
-    /// Members that did not fail.
-    fn left(&self) -> usize {
+    /// Members that are live: neither failed nor still catching up (one catching up cannot
+    /// confirm a new entry before it holds every earlier one, which may take long).
+    fn live(&self) -> usize {
         self.members
             .iter()
-            .filter(|m| !matches!(m.status, Status::Failed))
+            .filter(|m| matches!(m.status, Status::Live))
             .count()
     }
 
@@ -257,8 +259,9 @@ impl Quorum {
         (grew, Some(q))
     }
 
-    /// Member `member` failed: it gets nothing more of this ledger. When too few bookies are
-    /// left for the ack quorum, every entry not confirmed yet fails. Returns whether the caller
+    /// Member `member` failed: it gets nothing more of this ledger. When too few live members
+    /// are left for the ack quorum, every entry not confirmed yet fails at once (not after a
+    /// member catching up would have caught up). Returns whether the caller
     /// is to replace it ([`Quorum::join`]): no other replacement is under way and fewer than
     /// [`MAX_REPLACEMENTS`] were made; the ledger does not roll for it until
     /// [`Quorum::replacement_ended`].
@@ -272,7 +275,7 @@ impl Quorum {
         };
         m.status = Status::Failed;
         let bookie = m.bookie.clone();
-        let left = s.left();
+        let left = s.live();
         let replace = left >= self.ack_quorum
             && s.broken.is_none()
             && !s.replacing
@@ -412,7 +415,7 @@ impl Quorum {
                 m.status = Status::Failed;
             }
         }
-        let left = s.left();
+        let left = s.live();
         drop(s);
         self.bump();
         if left < self.ack_quorum {

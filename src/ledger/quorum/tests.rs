@@ -213,10 +213,20 @@ fn a_joining_member_gets_every_entry_once_in_order_while_entries_keep_coming(
     Ok(())
 }
 
-/// A replacement that ends with its member still catching up gives that member up; with
-/// too few members left, the quorum breaks.
+/// A replacement that ends with its member still catching up gives that member up; a second
+/// failure while a member catches up breaks the quorum at once when too few live members are
+/// left (the one catching up confirms nothing new before it has caught up).
 #[test]
 fn a_replacement_given_up_fails_its_member() {
+    let q = Quorum::new(1, vec!["b".into(), "c".into(), "e".into()], 2);
+    assert!(q.replica_failed(2, "gone"));
+    let Some((d, _)) = q.join(2, "d".into()) else {
+        panic!("c failed");
+    };
+    q.replacement_ended();
+    assert!(q.take_queued(d).is_none(), "d was given up");
+    assert!(q.degraded(), "and the ledger rolls");
+
     let q = Quorum::new(1, vec!["b".into(), "c".into()], 2);
     let (t0, mut r0) = reply();
     q.register(0, t0, 0, &Bytes::new());
@@ -228,9 +238,10 @@ fn a_replacement_given_up_fails_its_member() {
         !q.replica_failed(1, "gone too"),
         "one replacement at a time"
     );
-    q.replacement_ended();
-    assert!(q.take_queued(d).is_none(), "d was given up");
+    // The journal is the only live member: entry 0 fails now, not once d has caught up.
     assert!(matches!(r0.try_recv(), Ok(Err(AppendError::Quorum { .. }))));
+    q.replacement_ended();
+    assert!(q.take_queued(d).is_none());
 }
 
 #[tokio::test]

@@ -56,10 +56,12 @@ impl TopicLog {
         if !q.replica_failed(member, why) {
             return;
         }
+        // However the attempt ends (a panic, or the task dropped unpolled, included), the
+        // ledger may roll again after.
+        let ended = ReplacementEnded(q.clone());
         let (writer, ledger) = (self.clone(), ledger.clone());
         self.inner.shared.tasks.spawn(async move {
-            // However the attempt ends (a panic included), the ledger may roll again after.
-            let _ended = ReplacementEnded(q.clone());
+            let _ended = ended;
             let topic = writer.inner.name.clone();
             let stop = writer.inner.shared.stop.clone();
             let attempt =
@@ -125,6 +127,7 @@ impl TopicLog {
         if !held.unwrap_or(false) {
             return Err("the bookies left did not come to hold every confirmed entry".into());
         }
+        self.still_written(ledger)?;
         let change = EnsembleChange {
             from,
             to: spare.clone(),
@@ -197,20 +200,23 @@ impl TopicLog {
         }
         loop {
             let queued = q.take_queued(member).ok_or("it failed while catching up")?;
-            let Some(last) = queued.last().map(|r| r.0) else {
+            if queued.is_empty() {
                 return Ok(());
-            };
-            let bytes: usize = queued.iter().map(|r| r.2.len()).sum();
-            for routed in queued {
-                self.send_to_replica(&topic, ledger, (member, bookie), routed);
             }
-            // Paced as the earlier entries are, so that what queued while it caught up does
-            // not pile up in the bookie's stream.
-            if bytes as u64 > CATCH_UP_BUDGET {
-                self.still_written(ledger)?;
-                let step = tokio::time::timeout(STEP_TIMEOUT, q.holds(member, last + 1)).await;
-                if !step.unwrap_or(false) {
-                    return Err(format!("it did not make entries up to {last} durable"));
+            // Paced as the earlier entries are (a step's bytes, then its answers), so that
+            // what queued while it caught up does not pile up in the bookie's stream.
+            let mut bytes = 0u64;
+            for routed in queued {
+                let entry = routed.0;
+                bytes += routed.2.len() as u64;
+                self.send_to_replica(&topic, ledger, (member, bookie), routed);
+                if bytes >= CATCH_UP_BUDGET {
+                    bytes = 0;
+                    self.still_written(ledger)?;
+                    let step = tokio::time::timeout(STEP_TIMEOUT, q.holds(member, entry + 1));
+                    if !step.await.unwrap_or(false) {
+                        return Err(format!("it did not make entries up to {entry} durable"));
+                    }
                 }
             }
         }

@@ -79,10 +79,11 @@ Service's DNS name. */}}
 over hosts (cluster.antiAffinity: soft prefers it, hard requires it, none leaves it to the
 scheduler), so that losing a host costs the cluster one node. */}}
 {{- define "ledgerlake.affinity" -}}
+{{- $mode := toString .Values.cluster.antiAffinity }}
 {{- if .Values.affinity }}
 affinity:
   {{- toYaml .Values.affinity | nindent 2 }}
-{{- else if and .Values.cluster.enabled (eq .Values.cluster.antiAffinity "hard") }}
+{{- else if and .Values.cluster.enabled (eq $mode "hard") }}
 affinity:
   podAntiAffinity:
     requiredDuringSchedulingIgnoredDuringExecution:
@@ -90,7 +91,7 @@ affinity:
           matchLabels:
             {{- include "ledgerlake.selectorLabels" . | nindent 12 }}
         topologyKey: kubernetes.io/hostname
-{{- else if and .Values.cluster.enabled (eq .Values.cluster.antiAffinity "soft") }}
+{{- else if and .Values.cluster.enabled (eq $mode "soft") }}
 affinity:
   podAntiAffinity:
     preferredDuringSchedulingIgnoredDuringExecution:
@@ -100,7 +101,15 @@ affinity:
             matchLabels:
               {{- include "ledgerlake.selectorLabels" . | nindent 14 }}
           topologyKey: kubernetes.io/hostname
-{{- else if and .Values.cluster.enabled (ne .Values.cluster.antiAffinity "none") }}
+{{- else if and .Values.cluster.enabled (ne $mode "none") }}
 {{- fail "cluster.antiAffinity is soft, hard or none" }}
+{{- end }}
+{{- end }}
+
+{{/* The pod spec's `affinity` field, indented for it, after a newline; nothing without one
+(so that no line of spaces is left where it would go). */}}
+{{- define "ledgerlake.affinityField" -}}
+{{- with include "ledgerlake.affinity" . | trim }}
+{{ . | indent 6 }}
 {{- end }}
 {{- end }}
