@@ -26,7 +26,6 @@ import statistics
 import sys
 import threading
 import time
-import urllib.request
 
 import pulsar
 
@@ -34,35 +33,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "inter
 from servers import Etcd  # noqa: E402
 from cluster_move import owner_of  # noqa: E402  (benches/ is the script's directory)
 from cluster_replication import cluster  # noqa: E402
-
-
-def metric(node, line_start):
-    with urllib.request.urlopen(f"{node.http}/metrics", timeout=10) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(line_start + " "):
-                return float(line.split()[1])
-    return 0.0
-
-
-def bookie_id(node):
-    with open(os.path.join(node.data_dir, "data", "ledger", "bookie-id")) as f:
-        return f.read().split()[-1]
-
-
-def topic_ledgers(etcd, prefix, topic_id):
-    out = []
-    for _, value in etcd.items(f"{prefix}/ledgers/").items():
-        record = json.loads(value[1:])
-        if record["topic_id"] == topic_id:
-            out.append(record)
-    return sorted(out, key=lambda r: r["id"])
+from test_cluster_replication import _bookie_id, _ledgers, _metric  # noqa: E402
 
 
 def one_run(binary, etcd, n, before, after):
     dirs = []
     prefix, nodes = cluster(binary, etcd, {}, dirs, n=n)
     by_id = {f"127.0.0.1:{x.http_port}": x for x in nodes}
-    by_bookie = {bookie_id(x): x for x in nodes}
+    by_bookie = {_bookie_id(x): x for x in nodes}
     topic = f"persistent://public/default/ensemble-{time.time_ns()}"
     client = pulsar.Client("pulsar://" + ",".join(f"127.0.0.1:{x.pulsar_port}" for x in nodes),
                            operation_timeout_seconds=60)
@@ -87,9 +65,7 @@ def one_run(binary, etcd, n, before, after):
         rate_before = send_for(before)
         writer = by_id[owner_of(etcd, prefix, topic)]
         # The cluster's only topic has one open ledger (state 1 as etcd stores it).
-        (ledger,) = [r for r in (json.loads(v[1:])
-                                 for v in etcd.items(f"{prefix}/ledgers/").values())
-                     if r["state"] == 1]
+        (ledger,) = [r for r in _ledgers(etcd, prefix).values() if r["state"] == 1]
         victim = by_bookie[ledger["replicas"][0]]
         name = f'ledgerlake_ensemble_changes_total{{outcome="{outcome}"}}'
         stop = threading.Event()
@@ -97,7 +73,7 @@ def one_run(binary, etcd, n, before, after):
         def watch():
             while not stop.is_set():
                 try:
-                    if metric(writer, name) >= 1:
+                    if _metric(writer, name) >= 1:
                         seen["at"] = time.perf_counter()
                         return
                 except OSError:
@@ -116,7 +92,8 @@ def one_run(binary, etcd, n, before, after):
         got = [reader.read_next(timeout_millis=60000).data().decode() for _ in sent]
         assert got == sent, "lost, duplicated or reordered messages"
         assert not reader.has_message_available()
-        ledgers = topic_ledgers(etcd, prefix, ledger["topic_id"])
+        ledgers = [r for r in _ledgers(etcd, prefix).values()
+                   if r["topic_id"] == ledger["topic_id"]]
         return {
             "nodes": n,
             "outcome_seen_after_s": round(seen["at"] - t0, 3) if "at" in seen else None,

@@ -58,7 +58,8 @@ enum Status {
 #[derive(Debug)]
 struct Member {
     id: MemberId,
-    bookie: String,
+    /// Shared, so that routing an entry costs no copy of the name.
+    bookie: Arc<str>,
     durable: u64,
     status: Status,
 }
@@ -131,8 +132,8 @@ pub(crate) struct Quorum {
 impl Quorum {
     pub fn new(ledger: LedgerId, replicas: Vec<String>, ack_quorum: u8) -> Quorum {
         let n = replicas.len() + 1;
-        let members = std::iter::once(String::new())
-            .chain(replicas)
+        let members = std::iter::once(Arc::from(""))
+            .chain(replicas.into_iter().map(Arc::from))
             .zip(0..)
             .map(|(bookie, id)| Member {
                 id,
@@ -186,7 +187,7 @@ impl Quorum {
         reply: Receipt,
         publish_time_ms: i64,
         payload: &Bytes,
-    ) -> Vec<(MemberId, String)> {
+    ) -> Vec<(MemberId, Arc<str>)> {
         let mut s = self.lock();
         s.submitted = entry + 1;
         if let Some(why) = &s.broken {
@@ -274,7 +275,7 @@ impl Quorum {
             return false;
         };
         m.status = Status::Failed;
-        let bookie = m.bookie.clone();
+        let bookie = m.bookie.to_string();
         let left = s.live();
         let replace = left >= self.ack_quorum
             && s.broken.is_none()
@@ -312,14 +313,14 @@ impl Quorum {
         let s = self.lock();
         s.members[1..]
             .iter()
-            .map(|m| m.bookie.clone())
+            .map(|m| m.bookie.to_string())
             .chain(s.former.iter().cloned())
             .collect()
     }
 
     /// The bookie of member `member`, if it is one.
     pub fn bookie_of(&self, member: MemberId) -> Option<String> {
-        self.lock().member(member).map(|m| m.bookie.clone())
+        self.lock().member(member).map(|m| m.bookie.to_string())
     }
 
     /// Waits until the members that did not fail hold every confirmed entry at the ack quorum,
@@ -352,12 +353,12 @@ impl Quorum {
             m,
             Member {
                 id,
-                bookie,
+                bookie: Arc::from(bookie),
                 durable: 0,
                 status: Status::CatchingUp(Vec::new()),
             },
         );
-        s.former.push(old.bookie);
+        s.former.push(old.bookie.to_string());
         s.next_id += 1;
         drop(s);
         self.bump();
@@ -486,7 +487,7 @@ impl Quorum {
                 let complete = s.members[1..]
                     .iter()
                     .filter(|m| !matches!(m.status, Status::Failed) && m.durable >= count)
-                    .map(|m| m.bookie.clone())
+                    .map(|m| m.bookie.to_string())
                     .collect();
                 (count, complete)
             })
