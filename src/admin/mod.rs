@@ -198,7 +198,11 @@ async fn redirect_to_owner(
         topic,
     }) = response.extensions_mut().remove()
     {
-        let base = base_tls.filter(|_| over_tls).unwrap_or(base);
+        // A call that came over HTTPS never goes on in the clear: an owner without HTTPS
+        // gets it nowhere (503), as its token would.
+        let Some(base) = (if over_tls { base_tls } else { Some(base) }) else {
+            return owner_without_https(&topic);
+        };
         let local = topic.rsplit('/').next().unwrap_or_default();
         let target = format!("{}{path}", base.trim_end_matches('/'));
         match axum::http::HeaderValue::from_str(&target) {
@@ -211,6 +215,14 @@ async fn redirect_to_owner(
         }
     }
     response
+}
+
+/// 503 for a call made over HTTPS about a topic whose owner serves no HTTPS.
+fn owner_without_https(topic: &str) -> axum::response::Response {
+    axum::response::IntoResponse::into_response(error::AdminError::Unavailable(format!(
+        "topic {topic} is served by a node without HTTPS; a call made over HTTPS is not \
+         redirected to plain HTTP"
+    )))
 }
 
 /// Answers 413 to a request whose `Content-Length` passes `max_body`, before any of its body

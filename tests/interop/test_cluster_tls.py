@@ -137,17 +137,31 @@ def test_a_tls_bookie_needs_trusted_authorities(tmp_path):
     assert "server.bookie_tls_trust_certs_file" in run.stderr, run.stderr
 
 
+def _unfollowed(certs, url):
+    """GET `url` without following a redirect, trusting the test authority: (status,
+    Location, body)."""
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    from test_cluster_ownership import _NoRedirect
+    opener = urllib.request.build_opener(
+        _NoRedirect, urllib.request.HTTPSHandler(
+            context=ssl.create_default_context(cafile=certs["ca"])))
+    try:
+        with opener.open(url, timeout=10) as r:
+            return r.status, r.headers.get("Location"), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("Location"), e.read()
+
+
 def test_an_admin_call_over_https_is_redirected_to_the_owners_https(etcd, make_service,
                                                                     tmp_path):
     """Two nodes serving HTTPS beside HTTP: an admin call about a topic another node owns is
     redirected (307) to the owner's HTTPS URL when it came over HTTPS (a token sent over TLS
     is not sent on in the clear), and to its HTTP URL when it came over HTTP."""
-    import ssl
-    import urllib.error
-    import urllib.request
-
     import pulsar
-    from test_cluster_ownership import _NoRedirect, _owners
+    from test_cluster_ownership import _owners
 
     certs = make_certs(str(tmp_path / "certs"))
     prefix = f"/https-{uuid.uuid4().hex[:6]}"
@@ -172,18 +186,50 @@ def test_an_admin_call_over_https_is_redirected_to_the_owners_https(etcd, make_s
         (owner,) = [n for n in nodes if f"127.0.0.1:{n.http_port}" == owner_id]
         (elsewhere,) = [n for n in nodes if n is not owner]
         stats = f"/admin/v2/persistent/{topic[len('persistent://'):]}/stats"
-        opener = urllib.request.build_opener(
-            _NoRedirect, urllib.request.HTTPSHandler(
-                context=ssl.create_default_context(cafile=certs["ca"])))
+        assert _unfollowed(certs, elsewhere.https + stats)[:2] == (307, owner.https + stats)
+        assert _unfollowed(certs, elsewhere.http + stats)[:2] == (307, owner.http + stats)
+        assert _unfollowed(certs, owner.https + stats)[0] == 200
+    finally:
+        client.close()
 
-        def location(base):
-            try:
-                with opener.open(base + stats, timeout=10) as r:
-                    return r.status, r.headers.get("Location")
-            except urllib.error.HTTPError as e:
-                return e.code, e.headers.get("Location")
-        assert location(elsewhere.https) == (307, owner.https + stats)
-        assert location(elsewhere.http) == (307, owner.http + stats)
-        assert location(owner.https)[0] == 200
+
+def test_an_admin_call_over_https_is_not_redirected_to_an_owner_without_https(
+        etcd, make_service, tmp_path):
+    """Of two nodes only one serves HTTPS: a call made to it over HTTPS about a topic the
+    other owns gets 503 with the reason, not a redirect to the owner's plain-HTTP URL (where
+    its token would go on in the clear); the same call over HTTP is redirected there."""
+    import pulsar
+    from test_cluster_ownership import _owners
+
+    certs = make_certs(str(tmp_path / "certs"))
+    prefix = f"/mixed-{uuid.uuid4().hex[:6]}"
+    env = {"LEDGERLAKE_METADATA__SESSION_TTL": "3s", "LEDGERLAKE_LAKE__ENABLED": "false",
+           "LEDGERLAKE_SERVER__TLS_CERT_FILE": certs["cert"],
+           "LEDGERLAKE_SERVER__TLS_KEY_FILE": certs["key"]}
+    port = _free_port()
+    secure = make_service(env=env, args=["--metadata-url", etcd.url(prefix),
+                                         "--bookie-addr", f"127.0.0.1:{_free_port()}",
+                                         "--https-addr", f"127.0.0.1:{port}"])
+    secure.start()
+    secure.https = f"https://127.0.0.1:{port}"
+    plain = make_service(env=env, args=["--metadata-url", etcd.url(prefix),
+                                        "--bookie-addr", f"127.0.0.1:{_free_port()}"])
+    plain.start()
+    client = pulsar.Client(f"pulsar://127.0.0.1:{secure.pulsar_port},"
+                           f"127.0.0.1:{plain.pulsar_port}", operation_timeout_seconds=30)
+    try:
+        topic = None
+        for _ in range(40):
+            candidate = f"persistent://public/default/mixed-{uuid.uuid4().hex[:6]}"
+            client.create_producer(candidate).send(b"owned")
+            if _owners(etcd, prefix)[candidate] == f"127.0.0.1:{plain.http_port}":
+                topic = candidate
+                break
+        assert topic, "no topic landed on the node without HTTPS"
+        stats = f"/admin/v2/persistent/{topic[len('persistent://'):]}/stats"
+        status, location, body = _unfollowed(certs, secure.https + stats)
+        assert (status, location) == (503, None), (status, location, body)
+        assert b"without HTTPS" in body
+        assert _unfollowed(certs, secure.http + stats)[:2] == (307, plain.http + stats)
     finally:
         client.close()
