@@ -289,6 +289,37 @@ mod tests {
     }
 
     #[test]
+    fn the_advertised_address_is_host_and_port() {
+        for good in [
+            "node-1.example:6650",
+            "10.0.0.7:6650",
+            "[::1]:6650",
+            "[fd00::7]:1",
+        ] {
+            let mut c = Config::default();
+            c.broker.advertised_address = good.into();
+            assert!(c.validate().is_ok(), "{good}");
+        }
+        for bad in [
+            "node-1",
+            "::1",
+            "fd00::7:6650",
+            ":6650",
+            "node:",
+            "node:x",
+            "[]:1",
+        ] {
+            let mut c = Config::default();
+            c.broker.advertised_address = bad.into();
+            let err = c.validate().err().map(|e| e.to_string());
+            assert!(
+                err.is_some_and(|e| e.contains("broker.advertised_address")),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
     fn a_node_bound_everywhere_must_name_its_host() {
         let mut c = Config::default();
         c.server.bookie_addr = Some(SocketAddr::from(([0, 0, 0, 0], 3181)));

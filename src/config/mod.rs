@@ -619,6 +619,13 @@ impl Config {
                 );
             }
         }
+        let advertised = &self.broker.advertised_address;
+        if !advertised.is_empty() && split_host_port(advertised).is_none() {
+            return invalid(
+                "broker.advertised_address",
+                format!("{advertised:?} is not host:port (an IPv6 host in brackets: [::1]:6650)"),
+            );
+        }
         if self.metadata.session_ttl < Duration::from_secs(2) {
             return invalid("metadata.session_ttl", "must be at least 2s".into());
         }
@@ -731,4 +738,20 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// `host:port` split at its port: a non-empty host (an IPv6 address in brackets, which are
+/// kept) and a port number. `None` for anything else, a bare IPv6 address included.
+pub fn split_host_port(address: &str) -> Option<(&str, u16)> {
+    let (host, port) = address.rsplit_once(':')?;
+    let ipv6 = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .map(|h| h.parse::<std::net::Ipv6Addr>().is_ok());
+    let host_ok = match ipv6 {
+        Some(ok) => ok,
+        None => !host.is_empty() && !host.contains([':', '[', ']']),
+    };
+    host_ok.then_some(())?;
+    Some((host, port.parse().ok()?))
 }

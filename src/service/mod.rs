@@ -570,9 +570,8 @@ async fn bind_pulsar(
     };
     let tls_addr = tls.as_ref().map(|(_, a)| *a);
     let advertised_tls = tls_addr.map(|a| {
-        let host = advertised
-            .rsplit_once(':')
-            .map_or(advertised.as_str(), |(h, _)| h);
+        let host =
+            crate::config::split_host_port(&advertised).map_or(advertised.as_str(), |(h, _)| h);
         format!("{host}:{}", a.port())
     });
     Ok(PulsarListeners {
@@ -618,9 +617,7 @@ fn listener_url(scheme: &str, addr: SocketAddr, advertised: &str) -> String {
 
 /// A node's id: the advertised host with the HTTP port, as Pulsar names brokers.
 fn node_id(advertised: &str, http_addr: SocketAddr) -> String {
-    let host = advertised
-        .rsplit_once(':')
-        .map_or(advertised, |(host, _)| host);
+    let host = crate::config::split_host_port(advertised).map_or(advertised, |(host, _)| host);
     format!("{host}:{}", http_addr.port())
 }
 
