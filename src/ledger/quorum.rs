@@ -45,6 +45,20 @@ pub(crate) type Routed = (u64, i64, Bytes);
 /// How many failed replicas one ledger replaces before it rolls instead.
 pub(crate) const MAX_REPLACEMENTS: u32 = 3;
 
+/// What [`Quorum::replica_failed`] made of a member's failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The caller is to put another bookie in its place ([`Quorum::join`]).
+    Replace,
+    /// It is left out for good: no replacement (too few left, one under way, or the limit).
+    LeftOut,
+    /// It was joining in another's place: the replacement under way deals with it
+    /// ([`Quorum::replace_again`]).
+    Joining,
+    /// Not news: the member had failed already, or is no longer one.
+    Known,
+}
+
 #[derive(Debug)]
 enum Status {
     Live,
@@ -266,18 +280,20 @@ impl Quorum {
     /// is to replace it ([`Quorum::join`]): no other replacement is under way and fewer than
     /// [`MAX_REPLACEMENTS`] were made; the ledger does not roll for it until
     /// [`Quorum::replacement_ended`].
-    pub fn replica_failed(&self, member: MemberId, why: &str) -> bool {
+    pub fn replica_failed(&self, member: MemberId, why: &str) -> Failure {
         let mut s = self.lock();
         let Some(m) = s
             .member(member)
             .filter(|m| !matches!(m.status, Status::Failed))
         else {
-            return false;
+            return Failure::Known;
         };
+        let joining = matches!(m.status, Status::CatchingUp(_));
         m.status = Status::Failed;
         let bookie = m.bookie.to_string();
         let left = s.live();
-        let replace = left >= self.ack_quorum
+        let replace = !joining
+            && left >= self.ack_quorum
             && s.broken.is_none()
             && !s.replacing
             && s.replacements < MAX_REPLACEMENTS;
@@ -304,7 +320,26 @@ impl Quorum {
                 .into(),
             );
         }
-        replace
+        match (replace, joining) {
+            (true, _) => Failure::Replace,
+            (false, true) => Failure::Joining,
+            (false, false) => Failure::LeftOut,
+        }
+    }
+
+    /// The replacement under way may try another bookie after the one it joined failed
+    /// ([`Failure::Joining`]): enough live members are left, the quorum holds and fewer than
+    /// [`MAX_REPLACEMENTS`] were made (counted here when true).
+    pub fn replace_again(&self) -> bool {
+        let mut s = self.lock();
+        let again = s.replacing
+            && s.live() >= self.ack_quorum
+            && s.broken.is_none()
+            && s.replacements < MAX_REPLACEMENTS;
+        if again {
+            s.replacements += 1;
+        }
+        again
     }
 
     /// Every bookie this ledger's entries went to: its replicas now (failed ones included),

@@ -201,7 +201,7 @@ impl NodeMetrics {
         );
         registry.register(
             "ledgerlake_ensemble_changes",
-            "Replacements of replicas that failed during writes of open ledgers written here: outcome=replaced (another bookie took the place in the same ledger) or not_replaced (no spare bookie, a step failed, the ledger was sealed meanwhile or the node stopped; an open ledger then rolls)",
+            "Replicas that failed during writes of open ledgers written here: outcome=replaced (another bookie took the place in the same ledger, after others that failed while catching up) or not_replaced (left out: too few bookies left, another replacement under way, the limit of 3 per ledger reached, no spare bookie, a step failed, the ledger was sealed meanwhile or the node stopped; an open ledger then rolls)",
             m.ensemble_changes.clone(),
         );
         registry.register(

@@ -41,7 +41,11 @@ fn losing_one_of_three_keeps_a_quorum_of_two_and_losing_two_fails_the_rest() {
     let q = Quorum::new(1, vec!["b".into(), "c".into()], 2);
     let (t0, mut r0) = reply();
     q.register(0, t0, 0, &Bytes::new());
-    assert!(q.replica_failed(1, "connection reset"), "to be replaced");
+    assert_eq!(
+        q.replica_failed(1, "connection reset"),
+        Failure::Replace,
+        "to be replaced"
+    );
     assert!(!q.degraded(), "no roll while it is replaced");
     q.replacement_ended();
     assert!(q.degraded(), "not replaced: the ledger rolls");
@@ -52,8 +56,9 @@ fn losing_one_of_three_keeps_a_quorum_of_two_and_losing_two_fails_the_rest() {
     let (t2, mut r2) = reply();
     q.register(2, t2, 0, &Bytes::new());
     q.local_durable(2);
-    assert!(
-        !q.replica_failed(2, "timed out"),
+    assert_eq!(
+        q.replica_failed(2, "timed out"),
+        Failure::LeftOut,
         "too few are left to replace it"
     );
     assert!(matches!(r2.try_recv(), Ok(Err(AppendError::Quorum { .. }))));
@@ -103,7 +108,7 @@ fn a_replacement_gets_earlier_entries_first_and_later_ones_in_order(
     let q = Quorum::new(1, vec!["b".into(), "c".into()], 2);
     assert_eq!(entry(&q, 0), vec![1, 2]);
     assert_eq!(entry(&q, 1), vec![1, 2]);
-    assert!(q.replica_failed(2, "gone"));
+    assert_eq!(q.replica_failed(2, "gone"), Failure::Replace);
     let (d, from) = q.join(2, "d".into()).ok_or("c failed")?;
     assert_eq!(
         (d, from),
@@ -127,9 +132,13 @@ fn a_replacement_gets_earlier_entries_first_and_later_ones_in_order(
     q.replacement_ended();
     assert!(!q.degraded());
     // A member that fails while catching up is not live later.
-    assert!(q.replica_failed(d, "gone too"));
+    assert_eq!(q.replica_failed(d, "gone too"), Failure::Replace);
     let (e, _) = q.join(d, "e".into()).ok_or("d failed")?;
-    assert!(!q.replica_failed(e, "refused"), "one replacement at a time");
+    assert_eq!(
+        q.replica_failed(e, "refused"),
+        Failure::Joining,
+        "its replacement deals with it"
+    );
     assert!(q.take_queued(e).is_none());
     q.replacement_ended();
     assert!(
@@ -139,11 +148,13 @@ fn a_replacement_gets_earlier_entries_first_and_later_ones_in_order(
     // A third replacement is made, no fourth.
     let (f, _) = q.join(e, "f".into()).ok_or("e failed")?;
     assert_eq!(q.take_queued(f).map(|v| v.len()), Some(0));
-    assert!(q.replica_failed(f, "gone"));
+    assert_eq!(q.replica_failed(f, "gone"), Failure::Replace);
     let (g, _) = q.join(f, "g".into()).ok_or("f failed")?;
+    assert_eq!(q.take_queued(g).map(|v| v.len()), Some(0), "g is live");
     q.replacement_ended();
-    assert!(
-        !q.replica_failed(g, "gone"),
+    assert_eq!(
+        q.replica_failed(g, "gone"),
+        Failure::LeftOut,
         "{MAX_REPLACEMENTS} replacements at most"
     );
     Ok(())
@@ -183,7 +194,7 @@ fn a_joining_member_gets_every_entry_once_in_order_while_entries_keep_coming(
     while q.lock().submitted < 100 {
         std::thread::yield_now();
     }
-    assert!(q.replica_failed(2, "gone"));
+    assert_eq!(q.replica_failed(2, "gone"), Failure::Replace);
     let (d, from) = q.join(2, "d".into()).ok_or("c failed")?;
     joined.wait();
     for e in 0..from {
@@ -219,7 +230,7 @@ fn a_joining_member_gets_every_entry_once_in_order_while_entries_keep_coming(
 #[test]
 fn a_replacement_given_up_fails_its_member() {
     let q = Quorum::new(1, vec!["b".into(), "c".into(), "e".into()], 2);
-    assert!(q.replica_failed(2, "gone"));
+    assert_eq!(q.replica_failed(2, "gone"), Failure::Replace);
     let Some((d, _)) = q.join(2, "d".into()) else {
         panic!("c failed");
     };
@@ -230,12 +241,13 @@ fn a_replacement_given_up_fails_its_member() {
     let q = Quorum::new(1, vec!["b".into(), "c".into()], 2);
     let (t0, mut r0) = reply();
     q.register(0, t0, 0, &Bytes::new());
-    assert!(q.replica_failed(2, "gone"));
+    assert_eq!(q.replica_failed(2, "gone"), Failure::Replace);
     let Some((d, _)) = q.join(2, "d".into()) else {
         panic!("c failed");
     };
-    assert!(
-        !q.replica_failed(1, "gone too"),
+    assert_eq!(
+        q.replica_failed(1, "gone too"),
+        Failure::LeftOut,
         "one replacement at a time"
     );
     // The journal is the only live member: entry 0 fails now, not once d has caught up.
@@ -309,4 +321,52 @@ async fn a_seal_waits_a_grace_for_a_replica_only_slow_to_answer() {
         .settled_complete(1, std::time::Duration::from_millis(50))
         .await;
     assert_eq!((count, complete), (1, vec!["b".to_string()]));
+}
+
+#[test]
+fn a_bookie_that_fails_while_joining_may_be_replaced_in_turn() -> Result<(), &'static str> {
+    let q = Quorum::new(7, vec!["b".into(), "c".into()], 2);
+    assert_eq!(q.replica_failed(2, "gone"), Failure::Replace);
+    assert_eq!(q.replica_failed(2, "gone again"), Failure::Known);
+    let (d, _) = q.join(2, "d".into()).ok_or("c failed")?;
+    assert_eq!(q.replica_failed(d, "refused"), Failure::Joining);
+    assert!(
+        q.replace_again(),
+        "the journal and b are live: another bookie may try"
+    );
+    let (e, _) = q.join(d, "e".into()).ok_or("d failed")?;
+    assert_eq!(q.replica_failed(e, "refused"), Failure::Joining);
+    assert!(q.replace_again(), "the third replacement");
+    let (f, _) = q.join(e, "f".into()).ok_or("e failed")?;
+    assert_eq!(q.replica_failed(f, "refused"), Failure::Joining);
+    assert!(
+        !q.replace_again(),
+        "{MAX_REPLACEMENTS} replacements at most"
+    );
+    assert_eq!(
+        q.bookies(),
+        ["b", "f", "c", "d", "e"],
+        "none of them is chosen again"
+    );
+    q.replacement_ended();
+    assert!(q.degraded(), "f is not replaced: the ledger rolls");
+    Ok(())
+}
+
+#[test]
+fn nobody_is_replaced_once_too_few_are_left() -> Result<(), &'static str> {
+    let q = Quorum::new(7, vec!["b".into(), "c".into()], 2);
+    assert_eq!(q.replica_failed(2, "gone"), Failure::Replace);
+    let (d, _) = q.join(2, "d".into()).ok_or("c failed")?;
+    assert_eq!(
+        q.replica_failed(1, "gone too"),
+        Failure::LeftOut,
+        "one replacement at a time"
+    );
+    assert_eq!(q.replica_failed(d, "refused"), Failure::Joining);
+    assert!(
+        !q.replace_again(),
+        "the journal alone is left, below the ack quorum"
+    );
+    Ok(())
 }

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use super::super::metadata::EnsembleChange;
 use super::super::open_ledger::OpenLedger;
-use super::super::quorum::{MemberId, Quorum};
+use super::super::quorum::{Failure, MemberId, Quorum};
 use super::super::read::read_located;
 use super::TopicLog;
 
@@ -34,8 +34,36 @@ const CATCH_UP_ENTRIES: usize = 4096;
 /// Longest wait for the bookies left to hold the confirmed entries, and for a new replica
 /// to make one step of its catch-up durable.
 const STEP_TIMEOUT: Duration = Duration::from_secs(20);
-/// Longest time one replacement takes, every step included.
+/// Longest time one replacement takes, every step and every bookie tried included.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Why one bookie did not take a failed replica's place.
+struct NotReplaced {
+    /// The member it joined as, when it joined the quorum before failing (another bookie may
+    /// take its place then).
+    joined: Option<MemberId>,
+    why: String,
+}
+
+impl From<String> for NotReplaced {
+    fn from(why: String) -> Self {
+        NotReplaced { joined: None, why }
+    }
+}
+
+impl From<&str> for NotReplaced {
+    fn from(why: &str) -> Self {
+        NotReplaced::from(why.to_string())
+    }
+}
+
+/// Counts a replacement's outcome (`ledgerlake_ensemble_changes_total`).
+fn count(outcome: &'static str) {
+    crate::metrics::node()
+        .ensemble_changes
+        .get_or_create(&crate::metrics::node::OutcomeLabel { outcome })
+        .inc();
+}
 
 /// Ends a replacement when dropped ([`Quorum::replacement_ended`]).
 struct ReplacementEnded(Arc<Quorum>);
@@ -53,8 +81,11 @@ impl TopicLog {
         let Some(q) = ledger.quorum.clone() else {
             return;
         };
-        if !q.replica_failed(member, why) {
-            return;
+        match q.replica_failed(member, why) {
+            Failure::Replace => {}
+            Failure::LeftOut => return count("not_replaced"),
+            // Not news, or the replacement under way deals with it.
+            Failure::Known | Failure::Joining => return,
         }
         // However the attempt ends (a panic, or the task dropped unpolled, included), the
         // ledger may roll again after.
@@ -65,14 +96,14 @@ impl TopicLog {
             let topic = writer.inner.name.clone();
             let stop = writer.inner.shared.stop.clone();
             let attempt =
-                tokio::time::timeout(ATTEMPT_TIMEOUT, writer.change_ensemble(&ledger, &q, member));
+                tokio::time::timeout(ATTEMPT_TIMEOUT, writer.replace_member(&ledger, &q, member));
             let outcome = tokio::select! {
                 done = attempt => done.unwrap_or_else(|_| {
                     Err(format!("the replacement took longer than {ATTEMPT_TIMEOUT:?}"))
                 }),
                 () = stop.cancelled() => Err("the node is stopping".to_string()),
             };
-            let outcome = match outcome {
+            match outcome {
                 Ok(bookie) => {
                     tracing::info!(
                         topic,
@@ -80,7 +111,7 @@ impl TopicLog {
                         bookie,
                         "a replica that failed was replaced; the ledger goes on"
                     );
-                    "replaced"
+                    count("replaced");
                 }
                 Err(why) => {
                     tracing::warn!(
@@ -89,14 +120,39 @@ impl TopicLog {
                         why,
                         "a replica that failed was not replaced; an open ledger rolls"
                     );
-                    "not_replaced"
+                    count("not_replaced");
                 }
-            };
-            crate::metrics::node()
-                .ensemble_changes
-                .get_or_create(&crate::metrics::node::OutcomeLabel { outcome })
-                .inc();
+            }
         });
+    }
+
+    /// Puts another bookie in failed member `failed`'s place, and when the bookie put there
+    /// fails while it catches up, another in its place, while the quorum allows
+    /// ([`Quorum::replace_again`]); the bookie that took the place.
+    async fn replace_member(
+        &self,
+        ledger: &Arc<OpenLedger>,
+        q: &Quorum,
+        mut failed: MemberId,
+    ) -> Result<String, String> {
+        loop {
+            match self.change_ensemble(ledger, q, failed).await {
+                Ok(bookie) => return Ok(bookie),
+                Err(NotReplaced {
+                    joined: Some(member),
+                    why,
+                }) if q.replace_again() => {
+                    tracing::warn!(
+                        topic = self.inner.name,
+                        ledger = ledger.id,
+                        why,
+                        "the bookie put in a failed replica's place failed; trying another"
+                    );
+                    failed = member;
+                }
+                Err(NotReplaced { why, .. }) => return Err(why),
+            }
+        }
     }
 
     /// Puts a live bookie outside the ledger's ensemble in failed member `failed`'s place
@@ -106,28 +162,28 @@ impl TopicLog {
         ledger: &Arc<OpenLedger>,
         q: &Quorum,
         failed: MemberId,
-    ) -> Result<String, String> {
+    ) -> Result<String, NotReplaced> {
         let shared = &self.inner.shared;
         let remote = shared
             .remote
             .get()
             .cloned()
-            .ok_or("this node reaches no other bookie")?;
+            .ok_or_else(|| NotReplaced::from("this node reaches no other bookie"))?;
         let from = q
             .bookie_of(failed)
-            .ok_or("the failed replica left already")?;
+            .ok_or_else(|| NotReplaced::from("the failed replica left already"))?;
         let taken = q.bookies();
         let spare = remote
             .choose(&shared.bookie, usize::MAX)
             .await
             .into_iter()
             .find(|b| !taken.contains(b))
-            .ok_or("no live bookie is outside the ensemble")?;
+            .ok_or_else(|| NotReplaced::from("no live bookie is outside the ensemble"))?;
         let held = tokio::time::timeout(STEP_TIMEOUT, q.survivors_hold_confirmed()).await;
         if !held.unwrap_or(false) {
             return Err("the bookies left did not come to hold every confirmed entry".into());
         }
-        self.still_written(ledger)?;
+        self.still_written(ledger).map_err(NotReplaced::from)?;
         let change = EnsembleChange {
             from,
             to: spare.clone(),
@@ -136,16 +192,19 @@ impl TopicLog {
             .meta
             .change_ensemble(ledger.id, &change, self.writer_epoch())
             .await
-            .map_err(|e| format!("recording the new ensemble: {e}"))?;
+            .map_err(|e| NotReplaced::from(format!("recording the new ensemble: {e}")))?;
         let (member, upto) = q
             .join(failed, spare.clone())
-            .ok_or("the ledger's quorum broke")?;
+            .ok_or_else(|| NotReplaced::from("the ledger's quorum broke"))?;
         if let Err(why) = self
             .send_earlier_entries(ledger, q, (member, &spare), upto)
             .await
         {
             q.replica_failed(member, &why);
-            return Err(format!("{spare} joined and failed: {why}"));
+            return Err(NotReplaced {
+                joined: Some(member),
+                why: format!("{spare} joined and failed: {why}"),
+            });
         }
         Ok(spare)
     }
