@@ -12,7 +12,8 @@
 //! - Commands are handled one at a time: a deduplication verdict and its append are never
 //!   separated by another SEND of the topic.
 //! - At most one producer is registered when any registered producer is exclusive, and no two
-//!   producers share a name.
+//!   producers share a name; `WaitForExclusive` producers wait only while others are
+//!   registered ([`producers`]).
 //! - Deduplication state is [`Dedup::On`] exactly while the policies ask for it and its fold
 //!   succeeded; while the fold fails it is [`Dedup::Unavailable`] and SENDs are refused (the
 //!   client retries), never appended unchecked.
@@ -35,8 +36,8 @@ use tokio::sync::{mpsc, oneshot};
 use super::dedup::{DedupSnapshot, DedupState, Verdict};
 use super::subscription::{self, SubscriptionCommand, SubscriptionHandle};
 use super::topic::{
-    BrokerTopic, GoneProducer, NewProducer, ProducerSlot, PublishRequest, Published,
-    SubscribeRequest, TopicCommand, TopicPolicies, OWNER_QUEUE,
+    BrokerTopic, NewProducer, ProducerSlot, PublishRequest, Published, SubscribeRequest,
+    TopicCommand, TopicPolicies, OWNER_QUEUE,
 };
 use super::BrokerError;
 use crate::ledger::cursor::{CursorState, DEDUP_SNAPSHOT};
@@ -144,6 +145,10 @@ struct Owner {
     topic: Arc<BrokerTopic>,
     /// Producers by name. Invariant: at most one entry when any is exclusive.
     producers: HashMap<String, ProducerSlot>,
+    /// `WaitForExclusive` producers waiting their turn, oldest first ([`producers`]).
+    /// Invariant: empty while `producers` is (the first waiter is registered as soon as the
+    /// last producer goes).
+    waiting: std::collections::VecDeque<NewProducer>,
     /// Subscriptions by name.
     subscriptions: HashMap<String, SubscriptionHandle>,
     /// Policies in force.
@@ -225,6 +230,7 @@ pub(crate) fn spawn(setup: OwnerSetup) -> Arc<BrokerTopic> {
     let owner = Box::new(Owner {
         topic: topic.clone(),
         producers: HashMap::new(),
+        waiting: Default::default(),
         subscriptions,
         policies: setup.policies,
         dedup: setup.dedup,
@@ -500,38 +506,8 @@ impl Owner {
 
     async fn handle(&mut self, cmd: TopicCommand) {
         match cmd {
-            TopicCommand::AddProducer(producer) => {
-                let NewProducer { slot, reply } = *producer;
-                let name = slot.publisher.name.to_string();
-                self.last_busy = std::time::Instant::now();
-                // A producer registering anew resends what was not acknowledged, in order.
-                self.fenced.remove(name.as_str());
-                let result = self.add_producer(name.clone(), slot);
-                let added = result.is_ok();
-                if added {
-                    // Listed before the client hears of it.
-                    self.producers_changed();
-                }
-                if reply.send(result).is_err() && added {
-                    // Whoever asked is gone (its connection closed meanwhile): undo.
-                    self.producers.remove(&name);
-                    self.producers_changed();
-                }
-            }
-            TopicCommand::RemoveProducer(producer) => {
-                let GoneProducer {
-                    name,
-                    conn,
-                    producer_id,
-                } = *producer;
-                self.last_busy = std::time::Instant::now();
-                let same =
-                    |p: &ProducerSlot| p.conn == conn && p.publisher.producer_id == producer_id;
-                if self.producers.get(&name).is_some_and(same) {
-                    self.producers.remove(&name);
-                }
-                self.producers_changed();
-            }
+            TopicCommand::AddProducer(producer) => self.on_add_producer(*producer),
+            TopicCommand::RemoveProducer(producer) => self.on_remove_producer(*producer),
             TopicCommand::Subscribe { request, reply } => {
                 self.last_busy = std::time::Instant::now();
                 let _ = reply.send(self.subscribe(*request));
@@ -575,46 +551,6 @@ impl Owner {
     fn producers_changed(&self) {
         let all = self.producers.values().map(|p| p.publisher.clone());
         self.topic.measures.set_publishers(all.collect());
-    }
-
-    /// Registers a producer unless an exclusive one or one of the same name is there.
-    fn add_producer(&mut self, name: String, slot: ProducerSlot) -> Result<i64, BrokerError> {
-        if self.producers.values().any(|v| v.exclusive)
-            || (slot.exclusive && !self.producers.is_empty())
-        {
-            return Err(BrokerError::ProducerBusy(
-                "topic has an exclusive producer".into(),
-            ));
-        }
-        if self.producers.contains_key(&name) {
-            return Err(BrokerError::ProducerBusy(
-                "a producer with this name is already connected".into(),
-            ));
-        }
-        if let Some(e) = self.blocked_error() {
-            return Err(e);
-        }
-        if let Some(max) = self.policies.max_producers {
-            if self.producers.len() >= max as usize {
-                return Err(BrokerError::ProducerBusy(format!(
-                    "Topic reached max producers limit ({max})"
-                )));
-            }
-        }
-        if let Dedup::Unavailable(reason) = &self.dedup {
-            // Its last sequence id is unknown: a producer told -1 would have its resends
-            // taken for duplicates once the state is folded.
-            return Err(BrokerError::Stopped(format!(
-                "deduplication state of {} is unavailable ({reason}); retry",
-                self.topic.name
-            )));
-        }
-        let last = match &self.dedup {
-            Dedup::On { live, .. } => live.last_sequence_id(&name),
-            Dedup::Off | Dedup::Unavailable(_) => -1,
-        };
-        self.producers.insert(name, slot);
-        Ok(last)
     }
 
     /// The subscription of the requested name, created (at its start position) when new;
@@ -760,6 +696,7 @@ fn start_position(log: &TopicLog, start: StartAt) -> Position {
 }
 
 mod idle;
+mod producers;
 mod quota;
 #[cfg(test)]
 mod tests;

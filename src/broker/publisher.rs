@@ -87,7 +87,8 @@ pub struct PublisherStats {
     /// Its name.
     pub producer_name: String,
     /// `Shared`, `Exclusive`, `ExclusiveWithFencing` or `WaitForExclusive`, as its PRODUCER
-    /// asked (this broker refuses a second producer beside any mode but `Shared`).
+    /// asked (any mode but `Shared` is alone on the topic; `WaitForExclusive` waits its turn,
+    /// the others are refused while another producer is there).
     pub access_mode: &'static str,
     /// Messages per second appended (the metrics' rate window).
     pub msg_rate_in: f64,

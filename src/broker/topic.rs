@@ -161,6 +161,9 @@ pub(crate) struct NewProducer {
     pub slot: ProducerSlot,
     /// Answered with its `last_sequence_id` (-1 without deduplication).
     pub reply: oneshot::Sender<Result<i64, BrokerError>>,
+    /// `Some` for a `WaitForExclusive` producer: fired when it is queued to wait its turn
+    /// (other producers are there), before `reply`.
+    pub queued: Option<oneshot::Sender<()>>,
 }
 
 /// A producer to forget (boxed in [`TopicCommand::RemoveProducer`]).
@@ -293,10 +296,22 @@ impl BrokerTopic {
             .map_err(|_| self.gone())
     }
 
-    /// Registers the producer `slot` names; returns its `last_sequence_id`.
-    pub(crate) async fn add_producer(&self, slot: ProducerSlot) -> Result<i64, BrokerError> {
-        self.ask(|reply| TopicCommand::AddProducer(Box::new(NewProducer { slot, reply })))
-            .await?
+    /// Registers the producer `slot` names; returns its `last_sequence_id`. With `queued`
+    /// (`WaitForExclusive`), waits its turn while other producers are there, telling `queued`
+    /// when it starts waiting.
+    pub(crate) async fn add_producer(
+        &self,
+        slot: ProducerSlot,
+        queued: Option<oneshot::Sender<()>>,
+    ) -> Result<i64, BrokerError> {
+        self.ask(|reply| {
+            TopicCommand::AddProducer(Box::new(NewProducer {
+                slot,
+                reply,
+                queued,
+            }))
+        })
+        .await?
     }
 
     /// Forgets a producer of connection `conn` (nothing if the topic has stopped).

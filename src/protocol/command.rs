@@ -345,6 +345,19 @@ pub fn producer_success(
     Outbound::Command(Box::new(c))
 }
 
+/// PRODUCER_SUCCESS with `producer_ready = false`: a `WaitForExclusive` producer waits its
+/// turn; the client keeps its request open (no timeout) until the ready PRODUCER_SUCCESS.
+pub fn producer_waiting(request_id: u64, producer_name: &str) -> Outbound {
+    let mut c = base(Type::ProducerSuccess);
+    c.producer_success = Some(proto::CommandProducerSuccess {
+        request_id,
+        producer_name: producer_name.to_string(),
+        producer_ready: Some(false),
+        ..Default::default()
+    });
+    Outbound::Command(Box::new(c))
+}
+
 /// SEND_RECEIPT.
 pub fn send_receipt(producer_id: u64, sequence_id: u64, id: proto::MessageIdData) -> Outbound {
     let mut c = base(Type::SendReceipt);

@@ -98,6 +98,8 @@ pub struct Producer {
     pub name: Option<String>,
     /// Any access mode but Shared: the producer must be alone on the topic.
     pub exclusive: bool,
+    /// `WaitForExclusive`: it waits its turn rather than being refused while others are there.
+    pub wait_for_exclusive: bool,
     /// The access mode as Pulsar names it (`Shared` when absent or unknown), for stats.
     pub access_mode: &'static str,
     /// The producer's schema, registered or matched.
@@ -113,6 +115,7 @@ impl From<proto::CommandProducer> for Producer {
         Producer {
             name: p.producer_name.filter(|n| !n.is_empty()),
             exclusive: mode != proto::ProducerAccessMode::Shared,
+            wait_for_exclusive: mode == proto::ProducerAccessMode::WaitForExclusive,
             access_mode: mode.as_str_name(),
             topic: p.topic,
             producer_id: p.producer_id,

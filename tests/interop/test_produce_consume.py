@@ -112,6 +112,47 @@ def test_unacked_messages_are_redelivered_to_the_next_consumer(client):
     assert again == [b"m1", b"m2", b"m3", b"m4"]
 
 
+def test_a_wait_for_exclusive_producer_waits_for_the_topic(service):
+    """A WaitForExclusive producer created while another producer is on the topic is not
+    refused: the broker tells it it waits (PRODUCER_SUCCESS, not ready), and its creation
+    returns once the other closes; it then has the topic alone. (This client gives up a
+    creation after its operation timeout however the broker answers.)"""
+    import threading
+
+    c = pulsar.Client(service.url, operation_timeout_seconds=30)
+    try:
+        t = topic()
+        first = c.create_producer(t, access_mode=pulsar.ProducerAccessMode.Shared)
+        first.send(b"before")
+        created = {}
+
+        def create():
+            try:
+                created["producer"] = c.create_producer(
+                    t, access_mode=pulsar.ProducerAccessMode.WaitForExclusive)
+            except Exception as e:  # noqa: BLE001 - reported by the assertions below
+                created["error"] = e
+        waiter = threading.Thread(target=create)
+        waiter.start()
+        waiter.join(timeout=4)
+        assert waiter.is_alive(), f"it did not wait: {created}"
+        first.send(b"while it waits")
+        first.close()
+        waiter.join(timeout=30)
+        assert "producer" in created, created
+        alone = created["producer"]
+        alone.send(b"alone")
+        with pytest.raises(pulsar.ProducerBusy):
+            c.create_producer(t)
+        alone.close()
+        reader = c.create_reader(t, pulsar.MessageId.earliest)
+        got = [reader.read_next(timeout_millis=10_000).data() for _ in range(3)]
+        assert got == [b"before", b"while it waits", b"alone"]
+        reader.close()
+    finally:
+        c.close()
+
+
 def test_reader_from_earliest_latest_and_has_message_available(client):
     t = topic()
     producer = client.create_producer(t, batching_enabled=False)

@@ -65,6 +65,32 @@ impl Drop for Registration {
     }
 }
 
+/// Registers `slot` with `topic`'s owner. A `WaitForExclusive` producer (`waits`: its
+/// connection's outbox and PRODUCER request id) may wait its turn there; its client is told so
+/// at once (PRODUCER_SUCCESS, not ready), which keeps its request from timing out.
+async fn register(
+    topic: &BrokerTopic,
+    slot: ProducerSlot,
+    waits: Option<(&crate::broker::outbox::Outbox, u64)>,
+) -> Result<i64, BrokerError> {
+    let Some((out, request_id)) = waits else {
+        return topic.add_producer(slot, None).await;
+    };
+    let name = slot.publisher.name.clone();
+    let (queued, told) = oneshot::channel();
+    let registered = topic.add_producer(slot, Some(queued));
+    tokio::pin!(registered);
+    tokio::select! {
+        biased;
+        done = &mut registered => done,
+        Ok(()) = told => {
+            // Sent before the answer can be: the ready PRODUCER_SUCCESS follows it.
+            let _ = out.send(command::producer_waiting(request_id, &name)).await;
+            registered.await
+        }
+    }
+}
+
 /// One SEND for its producer's receipt task to answer, in SEND order: SEND_RECEIPT once
 /// settled, SEND_ERROR if it fails.
 struct ReceiptItem {
@@ -89,7 +115,7 @@ impl Connection {
             return self.send(error_reply(p.request_id, &e)).await;
         }
         let (broker, principal, conn) = (self.broker.clone(), self.principal(), self.id);
-        let client = self.client.clone();
+        let (client, out) = (self.client.clone(), self.out.clone());
         let close = CancellationToken::new();
         self.defer(async move {
             let opened = async {
@@ -119,11 +145,12 @@ impl Connection {
                     close: close.clone(),
                     publisher: publisher.clone(),
                 };
-                let last_sequence_id = match topic.add_producer(slot.clone()).await {
+                let waits = (p.wait_for_exclusive).then_some((&out, p.request_id));
+                let last_sequence_id = match register(&topic, slot.clone(), waits).await {
                     // Unloaded (idle) between the lookup and the registration: load it again.
                     Err(BrokerError::Stopped(_)) => {
                         topic = broker.topic(&topic.name).await?;
-                        topic.add_producer(slot).await?
+                        register(&topic, slot, waits).await?
                     }
                     other => other?,
                 };

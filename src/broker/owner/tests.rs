@@ -163,7 +163,7 @@ async fn sends_settle_in_order_and_duplicates_are_not_stored() -> TestResult {
     // Loaded again, the state is folded from the log.
     let topic = h.load(true).await?;
     let (s, _rx) = slot("p", 7, false);
-    assert_eq!(topic.add_producer(s).await?, 4);
+    assert_eq!(topic.add_producer(s, None).await?, 4);
     assert!(matches!(send(&topic, "p", 4).await?, Published::Duplicate));
     position(send(&topic, "p", 5).await?)?;
     topic.stop().await;
@@ -218,11 +218,11 @@ async fn the_producer_limit_applies_to_new_producers_at_once() -> TestResult {
     let mut kept = Vec::new();
     for (i, name) in ["a", "b"].into_iter().enumerate() {
         let (s, rx) = slot(name, i as u64, false);
-        topic.add_producer(s).await?;
+        topic.add_producer(s, None).await?;
         kept.push(rx);
     }
     let (c, _c) = slot("c", 3, false);
-    let refused = topic.add_producer(c).await;
+    let refused = topic.add_producer(c, None).await;
     assert!(
         matches!(&refused, Err(BrokerError::ProducerBusy(m)) if m.contains("max producers")),
         "{refused:?}"
@@ -230,14 +230,14 @@ async fn the_producer_limit_applies_to_new_producers_at_once() -> TestResult {
     // Raised on the live topic: the next producer gets in; connected ones are never dropped.
     topic.set_policies(limit(Some(3))).await;
     let (c, _c) = slot("c", 3, false);
-    topic.add_producer(c).await?;
+    topic.add_producer(c, None).await?;
     topic.set_policies(limit(Some(1))).await;
     let (d, _d) = slot("d", 4, false);
-    assert!(topic.add_producer(d).await.is_err());
+    assert!(topic.add_producer(d, None).await.is_err());
     topic.remove_producer("a".into(), 1, 0).await;
     topic.set_policies(limit(None)).await;
     let (d, _d) = slot("d", 4, false);
-    topic.add_producer(d).await?;
+    topic.add_producer(d, None).await?;
     topic.stop().await;
     h.log.shutdown().await?;
     Ok(())
@@ -248,15 +248,15 @@ async fn an_exclusive_producer_excludes_every_other() -> TestResult {
     let h = Harness::new().await?;
     let topic = h.load(false).await?;
     let (a, _a) = slot("a", 1, false);
-    assert_eq!(topic.add_producer(a).await?, -1);
+    assert_eq!(topic.add_producer(a, None).await?, -1);
     let (same_name, _s) = slot("a", 2, false);
-    let refused = topic.add_producer(same_name).await;
+    let refused = topic.add_producer(same_name, None).await;
     assert!(
         matches!(refused, Err(BrokerError::ProducerBusy(_))),
         "{refused:?}"
     );
     let (exclusive, _e) = slot("x", 3, true);
-    let refused = topic.add_producer(exclusive).await;
+    let refused = topic.add_producer(exclusive, None).await;
     assert!(
         matches!(refused, Err(BrokerError::ProducerBusy(_))),
         "{refused:?}"
@@ -264,9 +264,9 @@ async fn an_exclusive_producer_excludes_every_other() -> TestResult {
     // Once "a" goes, an exclusive producer gets the topic, and then nobody else does.
     topic.remove_producer("a".into(), 1, 1).await;
     let (exclusive, _e) = slot("x", 3, true);
-    topic.add_producer(exclusive).await?;
+    topic.add_producer(exclusive, None).await?;
     let (b, _b) = slot("b", 4, false);
-    let refused = topic.add_producer(b).await;
+    let refused = topic.add_producer(b, None).await;
     assert!(
         matches!(refused, Err(BrokerError::ProducerBusy(_))),
         "{refused:?}"
@@ -274,7 +274,70 @@ async fn an_exclusive_producer_excludes_every_other() -> TestResult {
     // Removing with another connection's producer id leaves the registration alone.
     topic.remove_producer("x".into(), 1, 99).await;
     let (b, _b) = slot("b", 4, false);
-    assert!(topic.add_producer(b).await.is_err());
+    assert!(topic.add_producer(b, None).await.is_err());
+    topic.stop().await;
+    h.log.shutdown().await?;
+    Ok(())
+}
+
+/// Asks `topic` to register a `WaitForExclusive` producer in the background, and returns
+/// once the owner has answered or queued it: (the registration's answer, queued or not).
+async fn wait_for_exclusive(
+    topic: &Arc<BrokerTopic>,
+    slot: ProducerSlot,
+) -> (tokio::task::JoinHandle<Result<i64, BrokerError>>, bool) {
+    let (queued, told) = oneshot::channel();
+    let topic = topic.clone();
+    let answer = tokio::spawn(async move { topic.add_producer(slot, Some(queued)).await });
+    // The owner fires `queued` when it queues the producer, and drops it otherwise.
+    let queued = told.await.is_ok();
+    (answer, queued)
+}
+
+#[tokio::test]
+async fn a_wait_for_exclusive_producer_waits_its_turn() -> TestResult {
+    let h = Harness::new().await?;
+    let topic = h.load(false).await?;
+    // Alone, it is registered at once.
+    let (w, _w) = slot("w", 1, true);
+    let (first, queued) = wait_for_exclusive(&topic, w).await;
+    assert!(!queued);
+    assert_eq!(first.await??, -1);
+    topic.remove_producer("w".into(), 1, 1).await;
+
+    let (a, _a) = slot("a", 2, false);
+    topic.add_producer(a, None).await?;
+    let (w, _w) = slot("w", 3, true);
+    let (waiter, queued) = wait_for_exclusive(&topic, w).await;
+    assert!(queued, "told it waits while a is there");
+    let (v, _v) = slot("v", 4, true);
+    let (later, queued) = wait_for_exclusive(&topic, v).await;
+    assert!(queued, "v waits behind w");
+    // A waiter whose connection gave up is skipped.
+    let (gone, _g) = slot("gone", 5, true);
+    let (gave_up, queued) = wait_for_exclusive(&topic, gone).await;
+    assert!(queued);
+    gave_up.abort();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!waiter.is_finished() && !later.is_finished());
+
+    // a goes: w, the oldest, gets the topic alone; v waits on.
+    topic.remove_producer("a".into(), 1, 2).await;
+    assert_eq!(waiter.await??, -1);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!later.is_finished(), "v registered beside w");
+    let (b, _b) = slot("b", 6, false);
+    let refused = topic.add_producer(b, None).await;
+    assert!(
+        matches!(refused, Err(BrokerError::ProducerBusy(_))),
+        "{refused:?}"
+    );
+    // w goes: v gets it; the one that gave up is not registered.
+    topic.remove_producer("w".into(), 1, 3).await;
+    assert_eq!(later.await??, -1);
+    topic.remove_producer("v".into(), 1, 4).await;
+    let (gone, _g) = slot("gone", 7, false);
+    topic.add_producer(gone, None).await?;
     topic.stop().await;
     h.log.shutdown().await?;
     Ok(())
@@ -286,7 +349,7 @@ async fn deletion_is_refused_while_a_producer_is_attached_unless_forced() -> Tes
     let topic = h.load(false).await?;
     position(send(&topic, "p", 0).await?)?;
     let (p, close) = slot("p", 5, false);
-    topic.add_producer(p).await?;
+    topic.add_producer(p, None).await?;
     let refused = topic.delete(false).await;
     assert!(
         matches!(refused, Err(BrokerError::TopicBusy(_))),
@@ -315,12 +378,13 @@ async fn a_registration_nobody_waits_for_is_undone() -> TestResult {
         crate::broker::topic::NewProducer {
             slot: exclusive,
             reply,
+            queued: None,
         },
     ));
     topic.owner.send(cmd).await?;
     // Neither its name nor its exclusivity is held.
     let (s, _s) = slot("ghost", 2, false);
-    assert_eq!(topic.add_producer(s).await?, -1);
+    assert_eq!(topic.add_producer(s, None).await?, -1);
     topic.stop().await;
     h.log.shutdown().await?;
     Ok(())
@@ -342,7 +406,7 @@ async fn an_idle_topic_asks_to_be_unloaded_and_a_client_keeps_it_loaded() -> Tes
         .await?;
     // A producer attached: the topic never asks, however long it stays.
     let (s, _rx) = slot("p", 1, false);
-    topic.add_producer(s).await?;
+    topic.add_producer(s, None).await?;
     position(send(&topic, "p", 0).await?)?;
     let waited = tokio::time::timeout(after * 3, asked.recv()).await;
     assert!(
@@ -361,7 +425,7 @@ async fn an_idle_topic_asks_to_be_unloaded_and_a_client_keeps_it_loaded() -> Tes
     assert!(Arc::ptr_eq(&same, &topic));
     // ...and a client that comes before the broker gets to it keeps it loaded.
     let (s, _rx2) = slot("q", 2, false);
-    topic.add_producer(s).await?;
+    topic.add_producer(s, None).await?;
     assert!(
         !topic.unload_if_idle().await,
         "unloaded with a producer attached"
@@ -379,7 +443,7 @@ async fn an_idle_topic_asks_to_be_unloaded_and_a_client_keeps_it_loaded() -> Tes
         "an idle topic was not unloaded"
     );
     assert!(matches!(
-        topic.add_producer(slot("r", 3, false).0).await,
+        topic.add_producer(slot("r", 3, false).0, None).await,
         Err(BrokerError::Stopped(_))
     ));
     Ok(())
@@ -391,7 +455,7 @@ async fn each_producer_registration_counts_its_own_durable_appends() -> TestResu
     let topic = h.load(false).await?;
     let (a, _a) = slot("p1", 1, false);
     let first = a.publisher.clone();
-    topic.add_producer(a).await?;
+    topic.add_producer(a, None).await?;
     for seq in 0..3 {
         position(send_as(&topic, first.clone(), seq).await?)?;
     }
@@ -400,7 +464,7 @@ async fn each_producer_registration_counts_its_own_durable_appends() -> TestResu
     topic.remove_producer("p1".into(), 1, 1).await;
     let (again, _b) = slot("p1", 1, false);
     let second = again.publisher.clone();
-    topic.add_producer(again).await?;
+    topic.add_producer(again, None).await?;
     position(send_as(&topic, second.clone(), 3).await?)?;
     assert_eq!(first.appended.totals().0, 3);
     assert_eq!(second.appended.totals().0, 1);
