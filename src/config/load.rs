@@ -289,6 +289,19 @@ mod tests {
     }
 
     #[test]
+    fn rates_need_samples_within_their_window() {
+        let mut c = Config::default();
+        c.broker.cursor_persist_interval = c.metrics.rate_window;
+        let err = c.validate().err().map(|e| e.to_string());
+        assert!(err.is_some_and(|e| e.contains("broker.cursor_persist_interval")));
+        c.metrics.enabled = false;
+        assert!(c.validate().is_ok(), "no rates without metrics");
+        c.metrics.enabled = true;
+        c.broker.cursor_persist_interval = c.metrics.rate_window / 2;
+        assert!(c.validate().is_ok());
+    }
+
+    #[test]
     fn the_advertised_address_is_host_and_port() {
         for good in [
             "node-1.example:6650",

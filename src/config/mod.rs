@@ -117,6 +117,7 @@ pub struct BrokerConfig {
     pub authentication: AuthenticationConfig,
     /// How often a durable subscription's acknowledgements are saved to the metadata store.
     /// After a crash, acknowledgements of the last interval may be redelivered (at least once).
+    /// Also the broker's tick (quota checks, rate samples): shorter than `metrics.rate_window`.
     #[serde(with = "humantime_serde")]
     #[schemars(with = "String")]
     pub cursor_persist_interval: Duration,
@@ -562,6 +563,17 @@ impl Config {
         let m = &self.metrics;
         if m.rate_window < Duration::from_secs(1) {
             return invalid("metrics.rate_window", "must be at least 1s".into());
+        }
+        if m.enabled && self.broker.cursor_persist_interval >= m.rate_window {
+            // Rates are sampled at that tick: a window without two samples reads as no rate.
+            return invalid(
+                "broker.cursor_persist_interval",
+                format!(
+                    "must be shorter than metrics.rate_window ({:?}): the rates are sampled at \
+                     that interval",
+                    m.rate_window
+                ),
+            );
         }
         if m.lag_window < Duration::from_secs(1) {
             return invalid("metrics.lag_window", "must be at least 1s".into());
