@@ -277,17 +277,21 @@ impl Operations {
         Ok(())
     }
 
-    /// Deletes the non-partitioned topic (or single partition) `name`; refused while clients
-    /// are attached unless `force`.
+    /// Deletes the non-partitioned topic `name`; refused while clients are attached unless
+    /// `force`. A name ending in `-partition-N` is such a topic when no partitioned topic
+    /// declares it (a client made it); a declared partition goes only with its partitioned
+    /// topic.
     pub async fn delete_topic(&self, name: &TopicName, force: bool) -> Result<(), OpsError> {
         if let Some(i) = name.partition() {
-            // Deleting one partition would take the partitioned topic's metadata and its lake
-            // table with it.
-            return Err(OpsError::Conflict(format!(
-                "{name} is partition {i} of {}: delete the partitioned topic through \
-                 .../partitions",
-                name.base()
-            )));
+            if self.partitions(&name.base()).await? > 0 {
+                // Deleting one partition would take the partitioned topic's metadata and its
+                // lake table with it.
+                return Err(OpsError::Conflict(format!(
+                    "{name} is partition {i} of {}: delete the partitioned topic through \
+                     .../partitions",
+                    name.base()
+                )));
+            }
         }
         if self.partitions(name).await? > 0 {
             return Err(OpsError::Conflict(format!(
@@ -379,7 +383,11 @@ impl Operations {
             _ => false,
         };
         if !existed && !dropped {
-            return Err(OpsError::NotFound(format!("Topic {base} not found")));
+            let what = match names.as_slice() {
+                [one] if !partitioned => one,
+                _ => base,
+            };
+            return Err(OpsError::NotFound(format!("Topic {what} not found")));
         }
         tracing::info!(topic = %base, partitions = names.len(), last_ledger, "topic deleted");
         Ok(())

@@ -130,3 +130,30 @@ def test_delete_partitioned_topic_and_keep_table_when_configured(make_service):
     assert len(catalog.load_table(ident).scan().to_arrow()) == 30
     assert http("DELETE", f"{svc.http}/admin/v2/persistent/public/default/never-was")[0] == 404
     client.close()
+
+
+def test_a_partition_name_no_partitioned_topic_declares_is_a_topic_of_its_own(make_service):
+    """A topic whose name ends in -partition-N with no partitioned topic behind it (a client
+    made it) is deleted like any other topic; a partition of a declared partitioned topic
+    still is not."""
+    svc = make_service(FAST)
+    svc.start()
+    client = pulsar.Client(svc.url)
+    topic = "persistent://public/default/solo-partition-2"
+    url = f"{svc.http}/admin/v2/persistent/public/default/solo-partition-2"
+    produce(client, topic, 10).close()
+    assert http("GET", f"{svc.http}/admin/v2/persistent/public/default/solo/partitions") \
+        == (200, {"partitions": 0})
+    status, body = http("DELETE", url)
+    assert status == 204, (status, body)
+    status, body = http("GET", f"{url}/stats")
+    assert status == 404, (status, body)
+    status, body = http("DELETE", url)
+    assert status == 404 and "solo-partition-2" in body["reason"], (status, body)
+    # Declared: its partitions go only with it.
+    base = f"{svc.http}/admin/v2/persistent/public/default/declared"
+    assert http("PUT", f"{base}/partitions", "2")[0] in (200, 204)
+    produce(client, "persistent://public/default/declared", 4).close()
+    status, body = http("DELETE", f"{base}-partition-1")
+    assert status == 409, (status, body)
+    client.close()
