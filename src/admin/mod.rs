@@ -171,10 +171,10 @@ pub fn router(state: AdminState, max_body: usize) -> Router {
 pub struct OverTls;
 
 /// Completes a 307 to a topic's owner ([`error::AdminError::Redirect`]): `Location` is the
-/// owner's web service URL (its HTTPS one for a request that came over HTTPS, when it serves
-/// HTTPS) with this request's path and query, as Pulsar's brokers redirect admin calls to the
-/// owner of the bundle. Only a request naming that very topic (partition)
-/// is redirected: a partitioned-topic call whose partitions live on several nodes would bounce
+/// owner's web service URL (its HTTPS one for a request that came over HTTPS; 503 when it
+/// serves no HTTPS) with this request's path and query, as Pulsar's brokers redirect admin
+/// calls to the owner of the bundle. Only a request naming that very topic (partition) is
+/// redirected: a partitioned-topic call whose partitions live on several nodes would bounce
 /// between them, so it gets 503 instead (fanning such calls out is not built yet).
 async fn redirect_to_owner(
     request: axum::extract::Request,

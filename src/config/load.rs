@@ -308,6 +308,7 @@ mod tests {
             "10.0.0.7:6650",
             "[::1]:6650",
             "[fd00::7]:1",
+            "[fe80::1%2]:6650",
         ] {
             let mut c = Config::default();
             c.broker.advertised_address = good.into();
@@ -321,6 +322,11 @@ mod tests {
             "node:",
             "node:x",
             "[]:1",
+            "[node]:1",
+            "[::1:1",
+            "node:+6650",
+            "no de:6650",
+            "node/x:6650",
         ] {
             let mut c = Config::default();
             c.broker.advertised_address = bad.into();

@@ -752,18 +752,21 @@ impl Config {
     }
 }
 
-/// `host:port` split at its port: a non-empty host (an IPv6 address in brackets, which are
-/// kept) and a port number. `None` for anything else, a bare IPv6 address included.
+/// `host:port` split at its port: a host name (letters, digits, `-`, `.`, `_`), an IPv4
+/// address or an IPv6 one in brackets (kept; a scope id too), and a port number (digits only).
+/// `None` for anything else, a bare IPv6 address included. The one place addresses are split.
 pub fn split_host_port(address: &str) -> Option<(&str, u16)> {
     let (host, port) = address.rsplit_once(':')?;
-    let ipv6 = host
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .map(|h| h.parse::<std::net::Ipv6Addr>().is_ok());
-    let host_ok = match ipv6 {
-        Some(ok) => ok,
-        None => !host.is_empty() && !host.contains([':', '[', ']']),
-    };
-    host_ok.then_some(())?;
-    Some((host, port.parse().ok()?))
+    if port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let port = port.parse().ok()?;
+    if address.parse::<std::net::SocketAddr>().is_ok() {
+        return Some((host, port));
+    }
+    let named = !host.is_empty()
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_');
+    named.then_some((host, port))
 }

@@ -144,21 +144,7 @@ impl ServerConfig {
 
 /// `host:port`: a port number after a DNS name, an IPv4 address or a bracketed IPv6 one.
 fn is_host_port(addr: &str) -> bool {
-    let Some((host, port)) = addr.rsplit_once(':') else {
-        return false;
-    };
-    if port.parse::<u16>().is_err() {
-        return false;
-    }
-    match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
-        Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
-        None => {
-            !host.is_empty()
-                && host
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_')
-        }
-    }
+    super::split_host_port(addr).is_some()
 }
 
 #[cfg(test)]

@@ -276,10 +276,11 @@ impl Quorum {
 
     /// Member `member` failed: it gets nothing more of this ledger. When too few live members
     /// are left for the ack quorum, every entry not confirmed yet fails at once (not after a
-    /// member catching up would have caught up). Returns whether the caller
+    /// member catching up would have caught up). Returns [`Failure::Replace`] when the caller
     /// is to replace it ([`Quorum::join`]): no other replacement is under way and fewer than
     /// [`MAX_REPLACEMENTS`] were made; the ledger does not roll for it until
-    /// [`Quorum::replacement_ended`].
+    /// [`Quorum::replacement_ended`]. Else [`Failure::Joining`] for a member joining in
+    /// another's place, [`Failure::Known`] when it had failed already, [`Failure::LeftOut`].
     pub fn replica_failed(&self, member: MemberId, why: &str) -> Failure {
         let mut s = self.lock();
         let Some(m) = s

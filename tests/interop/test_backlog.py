@@ -6,6 +6,7 @@ ProducerBlockedQuotaExceededException; `consumer_backlog_eviction` moves only th
 over the quota forward; a backlog offloaded to the lake still counts; message TTL expires old
 messages. Quotas survive a SIGKILL."""
 import signal
+import threading
 import time
 import uuid
 
@@ -121,6 +122,20 @@ def test_exception_fails_pending_sends(fresh_service):
     producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=0)
     for i in range(20):
         producer.send(f"m-{i}:".encode() + KB)
+    # A WaitForExclusive producer waits behind it; when the quota closes the producers it is
+    # refused with the quota's error, not left waiting for a topic nobody holds.
+    waiter = {}
+
+    def wait_for_exclusive():
+        try:
+            client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.WaitForExclusive)
+            waiter["outcome"] = "created"
+        except pulsar.PulsarException as e:
+            waiter["outcome"] = type(e).__name__
+    waiting = threading.Thread(target=wait_for_exclusive)
+    waiting.start()
+    time.sleep(1)
+    assert not waiter, waiter
     assert call(svc, "POST", "/persistent/public/bq/exc/backlogQuota",
                 quota(10_000, policy="producer_exception"))[0] == 204
     assert call(svc, "GET", "/persistent/public/bq/exc/backlogQuotaMap") == (
@@ -128,6 +143,8 @@ def test_exception_fails_pending_sends(fresh_service):
     eventually(lambda: expect(
         blocked_error(client, topic) == "ProducerBlockedQuotaExceededException",
         "not blocked yet"), timeout=20)
+    waiting.join(timeout=40)
+    assert waiter == {"outcome": "ProducerBlockedQuotaExceededException"}, waiter
     failed = []
     for i in range(5):
         producer.send_async(KB, lambda res, _id: failed.append(res))

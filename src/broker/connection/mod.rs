@@ -23,6 +23,7 @@ use futures::stream::FuturesUnordered;
 use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio_util::sync::CancellationToken;
 
 use super::backlog::ClientInfo;
 use super::error::server_error;
@@ -62,40 +63,42 @@ impl Completion {
 }
 
 /// A PRODUCER or SUBSCRIBE in progress for one id.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Opening {
     request_id: u64,
-    /// The client closed the id meanwhile.
-    cancelled: bool,
+    /// Cancelled when the client closes the id meanwhile (a request waiting on it, such as a
+    /// `WaitForExclusive` producer's turn, gives up).
+    cancelled: CancellationToken,
 }
 
-/// Records request `request_id` for `id`, unless one is already in progress.
+/// Records request `request_id` for `id`, unless one is already in progress; the token its
+/// close cancels.
 fn begin_opening(
     map: &mut HashMap<u64, Opening>,
     id: u64,
     request_id: u64,
     what: &str,
-) -> Result<(), BrokerError> {
+) -> Result<CancellationToken, BrokerError> {
     if map.contains_key(&id) {
         return Err(BrokerError::Stopped(format!(
             "{what} {id} is still being created on this connection; retry"
         )));
     }
-    let cancelled = false;
+    let cancelled = CancellationToken::new();
     map.insert(
         id,
         Opening {
             request_id,
-            cancelled,
+            cancelled: cancelled.clone(),
         },
     );
-    Ok(())
+    Ok(cancelled)
 }
 
 /// Marks the request in progress for `id` (if any) cancelled.
 fn cancel_opening(map: &mut HashMap<u64, Opening>, id: u64) {
-    if let Some(o) = map.get_mut(&id) {
-        o.cancelled = true;
+    if let Some(o) = map.get(&id) {
+        o.cancelled.cancel();
     }
 }
 
@@ -103,7 +106,7 @@ fn cancel_opening(map: &mut HashMap<u64, Opening>, id: u64) {
 fn finish_opening(map: &mut HashMap<u64, Opening>, id: u64, request_id: u64) -> bool {
     match map.get(&id) {
         Some(o) if o.request_id == request_id => {
-            let current = !o.cancelled;
+            let current = !o.cancelled.is_cancelled();
             map.remove(&id);
             current
         }

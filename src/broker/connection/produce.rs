@@ -65,29 +65,52 @@ impl Drop for Registration {
     }
 }
 
-/// Registers `slot` with `topic`'s owner. A `WaitForExclusive` producer (`waits`: its
-/// connection's outbox and PRODUCER request id) may wait its turn there; its client is told so
-/// at once (PRODUCER_SUCCESS, not ready), which keeps its request from timing out.
+/// What a `WaitForExclusive` producer's registration needs besides the slot.
+#[derive(Clone, Copy)]
+struct Waits<'a> {
+    /// Its connection's outbox, for the not-ready PRODUCER_SUCCESS.
+    out: &'a crate::broker::outbox::Outbox,
+    /// Its PRODUCER's request id.
+    request_id: u64,
+    /// Cancelled when the client closes the producer meanwhile.
+    abandoned: &'a CancellationToken,
+}
+
+/// Registers `slot` with `topic`'s owner. A `WaitForExclusive` producer (`waits`) may wait its
+/// turn there; its client is told so at once (PRODUCER_SUCCESS, not ready), and a close
+/// meanwhile gives its turn up (the owner skips a waiter nobody waits for).
 async fn register(
     topic: &BrokerTopic,
     slot: ProducerSlot,
-    waits: Option<(&crate::broker::outbox::Outbox, u64)>,
+    waits: Option<Waits<'_>>,
 ) -> Result<i64, BrokerError> {
-    let Some((out, request_id)) = waits else {
+    let Some(waits) = waits else {
         return topic.add_producer(slot, None).await;
     };
     let name = slot.publisher.name.clone();
     let (queued, told) = oneshot::channel();
     let registered = topic.add_producer(slot, Some(queued));
     tokio::pin!(registered);
+    let gave_up = || {
+        Err(BrokerError::Stopped(
+            "the producer was closed while it waited".into(),
+        ))
+    };
+    tokio::select! {
+        biased;
+        done = &mut registered => return done,
+        () = waits.abandoned.cancelled() => return gave_up(),
+        Ok(()) = told => {}
+    }
+    // Sent before the answer can be: the ready PRODUCER_SUCCESS follows it.
+    let _ = waits
+        .out
+        .send(command::producer_waiting(waits.request_id, &name))
+        .await;
     tokio::select! {
         biased;
         done = &mut registered => done,
-        Ok(()) = told => {
-            // Sent before the answer can be: the ready PRODUCER_SUCCESS follows it.
-            let _ = out.send(command::producer_waiting(request_id, &name)).await;
-            registered.await
-        }
+        () = waits.abandoned.cancelled() => gave_up(),
     }
 }
 
@@ -111,9 +134,10 @@ impl Connection {
     /// with the topic's owner, beside the read loop.
     pub(super) async fn begin_producer(&mut self, p: Box<Producer>) {
         let opening = &mut self.opening_producers;
-        if let Err(e) = begin_opening(opening, p.producer_id, p.request_id, "producer") {
-            return self.send(error_reply(p.request_id, &e)).await;
-        }
+        let abandoned = match begin_opening(opening, p.producer_id, p.request_id, "producer") {
+            Ok(token) => token,
+            Err(e) => return self.send(error_reply(p.request_id, &e)).await,
+        };
         let (broker, principal, conn) = (self.broker.clone(), self.principal(), self.id);
         let (client, out) = (self.client.clone(), self.out.clone());
         let close = CancellationToken::new();
@@ -145,27 +169,34 @@ impl Connection {
                     close: close.clone(),
                     publisher: publisher.clone(),
                 };
-                let waits = (p.wait_for_exclusive).then_some((&out, p.request_id));
+                let waits = (p.wait_for_exclusive).then_some(Waits {
+                    out: &out,
+                    request_id: p.request_id,
+                    abandoned: &abandoned,
+                });
                 let last_sequence_id = match register(&topic, slot.clone(), waits).await {
                     // Unloaded (idle) between the lookup and the registration: load it again.
-                    Err(BrokerError::Stopped(_)) => {
+                    Err(BrokerError::Stopped(_)) if !abandoned.is_cancelled() => {
                         topic = broker.topic(&topic.name).await?;
                         register(&topic, slot, waits).await?
                     }
                     other => other?,
                 };
-                // The ledger is opened now, so the first SEND does not wait for it; if this
-                // fails, that SEND tries again and reports why.
-                if let Err(e) = topic.log.open_ledger().await {
-                    tracing::warn!(topic = %topic.name, error = %e,
-                        "could not open a ledger for a new producer");
-                }
+                // Undone when dropped: from here on, a connection closing meanwhile leaves
+                // no registration behind.
                 let registration = Registration {
                     topic,
                     publisher,
                     conn,
                     kept: false,
                 };
+                // The ledger is opened now, so the first SEND does not wait for it; if this
+                // fails, that SEND tries again and reports why.
+                let topic = &registration.topic;
+                if let Err(e) = topic.log.open_ledger().await {
+                    tracing::warn!(topic = %topic.name, error = %e,
+                        "could not open a ledger for a new producer");
+                }
                 Ok(Opened {
                     registration,
                     close,

@@ -23,9 +23,12 @@ const NO_WATCH: Duration = Duration::from_secs(3600);
 const SHORTEST: Duration = Duration::from_secs(1);
 
 impl Owner {
-    /// Whether no client is attached and no backlog check runs.
+    /// Whether no client is attached or waiting and no backlog check runs.
     pub(super) fn is_idle(&self) -> bool {
-        self.producers.is_empty() && self.topic.limits.attached() == 0 && self.check.is_none()
+        self.producers.is_empty()
+            && self.waiting.is_empty()
+            && self.topic.limits.attached() == 0
+            && self.check.is_none()
     }
 
     /// Idle, and for the whole idle period (appends in flight are the caller's to check).

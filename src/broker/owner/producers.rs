@@ -9,8 +9,11 @@
 //!   `producer_ready = false`, so the client's request does not time out). Waiters are
 //!   registered one at a time, oldest first, as soon as the last producer goes.
 //!
-//! Invariant: `waiting` is empty while `producers` is; a waiter whose connection gave up (its
-//! reply's receiver dropped) is skipped.
+//! Invariant: `waiting` is empty while `producers` is, on every path that empties it (a
+//! producer going, a backlog quota closing them all: the waiters are then refused with the
+//! quota's error); a waiter whose client closed it or whose connection went (its reply's
+//! receiver dropped) is skipped; the owner stopping drops the waiters, which then retry or
+//! report it.
 
 use super::{BrokerError, NewProducer, Owner};
 use crate::broker::topic::{GoneProducer, ProducerSlot};
@@ -55,8 +58,9 @@ impl Owner {
     }
 
     /// Registers the oldest waiters in turn until one is registered (the others wait on),
-    /// while no producer is there.
-    fn admit_waiting(&mut self) {
+    /// while no producer is there; each refused one (a backlog quota holds the topic) is
+    /// answered with why.
+    pub(super) fn admit_waiting(&mut self) {
         while self.producers.is_empty() {
             let Some(mut next) = self.waiting.pop_front() else {
                 return;

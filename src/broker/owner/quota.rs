@@ -99,6 +99,8 @@ impl Owner {
             p.close.cancel();
         }
         self.producers_changed();
+        // Waiters are refused too (blocked), not left waiting for producers that are gone.
+        self.admit_waiting();
     }
 
     fn unblock(&mut self) {

@@ -196,28 +196,34 @@ impl TopicLog {
         let (member, upto) = q
             .join(failed, spare.clone())
             .ok_or_else(|| NotReplaced::from("the ledger's quorum broke"))?;
-        if let Err(why) = self
+        if let Err(e) = self
             .send_earlier_entries(ledger, q, (member, &spare), upto)
             .await
         {
-            q.replica_failed(member, &why);
+            // Its catch-up ended short either way; only its own failure lets another try.
+            q.replica_failed(member, &e.why);
             return Err(NotReplaced {
-                joined: Some(member),
-                why: format!("{spare} joined and failed: {why}"),
+                why: format!("{spare} joined and its catch-up ended: {}", e.why),
+                ..e
             });
         }
         Ok(spare)
     }
 
     /// Sends new member `member` (bookie `bookie`) entries `0..upto` from this journal's copy,
-    /// then the entries queued for it meanwhile, until it is live.
+    /// then the entries queued for it meanwhile, until it is live. An error says `joined`
+    /// when the new bookie failed, none when this side did (the journal, the ledger rolling).
     async fn send_earlier_entries(
         &self,
         ledger: &Arc<OpenLedger>,
         q: &Quorum,
         (member, bookie): (MemberId, &str),
         upto: u64,
-    ) -> Result<(), String> {
+    ) -> Result<(), NotReplaced> {
+        let theirs = |why: String| NotReplaced {
+            joined: Some(member),
+            why,
+        };
         let topic: Arc<str> = Arc::from(self.inner.name.as_str());
         let journal = tokio::time::timeout(STEP_TIMEOUT, q.holds(0, upto)).await;
         if !journal.unwrap_or(false) {
@@ -225,7 +231,7 @@ impl TopicLog {
         }
         let mut next = 0;
         while next < upto {
-            self.still_written(ledger)?;
+            self.still_written(ledger).map_err(NotReplaced::from)?;
             let located: Vec<_> = {
                 let w = ledger.written();
                 let end = (upto as usize).min(w.entries.len());
@@ -242,11 +248,13 @@ impl TopicLog {
                     .collect()
             };
             if located.is_empty() {
-                return Err(format!("this journal has no entry {next} of the ledger"));
+                return Err(format!("this journal has no entry {next} of the ledger").into());
             }
             let entries = read_located(&self.inner.shared, ledger.id, next, located)
                 .await
-                .map_err(|e| format!("reading entry {next} from this journal: {e}"))?;
+                .map_err(|e| {
+                    NotReplaced::from(format!("reading entry {next} from this journal: {e}"))
+                })?;
             for e in entries {
                 next = e.position.entry + 1;
                 let routed = (e.position.entry, e.publish_time_ms, e.payload);
@@ -254,11 +262,15 @@ impl TopicLog {
             }
             let step = tokio::time::timeout(STEP_TIMEOUT, q.holds(member, next)).await;
             if !step.unwrap_or(false) {
-                return Err(format!("it did not make entries up to {next} durable"));
+                return Err(theirs(format!(
+                    "it did not make entries up to {next} durable"
+                )));
             }
         }
         loop {
-            let queued = q.take_queued(member).ok_or("it failed while catching up")?;
+            let queued = q
+                .take_queued(member)
+                .ok_or_else(|| theirs("it failed while catching up".into()))?;
             if queued.is_empty() {
                 return Ok(());
             }
@@ -271,10 +283,12 @@ impl TopicLog {
                 self.send_to_replica(&topic, ledger, (member, bookie), routed);
                 if bytes >= CATCH_UP_BUDGET {
                     bytes = 0;
-                    self.still_written(ledger)?;
+                    self.still_written(ledger).map_err(NotReplaced::from)?;
                     let step = tokio::time::timeout(STEP_TIMEOUT, q.holds(member, entry + 1));
                     if !step.await.unwrap_or(false) {
-                        return Err(format!("it did not make entries up to {entry} durable"));
+                        return Err(theirs(format!(
+                            "it did not make entries up to {entry} durable"
+                        )));
                     }
                 }
             }
