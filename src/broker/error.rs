@@ -20,9 +20,13 @@ pub enum BrokerError {
     /// The metadata store failed.
     #[error("metadata store: {0}")]
     Metadata(#[from] crate::ledger::metadata::MetadataError),
-    /// An exclusive producer holds the topic, or a producer of the same name is connected.
+    /// A shared producer meets an exclusive one (or `WaitForExclusive` ones waiting), or a
+    /// producer of the same name is connected.
     #[error("{0}")]
     ProducerBusy(String),
+    /// An exclusive producer meets another producer (Pulsar's `ProducerFencedException`).
+    #[error("{0}")]
+    ProducerFenced(String),
     /// The subscription refuses another consumer (Exclusive taken, or another type).
     #[error("{0}")]
     ConsumerBusy(String),
@@ -94,6 +98,7 @@ pub fn server_error(e: &BrokerError) -> ServerError {
         }
         BrokerError::Metadata(_) => ServerError::MetadataError,
         BrokerError::ProducerBusy(_) => ServerError::ProducerBusy,
+        BrokerError::ProducerFenced(_) => ServerError::ProducerFenced,
         BrokerError::ConsumerBusy(_) => ServerError::ConsumerBusy,
         BrokerError::TopicBusy(_) => ServerError::ServiceNotReady,
         BrokerError::UnknownClient(_) => ServerError::ConsumerNotFound,
@@ -126,6 +131,10 @@ mod tests {
             (
                 BrokerError::ProducerBusy("p".into()),
                 ServerError::ProducerBusy,
+            ),
+            (
+                BrokerError::ProducerFenced("p".into()),
+                ServerError::ProducerFenced,
             ),
             (
                 BrokerError::ConsumerBusy("c".into()),

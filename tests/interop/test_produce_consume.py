@@ -142,8 +142,11 @@ def test_a_wait_for_exclusive_producer_waits_for_the_topic(service):
         assert "producer" in created, created
         alone = created["producer"]
         alone.send(b"alone")
+        # As Pulsar refuses them: a shared producer is busy, an exclusive one fenced.
         with pytest.raises(pulsar.ProducerBusy):
             c.create_producer(t)
+        with pytest.raises(pulsar.ProducerFenced):
+            c.create_producer(t, access_mode=pulsar.ProducerAccessMode.Exclusive)
         alone.close()
         reader = c.create_reader(t, pulsar.MessageId.earliest)
         got = [reader.read_next(timeout_millis=10_000).data() for _ in range(3)]

@@ -1,13 +1,17 @@
 //! The owner's producers: registering and forgetting them, by access mode (Pulsar's
 //! `ProducerAccessMode`).
 //!
-//! - `Shared`: beside other shared producers.
-//! - `Exclusive` and `ExclusiveWithFencing`: alone, refused while any other producer is there.
-//!   Fencing the others out, as Pulsar's `ExclusiveWithFencing` does, is not built.
-//! - `WaitForExclusive`: alone as well, but while others are there it waits its turn instead
-//!   of being refused. Its connection is told at once (PRODUCER_SUCCESS with
+//! - `Shared`: beside other shared producers; refused (`ProducerBusy`) while an exclusive one
+//!   is there or `WaitForExclusive` ones wait (so that they are not starved).
+//! - `Exclusive` and `ExclusiveWithFencing`: alone, refused (`ProducerFenced`, as Pulsar
+//!   does) while any other producer is there or waits. Fencing the others out, as Pulsar's
+//!   `ExclusiveWithFencing` does, is not built.
+//! - `WaitForExclusive`: alone as well, but while others are there (or wait) it waits its
+//!   turn instead of being refused. Its connection is told at once (PRODUCER_SUCCESS with
 //!   `producer_ready = false`, so the client's request does not time out). Waiters are
-//!   registered one at a time, oldest first, as soon as the last producer goes.
+//!   registered one at a time, oldest first, as soon as the last producer goes (Pulsar
+//!   promotes them only when an exclusive producer goes, so one waiting behind shared
+//!   producers waits for good there).
 //!
 //! Invariant: `waiting` is empty while `producers` is, on every path that empties it (a
 //! producer going, a backlog quota closing them all: the waiters are then refused with the
@@ -25,6 +29,16 @@ impl Owner {
         self.last_busy = std::time::Instant::now();
         if producer.queued.is_some() && !self.producers.is_empty() {
             return self.queue(producer);
+        }
+        if !self.waiting.is_empty() {
+            // Newcomers do not pass the producers waiting their turn.
+            let refused = if producer.slot.exclusive {
+                BrokerError::ProducerFenced("WaitForExclusive producers wait for the topic".into())
+            } else {
+                BrokerError::ProducerBusy("WaitForExclusive producers wait for the topic".into())
+            };
+            let _ = producer.reply.send(Err(refused));
+            return;
         }
         self.register(producer);
     }
@@ -95,9 +109,15 @@ impl Owner {
 
     /// Registers a producer unless an exclusive one or one of the same name is there.
     fn add_producer(&mut self, name: String, slot: ProducerSlot) -> Result<i64, BrokerError> {
-        if self.producers.values().any(|v| v.exclusive)
-            || (slot.exclusive && !self.producers.is_empty())
-        {
+        let held = self.producers.values().any(|v| v.exclusive);
+        if slot.exclusive && (held || !self.producers.is_empty()) {
+            return Err(BrokerError::ProducerFenced(if held {
+                "topic has an exclusive producer".into()
+            } else {
+                "topic has shared producers".into()
+            }));
+        }
+        if held {
             return Err(BrokerError::ProducerBusy(
                 "topic has an exclusive producer".into(),
             ));

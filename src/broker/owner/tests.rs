@@ -255,10 +255,11 @@ async fn an_exclusive_producer_excludes_every_other() -> TestResult {
         matches!(refused, Err(BrokerError::ProducerBusy(_))),
         "{refused:?}"
     );
+    // As Pulsar answers an exclusive producer that is not alone: fenced.
     let (exclusive, _e) = slot("x", 3, true);
     let refused = topic.add_producer(exclusive, None).await;
     assert!(
-        matches!(refused, Err(BrokerError::ProducerBusy(_))),
+        matches!(refused, Err(BrokerError::ProducerFenced(_))),
         "{refused:?}"
     );
     // Once "a" goes, an exclusive producer gets the topic, and then nobody else does.
@@ -321,6 +322,19 @@ async fn a_wait_for_exclusive_producer_waits_its_turn() -> TestResult {
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(!waiter.is_finished() && !later.is_finished());
 
+    // Newcomers do not pass the waiters: a shared one is busy, an exclusive one fenced.
+    let (s, _s) = slot("s", 8, false);
+    let refused = topic.add_producer(s, None).await;
+    assert!(
+        matches!(refused, Err(BrokerError::ProducerBusy(_))),
+        "{refused:?}"
+    );
+    let (x, _x) = slot("x", 9, true);
+    let refused = topic.add_producer(x, None).await;
+    assert!(
+        matches!(refused, Err(BrokerError::ProducerFenced(_))),
+        "{refused:?}"
+    );
     // a goes: w, the oldest, gets the topic alone; v waits on.
     topic.remove_producer("a".into(), 1, 2).await;
     assert_eq!(waiter.await??, -1);
