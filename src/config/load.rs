@@ -308,7 +308,6 @@ mod tests {
             "10.0.0.7:6650",
             "[::1]:6650",
             "[fd00::7]:1",
-            "[fe80::1%2]:6650",
         ] {
             let mut c = Config::default();
             c.broker.advertised_address = good.into();
@@ -327,6 +326,7 @@ mod tests {
             "node:+6650",
             "no de:6650",
             "node/x:6650",
+            "[fe80::1%2]:6650",
         ] {
             let mut c = Config::default();
             c.broker.advertised_address = bad.into();

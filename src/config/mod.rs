@@ -753,7 +753,7 @@ impl Config {
 }
 
 /// `host:port` split at its port: a host name (letters, digits, `-`, `.`, `_`), an IPv4
-/// address or an IPv6 one in brackets (kept; a scope id too), and a port number (digits only).
+/// address or an IPv6 one in brackets (kept; no scope id), and a port number (digits only).
 /// `None` for anything else, a bare IPv6 address included. The one place addresses are split.
 pub fn split_host_port(address: &str) -> Option<(&str, u16)> {
     let (host, port) = address.rsplit_once(':')?;
@@ -761,7 +761,8 @@ pub fn split_host_port(address: &str) -> Option<(&str, u16)> {
         return None;
     }
     let port = port.parse().ok()?;
-    if address.parse::<std::net::SocketAddr>().is_ok() {
+    // A scope id (`%eth0`) names an interface of this host only.
+    if !host.contains('%') && address.parse::<std::net::SocketAddr>().is_ok() {
         return Some((host, port));
     }
     let named = !host.is_empty()

@@ -292,6 +292,21 @@ impl Operations {
                     name.base()
                 )));
             }
+            // Its lake table is the base name's: alone in it, it goes with the table; beside
+            // other topics of that name, their rows would be at stake.
+            let others: Vec<String> = (self.log.partition_names(&name.base()).await)
+                .map_err(OpsError::Metadata)?
+                .into_iter()
+                .map(|(_, n)| n)
+                .filter(|n| *n != name.to_string())
+                .collect();
+            if !others.is_empty() {
+                return Err(OpsError::Conflict(format!(
+                    "{name} shares the lake table of {} with {}: delete those first",
+                    name.base(),
+                    others.join(", ")
+                )));
+            }
         }
         if self.partitions(name).await? > 0 {
             return Err(OpsError::Conflict(format!(

@@ -125,14 +125,17 @@ def test_exception_fails_pending_sends(fresh_service):
     # A WaitForExclusive producer waits behind it; when the quota closes the producers it is
     # refused with the quota's error, not left waiting for a topic nobody holds.
     waiter = {}
+    # Its own client, whose operation timeout outlasts the wait for the quota below.
+    patient = pulsar.Client(svc.url, operation_timeout_seconds=120)
 
     def wait_for_exclusive():
         try:
-            client.create_producer(topic, access_mode=pulsar.ProducerAccessMode.WaitForExclusive)
+            patient.create_producer(topic,
+                                    access_mode=pulsar.ProducerAccessMode.WaitForExclusive)
             waiter["outcome"] = "created"
         except pulsar.PulsarException as e:
             waiter["outcome"] = type(e).__name__
-    waiting = threading.Thread(target=wait_for_exclusive)
+    waiting = threading.Thread(target=wait_for_exclusive, daemon=True)
     waiting.start()
     time.sleep(1)
     assert not waiter, waiter
@@ -143,8 +146,9 @@ def test_exception_fails_pending_sends(fresh_service):
     eventually(lambda: expect(
         blocked_error(client, topic) == "ProducerBlockedQuotaExceededException",
         "not blocked yet"), timeout=20)
-    waiting.join(timeout=40)
+    waiting.join(timeout=60)
     assert waiter == {"outcome": "ProducerBlockedQuotaExceededException"}, waiter
+    patient.close()
     failed = []
     for i in range(5):
         producer.send_async(KB, lambda res, _id: failed.append(res))

@@ -150,6 +150,11 @@ def test_a_partition_name_no_partitioned_topic_declares_is_a_topic_of_its_own(ma
     assert status == 404, (status, body)
     status, body = http("DELETE", url)
     assert status == 404 and "solo-partition-2" in body["reason"], (status, body)
+    # Beside another topic of its base name, whose lake table it shares: refused.
+    for i in (0, 1):
+        produce(client, f"persistent://public/default/pair-partition-{i}", 3).close()
+    status, body = http("DELETE", f"{svc.http}/admin/v2/persistent/public/default/pair-partition-0")
+    assert status == 409 and "pair-partition-1" in body["reason"], (status, body)
     # Declared: its partitions go only with it.
     base = f"{svc.http}/admin/v2/persistent/public/default/declared"
     assert http("PUT", f"{base}/partitions", "2")[0] in (200, 204)

@@ -80,14 +80,25 @@ struct Waits<'a> {
 /// turn there; its client is told so at once (PRODUCER_SUCCESS, not ready), and a close
 /// meanwhile gives its turn up (the owner skips a waiter nobody waits for).
 async fn register(
-    topic: &BrokerTopic,
+    topic: &Arc<BrokerTopic>,
     slot: ProducerSlot,
     waits: Option<Waits<'_>>,
 ) -> Result<i64, BrokerError> {
-    let Some(waits) = waits else {
-        return topic.add_producer(slot, None).await;
+    // Armed until the owner's answer is in hand: given up or dropped before (the client
+    // closed the producer, the connection went), a registration the owner may have made
+    // meanwhile is taken out again.
+    let mut undo = Unregister {
+        topic: topic.clone(),
+        name: slot.publisher.name.to_string(),
+        conn: slot.conn,
+        producer_id: slot.publisher.producer_id,
+        armed: true,
     };
-    let name = slot.publisher.name.clone();
+    let Some(waits) = waits else {
+        let done = topic.add_producer(slot, None).await;
+        undo.armed = false;
+        return done;
+    };
     let (queued, told) = oneshot::channel();
     let registered = topic.add_producer(slot, Some(queued));
     tokio::pin!(registered);
@@ -98,19 +109,48 @@ async fn register(
     };
     tokio::select! {
         biased;
-        done = &mut registered => return done,
+        done = &mut registered => {
+            undo.armed = false;
+            return done;
+        }
         () = waits.abandoned.cancelled() => return gave_up(),
         Ok(()) = told => {}
     }
     // Sent before the answer can be: the ready PRODUCER_SUCCESS follows it.
     let _ = waits
         .out
-        .send(command::producer_waiting(waits.request_id, &name))
+        .send(command::producer_waiting(waits.request_id, &undo.name))
         .await;
     tokio::select! {
         biased;
-        done = &mut registered => done,
+        done = &mut registered => {
+            undo.armed = false;
+            done
+        }
         () = waits.abandoned.cancelled() => gave_up(),
+    }
+}
+
+/// Takes a producer out of its topic's registry when dropped armed ([`register`]); a no-op
+/// when the owner has no such registration (it matches the connection and producer id).
+struct Unregister {
+    topic: Arc<BrokerTopic>,
+    name: String,
+    conn: u64,
+    producer_id: u64,
+    armed: bool,
+}
+
+impl Drop for Unregister {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let (topic, name) = (self.topic.clone(), std::mem::take(&mut self.name));
+            let (conn, producer_id) = (self.conn, self.producer_id);
+            rt.spawn(async move { topic.remove_producer(name, conn, producer_id).await });
+        }
     }
 }
 

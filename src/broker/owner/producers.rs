@@ -27,6 +27,8 @@ impl Owner {
     /// are there) queued.
     pub(super) fn on_add_producer(&mut self, producer: NewProducer) {
         self.last_busy = std::time::Instant::now();
+        // Waiters nobody waits for any more (closed, timed out, connection gone) hold nobody.
+        self.waiting.retain(|w| !w.reply.is_closed());
         if producer.queued.is_some() && !self.producers.is_empty() {
             return self.queue(producer);
         }
@@ -92,11 +94,12 @@ impl Owner {
     fn register(&mut self, producer: NewProducer) {
         let NewProducer { slot, reply, .. } = producer;
         let name = slot.publisher.name.to_string();
-        // A producer registering anew resends what was not acknowledged, in order.
-        self.fenced.remove(name.as_str());
         let result = self.add_producer(name.clone(), slot);
         let added = result.is_ok();
         if added {
+            // A producer registering anew resends what was not acknowledged, in order (a
+            // refused one leaves a registered producer of its name fenced).
+            self.fenced.remove(name.as_str());
             // Listed before the client hears of it.
             self.producers_changed();
         }
@@ -110,6 +113,13 @@ impl Owner {
     /// Registers a producer unless an exclusive one or one of the same name is there.
     fn add_producer(&mut self, name: String, slot: ProducerSlot) -> Result<i64, BrokerError> {
         let held = self.producers.values().any(|v| v.exclusive);
+        if self.producers.contains_key(&name) {
+            // Its own earlier registration, not yet gone (a reconnect racing the old
+            // connection's close): busy, which the client retries, not fenced, which is final.
+            return Err(BrokerError::ProducerBusy(
+                "a producer with this name is already connected".into(),
+            ));
+        }
         if slot.exclusive && (held || !self.producers.is_empty()) {
             return Err(BrokerError::ProducerFenced(if held {
                 "topic has an exclusive producer".into()
@@ -120,11 +130,6 @@ impl Owner {
         if held {
             return Err(BrokerError::ProducerBusy(
                 "topic has an exclusive producer".into(),
-            ));
-        }
-        if self.producers.contains_key(&name) {
-            return Err(BrokerError::ProducerBusy(
-                "a producer with this name is already connected".into(),
             ));
         }
         if let Some(e) = self.blocked_error() {

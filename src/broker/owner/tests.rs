@@ -358,6 +358,37 @@ async fn a_wait_for_exclusive_producer_waits_its_turn() -> TestResult {
 }
 
 #[tokio::test]
+async fn a_waiter_that_gave_up_holds_nobody_back() -> TestResult {
+    let h = Harness::new().await?;
+    let topic = h.load(false).await?;
+    let (a, _a) = slot("a", 1, false);
+    topic.add_producer(a, None).await?;
+    let (w, _w) = slot("w", 2, true);
+    let (gave_up, queued) = wait_for_exclusive(&topic, w).await;
+    assert!(queued);
+    gave_up.abort();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Nobody waits any more: a shared newcomer joins a.
+    let (s, _s) = slot("s", 3, false);
+    assert_eq!(topic.add_producer(s, None).await?, -1);
+    // An exclusive producer whose own registration is still there (a reconnect racing its
+    // old connection's close) is busy, which its client retries, not fenced.
+    topic.remove_producer("a".into(), 1, 1).await;
+    topic.remove_producer("s".into(), 1, 3).await;
+    let (x, _x) = slot("x", 4, true);
+    topic.add_producer(x, None).await?;
+    let (again, _g) = slot("x", 5, true);
+    let refused = topic.add_producer(again, None).await;
+    assert!(
+        matches!(refused, Err(BrokerError::ProducerBusy(_))),
+        "{refused:?}"
+    );
+    topic.stop().await;
+    h.log.shutdown().await?;
+    Ok(())
+}
+
+#[tokio::test]
 async fn deletion_is_refused_while_a_producer_is_attached_unless_forced() -> TestResult {
     let h = Harness::new().await?;
     let topic = h.load(false).await?;

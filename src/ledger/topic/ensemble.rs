@@ -200,11 +200,13 @@ impl TopicLog {
             .send_earlier_entries(ledger, q, (member, &spare), upto)
             .await
         {
-            // Its catch-up ended short either way; only its own failure lets another try.
+            // Its catch-up ended short either way; only its own failure lets another try (a
+            // step that timed out because the ledger rolled meanwhile is not).
             q.replica_failed(member, &e.why);
+            let joined = e.joined.filter(|_| self.still_written(ledger).is_ok());
             return Err(NotReplaced {
+                joined,
                 why: format!("{spare} joined and its catch-up ended: {}", e.why),
-                ..e
             });
         }
         Ok(spare)
