@@ -1,7 +1,9 @@
-//! Three logs on one metadata store, each serving its bookie on 127.0.0.1 and registered as a
-//! member with a session of its own: a replicated ledger's entries reach every bookie, a
-//! replica that drops out lags behind, and a new owner taking the ledger over after its writer
-//! left fences the replicas, ends the ledger at the longest copy and completes the shorter one.
+//! Three or four logs on one metadata store, each serving its bookie on 127.0.0.1 and
+//! registered as a member with a session of its own: a replicated ledger's entries reach every
+//! bookie, a replica that drops out lags behind (or, with a spare bookie, is replaced in the
+//! same ledger: `TopicLog::change_ensemble`), and a new owner taking the ledger over after its
+//! writer left fences the replicas, ends the ledger at the longest copy and completes the
+//! shorter one.
 
 use std::sync::Arc;
 
@@ -427,6 +429,81 @@ async fn a_lost_writer_is_dropped_and_a_replica_takes_its_place_when_no_copy_can
     for n in &heirs {
         assert_eq!(entries(n, name, sealed.id, 12).await?.len(), 12);
     }
+    for n in &nodes {
+        n.stop.cancel();
+    }
+    for n in nodes {
+        n.log.shutdown().await?;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_stops_mid_ledger_is_replaced_in_the_same_ledger() -> TestResult {
+    let meta: Arc<dyn MetadataStore> = Arc::new(MemoryMetadataStore::new());
+    let coord = MemoryCoordination::new();
+    let mut nodes = Vec::new();
+    for id in ["w:1", "b:1", "c:1", "d:1"] {
+        nodes.push(node(&meta, &coord, id).await?);
+    }
+    let name = "persistent://t/n/replaced";
+    let tw = nodes[0].log.topic(name).await?;
+    let body = |i: u64| Bytes::from(format!("entry {i}"));
+    for i in 0..10 {
+        tw.append(i as i64, body(i)).await?.durable().await?;
+    }
+    let ledger = tw.ledgers()[0].id;
+    let before = meta.get_ledger(ledger).await?.ok_or("no ledger")?;
+    assert_eq!((before.replicas.len(), before.ack_quorum), (2, 2));
+    let by_bookie = |b: &str| nodes.iter().position(|n| n.log.bookie_id() == b);
+    let stopped = by_bookie(&before.replicas[0]).ok_or("a replica of ours")?;
+    let spare = (1..4)
+        .find(|&i| {
+            !before
+                .replicas
+                .iter()
+                .any(|b| b == nodes[i].log.bookie_id())
+        })
+        .ok_or("a fourth bookie")?;
+
+    // The first replica's listener stops; the writer goes on in the same ledger, and the
+    // spare takes the stopped one's place in its record, catching up from the writer.
+    nodes[stopped].stop.cancel();
+    for i in 10..20 {
+        tw.append(i as i64, body(i)).await?.durable().await?;
+    }
+    let swapped: Vec<String> = before
+        .replicas
+        .iter()
+        .map(|b| {
+            if *b == before.replicas[0] {
+                nodes[spare].log.bookie_id().to_string()
+            } else {
+                b.clone()
+            }
+        })
+        .collect();
+    let mut replaced = false;
+    for _ in 0..500 {
+        let now = meta.get_ledger(ledger).await?.ok_or("no ledger")?;
+        if now.replicas == swapped {
+            assert_eq!(now.state, LedgerState::Open, "the ledger did not roll");
+            replaced = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(replaced, "the spare never took the stopped replica's place");
+    assert_eq!(tw.ledgers().len(), 1, "no other ledger was opened");
+    for i in 20..25 {
+        tw.append(i as i64, body(i)).await?.durable().await?;
+    }
+    // The spare holds every entry: the earlier ones from the writer's journal, the later
+    // ones directly.
+    confirmed_everywhere(&[&nodes[spare]], name, ledger, 25).await?;
+    let want: Vec<Bytes> = (0..25).map(body).collect();
+    assert_eq!(entries(&nodes[spare], name, ledger, 25).await?, want);
+
     for n in &nodes {
         n.stop.cancel();
     }
