@@ -162,9 +162,7 @@ impl Dialer {
         let _ = stream.set_nodelay(true);
         let stream: Box<dyn PeerIo> = match connector {
             Some(connector) => {
-                let host = crate::config::split_host_port(addr)
-                    .or_else(|| addr.rsplit_once(':').map(|(h, _)| (h, 0)))
-                    .map_or(addr, |(h, _)| h);
+                let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
                 let host = host.trim_start_matches('[').trim_end_matches(']');
                 let name = ServerName::try_from(host.to_string())
                     .map_err(|e| io(&format!("{host} is no server name: {e}")))?;
