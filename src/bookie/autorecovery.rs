@@ -596,6 +596,7 @@ mod tests {
             replicas: replicas.iter().map(|r| r.to_string()).collect(),
             ack_quorum: 2,
             write_quorum: wq,
+            stripe_width: 0,
         }
     }
 

@@ -326,6 +326,7 @@ async fn a_copy_that_cannot_be_read_whole_is_dropped_and_not_recorded() -> TestR
                 replicas: &[],
                 ack_quorum: 1,
                 write_quorum: 2,
+                stripe_width: 0,
             },
             0,
             None,

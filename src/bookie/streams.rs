@@ -358,6 +358,7 @@ mod tests {
             replicas: &replicas,
             ack_quorum: 2,
             write_quorum: 2,
+            stripe_width: 0,
         };
         let topic = meta.get_or_create_topic("persistent://t/n/two", 0).await?;
         let fenced = meta

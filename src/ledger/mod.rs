@@ -62,6 +62,7 @@ pub mod replicas;
 mod resident;
 mod seal;
 pub mod segment;
+pub mod stripe;
 mod takeover;
 pub(crate) use takeover::recoverable;
 mod tickers;

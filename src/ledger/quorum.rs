@@ -2,25 +2,29 @@
 //! which entries durable, when an entry has reached its ack quorum, and which bookies the next
 //! entry goes to while a failed replica is replaced.
 //!
-//! The writer's own journal is one bookie of the ensemble; each replica gets every entry, in
-//! order, over one connection ([`super::ReplicaSource::add`]). An entry is acknowledged to the
-//! producer, and becomes visible to readers, once `ack_quorum` bookies made it durable.
+//! The writer's own journal is one bookie of the ensemble and gets every entry. Each replica
+//! gets the entries of its [`Stripe`] (ADR 0017; every entry unless the ledger is striped), in
+//! order, over one connection ([`super::ReplicaSource::add`]): entry `e` goes to its *write
+//! set*, the journal and the replicas [`Stripes::write_set`] names. An entry is acknowledged
+//! to the producer, and becomes visible to readers, once `ack_quorum` bookies of its write set
+//! made it durable, and so did every earlier entry.
 //!
 //! Invariants (under the state's lock):
-//! - A member's `durable` only grows; it holds entries `0..durable` (each bookie confirms in
+//! - A member's `durable` only grows; it holds every entry of its stripe below `durable`, and
+//!   `durable` is the first entry of its stripe it does not hold yet (each bookie confirms in
 //!   order: the journal acknowledges in write order, a replica answers adds in order).
 //!   Answers are matched by [`MemberId`], never by place: a replaced bookie's late answers
-//!   count for nobody.
-//! - `confirmed` only grows, and entries `0..confirmed` are durable on at least `ack_quorum`
-//!   bookies; from a member's failure on, only members that did not fail count towards it.
-//!   Every waiting receipt below it has been answered `Ok`.
-//! - A failed member gets no later entry of the ledger (its copy stays a dense prefix); once
-//!   fewer than `ack_quorum` members are live (a member still catching up is not), every
-//!   waiting and later entry fails.
-//! - A member that joined by an ensemble change gets entries `0..from` from this journal's
-//!   copy and every later entry in id order: entries routed while that copy is sent wait in
-//!   its queue, and it becomes [`Status::Live`] only with an empty queue, under the lock that
-//!   routes entries.
+//!   count for nobody. A replica's stripe is its place's, and its replacement's.
+//! - `confirmed` only grows, and each entry below it is durable on at least `ack_quorum`
+//!   bookies of its write set; from a member's failure on, only members that did not fail
+//!   count towards it. Every waiting receipt below it has been answered `Ok`.
+//! - A failed member gets no later entry of the ledger (its copy stays a prefix of its
+//!   stripe); once some entry's write set has fewer than `ack_quorum` live members (a member
+//!   still catching up is not), every waiting and later entry fails.
+//! - A member that joined by an ensemble change gets the entries of its stripe below `from`
+//!   from this journal's copy and every later one in id order: entries routed while that copy
+//!   is sent wait in its queue, and it becomes [`Status::Live`] only with an empty queue, under
+//!   the lock that routes entries.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -30,6 +34,7 @@ use tokio::sync::{oneshot, watch};
 
 use super::error::AppendError;
 use super::metadata::LedgerId;
+use super::stripe::{Stripe, Stripes};
 use super::Position;
 
 /// Answers one producer once its entry is confirmed or failed.
@@ -74,6 +79,8 @@ struct Member {
     id: MemberId,
     /// Shared, so that routing an entry costs no copy of the name.
     bookie: Arc<str>,
+    /// The entries it gets: every one for the journal, its place's for a replica.
+    stripe: Stripe,
     durable: u64,
     status: Status,
 }
@@ -81,8 +88,10 @@ struct Member {
 #[derive(Debug)]
 struct State {
     /// Index 0 is this node's journal (it never fails here: a failed journal stops the whole
-    /// node), then the replicas in the ledger record's order.
+    /// node), then the replicas in the ledger record's order: member `i` is at replica place
+    /// `i - 1` of `stripes`.
     members: Vec<Member>,
+    stripes: Stripes,
     confirmed: u64,
     /// Entries registered so far: ids `0..submitted`.
     submitted: u64,
@@ -110,25 +119,48 @@ impl State {
             .any(|m| matches!(m.status, Status::Failed))
     }
 
-    /// Members that are live: neither failed nor still catching up (one catching up cannot
-    /// confirm a new entry before it holds every earlier one, which may take long).
+    /// The fewest live members any entry's write set has: live members are neither failed
+    /// nor still catching up (one catching up cannot confirm a new entry before it holds every
+    /// earlier one of its stripe, which may take long).
     fn live(&self) -> usize {
+        let live = |e: u64| {
+            self.members
+                .iter()
+                .filter(|m| matches!(m.status, Status::Live) && m.stripe.holds(e))
+                .count()
+        };
+        // Write sets repeat with the entry's residue.
+        (0..self.stripes.positions() as u64)
+            .map(live)
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// How many members that did not fail hold entry `entry`.
+    fn holding(&self, entry: u64) -> usize {
         self.members
             .iter()
-            .filter(|m| matches!(m.status, Status::Live))
+            .filter(|m| !matches!(m.status, Status::Failed))
+            .filter(|m| m.stripe.holds(entry) && m.durable > entry)
             .count()
     }
 
-    /// The count the members that did not fail hold at the ack quorum (0: too few left).
-    fn quorum_count(&self, ack_quorum: usize) -> u64 {
-        let mut counts: Vec<u64> = self
-            .members
-            .iter()
-            .filter(|m| !matches!(m.status, Status::Failed))
-            .map(|m| m.durable)
-            .collect();
-        counts.sort_unstable_by(|a, b| b.cmp(a));
-        counts.get(ack_quorum - 1).copied().unwrap_or(0)
+    /// The confirmed count the members that did not fail reach from `confirmed` on: the first
+    /// entry, from there, that fewer than `ack_quorum` of them hold.
+    fn reach(&self, ack_quorum: usize) -> u64 {
+        let mut count = self.confirmed;
+        while count < self.submitted && self.holding(count) >= ack_quorum {
+            count += 1;
+        }
+        count
+    }
+
+    /// Whether the members that did not fail hold every entry below `count` at the ack
+    /// quorum. Checked per residue: a member holds a prefix of its stripe, so of the entries
+    /// below `count` with one residue, the last is held by the fewest.
+    fn hold_below(&self, count: u64, ack_quorum: usize) -> bool {
+        let m = self.stripes.positions() as u64;
+        (0..m.min(count)).all(|r| self.holding(r + (count - 1 - r) / m * m) >= ack_quorum)
     }
 }
 
@@ -144,16 +176,30 @@ pub(crate) struct Quorum {
 }
 
 impl Quorum {
-    pub fn new(ledger: LedgerId, replicas: Vec<String>, ack_quorum: u8) -> Quorum {
+    /// The quorum of a new ledger whose entries go to `stripes` of `replicas` besides this
+    /// journal.
+    pub fn new(
+        ledger: LedgerId,
+        replicas: Vec<String>,
+        ack_quorum: u8,
+        stripes: Stripes,
+    ) -> Quorum {
         let n = replicas.len() + 1;
         let members = std::iter::once(Arc::from(""))
             .chain(replicas.into_iter().map(Arc::from))
             .zip(0..)
-            .map(|(bookie, id)| Member {
-                id,
-                bookie,
-                durable: 0,
-                status: Status::Live,
+            .map(|(bookie, id)| {
+                let stripe = match id {
+                    0 => Stripe::whole(),
+                    i => stripes.stripe(i as usize - 1),
+                };
+                Member {
+                    id,
+                    bookie,
+                    durable: stripe.next_from(0),
+                    stripe,
+                    status: Status::Live,
+                }
             })
             .collect();
         Quorum {
@@ -161,6 +207,7 @@ impl Quorum {
             ack_quorum: usize::from(ack_quorum).clamp(1, n),
             state: Mutex::new(State {
                 members,
+                stripes,
                 confirmed: 0,
                 submitted: 0,
                 waiting: VecDeque::new(),
@@ -211,6 +258,9 @@ impl Quorum {
         s.waiting.push_back((entry, reply));
         let mut to = Vec::new();
         for m in &mut s.members[1..] {
+            if !m.stripe.holds(entry) {
+                continue;
+            }
             match &mut m.status {
                 Status::Live => to.push((m.id, m.bookie.clone())),
                 Status::CatchingUp(queue) => queue.push((entry, publish_time_ms, payload.clone())),
@@ -233,7 +283,8 @@ impl Quorum {
         self.replica_durable(0, entry)
     }
 
-    /// Member `member` made entries `0..=entry` durable (ignored once it failed or left).
+    /// Member `member` made the entries of its stripe up to `entry` durable (ignored once it
+    /// failed or left).
     pub fn replica_durable(&self, member: MemberId, entry: u64) -> Option<u64> {
         let (grew, confirmed) = self.record_durable(member, entry);
         if grew {
@@ -242,8 +293,8 @@ impl Quorum {
         confirmed
     }
 
-    /// Records that `member` holds entries `0..=entry`: whether that is news, and the new
-    /// confirmed count if it grew (its receipts sent).
+    /// Records that `member` holds the entries of its stripe up to `entry`: whether that is
+    /// news, and the new confirmed count if it grew (its receipts sent).
     fn record_durable(&self, member: MemberId, entry: u64) -> (bool, Option<u64>) {
         let mut s = self.lock();
         let Some(m) = s
@@ -252,16 +303,17 @@ impl Quorum {
         else {
             return (false, None);
         };
-        let grew = m.durable < entry + 1;
+        let next = m.stripe.next_from(entry + 1);
+        let grew = m.durable < next;
         if grew {
-            m.durable = entry + 1;
+            m.durable = next;
         }
         // Broken, the ledger ends where it was: entries failed to their producers stay
         // unconfirmed, however many bookies hold them later.
         if s.broken.is_some() {
             return (grew, None);
         }
-        let q = s.quorum_count(self.ack_quorum);
+        let q = s.reach(self.ack_quorum);
         if q <= s.confirmed {
             return (grew, None);
         }
@@ -314,7 +366,7 @@ impl Quorum {
         if left < self.ack_quorum {
             self.break_with(
                 format!(
-                    "{left} of its bookies are left, fewer than its ack quorum of {} ({bookie} \
+                    "{left} of the bookies an entry goes to are left, fewer than its ack quorum of {} ({bookie} \
                      failed: {why})",
                     self.ack_quorum
                 )
@@ -354,6 +406,11 @@ impl Quorum {
             .collect()
     }
 
+    /// The entries member `member` gets, if it is one.
+    pub fn stripe_of(&self, member: MemberId) -> Option<Stripe> {
+        self.lock().member(member).map(|m| m.stripe.clone())
+    }
+
     /// The bookie of member `member`, if it is one.
     pub fn bookie_of(&self, member: MemberId) -> Option<String> {
         self.lock().member(member).map(|m| m.bookie.to_string())
@@ -366,16 +423,17 @@ impl Quorum {
         let ack = self.ack_quorum;
         self.wait_for(|s| match s.broken {
             Some(_) => Some(false),
-            None => (s.quorum_count(ack) >= s.confirmed).then_some(true),
+            None => s.hold_below(s.confirmed, ack).then_some(true),
         })
         .await
         .unwrap_or(false)
     }
 
     /// Puts `bookie` in failed member `failed`'s place (its record changed already): the new
-    /// member's id and `from`, the entries it is to get from this journal's copy (entries
-    /// `from` and later queue for it, [`Quorum::take_queued`]). `None` when the quorum broke
-    /// or `failed` is not a failed member.
+    /// member's id and `from`: it is to get the entries of its stripe below `from` from this
+    /// journal's copy (those of `from` and later queue for it, [`Quorum::take_queued`]). It
+    /// takes the failed member's place, so its stripe. `None` when the quorum broke or
+    /// `failed` is not a failed member.
     pub fn join(&self, failed: MemberId, bookie: String) -> Option<(MemberId, u64)> {
         let mut s = self.lock();
         if s.broken.is_some() {
@@ -385,12 +443,14 @@ impl Quorum {
         let m = s
             .member(failed)
             .filter(|m| matches!(m.status, Status::Failed))?;
+        let stripe = m.stripe.clone();
         let old = std::mem::replace(
             m,
             Member {
                 id,
                 bookie: Arc::from(bookie),
-                durable: 0,
+                durable: stripe.next_from(0),
+                stripe,
                 status: Status::CatchingUp(Vec::new()),
             },
         );
@@ -424,8 +484,8 @@ impl Quorum {
         Some(out)
     }
 
-    /// Waits until member `member` (0: the journal) holds entries `0..count`: false when it
-    /// failed or left, or the quorum broke, first.
+    /// Waits until member `member` (0: the journal) holds the entries of its stripe below
+    /// `count`: false when it failed or left, or the quorum broke, first.
     pub async fn holds(&self, member: MemberId, count: u64) -> bool {
         self.wait_for(|s| {
             if s.broken.is_some() {
@@ -458,7 +518,7 @@ impl Quorum {
         if left < self.ack_quorum {
             self.break_with(
                 format!(
-                    "{left} of its bookies are left, fewer than its ack quorum of {} (a \
+                    "{left} of the bookies an entry goes to are left, fewer than its ack quorum of {} (a \
                      replacement was given up)",
                     self.ack_quorum
                 )
@@ -514,8 +574,8 @@ impl Quorum {
     }
 
     /// Waits until every entry below `submitted` is confirmed or failed; returns the entries
-    /// confirmed and the replicas that did not fail and hold all of them (a failed one may be
-    /// out of the record already, after an ensemble change, and drop its copy).
+    /// confirmed and the replicas that did not fail and hold their stripe of them (a failed one
+    /// may be out of the record already, after an ensemble change, and drop its copy).
     pub async fn settled(&self, submitted: u64) -> (u64, Vec<String>) {
         let settled = self.wait_for(|s| {
             (s.confirmed >= submitted || s.broken.is_some()).then(|| {

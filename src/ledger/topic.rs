@@ -416,6 +416,7 @@ impl TopicLog {
                     replicas: &replicas,
                     ack_quorum,
                     write_quorum,
+                    stripe_width: 0,
                 },
                 now_ms(),
                 self.writer_epoch(),
@@ -425,7 +426,8 @@ impl TopicLog {
         let ledger = Arc::new(if replicas.is_empty() {
             OpenLedger::new(record.id, record.first_segment, self.inner.lac.clone())
         } else {
-            let quorum = super::quorum::Quorum::new(record.id, replicas, ack_quorum);
+            let stripes = record.stripes();
+            let quorum = super::quorum::Quorum::new(record.id, replicas, ack_quorum, stripes);
             OpenLedger::replicated(
                 record.id,
                 record.first_segment,

@@ -253,6 +253,7 @@ mod tests {
             replicas: Vec::new(),
             ack_quorum: 1,
             write_quorum: 1,
+            stripe_width: 0,
         }
     }
 

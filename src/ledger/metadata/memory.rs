@@ -205,6 +205,7 @@ impl MetadataStore for MemoryMetadataStore {
             replicas: placement.replicas.to_vec(),
             ack_quorum: placement.ack_quorum,
             write_quorum: placement.write_quorum,
+            stripe_width: placement.stripe_width,
         };
         s.ledgers.insert(l.id, l.clone());
         Ok(l)

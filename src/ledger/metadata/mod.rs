@@ -195,12 +195,27 @@ pub struct LedgerRecord {
     /// created; ADR 0011): autorecovery copies a sealed ledger until it has that many again,
     /// as far as live bookies allow. 0 in records from before ADR 0011: as many as it lists.
     pub write_quorum: u8,
+    /// How many replicas each entry goes to besides the writer's bookie (ADR 0017: entry `e`
+    /// goes to those from replica place `e mod replicas` on; [`LedgerRecord::stripes`]). 0:
+    /// every replica gets every entry (whole copies), as in every record from before ADR 0017.
+    /// Nothing writes another value yet: the namespace policy refuses striping until reads,
+    /// takeovers and autorecovery handle stripes.
+    pub stripe_width: u8,
 }
 
 impl LedgerRecord {
     /// Every bookie holding a copy: the writer's first, then the replicas.
     pub fn bookies(&self) -> impl Iterator<Item = &str> {
         std::iter::once(self.bookie.as_str()).chain(self.replicas.iter().map(String::as_str))
+    }
+
+    /// How its entries are spread over its replicas ([`LedgerRecord::stripe_width`]).
+    pub fn stripes(&self) -> crate::ledger::stripe::Stripes {
+        let replicas = self.replicas.len();
+        match self.stripe_width {
+            0 => crate::ledger::stripe::Stripes::whole(replicas),
+            w => crate::ledger::stripe::Stripes::new(replicas, usize::from(w)),
+        }
     }
 
     /// The copies the ledger is meant to have ([`LedgerRecord::write_quorum`], or for a record
@@ -310,6 +325,8 @@ pub struct Placement<'a> {
     /// Copies the ledger is meant to have ([`LedgerRecord::write_quorum`]); more than
     /// `1 + replicas.len()` when fewer bookies were live than the namespace asks for.
     pub write_quorum: u8,
+    /// [`LedgerRecord::stripe_width`] (0: whole copies).
+    pub stripe_width: u8,
 }
 
 impl<'a> Placement<'a> {
@@ -320,6 +337,7 @@ impl<'a> Placement<'a> {
             replicas: &[],
             ack_quorum: 1,
             write_quorum: 1,
+            stripe_width: 0,
         }
     }
 }

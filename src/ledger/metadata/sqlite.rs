@@ -36,7 +36,7 @@ mod writes;
 
 const LEDGER_COLUMNS: &str = "ledger_id, topic_id, state, first_segment, last_segment, entry_count, \
      size_bytes, min_publish_ms, max_publish_ms, checksum, created_at_ms, state_changed_at_ms, offload_ref, \
-     bookie, replicas, ack_quorum, write_quorum";
+     bookie, replicas, ack_quorum, write_quorum, stripe_width";
 
 /// Read connections: reads only run in parallel, so a few suffice on any machine.
 const READERS: u32 = 4;
@@ -160,6 +160,8 @@ fn ledger_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<LedgerRecord, Metada
             .map_err(|_| MetadataError::Corrupt("ledger ack quorum out of range".into()))?,
         write_quorum: u8::try_from(get_i64("write_quorum")?)
             .map_err(|_| MetadataError::Corrupt("ledger write quorum out of range".into()))?,
+        stripe_width: u8::try_from(get_i64("stripe_width")?)
+            .map_err(|_| MetadataError::Corrupt("ledger stripe width out of range".into()))?,
     })
 }
 
@@ -317,6 +319,7 @@ impl MetadataStore for SqliteMetadataStore {
             replicas: placement.replicas.to_vec(),
             ack_quorum: placement.ack_quorum,
             write_quorum: placement.write_quorum,
+            stripe_width: placement.stripe_width,
         };
         self.writer
             .run(move |c| {

@@ -2,6 +2,12 @@
 
 use super::*;
 
+/// A quorum whose replicas each get every entry.
+fn whole(ledger: LedgerId, replicas: Vec<String>, ack_quorum: u8) -> Quorum {
+    let stripes = Stripes::whole(replicas.len());
+    Quorum::new(ledger, replicas, ack_quorum, stripes)
+}
+
 fn reply() -> (Receipt, oneshot::Receiver<Result<Position, AppendError>>) {
     oneshot::channel()
 }
@@ -16,7 +22,7 @@ fn entry(q: &Quorum, e: u64) -> Vec<MemberId> {
 
 #[test]
 fn an_entry_is_confirmed_once_its_ack_quorum_holds_it() {
-    let q = Quorum::new(7, vec!["b".into(), "c".into()], 2);
+    let q = whole(7, vec!["b".into(), "c".into()], 2);
     let (t0, mut r0) = reply();
     let (t1, mut r1) = reply();
     assert_eq!(q.register(0, t0, 0, &Bytes::new()).len(), 2);
@@ -38,7 +44,7 @@ fn an_entry_is_confirmed_once_its_ack_quorum_holds_it() {
 
 #[test]
 fn losing_one_of_three_keeps_a_quorum_of_two_and_losing_two_fails_the_rest() {
-    let q = Quorum::new(1, vec!["b".into(), "c".into()], 2);
+    let q = whole(1, vec!["b".into(), "c".into()], 2);
     let (t0, mut r0) = reply();
     q.register(0, t0, 0, &Bytes::new());
     assert_eq!(
@@ -69,7 +75,7 @@ fn losing_one_of_three_keeps_a_quorum_of_two_and_losing_two_fails_the_rest() {
 
 #[test]
 fn a_broken_quorum_confirms_nothing_more() {
-    let q = Quorum::new(1, vec!["b".into(), "c".into()], 3);
+    let q = whole(1, vec!["b".into(), "c".into()], 3);
     let (t0, mut r0) = reply();
     q.register(0, t0, 0, &Bytes::new());
     q.replica_durable(1, 0);
@@ -87,7 +93,7 @@ fn a_broken_quorum_confirms_nothing_more() {
 /// replacement leaves in the record must hold every confirmed entry themselves.
 #[test]
 fn a_failed_replica_no_longer_counts_towards_confirmations() {
-    let q = Quorum::new(1, vec!["b".into(), "c".into()], 2);
+    let q = whole(1, vec!["b".into(), "c".into()], 2);
     let (t0, mut r0) = reply();
     q.register(0, t0, 0, &Bytes::new());
     q.replica_durable(2, 0);
@@ -105,7 +111,7 @@ fn a_failed_replica_no_longer_counts_towards_confirmations() {
 #[test]
 fn a_replacement_gets_earlier_entries_first_and_later_ones_in_order(
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let q = Quorum::new(1, vec!["b".into(), "c".into()], 2);
+    let q = whole(1, vec!["b".into(), "c".into()], 2);
     assert_eq!(entry(&q, 0), vec![1, 2]);
     assert_eq!(entry(&q, 1), vec![1, 2]);
     assert_eq!(q.replica_failed(2, "gone"), Failure::Replace);
@@ -174,7 +180,7 @@ fn a_joining_member_gets_every_entry_once_in_order_while_entries_keep_coming(
             .unwrap_or_else(|p| p.into_inner())
             .push((to, entry));
     }
-    let q = Arc::new(Quorum::new(1, vec!["b".into(), "c".into()], 2));
+    let q = Arc::new(whole(1, vec!["b".into(), "c".into()], 2));
     let sent: Sent = Default::default();
     // The writer goes on once the new member joined, while it catches up.
     let joined = Arc::new(std::sync::Barrier::new(2));
@@ -229,7 +235,7 @@ fn a_joining_member_gets_every_entry_once_in_order_while_entries_keep_coming(
 /// left (the one catching up confirms nothing new before it has caught up).
 #[test]
 fn a_replacement_given_up_fails_its_member() {
-    let q = Quorum::new(1, vec!["b".into(), "c".into(), "e".into()], 2);
+    let q = whole(1, vec!["b".into(), "c".into(), "e".into()], 2);
     assert_eq!(q.replica_failed(2, "gone"), Failure::Replace);
     let Some((d, _)) = q.join(2, "d".into()) else {
         panic!("c failed");
@@ -238,7 +244,7 @@ fn a_replacement_given_up_fails_its_member() {
     assert!(q.take_queued(d).is_none(), "d was given up");
     assert!(q.degraded(), "and the ledger rolls");
 
-    let q = Quorum::new(1, vec!["b".into(), "c".into()], 2);
+    let q = whole(1, vec!["b".into(), "c".into()], 2);
     let (t0, mut r0) = reply();
     q.register(0, t0, 0, &Bytes::new());
     assert_eq!(q.replica_failed(2, "gone"), Failure::Replace);
@@ -258,7 +264,7 @@ fn a_replacement_given_up_fails_its_member() {
 
 #[tokio::test]
 async fn a_failed_replica_leaves_once_the_others_hold_every_confirmed_entry() {
-    let q = std::sync::Arc::new(Quorum::new(1, vec!["b".into(), "c".into()], 2));
+    let q = std::sync::Arc::new(whole(1, vec!["b".into(), "c".into()], 2));
     for e in 0..3 {
         entry(&q, e);
     }
@@ -277,7 +283,7 @@ async fn a_failed_replica_leaves_once_the_others_hold_every_confirmed_entry() {
 
 #[tokio::test]
 async fn settling_names_the_replicas_holding_every_confirmed_entry() {
-    let q = Quorum::new(1, vec!["b".into(), "c".into()], 2);
+    let q = whole(1, vec!["b".into(), "c".into()], 2);
     for e in 0..3 {
         entry(&q, e);
     }
@@ -292,7 +298,7 @@ async fn settling_names_the_replicas_holding_every_confirmed_entry() {
 
 #[tokio::test]
 async fn a_seal_waits_a_grace_for_a_replica_only_slow_to_answer() {
-    let q = std::sync::Arc::new(Quorum::new(1, vec!["b".into(), "c".into()], 2));
+    let q = std::sync::Arc::new(whole(1, vec!["b".into(), "c".into()], 2));
     for e in 0..3 {
         entry(&q, e);
     }
@@ -313,7 +319,7 @@ async fn a_seal_waits_a_grace_for_a_replica_only_slow_to_answer() {
         (3, vec!["b".to_string(), "c".to_string()])
     );
     // One that never answers is left out once the grace is over.
-    let q = Quorum::new(2, vec!["b".into(), "c".into()], 2);
+    let q = whole(2, vec!["b".into(), "c".into()], 2);
     entry(&q, 0);
     q.local_durable(0);
     q.replica_durable(1, 0);
@@ -325,7 +331,7 @@ async fn a_seal_waits_a_grace_for_a_replica_only_slow_to_answer() {
 
 #[test]
 fn a_bookie_that_fails_while_joining_may_be_replaced_in_turn() -> Result<(), &'static str> {
-    let q = Quorum::new(7, vec!["b".into(), "c".into()], 2);
+    let q = whole(7, vec!["b".into(), "c".into()], 2);
     assert_eq!(q.replica_failed(2, "gone"), Failure::Replace);
     assert_eq!(q.replica_failed(2, "gone again"), Failure::Known);
     let (d, _) = q.join(2, "d".into()).ok_or("c failed")?;
@@ -355,7 +361,7 @@ fn a_bookie_that_fails_while_joining_may_be_replaced_in_turn() -> Result<(), &'s
 
 #[test]
 fn nobody_is_replaced_once_too_few_are_left() -> Result<(), &'static str> {
-    let q = Quorum::new(7, vec!["b".into(), "c".into()], 2);
+    let q = whole(7, vec!["b".into(), "c".into()], 2);
     assert_eq!(q.replica_failed(2, "gone"), Failure::Replace);
     let (d, _) = q.join(2, "d".into()).ok_or("c failed")?;
     assert_eq!(
@@ -367,6 +373,100 @@ fn nobody_is_replaced_once_too_few_are_left() -> Result<(), &'static str> {
     assert!(
         !q.replace_again(),
         "the journal alone is left, below the ack quorum"
+    );
+    Ok(())
+}
+
+/// A ledger of four bookies writing each entry to three (the journal and two of the three
+/// replicas, ADR 0017): members 1, 2, 3 are replica places 0, 1, 2.
+fn striped(ack_quorum: u8) -> Quorum {
+    let replicas = vec!["b".into(), "c".into(), "d".into()];
+    Quorum::new(7, replicas, ack_quorum, Stripes::new(3, 2))
+}
+
+#[test]
+fn a_striped_entry_goes_to_its_write_set_and_is_confirmed_by_it_alone() {
+    let q = striped(2);
+    let routed: Vec<Vec<MemberId>> = (0..4).map(|e| entry(&q, e)).collect();
+    assert_eq!(routed, vec![vec![1, 2], vec![2, 3], vec![1, 3], vec![1, 2]]);
+    assert_eq!(
+        q.replica_durable(3, 1),
+        None,
+        "d holds entry 1, not entry 0"
+    );
+    assert_eq!(q.replica_durable(2, 1), None, "entry 0 is on c alone");
+    assert_eq!(
+        q.replica_durable(1, 0),
+        Some(2),
+        "entry 0 on b and c, entry 1 on c and d"
+    );
+    assert_eq!(
+        q.local_durable(3),
+        None,
+        "entries 2 and 3 are on the journal alone"
+    );
+    assert_eq!(q.replica_durable(1, 3), Some(4), "b holds 0, 2 and 3");
+    let (count, complete) = futures::executor::block_on(q.settled(4));
+    assert_eq!((count, complete), (4, vec!["b".to_string()]));
+    q.replica_durable(2, 3);
+    q.replica_durable(3, 2);
+    let (_, complete) = futures::executor::block_on(q.settled(4));
+    assert_eq!(complete, ["b", "c", "d"], "each holds its stripe of 0..4");
+}
+
+#[test]
+fn a_striped_ledger_survives_a_replica_while_every_write_set_keeps_its_ack_quorum() {
+    let q = striped(2);
+    assert_eq!(q.replica_failed(1, "gone"), Failure::Replace);
+    q.replacement_ended();
+    assert!(
+        q.degraded() && q.lock().broken.is_none(),
+        "each write set keeps two live bookies"
+    );
+    let q = striped(3);
+    assert_eq!(
+        q.replica_failed(1, "gone"),
+        Failure::LeftOut,
+        "entries 0 and 2 have two live bookies left, fewer than three"
+    );
+    assert!(q.lock().broken.is_some());
+}
+
+#[test]
+fn a_striped_replacement_waits_for_its_write_sets_and_gets_its_stripe_only(
+) -> Result<(), &'static str> {
+    let q = striped(2);
+    for e in 0..3 {
+        entry(&q, e);
+    }
+    q.local_durable(2);
+    q.replica_durable(1, 2);
+    q.replica_durable(3, 1);
+    assert_eq!(q.replica_durable(2, 1), None, "confirmed already");
+    assert_eq!(q.replica_failed(1, "gone"), Failure::Replace);
+    assert!(
+        !q.lock().hold_below(3, 2),
+        "entry 2 is on the journal alone among the members left"
+    );
+    q.replica_durable(3, 2);
+    assert!(q.lock().hold_below(3, 2), "d now holds entry 2");
+    let (e, from) = q.join(1, "e".into()).ok_or("b failed")?;
+    assert_eq!(from, 3);
+    assert_eq!(
+        q.stripe_of(e).map(|s| s.residues().to_vec()),
+        Some(vec![0, 2])
+    );
+    assert_eq!(entry(&q, 3), vec![2], "b's place queues entry 3");
+    assert_eq!(entry(&q, 4), vec![2, 3], "entry 4 is not in its stripe");
+    assert_eq!(
+        q.take_queued(e)
+            .map(|v| v.iter().map(|r| r.0).collect::<Vec<_>>()),
+        Some(vec![3])
+    );
+    q.replica_durable(e, 2);
+    assert!(
+        futures::executor::block_on(q.holds(e, 3)),
+        "it holds its stripe of 0..3: entries 0 and 2"
     );
     Ok(())
 }

@@ -48,6 +48,7 @@ async fn a_fence_outlives_a_restart_until_the_ledger_is_sealed() -> TestResult {
         replicas: &replicas,
         ack_quorum: 2,
         write_quorum: 2,
+        stripe_width: 0,
     };
     let topic = meta
         .get_or_create_topic("persistent://t/n/fenced", 0)

@@ -212,8 +212,8 @@ impl TopicLog {
         Ok(spare)
     }
 
-    /// Sends new member `member` (bookie `bookie`) entries `0..upto` from this journal's copy,
-    /// then the entries queued for it meanwhile, until it is live. An error says `joined`
+    /// Sends new member `member` (bookie `bookie`) the entries of its stripe below `upto` from
+    /// this journal's copy, then the entries queued for it meanwhile, until it is live. An error says `joined`
     /// when the new bookie failed, none when this side did (the journal, the ledger rolling).
     async fn send_earlier_entries(
         &self,
@@ -231,6 +231,9 @@ impl TopicLog {
         if !journal.unwrap_or(false) {
             return Err("this journal did not make the earlier entries durable".into());
         }
+        let stripe = q
+            .stripe_of(member)
+            .ok_or_else(|| theirs("it is no longer a member".into()))?;
         let mut next = 0;
         while next < upto {
             self.still_written(ledger).map_err(NotReplaced::from)?;
@@ -259,8 +262,10 @@ impl TopicLog {
                 })?;
             for e in entries {
                 next = e.position.entry + 1;
-                let routed = (e.position.entry, e.publish_time_ms, e.payload);
-                self.send_to_replica(&topic, ledger, (member, bookie), routed);
+                if stripe.holds(e.position.entry) {
+                    let routed = (e.position.entry, e.publish_time_ms, e.payload);
+                    self.send_to_replica(&topic, ledger, (member, bookie), routed);
+                }
             }
             let step = tokio::time::timeout(STEP_TIMEOUT, q.holds(member, next)).await;
             if !step.unwrap_or(false) {

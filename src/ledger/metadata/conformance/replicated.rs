@@ -17,6 +17,7 @@ async fn replicated_ledger(
         replicas: &replicas,
         ack_quorum: 2,
         write_quorum: 3,
+        stripe_width: 0,
     };
     let l = store
         .create_ledger_placed(t.id, 1, placement, 2, None)
@@ -35,6 +36,26 @@ pub(super) async fn replicated_ledgers_keep_their_ensemble(
     );
     assert_eq!(store.get_ledger(l.id).await?, Some(l.clone()));
     assert_eq!(l.bookies().collect::<Vec<_>>(), vec!["b1", "b2", "b3"]);
+    assert!(l.stripes().is_whole(), "no stripe width: whole copies");
+    // A striped ledger (ADR 0017) keeps its stripe width.
+    let striped = store
+        .create_ledger_placed(
+            t.id,
+            1,
+            Placement {
+                bookie: "b1",
+                replicas: &replicas,
+                ack_quorum: 2,
+                write_quorum: 2,
+                stripe_width: 1,
+            },
+            2,
+            None,
+        )
+        .await?;
+    assert_eq!(store.get_ledger(striped.id).await?, Some(striped.clone()));
+    assert_eq!((striped.stripe_width, striped.stripes().width()), (1, 1));
+    assert!(!striped.stripes().is_whole());
     // An unreplicated ledger has none and a quorum of one.
     let single = store.create_ledger(t.id, 1, "b1", 3, None).await?;
     assert_eq!(
@@ -209,6 +230,7 @@ pub(super) async fn sealed_ledgers_copies_move_by_compare_and_set(
                 replicas: &replicas,
                 ack_quorum: 2,
                 write_quorum: 0,
+                stripe_width: 0,
             },
             2,
             None,

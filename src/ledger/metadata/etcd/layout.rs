@@ -223,6 +223,13 @@ pub(crate) struct StoredLedger {
     /// Added by ADR 0011; absent in records written before it (0: as many as listed).
     #[serde(default)]
     pub(crate) write_quorum: u8,
+    /// Added by ADR 0017; absent when 0 (whole copies, and every record written before it).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) stripe_width: u8,
+}
+
+fn is_zero(v: &u8) -> bool {
+    *v == 0
 }
 
 fn one() -> u8 {
@@ -244,6 +251,7 @@ impl From<&LedgerRecord> for StoredLedger {
             replicas: l.replicas.clone(),
             ack_quorum: l.ack_quorum,
             write_quorum: l.write_quorum,
+            stripe_width: l.stripe_width,
         }
     }
 }
@@ -266,6 +274,7 @@ impl TryFrom<StoredLedger> for LedgerRecord {
             replicas: l.replicas,
             ack_quorum: l.ack_quorum,
             write_quorum: l.write_quorum,
+            stripe_width: l.stripe_width,
         })
     }
 }
@@ -317,12 +326,12 @@ mod tests {
             seal in seal(), created in any::<i64>(), changed in any::<i64>(),
             offload in proptest::option::of(".*"), bookie in ".*",
             replicas in proptest::collection::vec(".*", 0..4), ack_quorum in 1u8..4,
-            write_quorum in any::<u8>(),
+            write_quorum in any::<u8>(), stripe_width in any::<u8>(),
         ) {
             let record = LedgerRecord {
                 id, topic_id: topic, state, first_segment: first, seal,
                 created_at_ms: created, state_changed_at_ms: changed, offload_ref: offload,
-                bookie, replicas, ack_quorum, write_quorum,
+                bookie, replicas, ack_quorum, write_quorum, stripe_width,
             };
             let bytes = encode_ledger(&record);
             prop_assert_eq!(bytes[0], FORMAT);
@@ -373,6 +382,7 @@ mod tests {
             replicas: Vec::new(),
             ack_quorum: 1,
             write_quorum: 1,
+            stripe_width: 0,
         });
         // A state this build does not know is corrupt, not a default.
         let text = String::from_utf8_lossy(&ledger[1..]).replace("\"state\":1", "\"state\":9");

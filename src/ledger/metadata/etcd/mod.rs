@@ -411,6 +411,7 @@ impl MetadataStore for EtcdMetadataStore {
                 replicas: placement.replicas.to_vec(),
                 ack_quorum: placement.ack_quorum,
                 write_quorum: placement.write_quorum,
+                stripe_width: placement.stripe_width,
             };
             let txn = Txn::new()
                 .when(compares)

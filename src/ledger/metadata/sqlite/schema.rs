@@ -57,7 +57,7 @@ pub(super) const SCHEMA: &[&str] = &[
 
 /// Adds the columns later formats added (`ll_ledgers.bookie`, ADR 0007; `ll_topics.
 /// writer_epoch`, ADR 0008; `ll_ledgers.replicas` and `ack_quorum`, ADR 0010;
-/// `write_quorum`, ADR 0011) to a database
+/// `write_quorum`, ADR 0011; `stripe_width`, ADR 0017) to a database
 /// made before them: old ledger rows read as held by the local node (empty bookie) and
 /// unreplicated, old topics as never fenced.
 pub(super) async fn add_later_columns(c: &mut SqliteConnection) -> Result<(), MetadataError> {
@@ -86,6 +86,11 @@ pub(super) async fn add_later_columns(c: &mut SqliteConnection) -> Result<(), Me
             "ll_ledgers",
             "write_quorum",
             "ALTER TABLE ll_ledgers ADD COLUMN write_quorum BIGINT NOT NULL DEFAULT 0",
+        ),
+        (
+            "ll_ledgers",
+            "stripe_width",
+            "ALTER TABLE ll_ledgers ADD COLUMN stripe_width BIGINT NOT NULL DEFAULT 0",
         ),
     ] {
         let has: Option<i64> = sqlx::query("SELECT 1 FROM pragma_table_info(?) WHERE name = ?")

@@ -112,6 +112,7 @@ pub(super) struct Placed {
     pub replicas: Vec<String>,
     pub ack_quorum: u8,
     pub write_quorum: u8,
+    pub stripe_width: u8,
 }
 
 /// A new open ledger of `topic_id`, refused to a writer of a fenced epoch.
@@ -140,8 +141,8 @@ pub(super) async fn create_ledger(
     .try_get(0)
     .map_err(backend("allocate ledger id"))?;
     sqlx::query(
-        "INSERT INTO ll_ledgers(ledger_id, topic_id, state, first_segment, created_at_ms, state_changed_at_ms, bookie, replicas, ack_quorum, write_quorum)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO ll_ledgers(ledger_id, topic_id, state, first_segment, created_at_ms, state_changed_at_ms, bookie, replicas, ack_quorum, write_quorum, stripe_width)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(id)
     .bind(topic_id as i64)
@@ -153,6 +154,7 @@ pub(super) async fn create_ledger(
     .bind(super::encode_replicas(&placed.replicas))
     .bind(i64::from(placed.ack_quorum))
     .bind(i64::from(placed.write_quorum))
+    .bind(i64::from(placed.stripe_width))
     .execute(&mut *c)
     .await
     .map_err(backend("insert ledger"))?;
@@ -169,6 +171,7 @@ pub(super) async fn create_ledger(
         replicas: placed.replicas.clone(),
         ack_quorum: placed.ack_quorum,
         write_quorum: placed.write_quorum,
+        stripe_width: placed.stripe_width,
     })
 }
 
