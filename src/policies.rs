@@ -285,6 +285,7 @@ impl PersistencePolicies {
         crate::ledger::Replication {
             ensemble: clamp(self.bookkeeper_ensemble),
             ack_quorum: clamp(self.bookkeeper_ack_quorum),
+            write_quorum: clamp(self.bookkeeper_write_quorum),
         }
     }
 }

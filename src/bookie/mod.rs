@@ -437,4 +437,6 @@ fn refusal(e: &ReadError) -> BookieResponse {
 #[cfg(test)]
 mod replication_tests;
 #[cfg(test)]
+mod striping_tests;
+#[cfg(test)]
 mod tests;

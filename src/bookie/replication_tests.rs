@@ -16,17 +16,17 @@ use crate::coord::memory::MemoryCoordination;
 use crate::ledger::metadata::memory::MemoryMetadataStore;
 use crate::ledger::{LedgerState, MetadataStore};
 
-type TestResult = Result<(), Box<dyn std::error::Error>>;
+pub(super) type TestResult = Result<(), Box<dyn std::error::Error>>;
 
-struct Node {
-    log: Arc<Log>,
+pub(super) struct Node {
+    pub(super) log: Arc<Log>,
     addr: SocketAddr,
-    stop: CancellationToken,
+    pub(super) stop: CancellationToken,
     membership: Arc<Membership>,
-    _dir: tempfile::TempDir,
+    pub(super) dir: tempfile::TempDir,
 }
 
-async fn node(
+pub(super) async fn node(
     meta: &Arc<dyn MetadataStore>,
     coord: &MemoryCoordination,
     id: &str,
@@ -53,7 +53,7 @@ async fn node(
         addr,
         stop,
         membership,
-        _dir: dir,
+        dir,
     })
 }
 
@@ -83,7 +83,12 @@ async fn entries(n: &Node, topic: &str, ledger: u64, count: u64) -> Result<Vec<B
 
 /// Waits until every node's bookie confirms `count` entries of `ledger` (a writer acknowledges
 /// at its ack quorum; the last replica may still be writing, and a seal then leaves it out).
-async fn confirmed_everywhere(nodes: &[&Node], topic: &str, ledger: u64, count: u64) -> TestResult {
+pub(super) async fn confirmed_everywhere(
+    nodes: &[&Node],
+    topic: &str,
+    ledger: u64,
+    count: u64,
+) -> TestResult {
     for _ in 0..500 {
         let mut all = true;
         for n in nodes {
@@ -294,6 +299,7 @@ async fn a_copy_that_cannot_be_read_whole_is_dropped_and_not_recorded() -> TestR
     t.set_replication(crate::ledger::Replication {
         ensemble: Some(2),
         ack_quorum: Some(1),
+        write_quorum: None,
     });
     for i in 0..5 {
         t.append(i, Bytes::from(format!("m{i}")))

@@ -37,6 +37,22 @@ pub struct IndexEntry {
     pub publish_time_ms: i64,
 }
 
+impl IndexEntry {
+    /// Stands for an entry of a striped ledger that this copy does not hold (another replica's
+    /// stripe, ADR 0017): length 0, which no record has (its framing alone is longer).
+    pub const ABSENT: IndexEntry = IndexEntry {
+        segment: 0,
+        offset: 0,
+        len: 0,
+        publish_time_ms: 0,
+    };
+
+    /// Whether it stands for an entry this copy does not hold ([`IndexEntry::ABSENT`]).
+    pub fn is_absent(&self) -> bool {
+        self.len == 0
+    }
+}
+
 /// Why an index file could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum IndexFileError {

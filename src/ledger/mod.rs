@@ -266,7 +266,7 @@ pub fn scan_segments_for_tests(
     max_body: usize,
 ) -> Result<Vec<(LedgerId, usize)>, OpenError> {
     let open: BTreeMap<LedgerId, u32> = open.iter().map(|id| (*id, 1)).collect();
-    let scan = recovery::scan(dir, &open, max_body, |_| Ok(floor))?;
+    let scan = recovery::scan(dir, &open, HashMap::new(), max_body, |_| Ok(floor))?;
     Ok(scan
         .ledgers
         .into_iter()
@@ -365,6 +365,7 @@ impl Log {
         let marker = segment::read_clean_marker(&segments_dir);
         let scan_dir = segments_dir.clone();
         let floor_index_dir = index_dir.clone();
+        let stripes = replica_plan.stripes.clone();
         let (scan, first_segments) = tokio::task::spawn_blocking(move || {
             let floor = |last: u32| -> Result<u64, OpenError> {
                 let mut floor = match marker {
@@ -380,7 +381,8 @@ impl Log {
                 }
                 Ok(floor)
             };
-            recovery::scan(&scan_dir, &open, max_record_body, floor).map(|scan| (scan, open))
+            recovery::scan(&scan_dir, &open, stripes, max_record_body, floor)
+                .map(|scan| (scan, open))
         })
         .await
         .map_err(|e| OpenError::Journal(e.to_string()))??;
@@ -451,9 +453,10 @@ impl Log {
             .chain(own_replicated.iter().map(|(id, first)| (id, first)))
             .filter_map(|(id, first)| {
                 let written = own.remove(id)?;
+                let stripe = replica_plan.stripes.get(id).cloned().unwrap_or_default();
                 Some((
                     *first,
-                    open_ledger::OpenLedger::replica(*id, *first, written),
+                    open_ledger::OpenLedger::replica(*id, *first, written, stripe),
                 ))
             })
             .collect();

@@ -9,25 +9,46 @@ use tokio::sync::watch;
 use super::index::IndexEntry;
 use super::metadata::{LedgerId, SealInfo};
 use super::quorum::Quorum;
+use super::stripe::Stripe;
 use super::Position;
 
 /// Where the entries of an open ledger landed, plus running seal statistics.
 #[derive(Debug, Default)]
 pub(crate) struct Written {
-    /// Invariant: `entries[i]` is entry `i`; pushed only by the journal thread, in order.
+    /// Invariant: `entries[i]` is entry `i`; pushed only by the journal thread, in order. In
+    /// a striped replica's copy (ADR 0017) the entries of other stripes are
+    /// [`IndexEntry::ABSENT`].
     pub entries: Vec<IndexEntry>,
     pub size_bytes: u64,
-    /// CRC32C chained over the record CRCs of every written entry.
+    /// CRC32C chained over the record CRCs of every written entry (absent ones count for
+    /// nothing).
     pub checksum: u32,
     pub min_publish_ms: Option<i64>,
     pub max_publish_ms: Option<i64>,
     pub last_segment: Option<u32>,
-    /// Invariant: `crcs[i]` is entry `i`'s record CRC (a replicated ledger may be sealed
-    /// short of what this journal wrote, and its seal checksum covers only that prefix).
+    /// Invariant: `crcs[i]` is entry `i`'s record CRC, 0 for an absent one (a replicated
+    /// ledger may be sealed short of what this journal wrote, and its seal checksum covers
+    /// only that prefix).
     pub crcs: Vec<u32>,
 }
 
 impl Written {
+    /// Records entry `entry`, after an [`IndexEntry::ABSENT`] for each entry between the last
+    /// one recorded and it (those of other stripes: the caller took `entry` in its stripe's
+    /// order, [`OpenLedger::take_entry`]).
+    pub fn push_at(&mut self, entry: u64, at: IndexEntry, payload_len: usize, record_crc: u32) {
+        self.absent_upto(entry);
+        self.push(at, payload_len, record_crc);
+    }
+
+    /// Records [`IndexEntry::ABSENT`] for every entry from the next one up to `end`.
+    pub fn absent_upto(&mut self, end: u64) {
+        while (self.entries.len() as u64) < end {
+            self.entries.push(IndexEntry::ABSENT);
+            self.crcs.push(0);
+        }
+    }
+
     /// Records one more entry.
     pub fn push(&mut self, at: IndexEntry, payload_len: usize, record_crc: u32) {
         self.entries.push(at);
@@ -48,6 +69,10 @@ impl Written {
         }
         let mut prefix = Written::default();
         for (at, crc) in self.entries.iter().zip(&self.crcs).take(count as usize) {
+            if at.is_absent() {
+                prefix.absent_upto(prefix.entries.len() as u64 + 1);
+                continue;
+            }
             // Payload length = record length minus the framing.
             prefix.push(*at, at.len as usize - super::record::RECORD_OVERHEAD, *crc);
         }
@@ -81,8 +106,11 @@ pub(crate) struct OpenLedger {
     /// For a replicated ledger this node writes: its bookies' progress; entries are confirmed
     /// when their ack quorum holds them, not when this journal does.
     pub quorum: Option<Arc<Quorum>>,
-    /// For a replica's copy: entry ids taken by adds so far (the next add's id).
+    /// For a replica's copy: one past the last entry id taken by an add.
     taken: AtomicU64,
+    /// The entries this copy holds: every one, but in a striped ledger's replica copy
+    /// (ADR 0017).
+    pub stripe: Stripe,
 }
 
 impl OpenLedger {
@@ -99,17 +127,18 @@ impl OpenLedger {
             topic_lac,
             quorum: None,
             taken: AtomicU64::new(0),
+            stripe: Stripe::whole(),
         }
     }
 
-    /// The entry id a replica's next add must carry.
+    /// The entry id a replica's next add must carry: the next of its stripe.
     pub fn next_entry(&self) -> u64 {
-        self.taken.load(Ordering::Acquire)
+        self.stripe.next_from(self.taken.load(Ordering::Acquire))
     }
 
-    /// Takes the next entry id of a replica's copy.
-    pub fn take_entry(&self) {
-        self.taken.fetch_add(1, Ordering::AcqRel);
+    /// Takes entry id `entry` ([`OpenLedger::next_entry`]) for a replica's copy.
+    pub fn take_entry(&self, entry: u64) {
+        self.taken.fetch_max(entry + 1, Ordering::AcqRel);
     }
 
     /// A replicated ledger this node writes.
@@ -125,11 +154,14 @@ impl OpenLedger {
         }
     }
 
-    /// A replica's copy of another writer's ledger, rebuilt from `written` (recovery) or
-    /// empty: every entry written is confirmed.
-    pub fn replica(id: LedgerId, first_segment: u32, written: Written) -> Self {
+    /// A replica's copy of another writer's ledger holding `stripe`, rebuilt from `written`
+    /// (recovery) or empty: every entry written is confirmed.
+    pub fn replica(id: LedgerId, first_segment: u32, written: Written, stripe: Stripe) -> Self {
         let confirmed = written.entries.len() as u64;
-        let ledger = Self::new(id, first_segment, Arc::new(watch::channel(None).0));
+        let ledger = Self {
+            stripe,
+            ..Self::new(id, first_segment, Arc::new(watch::channel(None).0))
+        };
         *ledger.written() = written;
         ledger.confirmed.store(confirmed, Ordering::Release);
         ledger.taken.store(confirmed, Ordering::Release);

@@ -406,6 +406,19 @@ impl Quorum {
             .collect()
     }
 
+    /// For a striped ledger (ADR 0017): its replicas now, in their places (failed ones
+    /// included: a place is never dropped, or the stripes of the places after it would
+    /// shift). `None` for whole copies.
+    pub fn places(&self) -> Option<Vec<String>> {
+        let s = self.lock();
+        (!s.stripes.is_whole()).then(|| {
+            s.members[1..]
+                .iter()
+                .map(|m| m.bookie.to_string())
+                .collect()
+        })
+    }
+
     /// The entries member `member` gets, if it is one.
     pub fn stripe_of(&self, member: MemberId) -> Option<Stripe> {
         self.lock().member(member).map(|m| m.stripe.clone())

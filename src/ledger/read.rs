@@ -131,7 +131,8 @@ pub(crate) async fn read_one(
     .map_err(|_| ReadError::Cancelled)?
 }
 
-/// Reads and verifies entries `first, first+1, …` located at `located`.
+/// Reads and verifies entries `first, first+1, …` located at `located`, leaving out those
+/// the copy does not hold ([`IndexEntry::ABSENT`]: another stripe's, ADR 0017).
 pub(crate) async fn read_located(
     shared: &Arc<LogShared>,
     ledger: LedgerId,
@@ -143,6 +144,10 @@ pub(crate) async fn read_located(
         let mut out = Vec::with_capacity(located.len());
         let mut i = 0;
         while i < located.len() {
+            if located[i].is_absent() {
+                i += 1;
+                continue;
+            }
             // Extend the run while records stay in one segment, in order, inside the window.
             let start = located[i];
             let mut j = i + 1;
@@ -150,7 +155,8 @@ pub(crate) async fn read_located(
             while j < located.len() {
                 let next = located[j];
                 let next_end = u64::from(next.offset) + u64::from(next.len);
-                if next.segment != start.segment
+                if next.is_absent()
+                    || next.segment != start.segment
                     || u64::from(next.offset) < end
                     || next_end - u64::from(start.offset) > COALESCE_WINDOW
                 {

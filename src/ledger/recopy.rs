@@ -326,10 +326,12 @@ impl Log {
     ) -> Result<(u64, u32), RecopyError> {
         let shared = &self.shared;
         let ledger = record.id;
+        // A whole copy: autorecovery copies no stripe yet (ADR 0017).
         let copy = Arc::new(OpenLedger::replica(
             ledger,
             first_segment,
             Written::default(),
+            crate::ledger::stripe::Stripe::whole(),
         ));
         let mut pending: VecDeque<oneshot::Receiver<Result<Position, AppendError>>> =
             VecDeque::new();
@@ -348,7 +350,7 @@ impl Log {
                 let permit = shared.admit(e.payload.len()).await.map_err(append)?;
                 bytes += e.payload.len() as u64;
                 let (tx, rx) = oneshot::channel();
-                copy.take_entry();
+                copy.take_entry(next);
                 shared
                     .journal
                     .submit(AppendRequest {

@@ -9,7 +9,7 @@
 //!   than serve a state it cannot vouch for.
 //! - Entries of an open ledger must appear with dense ids from 0; anything else is corruption.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read};
 use std::path::Path;
@@ -23,6 +23,7 @@ use super::record::{
     SEGMENT_HEADER_LEN,
 };
 use super::segment::{list_segments, segment_path, sync_dir};
+use super::stripe::Stripe;
 
 const SCAN_CHUNK: usize = 8 << 20;
 
@@ -37,15 +38,20 @@ pub(crate) struct Scan {
     pub truncated: Option<(u32, u64, u64)>,
     /// Records that failed their checksum but whose framing was intact (skipped, reported).
     pub corrupt_records: Vec<(u32, u64)>,
+    /// The stripes of striped replica copies among them (ADR 0017); every other ledger is
+    /// whole.
+    stripes: HashMap<LedgerId, Stripe>,
 }
 
-/// Scans `dir` for the entries of the open ledgers (`open`: id → first segment).
+/// Scans `dir` for the entries of the open ledgers (`open`: id → first segment; `stripes`:
+/// those of striped replica copies, whose entries of other stripes are absent).
 /// `durable_floor(last_segment)` gives the offset below which the newest segment is known to be
 /// durable (end of sealed ledgers' entries in it, or a clean-shutdown marker): bad bytes below it
 /// are corruption, never a torn tail.
 pub(crate) fn scan(
     dir: &Path,
     open: &BTreeMap<LedgerId, u32>,
+    stripes: HashMap<LedgerId, Stripe>,
     max_body: usize,
     durable_floor: impl Fn(u32) -> Result<u64, OpenError>,
 ) -> Result<Scan, OpenError> {
@@ -59,6 +65,7 @@ pub(crate) fn scan(
         ledgers: open.keys().map(|id| (*id, Written::default())).collect(),
         truncated: None,
         corrupt_records: Vec::new(),
+        stripes,
     };
     let Some(&last) = segments.last() else {
         return Ok(result);
@@ -140,7 +147,10 @@ fn scan_segment(
         match decode_record(&buf[pos..], max_body) {
             Decoded::Record { record, len, crc } => {
                 if let Some(w) = result.ledgers.get_mut(&record.ledger_id) {
-                    let expected = w.entries.len() as u64;
+                    let expected = match result.stripes.get(&record.ledger_id) {
+                        Some(stripe) => stripe.next_from(w.entries.len() as u64),
+                        None => w.entries.len() as u64,
+                    };
                     if record.entry_id != expected {
                         let msg = format!(
                             "ledger {} entry {} found at offset {offset} where entry {expected} \
@@ -153,7 +163,8 @@ fn scan_segment(
                             None => corrupt(offset, msg),
                         });
                     }
-                    w.push(
+                    w.push_at(
+                        record.entry_id,
                         IndexEntry {
                             segment,
                             offset: offset as u32,

@@ -15,7 +15,9 @@
 //! outlives a restart.
 //!
 //! Invariants:
-//! - A copy's entries are dense from 0: an add whose entry is not the next one is refused.
+//! - A copy's entries are dense from 0: an add whose entry is not the next one is refused. In
+//!   a striped ledger (ADR 0017) a copy holds its place's stripe: the next entry is the next
+//!   of its stripe, and the entries between stand [`IndexEntry::ABSENT`] in its index.
 //! - A copy is served only up to what its journal confirmed, and once sealed only up to the
 //!   sealed count; entries past it (sent but never confirmed by the writer) are never served.
 //! - A copy is dropped (registry and index file removed, segments reclaimed) only once the
@@ -275,8 +277,9 @@ impl Log {
         }
         // Admission first: once the copy takes the entry id, the entry must be written.
         let permit = shared.admit(payload.len()).await?;
-        if entry == 0 && !shared.replicas.holds(ledger) {
-            self.new_replica_copy(ledger, recovery).await?;
+        // The first entry of any stripe is below the most replica places.
+        if entry < super::stripe::MAX_REPLICA_PLACES && !shared.replicas.holds(ledger) {
+            self.new_replica_copy(ledger, entry, recovery).await?;
         }
         let (tx, rx) = oneshot::channel();
         // The fence check, the entry id and the hand-over to the journal happen under the
@@ -306,7 +309,7 @@ impl Log {
                 "entry {entry} where {next} was expected"
             )));
         }
-        copy.take_entry();
+        copy.take_entry(entry);
         shared.journal.submit(AppendRequest {
             ledger: copy,
             entry_id: entry,
@@ -319,12 +322,13 @@ impl Log {
         Ok(rx)
     }
 
-    /// Registers a new, empty copy of `ledger` (after checking the store lists this bookie),
-    /// durably, before its first entry is written. A copy fenced meanwhile is not made (its
-    /// registry file is removed again).
+    /// Registers a new, empty copy of `ledger` (after checking the store lists this bookie
+    /// and that `entry` is the first of its stripe), durably, before its first entry is
+    /// written. A copy fenced meanwhile is not made (its registry file is removed again).
     async fn new_replica_copy(
         &self,
         ledger: LedgerId,
+        entry: u64,
         recovery: bool,
     ) -> Result<(), ReplicaAddError> {
         let replicas = &self.shared.replicas;
@@ -338,11 +342,20 @@ impl Log {
             .get_ledger(ledger)
             .await
             .map_err(|e| ReplicaAddError::Storage(e.to_string()))?;
-        let listed = record.is_some_and(|r| {
-            r.state == LedgerState::Open && r.bookies().any(|b| b == self.shared.bookie)
-        });
-        if !listed {
-            return Err(ReplicaAddError::NotReplica(ledger));
+        let stripe = match record {
+            Some(r)
+                if r.state == LedgerState::Open && r.bookies().any(|b| b == self.shared.bookie) =>
+            {
+                r.stripe_of(&self.shared.bookie)
+            }
+            _ => return Err(ReplicaAddError::NotReplica(ledger)),
+        };
+        let first = stripe.nth(0);
+        if entry != first {
+            return Err(ReplicaAddError::OutOfOrder {
+                ledger,
+                why: format!("entry {entry} of a new copy whose first entry is {first}"),
+            });
         }
         let first_segment = self.shared.journal.current_segment();
         let reg = RegistryRecord {
@@ -359,6 +372,7 @@ impl Log {
             ledger,
             first_segment,
             Written::default(),
+            stripe,
         ));
         {
             let mut held = replicas.lock();
@@ -600,16 +614,23 @@ pub(crate) async fn replica_seal(
     let entries: Vec<IndexEntry> = {
         let w = open.written();
         let have = (w.entries.len() as u64).min(open.confirmed());
-        if have < count {
+        // A striped copy holds every entry below `count` when none of its stripe is missing.
+        if open.stripe.next_from(have) < count {
             return Err(ReadError::NoSuchEntry {
                 ledger,
                 entry: have,
                 available: have,
             });
         }
-        w.entries[..count as usize].to_vec()
+        let mut entries = w.entries[..(count.min(have)) as usize].to_vec();
+        entries.resize(count as usize, IndexEntry::ABSENT);
+        entries
     };
-    let last_segment = entries.last().map_or(first_segment, |e| e.segment);
+    let last_segment = entries
+        .iter()
+        .rev()
+        .find(|e| !e.is_absent())
+        .map_or(first_segment, |e| e.segment);
     let reg = RegistryRecord {
         ledger,
         first_segment,
@@ -659,6 +680,8 @@ pub(crate) struct ReplicaPlan {
     seal_at: Vec<(LedgerId, u64)>,
     /// Ledgers fenced here before the restart (their fence files).
     pub fenced: Vec<LedgerId>,
+    /// The stripes of the striped copies in `scan` (ADR 0017); the others are whole.
+    pub stripes: HashMap<LedgerId, super::stripe::Stripe>,
 }
 
 /// Reads the registry in `dir` and the records of the ledgers it lists.
@@ -695,12 +718,18 @@ pub(crate) async fn replicas_to_recover(
         .into_iter()
         .filter(|r| r.sealed.is_some() && !drop.contains(&r.ledger))
         .collect();
+    let stripes = scan
+        .keys()
+        .filter_map(|id| Some((*id, records.get(id)?.stripe_of(bookie))))
+        .filter(|(_, stripe)| !stripe.is_whole())
+        .collect();
     Ok(ReplicaPlan {
         scan,
         sealed,
         drop,
         seal_at,
         fenced,
+        stripes,
     })
 }
 

@@ -13,6 +13,10 @@
 //! - A stripe's entries are ordered: its `k`-th entry is computable from `k`
 //!   ([`Stripe::nth`]), so a copy holding a stripe stays positional.
 
+/// The most replica places a ledger has (the namespace policy allows ensembles of up to 16):
+/// the first entry of any stripe is below it.
+pub const MAX_REPLICA_PLACES: u64 = 15;
+
 /// How one ledger's entries are spread over its replicas.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stripes {
@@ -73,6 +77,12 @@ impl Stripes {
             modulus: m,
             residues,
         }
+    }
+}
+
+impl Default for Stripe {
+    fn default() -> Self {
+        Stripe::whole()
     }
 }
 

@@ -405,7 +405,12 @@ impl TopicLog {
             quorum.settled(submitted).await;
         }
         let shared = &self.inner.shared;
-        let (replicas, ack_quorum, write_quorum) = self.placement().await?;
+        let replicated::Placed {
+            replicas,
+            ack_quorum,
+            write_quorum,
+            stripe_width,
+        } = self.placement().await?;
         let record = shared
             .meta
             .create_ledger_placed(
@@ -416,7 +421,7 @@ impl TopicLog {
                     replicas: &replicas,
                     ack_quorum,
                     write_quorum,
-                    stripe_width: 0,
+                    stripe_width,
                 },
                 now_ms(),
                 self.writer_epoch(),

@@ -267,7 +267,7 @@ fn record_locations(placed: &[Placed]) {
         let mut w = ledger.written();
         while i < placed.len() && Arc::ptr_eq(&placed[i].req.ledger, ledger) {
             let p = &placed[i];
-            w.push(p.at, p.req.payload.len(), p.crc);
+            w.push_at(p.req.entry_id, p.at, p.req.payload.len(), p.crc);
             i += 1;
         }
     }

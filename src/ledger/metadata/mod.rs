@@ -218,6 +218,15 @@ impl LedgerRecord {
         }
     }
 
+    /// The entries bookie `bookie`'s copy holds: every one for the writer's bookie (and for a
+    /// bookie not listed), its place's stripe for a replica.
+    pub fn stripe_of(&self, bookie: &str) -> crate::ledger::stripe::Stripe {
+        match self.replicas.iter().position(|b| b == bookie) {
+            Some(place) if self.bookie != bookie => self.stripes().stripe(place),
+            _ => crate::ledger::stripe::Stripe::whole(),
+        }
+    }
+
     /// The copies the ledger is meant to have ([`LedgerRecord::write_quorum`], or for a record
     /// from before it, the bookies it lists).
     pub fn wanted_copies(&self) -> usize {
@@ -252,7 +261,8 @@ impl CopyChange {
     /// - a copy is added only while the bookies left number fewer than its write quorum (two
     ///   copies made at once never both land);
     /// - the writer's place goes to `writer` exactly when the writer's bookie is lost (that
-    ///   bookie then offloads the ledger and deletes its local copies).
+    ///   bookie then offloads the ledger and deletes its local copies); in a striped ledger
+    ///   (ADR 0017) only to the bookie of a new copy (`add`), since its replicas hold stripes.
     pub(crate) fn apply(&self, l: &mut LedgerRecord) -> Result<(), MetadataError> {
         let refuse = |why: String| Err(MetadataError::Conflict(format!("ledger {}: {why}", l.id)));
         match (l.state, &self.add) {
@@ -282,8 +292,11 @@ impl CopyChange {
         let writer_lost = self.lost.contains(&l.bookie);
         let (bookie, first_segment, last_segment) = match (&self.writer, writer_lost) {
             (None, false) => (l.bookie.clone(), l.first_segment, None),
+            // A striped ledger's replicas hold stripes (ADR 0017): only a new, whole copy
+            // takes the writer's place.
             (Some((w, (first, last))), true)
-                if self.add.as_ref() == Some(w) || (left.contains(w) && *w != l.bookie) =>
+                if self.add.as_ref() == Some(w)
+                    || (left.contains(w) && *w != l.bookie && l.stripes().is_whole()) =>
             {
                 (w.clone(), *first, Some(*last))
             }

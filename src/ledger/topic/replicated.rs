@@ -13,8 +13,8 @@ use super::super::quorum::{MemberId, Quorum, Receipt, Routed};
 use super::super::seal::{discard_empty, seal_ledger_as};
 use super::{lock, TopicLog};
 
-/// How a topic's ledgers are replicated (Pulsar's persistence policy; ADR 0010). The ensemble
-/// is also the write quorum: every bookie of a ledger gets every entry.
+/// How a topic's ledgers are replicated (Pulsar's persistence policy; ADR 0010). Unless the
+/// write quorum is below the ensemble, every bookie of a ledger gets every entry.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Replication {
     /// Bookies per ledger, the writer's included; `None`: up to [`DEFAULT_ENSEMBLE`], as many
@@ -23,6 +23,22 @@ pub struct Replication {
     /// Bookies that make an entry durable before it is acknowledged; `None`: up to
     /// [`DEFAULT_ACK_QUORUM`], at most the ensemble.
     pub ack_quorum: Option<u8>,
+    /// Bookies each entry goes to, the writer's included. `None`, or not below the ensemble a
+    /// ledger gets: every one of them. Below it, the ledger is striped (ADR 0017: the
+    /// writer's bookie gets every entry, each replica a stripe); the namespace policy does not
+    /// allow that yet, since a takeover, reads without the writer and autorecovery do not
+    /// handle stripes yet.
+    pub write_quorum: Option<u8>,
+}
+
+/// Where a new ledger's copies go ([`TopicLog::placement`]).
+pub(super) struct Placed {
+    pub replicas: Vec<String>,
+    pub ack_quorum: u8,
+    /// The ensemble asked for, even when fewer bookies are live (autorecovery restores it).
+    pub write_quorum: u8,
+    /// [`crate::ledger::LedgerRecord::stripe_width`].
+    pub stripe_width: u8,
 }
 
 /// Ensemble of a ledger when the namespace sets none (fewer when fewer bookies are live).
@@ -91,15 +107,20 @@ impl TopicLog {
         *lock(&self.inner.replication) = replication;
     }
 
-    /// The replicas, ack quorum and write quorum of the next ledger: none on a single node.
-    /// The write quorum is the ensemble the namespace asks for (by default up to
+    /// The replicas, ack quorum, write quorum and stripe width of the next ledger: none on a
+    /// single node. The write quorum is the ensemble the namespace asks for (by default up to
     /// [`DEFAULT_ENSEMBLE`]), even when fewer bookies are live: autorecovery restores it.
-    pub(super) async fn placement(&self) -> Result<(Vec<String>, u8, u8), AppendError> {
+    pub(super) async fn placement(&self) -> Result<Placed, AppendError> {
         let r = *lock(&self.inner.replication);
         let shared = &self.inner.shared;
         let want = r.ensemble.unwrap_or(DEFAULT_ENSEMBLE).max(1);
         let Some(remote) = shared.remote.get().filter(|_| want > 1) else {
-            return Ok((Vec::new(), 1, 1));
+            return Ok(Placed {
+                replicas: Vec::new(),
+                ack_quorum: 1,
+                write_quorum: 1,
+                stripe_width: 0,
+            });
         };
         let replicas = remote.choose(&shared.bookie, usize::from(want) - 1).await;
         let ensemble = replicas.len() + 1;
@@ -119,11 +140,22 @@ impl TopicLog {
             Some(ack) => ack.max(1),
             None => DEFAULT_ACK_QUORUM.clamp(1, ensemble as u8),
         };
+        // Striped when each entry goes to fewer than the bookies placed (never below the ack
+        // quorum, and to one replica at least: a write quorum of 1 gets whole copies).
+        let stripe_width = match r.write_quorum.map(|w| w.max(ack)) {
+            Some(w) if w >= 2 && usize::from(w) < ensemble => w - 1,
+            _ => 0,
+        };
         if r.ensemble.is_some() && ensemble < usize::from(want) {
             tracing::warn!(topic = %self.inner.name, want, live = ensemble,
                 "fewer bookies live than the namespace's ensemble: the ledger is under-replicated");
         }
-        Ok((replicas, ack, want))
+        Ok(Placed {
+            replicas,
+            ack_quorum: ack,
+            write_quorum: want,
+            stripe_width,
+        })
     }
 
     /// Seals replicated ledger `old` (its journal writes are durable): at what its quorum
@@ -150,11 +182,12 @@ impl TopicLog {
         }
         // Only bookies holding every entry stay listed (readers may go to any of them),
         // recorded with the seal in one step: a writer that lost the ledger to a takeover
-        // finds it sealed and changes nothing.
+        // finds it sealed and changes nothing. A striped ledger keeps every place (ADR 0017):
+        // a failed replica stays listed, short of its stripe, until autorecovery copies it.
         let seal = LedgerTransition::SealPlaced(Box::new(PlacedSeal {
             seal: info,
             bookie: shared.bookie.clone(),
-            replicas: complete.clone(),
+            replicas: quorum.places().unwrap_or_else(|| complete.clone()),
             first_segment: old.first_segment,
         }));
         let record = seal_ledger_as(shared, old.id, entries, seal).await?;

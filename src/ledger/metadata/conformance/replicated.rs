@@ -46,7 +46,7 @@ pub(super) async fn replicated_ledgers_keep_their_ensemble(
                 bookie: "b1",
                 replicas: &replicas,
                 ack_quorum: 2,
-                write_quorum: 2,
+                write_quorum: 3,
                 stripe_width: 1,
             },
             2,
@@ -56,6 +56,25 @@ pub(super) async fn replicated_ledgers_keep_their_ensemble(
     assert_eq!(store.get_ledger(striped.id).await?, Some(striped.clone()));
     assert_eq!((striped.stripe_width, striped.stripes().width()), (1, 1));
     assert!(!striped.stripes().is_whole());
+    // Its writer's place goes to no replica (each holds a stripe), only to a new copy.
+    store
+        .transition_ledger(striped.id, LedgerTransition::Seal(seal(4)), 3)
+        .await?;
+    let writer_to = |to: &str, add: Option<&str>| CopyChange {
+        lost: vec!["b1".to_string()],
+        add: add.map(str::to_string),
+        writer: Some((to.to_string(), (40, 44))),
+    };
+    assert!(matches!(
+        store
+            .move_ledger_copies(striped.id, &writer_to("b2", None))
+            .await,
+        Err(MetadataError::Conflict(_))
+    ));
+    let moved = store
+        .move_ledger_copies(striped.id, &writer_to("b4", Some("b4")))
+        .await?;
+    assert_eq!((moved.bookie.as_str(), moved.stripe_width), ("b4", 1));
     // An unreplicated ledger has none and a quorum of one.
     let single = store.create_ledger(t.id, 1, "b1", 3, None).await?;
     assert_eq!(

@@ -1,0 +1,221 @@
+//! A striped ledger (ADR 0017) on four in-process bookies: the writer's bookie holds every
+//! entry, each replica its place's stripe, before and after the seal, and a fenced replica
+//! answers with the end of its stripe.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::replication_tests::{confirmed_everywhere, node, Node, TestResult};
+use crate::coord::memory::MemoryCoordination;
+use crate::ledger::metadata::memory::MemoryMetadataStore;
+use crate::ledger::{LedgerRecord, MetadataStore};
+
+/// The entries `n` serves of `ledger` below `count`, by id (a replica serves its stripe only).
+async fn served(n: &Node, topic: &str, ledger: u64, count: u64) -> Result<Vec<u64>, String> {
+    let got = n
+        .log
+        .serve_read(topic, ledger, 0, count - 1, 1 << 30)
+        .await
+        .map_err(|e| e.to_string())?;
+    for e in &got {
+        let want = Bytes::from(format!("entry {}", e.position.entry));
+        if e.payload != want {
+            return Err(format!("entry {} holds {:?}", e.position.entry, e.payload));
+        }
+    }
+    Ok(got.into_iter().map(|e| e.position.entry).collect())
+}
+
+/// Each replica of `record` serves its stripe of `0..count`, and nothing else.
+async fn each_replica_serves_its_stripe(
+    nodes: &[Node],
+    topic: &str,
+    record: &LedgerRecord,
+    count: u64,
+) -> TestResult {
+    for (place, bookie) in record.replicas.iter().enumerate() {
+        let n = by_bookie(nodes, bookie)?;
+        let stripe = record.stripes().stripe(place);
+        let want: Vec<u64> = (0..count).filter(|e| stripe.holds(*e)).collect();
+        assert_eq!(
+            served(n, topic, record.id, count).await?,
+            want,
+            "replica place {place}"
+        );
+    }
+    Ok(())
+}
+
+/// Four bookies on one store; `name` on the first, whose ledgers go to all four with each entry
+/// on `write_quorum` of them (ack quorum 2), written `count` entries (`entry {i}`). Returns the
+/// nodes and the first ledger's record.
+async fn striped(
+    name: &str,
+    write_quorum: u8,
+    count: u64,
+) -> Result<(Arc<dyn MetadataStore>, Vec<Node>, LedgerRecord), Box<dyn std::error::Error>> {
+    let meta: Arc<dyn MetadataStore> = Arc::new(MemoryMetadataStore::new());
+    let coord = MemoryCoordination::new();
+    let mut nodes = Vec::new();
+    for id in ["w:1", "b:1", "c:1", "d:1"] {
+        nodes.push(node(&meta, &coord, id).await?);
+    }
+    let tw = nodes[0].log.topic(name).await?;
+    tw.set_replication(crate::ledger::Replication {
+        ensemble: Some(4),
+        ack_quorum: Some(2),
+        write_quorum: Some(write_quorum),
+    });
+    for i in 0..count {
+        let body = Bytes::from(format!("entry {i}"));
+        tw.append(i as i64, body).await?.durable().await?;
+    }
+    let ledger = tw.ledgers()[0].id;
+    let record = meta.get_ledger(ledger).await?.ok_or("no ledger")?;
+    Ok((meta, nodes, record))
+}
+
+/// The node whose bookie is `bookie`.
+fn by_bookie<'a>(nodes: &'a [Node], bookie: &str) -> Result<&'a Node, String> {
+    nodes
+        .iter()
+        .find(|n| n.log.bookie_id() == bookie)
+        .ok_or_else(|| format!("no node of ours is bookie {bookie}"))
+}
+
+async fn stop(nodes: Vec<Node>) -> TestResult {
+    for n in &nodes {
+        n.stop.cancel();
+    }
+    for n in nodes {
+        n.log.shutdown().await?;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_striped_ledger_gives_the_writer_every_entry_and_each_replica_its_stripe() -> TestResult {
+    let name = "persistent://t/n/striped";
+    let (_, nodes, record) = striped(name, 3, 30).await?;
+    let ledger = record.id;
+    assert_eq!(
+        (
+            record.replicas.len(),
+            record.stripe_width,
+            record.ack_quorum
+        ),
+        (3, 2, 2),
+        "four bookies, each entry on three"
+    );
+    // Acknowledged entries are readable once the writer publishes them, just after.
+    confirmed_everywhere(&[&nodes[0]], name, ledger, 30).await?;
+    assert_eq!(
+        served(&nodes[0], name, ledger, 30).await?,
+        (0..30).collect::<Vec<_>>()
+    );
+    // Every replica has made its last entry durable before the seal lists it.
+    let last_held = |place: usize| {
+        (0..30u64)
+            .rev()
+            .find(|e| record.stripes().stripe(place).holds(*e))
+    };
+    let ends: Vec<u64> = (0..3).filter_map(|p| last_held(p).map(|e| e + 1)).collect();
+    for (place, bookie) in record.replicas.iter().enumerate() {
+        let n = by_bookie(&nodes, bookie)?;
+        confirmed_everywhere(&[n], name, ledger, ends[place]).await?;
+    }
+    each_replica_serves_its_stripe(&nodes, name, &record, 30).await?;
+
+    let tw = nodes[0].log.topic(name).await?;
+    let sealed = tw.seal_current().await?.ok_or("nothing sealed")?;
+    assert_eq!(sealed.seal.map(|s| s.entry_count), Some(30));
+    assert_eq!(sealed.replicas, record.replicas, "every place is kept");
+    // The sealed copies (their index files stand absent entries for other stripes) serve
+    // their stripes alike once each has learnt the seal.
+    for _ in 0..250 {
+        let mut all = true;
+        for n in &nodes[1..] {
+            all &= n
+                .log
+                .serve_confirmed(name, ledger)
+                .await
+                .is_ok_and(|c| !c.open);
+        }
+        if all {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    each_replica_serves_its_stripe(&nodes, name, &sealed, 30).await?;
+
+    stop(nodes).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_striped_copy_answers_the_end_of_its_stripe() -> TestResult {
+    let name = "persistent://t/n/fenced-stripe";
+    let (_, nodes, record) = striped(name, 2, 10).await?;
+    let ledger = record.id;
+    assert_eq!(
+        record.stripe_width, 1,
+        "each entry on the writer and one replica"
+    );
+    // Place 1 holds entries 1, 4, 7: its copy ends at 8.
+    let bookie = &record.replicas[1];
+    let n = by_bookie(&nodes, bookie)?;
+    confirmed_everywhere(&[n], name, ledger, 8).await?;
+    let fenced = n.log.replica_fence(ledger).await?;
+    assert_eq!(fenced.seal.entry_count, 8);
+    assert_eq!(served(n, name, ledger, 10).await?, vec![1, 4, 7]);
+
+    stop(nodes).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_striped_copy_is_rebuilt_from_the_journal_with_its_stripe_after_a_restart() -> TestResult
+{
+    let name = "persistent://t/n/restarted-stripe";
+    let (meta, mut nodes, record) = striped(name, 3, 10).await?;
+    let ledger = record.id;
+    // Place 2 holds the entries whose residue mod 3 is 1 or 2: its copy ends after entry 8.
+    let stripe = record.stripes().stripe(2);
+    let at = nodes
+        .iter()
+        .position(|n| n.log.bookie_id() == record.replicas[2])
+        .ok_or("ours")?;
+    confirmed_everywhere(&[&nodes[at]], name, ledger, 9).await?;
+    let restarted = nodes.remove(at);
+    restarted.stop.cancel();
+    restarted.log.shutdown().await?;
+    let log = crate::ledger::Log::open(
+        restarted.dir.path(),
+        crate::config::LedgerConfig::default(),
+        meta.clone(),
+    )
+    .await?;
+    let held: Vec<u64> = log
+        .serve_read(name, ledger, 0, 9, 1 << 30)
+        .await?
+        .into_iter()
+        .map(|e| e.position.entry)
+        .collect();
+    let want: Vec<u64> = (0..10).filter(|e| stripe.holds(*e)).collect();
+    assert_eq!(held, want, "rebuilt with the entries of its stripe");
+    // It takes the next entry of its stripe (10), and no other: not 9 (another stripe's),
+    // not 11 (past 10).
+    let add = |entry: u64| log.replica_add(ledger, entry, 0, Bytes::from("x"), false);
+    for wrong in [9, 11] {
+        assert!(
+            matches!(
+                add(wrong).await,
+                Err(crate::ledger::ReplicaAddError::OutOfOrder { .. })
+            ),
+            "entry {wrong}"
+        );
+    }
+    add(10).await?.await??;
+    log.shutdown().await?;
+
+    stop(nodes).await
+}
