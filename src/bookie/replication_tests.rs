@@ -22,7 +22,7 @@ pub(super) struct Node {
     pub(super) log: Arc<Log>,
     addr: SocketAddr,
     pub(super) stop: CancellationToken,
-    membership: Arc<Membership>,
+    pub(super) membership: Arc<Membership>,
     pub(super) dir: tempfile::TempDir,
 }
 
@@ -59,7 +59,7 @@ pub(super) async fn node(
 
 /// Waits until `n` no longer counts bookie `gone` among the members (its copy of the roster
 /// follows a watch, so it learns of a leave shortly after).
-async fn until_gone(n: &Node, gone: &str) -> Result<(), Box<dyn std::error::Error>> {
+pub(super) async fn until_gone(n: &Node, gone: &str) -> Result<(), Box<dyn std::error::Error>> {
     for _ in 0..500 {
         if !n.membership.nodes().await?.iter().any(|m| m.bookie == gone) {
             return Ok(());

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::replication_tests::{confirmed_everywhere, node, Node, TestResult};
+use super::replication_tests::{confirmed_everywhere, node, until_gone, Node, TestResult};
 use crate::coord::memory::MemoryCoordination;
 use crate::ledger::metadata::memory::MemoryMetadataStore;
 use crate::ledger::{LedgerRecord, MetadataStore};
@@ -217,5 +217,24 @@ async fn a_striped_copy_is_rebuilt_from_the_journal_with_its_stripe_after_a_rest
     add(10).await?.await??;
     log.shutdown().await?;
 
+    stop(nodes).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_striped_ledger_whose_writer_is_gone_is_not_taken_over_yet() -> TestResult {
+    let name = "persistent://t/n/orphan-stripe";
+    let (meta, nodes, record) = striped(name, 3, 10).await?;
+    nodes[0].membership.leave().await?;
+    until_gone(&nodes[1], nodes[0].log.bookie_id()).await?;
+    let heir = &nodes[1].log;
+    // The longest copy is no ledger here: nothing is fenced or sealed, and the topic waits
+    // for the writer's node.
+    assert_eq!(
+        heir.pinning_holder(name).await?.as_deref(),
+        Some(nodes[0].log.bookie_id())
+    );
+    assert!(heir.take_over_open_ledgers(name).await?.is_empty());
+    let after = meta.get_ledger(record.id).await?.ok_or("no ledger")?;
+    assert_eq!(after, record, "left as it was");
     stop(nodes).await
 }

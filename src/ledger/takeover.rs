@@ -55,6 +55,13 @@ pub enum TakeoverError {
         /// The first refusal seen.
         why: String,
     },
+    /// The ledger is striped (ADR 0017): taking one over is not built yet (its replicas hold
+    /// stripes, and the longest copy is not the ledger).
+    #[error(
+        "ledger {0} is striped, and a striped ledger's takeover is not built yet: the topic \
+         waits for its writer's node"
+    )]
+    Striped(u64),
     /// This node reads no other bookie (not part of a cluster).
     #[error("ledger {0} is written by another bookie and this node reaches no other bookie")]
     NoCluster(u64),
@@ -76,9 +83,10 @@ impl From<super::ReadError> for TakeoverError {
 }
 
 /// Whether a ledger can be taken over without its writer: some replica holds each of its
-/// acknowledged entries (an ack quorum of 1 needs only the writer's own copy).
+/// acknowledged entries (an ack quorum of 1 needs only the writer's own copy), and it is not
+/// striped (ADR 0017: not built yet).
 pub(crate) fn recoverable(ledger: &LedgerRecord) -> bool {
-    !ledger.replicas.is_empty() && ledger.ack_quorum >= 2
+    !ledger.replicas.is_empty() && ledger.ack_quorum >= 2 && ledger.stripes().is_whole()
 }
 
 impl Log {
@@ -235,6 +243,9 @@ impl Log {
         name: &str,
         ledger: &LedgerRecord,
     ) -> Result<LedgerRecord, TakeoverError> {
+        if !ledger.stripes().is_whole() {
+            return Err(TakeoverError::Striped(ledger.id));
+        }
         if !recoverable(ledger) && !self.shared.writes(ledger) {
             return Err(TakeoverError::Unreplicated {
                 ledger: ledger.id,
