@@ -277,9 +277,16 @@ impl Log {
         }
         // Admission first: once the copy takes the entry id, the entry must be written.
         let permit = shared.admit(payload.len()).await?;
-        // The first entry of any stripe is below the most replica places.
-        if entry < super::stripe::MAX_REPLICA_PLACES && !shared.replicas.holds(ledger) {
-            self.new_replica_copy(ledger, entry, recovery).await?;
+        // The first entry of any stripe is below the most replica places. A later entry with
+        // no copy here, or an add refused by a fence, is answered below without the store.
+        let unfenced = recovery || !shared.replicas.is_fenced(ledger);
+        if entry < super::stripe::MAX_REPLICA_PLACES && unfenced && !shared.replicas.holds(ledger) {
+            match self.new_replica_copy(ledger, entry, recovery).await {
+                // Not the ledger's first entry: a copy this bookie no longer has (as before
+                // stripes: out of order, for this ledger alone).
+                Err(ReplicaAddError::NotReplica(_)) if entry != 0 => {}
+                done => done?,
+            }
         }
         let (tx, rx) = oneshot::channel();
         // The fence check, the entry id and the hand-over to the journal happen under the

@@ -103,14 +103,6 @@ impl Stripe {
         }
     }
 
-    /// The stripe with these residues mod `modulus`, if they describe one (as read from a
-    /// file: `None` for an empty, unordered or out-of-range list).
-    pub fn from_parts(modulus: u32, residues: Vec<u32>) -> Option<Stripe> {
-        let ordered = residues.windows(2).all(|w| w[0] < w[1]);
-        let in_range = residues.last().is_some_and(|&r| r < modulus);
-        (ordered && in_range).then_some(Stripe { modulus, residues })
-    }
-
     /// The modulus.
     pub fn modulus(&self) -> u32 {
         self.modulus
@@ -178,14 +170,6 @@ mod tests {
         assert_eq!(Stripes::whole(3).stripe(1).count_below(10), 10);
     }
 
-    #[test]
-    fn residues_read_from_a_file_are_checked() {
-        assert!(Stripe::from_parts(3, vec![0, 2]).is_some());
-        assert!(Stripe::from_parts(3, vec![]).is_none());
-        assert!(Stripe::from_parts(3, vec![2, 0]).is_none());
-        assert!(Stripe::from_parts(3, vec![0, 3]).is_none());
-    }
-
     proptest! {
         /// Every stripe computation agrees with counting entries one by one.
         #[test]
@@ -207,8 +191,6 @@ mod tests {
             distinct.sort_unstable();
             distinct.dedup();
             prop_assert_eq!(distinct.len(), s.width());
-            let residues = stripe.residues().to_vec();
-            prop_assert_eq!(Stripe::from_parts(stripe.modulus(), residues), Some(stripe));
         }
     }
 }

@@ -86,7 +86,7 @@ impl From<super::ReadError> for TakeoverError {
 /// acknowledged entries (an ack quorum of 1 needs only the writer's own copy), and it is not
 /// striped (ADR 0017: not built yet).
 pub(crate) fn recoverable(ledger: &LedgerRecord) -> bool {
-    !ledger.replicas.is_empty() && ledger.ack_quorum >= 2 && ledger.stripes().is_whole()
+    !ledger.replicas.is_empty() && ledger.ack_quorum >= 2 && !ledger.is_striped()
 }
 
 impl Log {
@@ -243,7 +243,7 @@ impl Log {
         name: &str,
         ledger: &LedgerRecord,
     ) -> Result<LedgerRecord, TakeoverError> {
-        if !ledger.stripes().is_whole() {
+        if ledger.is_striped() {
             return Err(TakeoverError::Striped(ledger.id));
         }
         if !recoverable(ledger) && !self.shared.writes(ledger) {

@@ -209,6 +209,12 @@ impl LedgerRecord {
         std::iter::once(self.bookie.as_str()).chain(self.replicas.iter().map(String::as_str))
     }
 
+    /// Whether it is striped ([`LedgerRecord::stripe_width`] set): its replicas hold stripes
+    /// and keep their places.
+    pub fn is_striped(&self) -> bool {
+        self.stripe_width != 0
+    }
+
     /// How its entries are spread over its replicas ([`LedgerRecord::stripe_width`]).
     pub fn stripes(&self) -> crate::ledger::stripe::Stripes {
         let replicas = self.replicas.len();
@@ -262,7 +268,8 @@ impl CopyChange {
     ///   copies made at once never both land);
     /// - the writer's place goes to `writer` exactly when the writer's bookie is lost (that
     ///   bookie then offloads the ledger and deletes its local copies); in a striped ledger
-    ///   (ADR 0017) only to the bookie of a new copy (`add`), since its replicas hold stripes.
+    ///   (ADR 0017) only to the bookie of a new copy (`add`), since its replicas hold stripes;
+    /// - a striped ledger's replicas are neither dropped nor added: each place is a stripe.
     pub(crate) fn apply(&self, l: &mut LedgerRecord) -> Result<(), MetadataError> {
         let refuse = |why: String| Err(MetadataError::Conflict(format!("ledger {}: {why}", l.id)));
         match (l.state, &self.add) {
@@ -290,13 +297,22 @@ impl CopyChange {
             }
         }
         let writer_lost = self.lost.contains(&l.bookie);
+        // A striped ledger's replicas keep their places (each place is a stripe): the one
+        // change is a new, whole copy taking the lost writer's place (ADR 0017, until
+        // autorecovery copies stripes).
+        let writer_rebuilt = self.lost.iter().all(|b| *b == l.bookie)
+            && self.add.is_some()
+            && self.writer.as_ref().map(|w| &w.0) == self.add.as_ref();
+        if l.is_striped() && !writer_rebuilt {
+            return refuse("it is striped: its replicas keep their places".into());
+        }
         let (bookie, first_segment, last_segment) = match (&self.writer, writer_lost) {
             (None, false) => (l.bookie.clone(), l.first_segment, None),
             // A striped ledger's replicas hold stripes (ADR 0017): only a new, whole copy
             // takes the writer's place.
             (Some((w, (first, last))), true)
                 if self.add.as_ref() == Some(w)
-                    || (left.contains(w) && *w != l.bookie && l.stripes().is_whole()) =>
+                    || (left.contains(w) && *w != l.bookie && !l.is_striped()) =>
             {
                 (w.clone(), *first, Some(*last))
             }

@@ -423,6 +423,12 @@ fn a_striped_ledger_survives_a_replica_while_every_write_set_keeps_its_ack_quoru
         q.degraded() && q.lock().broken.is_none(),
         "each write set keeps two live bookies"
     );
+    assert_eq!(
+        q.places().as_deref(),
+        Some(&["b".to_string(), "c".into(), "d".into()][..]),
+        "the failed replica keeps its place, so the others keep their stripes"
+    );
+    assert_eq!(whole(7, vec!["b".into()], 2).places(), None);
     let q = striped(3);
     assert_eq!(
         q.replica_failed(1, "gone"),

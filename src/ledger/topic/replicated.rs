@@ -113,7 +113,9 @@ impl TopicLog {
     pub(super) async fn placement(&self) -> Result<Placed, AppendError> {
         let r = *lock(&self.inner.replication);
         let shared = &self.inner.shared;
-        let want = r.ensemble.unwrap_or(DEFAULT_ENSEMBLE).max(1);
+        // The namespace policy allows up to 16 (a stripe's first entry is then below
+        // MAX_REPLICA_PLACES).
+        let want = r.ensemble.unwrap_or(DEFAULT_ENSEMBLE).clamp(1, 16);
         let Some(remote) = shared.remote.get().filter(|_| want > 1) else {
             return Ok(Placed {
                 replicas: Vec::new(),

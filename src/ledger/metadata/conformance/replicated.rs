@@ -71,6 +71,16 @@ pub(super) async fn replicated_ledgers_keep_their_ensemble(
             .await,
         Err(MetadataError::Conflict(_))
     ));
+    // Nor is a replica dropped: the places after it would shift to other stripes.
+    let drop_b2 = CopyChange {
+        lost: vec!["b2".to_string()],
+        add: None,
+        writer: None,
+    };
+    assert!(matches!(
+        store.move_ledger_copies(striped.id, &drop_b2).await,
+        Err(MetadataError::Conflict(_))
+    ));
     let moved = store
         .move_ledger_copies(striped.id, &writer_to("b4", Some("b4")))
         .await?;
