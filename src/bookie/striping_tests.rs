@@ -240,3 +240,36 @@ async fn a_striped_ledger_whose_writer_is_gone_is_not_taken_over_yet() -> TestRe
     assert_eq!(after, record, "left as it was");
     stop(nodes).await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sealed_striped_ledger_is_read_from_the_stripes_when_its_writer_cannot_serve(
+) -> TestResult {
+    let name = "persistent://t/n/merged";
+    let (_, nodes, record) = striped(name, 3, 40).await?;
+    let tw = nodes[0].log.topic(name).await?;
+    let sealed = tw.seal_current().await?.ok_or("nothing sealed")?;
+    // A replica's node reads the ledger whole: not from its own stripe, from the writer.
+    let reader = by_bookie(&nodes, &record.replicas[0])?;
+    let ids = |entries: Vec<crate::ledger::Entry>| -> Vec<u64> {
+        entries.iter().map(|e| e.position.entry).collect()
+    };
+    let view = reader.log.topic_to_read(name).await?;
+    let all: Vec<u64> = (0..40).collect();
+    assert_eq!(ids(view.read_entries(sealed.id, 0, 39).await?), all);
+    // The writer's bookie stops serving: the range is merged from the three stripes.
+    nodes[0].stop.cancel();
+    let view = reader.log.topic_to_read(name).await?;
+    let merged = view.read_entries(sealed.id, 0, 39).await?;
+    for e in &merged {
+        assert_eq!(
+            e.payload,
+            Bytes::from(format!("entry {}", e.position.entry))
+        );
+    }
+    assert_eq!(ids(merged), all);
+    assert_eq!(
+        ids(view.read_entries(sealed.id, 17, 23).await?),
+        (17..=23).collect::<Vec<_>>()
+    );
+    stop(nodes).await
+}

@@ -49,6 +49,7 @@ mod disk;
 pub mod error;
 pub mod index;
 mod journal;
+mod merged;
 pub mod metadata;
 mod open_ledger;
 mod quorum;
@@ -167,6 +168,13 @@ impl LogShared {
     /// copy of it ([`replicas`]).
     pub(crate) fn holds(&self, ledger: &LedgerRecord) -> bool {
         held_by(ledger, &self.bookie) || self.replicas.holds(ledger.id)
+    }
+
+    /// Whether this log holds every entry of `ledger`, so reads it locally: a replica's copy
+    /// of a striped ledger (ADR 0017) holds one stripe, and the ledger is read from the
+    /// bookies that hold the rest.
+    pub(crate) fn holds_whole(&self, ledger: &LedgerRecord) -> bool {
+        held_by(ledger, &self.bookie) || (self.replicas.holds(ledger.id) && !ledger.is_striped())
     }
 
     /// Whether this log wrote `ledger` (only the writer recovers, offloads and deletes it).

@@ -376,6 +376,13 @@ impl TopicLog {
         };
         let mut out = Vec::with_capacity((last - first + 1).min(4096) as usize);
         let mut next = first;
+        // A striped ledger's replicas hold stripes: only its writer's bookie serves ranges,
+        // and without it the stripes are merged.
+        let striped = self.sealed_striped(ledger);
+        let bookies = match &striped {
+            Some(_) => &bookies[..1],
+            None => &bookies[..],
+        };
         // The bookie read from; the next one holding a copy takes over when it cannot serve.
         let mut at = 0;
         while next <= last {
@@ -385,6 +392,16 @@ impl TopicLog {
                 Err(ReadError::Remote { .. }) if at + 1 < bookies.len() => {
                     at += 1;
                     continue;
+                }
+                Err(e @ ReadError::Remote { .. }) if striped.is_some() => {
+                    let Some(record) = &striped else {
+                        return Err(e);
+                    };
+                    let rest =
+                        super::merged::read_merged(&**remote, self.name(), record, next, last)
+                            .await?;
+                    out.extend(rest);
+                    return Ok(out);
                 }
                 Err(ReadError::Remote { .. }) if self.offloaded_since(ledger).await => {
                     // The bookies dropped their copies after the offload: the lake has it.

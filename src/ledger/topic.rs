@@ -248,7 +248,7 @@ impl TopicLog {
         let shared = &self.inner.shared;
         match lock(&self.inner.ledgers).get(&ledger) {
             Some(LedgerView::Closed(r)) => match r.state {
-                LedgerState::Sealed if !shared.holds(r) => Some((
+                LedgerState::Sealed if !shared.holds_whole(r) => Some((
                     r.bookies().map(str::to_string).collect(),
                     r.seal.map_or(0, |s| s.entry_count),
                 )),
@@ -258,6 +258,17 @@ impl TopicLog {
                 )),
                 _ => None,
             },
+            _ => None,
+        }
+    }
+
+    /// The record of `ledger` when it is sealed and striped (ADR 0017): read from its
+    /// replicas' stripes when its writer's bookie cannot serve it.
+    pub(super) fn sealed_striped(&self, ledger: LedgerId) -> Option<LedgerRecord> {
+        match lock(&self.inner.ledgers).get(&ledger) {
+            Some(LedgerView::Closed(r)) if r.state == LedgerState::Sealed && r.is_striped() => {
+                Some((**r).clone())
+            }
             _ => None,
         }
     }
@@ -633,7 +644,7 @@ impl TopicLog {
             }
             LedgerView::Closed(r) => {
                 // Another bookie's ledger: the lake copy is read like a deleted ledger's.
-                let foreign = !self.inner.shared.holds(&r);
+                let foreign = !self.inner.shared.holds_whole(&r);
                 if r.state == LedgerState::Deleted || (foreign && r.state == LedgerState::Offloaded)
                 {
                     return Err(ReadError::Deleted(ledger));
