@@ -55,10 +55,20 @@ async fn striped(
     write_quorum: u8,
     count: u64,
 ) -> Result<(Arc<dyn MetadataStore>, Vec<Node>, LedgerRecord), Box<dyn std::error::Error>> {
+    striped_on(&["w:1", "b:1", "c:1", "d:1"], name, write_quorum, count).await
+}
+
+/// [`striped`] on the nodes `ids` (the first writes; four of them hold the ledger).
+async fn striped_on(
+    ids: &[&str],
+    name: &str,
+    write_quorum: u8,
+    count: u64,
+) -> Result<(Arc<dyn MetadataStore>, Vec<Node>, LedgerRecord), Box<dyn std::error::Error>> {
     let meta: Arc<dyn MetadataStore> = Arc::new(MemoryMetadataStore::new());
     let coord = MemoryCoordination::new();
     let mut nodes = Vec::new();
-    for id in ["w:1", "b:1", "c:1", "d:1"] {
+    for id in ids {
         nodes.push(node(&meta, &coord, id).await?);
     }
     let tw = nodes[0].log.topic(name).await?;
@@ -271,5 +281,57 @@ async fn a_sealed_striped_ledger_is_read_from_the_stripes_when_its_writer_cannot
         ids(view.read_entries(sealed.id, 17, 23).await?),
         (17..=23).collect::<Vec<_>>()
     );
+    stop(nodes).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_writers_whole_copy_is_rebuilt_from_the_stripes_on_a_spare_bookie() -> TestResult {
+    let name = "persistent://t/n/rebuilt";
+    let ids = ["w:1", "b:1", "c:1", "d:1", "e:1"];
+    let (meta, nodes, record) = striped_on(&ids, name, 3, 50).await?;
+    let tw = nodes[0].log.topic(name).await?;
+    let sealed = tw.seal_current().await?.ok_or("nothing sealed")?;
+    let writer = nodes[0].log.bookie_id().to_string();
+    let spare = nodes
+        .iter()
+        .find(|n| !sealed.bookies().any(|b| b == n.log.bookie_id()))
+        .ok_or("a fifth bookie outside the ensemble")?;
+    // The writer's node goes for good: no bookie left holds the ledger whole.
+    nodes[0].stop.cancel();
+    nodes[0].membership.leave().await?;
+    until_gone(spare, &writer).await?;
+    // Autorecovery on the survivors: the spare, the one live bookie the ledger does not
+    // list, copies it whole from the stripes and takes the writer's place.
+    let config = crate::config::AutoRecoveryConfig {
+        enabled: true,
+        delay: std::time::Duration::ZERO,
+        audit_interval: std::time::Duration::from_secs(60),
+    };
+    for n in &nodes[1..] {
+        let ar = super::autorecovery::AutoRecovery::new(
+            n.log.clone(),
+            n.membership.clone(),
+            config.clone(),
+        );
+        ar.pass().await?;
+    }
+    let after = meta.get_ledger(sealed.id).await?.ok_or("no ledger")?;
+    assert_eq!(
+        after.bookie,
+        spare.log.bookie_id(),
+        "the spare writes it now"
+    );
+    assert_eq!(
+        after.replicas, record.replicas,
+        "the stripes keep their places"
+    );
+    assert_eq!(after.seal, sealed.seal, "checked against the seal");
+    assert!(spare.log.holds(&after));
+    let entries = spare
+        .log
+        .serve_read(name, sealed.id, 0, 49, 1 << 30)
+        .await?;
+    let ids: Vec<u64> = entries.iter().map(|e| e.position.entry).collect();
+    assert_eq!(ids, (0..50).collect::<Vec<_>>());
     stop(nodes).await
 }

@@ -34,6 +34,9 @@ use super::{Log, LogShared, Position, ReplicaSource};
 /// Entries handed to the journal and not yet durable, at most, while copying.
 const IN_FLIGHT: usize = 256;
 
+/// Entries merged from a striped ledger's stripes per step, while copying it whole.
+const MERGED_STEP: u64 = 1024;
+
 /// Why a ledger could not be copied here.
 #[derive(Debug, thiserror::Error)]
 pub enum RecopyError {
@@ -337,8 +340,19 @@ impl Log {
             VecDeque::new();
         let (mut next, mut bytes) = (0u64, 0u64);
         while next < seal.entry_count {
-            let entries =
-                read_any(remote, sources, topic, ledger, next, seal.entry_count - 1).await?;
+            let entries = if record.is_striped() {
+                // No replica holds a whole copy (ADR 0017): the stripes are merged, a step
+                // at a time.
+                let last = (seal.entry_count - 1).min(next + MERGED_STEP - 1);
+                super::merged::read_merged(remote, topic, record, next, last)
+                    .await
+                    .map_err(|e| RecopyError::Unreadable {
+                        ledger,
+                        why: format!("merging the stripes from entry {next}: {e}"),
+                    })?
+            } else {
+                read_any(remote, sources, topic, ledger, next, seal.entry_count - 1).await?
+            };
             for e in entries {
                 if e.position.entry != next {
                     return Err(RecopyError::Unreadable {
