@@ -233,21 +233,94 @@ async fn a_striped_copy_is_rebuilt_from_the_journal_with_its_stripe_after_a_rest
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_striped_ledger_whose_writer_is_gone_is_not_taken_over_yet() -> TestResult {
+async fn a_striped_ledger_whose_writer_is_gone_is_taken_over_from_its_stripes() -> TestResult {
+    let meta: Arc<dyn MetadataStore> = Arc::new(MemoryMetadataStore::new());
+    let coord = MemoryCoordination::new();
+    let mut nodes = Vec::new();
+    for id in ["b:1", "c:1", "d:1"] {
+        nodes.push(node(&meta, &coord, id).await?);
+    }
+    // A 4/3/2 ledger whose writer (a bookie no longer a member) sent 30 entries to the stripes
+    // before it went; the third place missed the last of its entries (24 on).
     let name = "persistent://t/n/orphan-stripe";
-    let (meta, nodes, record) = striped(name, 3, 10).await?;
-    nodes[0].membership.leave().await?;
-    until_gone(&nodes[1], nodes[0].log.bookie_id()).await?;
-    let heir = &nodes[1].log;
-    // The longest copy is no ledger here: nothing is fenced or sealed, and the topic waits
-    // for the writer's node.
+    let topic = meta.get_or_create_topic(name, 0).await?;
+    let replicas: Vec<String> = nodes
+        .iter()
+        .map(|n| n.log.bookie_id().to_string())
+        .collect();
+    let placement = crate::ledger::metadata::Placement {
+        bookie: "gone",
+        replicas: &replicas,
+        ack_quorum: 2,
+        write_quorum: 4,
+        stripe_width: 2,
+    };
+    let record = meta
+        .create_ledger_placed(topic.id, 1, placement, 0, None)
+        .await?;
+    for e in 0..30u64 {
+        for place in record.stripes().write_set(e) {
+            if place == 2 && e >= 24 {
+                continue;
+            }
+            let body = Bytes::from(format!("entry {e}"));
+            let add = nodes[place]
+                .log
+                .replica_add(record.id, e, e as i64, body, false);
+            add.await?.await??;
+        }
+    }
+    let heir = &nodes[0].log;
     assert_eq!(
-        heir.pinning_holder(name).await?.as_deref(),
-        Some(nodes[0].log.bookie_id())
+        heir.pinning_holder(name).await?,
+        None,
+        "no node is waited for"
     );
-    assert!(heir.take_over_open_ledgers(name).await?.is_empty());
+    let taken = heir.take_over_open_ledgers(name).await?;
+    assert_eq!(taken.len(), 1);
+    let sealed = &taken[0];
+    assert_eq!(
+        sealed.seal.map(|s| s.entry_count),
+        Some(30),
+        "every entry some place holds"
+    );
+    assert_eq!(
+        (sealed.bookie.as_str(), &sealed.replicas),
+        ("gone", &record.replicas),
+        "the places are kept; autorecovery rebuilds the lost writer's copy"
+    );
+    assert_eq!(meta.get_ledger(record.id).await?.as_ref(), Some(sealed));
+    // The third place's stripe was completed: every place serves its stripe of the 30
+    // entries, and a reader merges them.
+    each_replica_serves_its_stripe(&nodes, name, sealed, 30).await?;
+    let view = heir.topic_to_read(name).await?;
+    let read = view.read_entries(sealed.id, 0, 29).await?;
+    let ids: Vec<u64> = read.iter().map(|e| e.position.entry).collect();
+    assert_eq!(ids, (0..30).collect::<Vec<_>>());
+    stop(nodes).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_striped_takeover_needs_enough_answers_from_every_write_set() -> TestResult {
+    let name = "persistent://t/n/unanswered-stripe";
+    let (meta, nodes, record) = striped(name, 3, 10).await?;
+    // 4/3/2: an acknowledged entry may be on one replica of its write set only, so both
+    // must answer; with one replica gone the ledger's end cannot be known.
+    by_bookie(&nodes, &record.replicas[0])?.stop.cancel();
+    nodes[0].stop.cancel();
+    nodes[0].membership.leave().await?;
+    let heir = by_bookie(&nodes, &record.replicas[1])?;
+    until_gone(heir, nodes[0].log.bookie_id()).await?;
+    assert!(matches!(
+        heir.log.take_over_open_ledgers(name).await,
+        Err(crate::ledger::TakeoverError::TooFewAnswers { needed: 2, .. })
+    ));
     let after = meta.get_ledger(record.id).await?.ok_or("no ledger")?;
-    assert_eq!(after, record, "left as it was");
+    assert_eq!(
+        after.state,
+        crate::ledger::LedgerState::Open,
+        "nothing sealed"
+    );
     stop(nodes).await
 }
 

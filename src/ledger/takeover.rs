@@ -21,6 +21,11 @@ use super::metadata::{LedgerRecord, LedgerState, LedgerTransition, MetadataError
 use super::replica::{FencedCopy, ReplicaSource};
 use super::{now_ms, Log, TopicLog, TopicState};
 
+mod striped;
+
+/// Answers once an entry added to a copy is durable there.
+type Durable = tokio::sync::oneshot::Receiver<Result<super::Position, super::AppendError>>;
+
 /// Payload bytes read from the longest copy per request while completing a shorter one.
 const COPY_BUDGET: u64 = 4 << 20;
 
@@ -55,11 +60,11 @@ pub enum TakeoverError {
         /// The first refusal seen.
         why: String,
     },
-    /// The ledger is striped (ADR 0017): taking one over is not built yet (its replicas hold
-    /// stripes, and the longest copy is not the ledger).
+    /// The ledger is striped (ADR 0017) and this node wrote it: a restarted writer's takeover
+    /// of its own striped ledger is not built yet.
     #[error(
-        "ledger {0} is striped, and a striped ledger's takeover is not built yet: the topic \
-         waits for its writer's node"
+        "ledger {0} is striped and was written here: taking over one's own striped ledger \
+         after a restart is not built yet"
     )]
     Striped(u64),
     /// This node reads no other bookie (not part of a cluster).
@@ -83,10 +88,9 @@ impl From<super::ReadError> for TakeoverError {
 }
 
 /// Whether a ledger can be taken over without its writer: some replica holds each of its
-/// acknowledged entries (an ack quorum of 1 needs only the writer's own copy), and it is not
-/// striped (ADR 0017: not built yet).
+/// acknowledged entries (an ack quorum of 1 needs only the writer's own copy).
 pub(crate) fn recoverable(ledger: &LedgerRecord) -> bool {
-    !ledger.replicas.is_empty() && ledger.ack_quorum >= 2 && !ledger.is_striped()
+    !ledger.replicas.is_empty() && ledger.ack_quorum >= 2
 }
 
 impl Log {
@@ -244,7 +248,10 @@ impl Log {
         ledger: &LedgerRecord,
     ) -> Result<LedgerRecord, TakeoverError> {
         if ledger.is_striped() {
-            return Err(TakeoverError::Striped(ledger.id));
+            if self.shared.writes(ledger) {
+                return Err(TakeoverError::Striped(ledger.id));
+            }
+            return self.take_over_striped(remote, name, ledger).await;
         }
         if !recoverable(ledger) && !self.shared.writes(ledger) {
             return Err(TakeoverError::Unreplicated {
@@ -374,37 +381,7 @@ impl Log {
             }
             for e in entries {
                 let entry = e.position.entry;
-                if target == self.shared.bookie {
-                    let rx = self
-                        .replica_add(ledger, entry, e.publish_time_ms, e.payload, true)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    pending.push(rx);
-                } else {
-                    let (tx, rx) = tokio::sync::oneshot::channel();
-                    let add = super::replica::ReplicaAdd {
-                        topic: topic.clone(),
-                        ledger,
-                        entry,
-                        publish_time_ms: e.publish_time_ms,
-                        payload: e.payload,
-                        recovery: true,
-                    };
-                    remote.add(
-                        target,
-                        add,
-                        Box::new(move |done| {
-                            let _ = tx.send(
-                                done.map(|()| super::Position::new(ledger, entry))
-                                    .map_err(|why| super::AppendError::Quorum {
-                                        ledger,
-                                        why: why.into(),
-                                    }),
-                            );
-                        }),
-                    );
-                    pending.push(rx);
-                }
+                pending.push(self.recovery_add(remote, &topic, ledger, target, e).await?);
                 next = entry + 1;
             }
         }
@@ -416,6 +393,47 @@ impl Log {
             }
         }
         Ok(())
+    }
+
+    /// Sends entry `e` of `ledger` to the fenced copy on `target` as a recovery add (which a
+    /// fenced copy accepts); the receiver answers once it is durable there.
+    async fn recovery_add(
+        &self,
+        remote: &Arc<dyn ReplicaSource>,
+        topic: &Arc<str>,
+        ledger: u64,
+        target: &str,
+        e: super::Entry,
+    ) -> Result<Durable, String> {
+        let entry = e.position.entry;
+        if target == self.shared.bookie {
+            return self
+                .replica_add(ledger, entry, e.publish_time_ms, e.payload, true)
+                .await
+                .map_err(|e| e.to_string());
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let add = super::replica::ReplicaAdd {
+            topic: topic.clone(),
+            ledger,
+            entry,
+            publish_time_ms: e.publish_time_ms,
+            payload: e.payload,
+            recovery: true,
+        };
+        remote.add(
+            target,
+            add,
+            Box::new(move |done| {
+                let _ = tx.send(done.map(|()| super::Position::new(ledger, entry)).map_err(
+                    |why| super::AppendError::Quorum {
+                        ledger,
+                        why: why.into(),
+                    },
+                ));
+            }),
+        );
+        Ok(rx)
     }
 
     /// Lets the bookies holding a recovered ledger write its index now (each also learns it
