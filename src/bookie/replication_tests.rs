@@ -31,7 +31,16 @@ pub(super) async fn node(
     coord: &MemoryCoordination,
     id: &str,
 ) -> Result<Node, Box<dyn std::error::Error>> {
-    let dir = tempfile::tempdir()?;
+    node_in(meta, coord, id, tempfile::tempdir()?).await
+}
+
+/// [`node`] on data directory `dir` (a node restarting on its disk).
+pub(super) async fn node_in(
+    meta: &Arc<dyn MetadataStore>,
+    coord: &MemoryCoordination,
+    id: &str,
+    dir: tempfile::TempDir,
+) -> Result<Node, Box<dyn std::error::Error>> {
     let log = Arc::new(Log::open(dir.path(), LedgerConfig::default(), meta.clone()).await?);
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::replication_tests::{confirmed_everywhere, node, until_gone, Node, TestResult};
+use super::replication_tests::{confirmed_everywhere, node, node_in, until_gone, Node, TestResult};
 use crate::coord::memory::MemoryCoordination;
 use crate::ledger::metadata::memory::MemoryMetadataStore;
 use crate::ledger::{LedgerRecord, MetadataStore};
@@ -65,11 +65,22 @@ async fn striped_on(
     write_quorum: u8,
     count: u64,
 ) -> Result<(Arc<dyn MetadataStore>, Vec<Node>, LedgerRecord), Box<dyn std::error::Error>> {
-    let meta: Arc<dyn MetadataStore> = Arc::new(MemoryMetadataStore::new());
     let coord = MemoryCoordination::new();
+    striped_with(&coord, ids, name, write_quorum, count).await
+}
+
+/// [`striped_on`] with the members' sessions on `coord`.
+async fn striped_with(
+    coord: &MemoryCoordination,
+    ids: &[&str],
+    name: &str,
+    write_quorum: u8,
+    count: u64,
+) -> Result<(Arc<dyn MetadataStore>, Vec<Node>, LedgerRecord), Box<dyn std::error::Error>> {
+    let meta: Arc<dyn MetadataStore> = Arc::new(MemoryMetadataStore::new());
     let mut nodes = Vec::new();
     for id in ids {
-        nodes.push(node(&meta, &coord, id).await?);
+        nodes.push(node(&meta, coord, id).await?);
     }
     let tw = nodes[0].log.topic(name).await?;
     tw.set_replication(crate::ledger::Replication {
@@ -406,5 +417,40 @@ async fn a_lost_writers_whole_copy_is_rebuilt_from_the_stripes_on_a_spare_bookie
         .await?;
     let ids: Vec<u64> = entries.iter().map(|e| e.position.entry).collect();
     assert_eq!(ids, (0..50).collect::<Vec<_>>());
+    stop(nodes).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_writer_takes_its_striped_ledger_over_with_its_whole_copy() -> TestResult {
+    let name = "persistent://t/n/restarted-writer";
+    let coord = MemoryCoordination::new();
+    let ids = ["w:1", "b:1", "c:1", "d:1"];
+    let (meta, mut nodes, record) = striped_with(&coord, &ids, name, 3, 20).await?;
+    // The writer's process ends with the ledger open; it comes back on the same disk.
+    let old = nodes.remove(0);
+    old.stop.cancel();
+    old.membership.leave().await?;
+    old.log.shutdown().await?;
+    let back = node_in(&meta, &coord, "w:1", old.dir).await?;
+    assert_eq!(back.log.bookie_id(), record.bookie);
+    let taken = back.log.take_over_open_ledgers(name).await?;
+    assert_eq!(taken.len(), 1);
+    let sealed = &taken[0];
+    assert_eq!(sealed.seal.map(|s| s.entry_count), Some(20));
+    assert_eq!(
+        (sealed.bookie.as_str(), &sealed.replicas),
+        (record.bookie.as_str(), &record.replicas),
+        "its whole copy and every place"
+    );
+    let ids: Vec<u64> = back
+        .log
+        .serve_read(name, sealed.id, 0, 19, 1 << 30)
+        .await?
+        .iter()
+        .map(|e| e.position.entry)
+        .collect();
+    assert_eq!(ids, (0..20).collect::<Vec<_>>());
+    each_replica_serves_its_stripe(&nodes, name, sealed, 20).await?;
+    nodes.push(back);
     stop(nodes).await
 }

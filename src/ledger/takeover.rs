@@ -13,6 +13,7 @@
 //! - The seal lists only bookies holding every entry up to that end (the longest copy first,
 //!   as the ledger's bookie); the decision is recorded once, by a compare-and-set on the
 //!   ledger's state, so every reader sees the same ledger.
+//! - A striped ledger (ADR 0017) is decided per write set instead ([`striped`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -60,13 +61,15 @@ pub enum TakeoverError {
         /// The first refusal seen.
         why: String,
     },
-    /// The ledger is striped (ADR 0017) and this node wrote it: a restarted writer's takeover
-    /// of its own striped ledger is not built yet.
-    #[error(
-        "ledger {0} is striped and was written here: taking over one's own striped ledger \
-         after a restart is not built yet"
-    )]
-    Striped(u64),
+    /// This node's own copy of a striped ledger it wrote before restarting (ADR 0017) could
+    /// not be read or completed.
+    #[error("ledger {ledger}: this node's own copy could not be completed: {why}")]
+    WriterCopy {
+        /// Ledger id.
+        ledger: u64,
+        /// What failed.
+        why: String,
+    },
     /// This node reads no other bookie (not part of a cluster).
     #[error("ledger {0} is written by another bookie and this node reaches no other bookie")]
     NoCluster(u64),
@@ -248,9 +251,6 @@ impl Log {
         ledger: &LedgerRecord,
     ) -> Result<LedgerRecord, TakeoverError> {
         if ledger.is_striped() {
-            if self.shared.writes(ledger) {
-                return Err(TakeoverError::Striped(ledger.id));
-            }
             return self.take_over_striped(remote, name, ledger).await;
         }
         if !recoverable(ledger) && !self.shared.writes(ledger) {

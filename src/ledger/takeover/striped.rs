@@ -1,17 +1,21 @@
-//! Taking over an open striped ledger (ADR 0017) whose writer is gone. Its replicas hold
-//! stripes, so the longest copy is not the ledger: the end is decided per write set.
+//! Taking over an open striped ledger (ADR 0017) whose writer is gone, or which this node
+//! wrote before it restarted. Its replicas hold stripes, so the longest copy is not the
+//! ledger: the end is decided per write set.
 //!
 //! Invariants:
-//! - Every write set has at least `WQ − AQ + 1` of its replicas among the fence answers. An
-//!   acknowledged entry was durable on `AQ` bookies of its write set, at most one of them the
-//!   writer's, so on at least `AQ − 1` of its `WQ − 1` replicas: an answered one holds it.
-//! - The ledger ends at the first entry no answered replica holds. Entries are acknowledged in
+//! - Every write set (the writer's bookie and `WQ − 1` replica places) has at least
+//!   `WQ − AQ + 1` members among the fence answers; the writer's bookie answers only when it
+//!   is this node, restarted, and then counts in every write set. An acknowledged entry was
+//!   durable on `AQ` members of its write set, so an answered member holds it.
+//! - The ledger ends at the first entry no answered member holds. Entries are acknowledged in
 //!   order, so every acknowledged entry is below that end; entries past it were never
 //!   acknowledged and are left out.
-//! - Each answered replica's stripe is completed up to the end with recovery adds before the
-//!   seal; the seal (one compare-and-set on the ledger's state, as for whole copies) keeps
-//!   every replica place and the lost writer's bookie, whose whole copy autorecovery rebuilds
-//!   on a spare bookie; readers merge the stripes meanwhile ([`super::super::merged`]).
+//! - Each answered copy (a stripe, or the restarted writer's whole copy) is completed up to
+//!   the end with recovery adds before the seal; the seal (one compare-and-set on the ledger's
+//!   state, as for whole copies) keeps every replica place and the writer's bookie. A
+//!   restarted writer's copy must be complete, or nothing is sealed; a lost writer's whole
+//!   copy is rebuilt by autorecovery on a spare bookie, readers merging the stripes meanwhile
+//!   ([`super::super::merged`]).
 
 use std::sync::Arc;
 
@@ -21,14 +25,32 @@ use super::super::metadata::{LedgerRecord, LedgerTransition, PlacedSeal, SealInf
 use super::super::open_ledger::Written;
 use super::super::record::encode_record;
 use super::super::replica::ReplicaSource;
+use super::super::stripe::Stripe;
 use super::super::{now_ms, Log};
 use super::TakeoverError;
 
-/// Entries merged from the stripes per step while completing them.
+/// Entries read per step while completing the copies.
 const STEP: u64 = 1024;
 
+/// One fenced copy.
+struct Answer {
+    /// Its replica place; `None` for the writer's bookie (this node, restarted).
+    place: Option<usize>,
+    bookie: String,
+    /// The entries it gets.
+    stripe: Stripe,
+    /// One past the last entry it holds.
+    count: u64,
+}
+
+impl Answer {
+    fn holds(&self, entry: u64) -> bool {
+        entry < self.count && self.stripe.holds(entry)
+    }
+}
+
 impl Log {
-    /// Fences, recovers and seals striped `ledger` of topic `name`, whose writer is gone.
+    /// Fences, recovers and seals striped `ledger` of topic `name`.
     pub(super) async fn take_over_striped(
         &self,
         remote: &Arc<dyn ReplicaSource>,
@@ -36,14 +58,10 @@ impl Log {
         ledger: &LedgerRecord,
     ) -> Result<LedgerRecord, TakeoverError> {
         let answers = self.fence_places(remote, name, ledger).await?;
-        let stripes = ledger.stripes();
-        let holds = |e: u64| {
-            answers
-                .iter()
-                .any(|(place, _, count)| e < *count && stripes.stripe(*place).holds(e))
-        };
-        let longest = answers.iter().map(|a| a.2).max().unwrap_or(0);
-        let end = (0..longest).find(|e| !holds(*e)).unwrap_or(longest);
+        let longest = answers.iter().map(|a| a.count).max().unwrap_or(0);
+        let end = (0..longest)
+            .find(|e| !answers.iter().any(|a| a.holds(*e)))
+            .unwrap_or(longest);
         let meta = &self.shared.meta;
         if end == 0 {
             let empty = Written::default().seal_info(ledger.first_segment);
@@ -53,14 +71,27 @@ impl Log {
                 .transition_ledger(ledger.id, LedgerTransition::Delete, now_ms())
                 .await?);
         }
-        let (seal, completed) = self
-            .complete_stripes(remote, name, ledger, &answers, end)
+        let (mut seal, completed) = self
+            .complete_copies(remote, name, ledger, &answers, end)
             .await?;
+        let mut first_segment = ledger.first_segment;
+        if let Some(own) = answers.iter().find(|a| a.place.is_none()) {
+            // This node's own copy stays the ledger's whole copy: complete, with its segments.
+            let now = self.replica_fence(ledger.id).await?;
+            if !completed.contains(&own.bookie) || now.seal.entry_count < end {
+                return Err(TakeoverError::WriterCopy {
+                    ledger: ledger.id,
+                    why: format!("it holds {} of {end} entries", now.seal.entry_count),
+                });
+            }
+            first_segment = now.first_segment;
+            seal.last_segment = now.seal.last_segment;
+        }
         let placed = LedgerTransition::SealPlaced(Box::new(PlacedSeal {
             seal,
             bookie: ledger.bookie.clone(),
             replicas: ledger.replicas.clone(),
-            first_segment: ledger.first_segment,
+            first_segment,
         }));
         let record = meta.transition_ledger(ledger.id, placed, now_ms()).await?;
         self.tell_sealed(remote, name, ledger.id, end, &completed)
@@ -68,45 +99,54 @@ impl Log {
         Ok(record)
     }
 
-    /// Fences every replica of `ledger`: the answers (place, bookie, end of its copy), when
-    /// each write set has enough of them.
+    /// Fences every replica of `ledger`, and this node's own copy when it wrote the ledger:
+    /// the answers, when each write set has enough of them.
     async fn fence_places(
         &self,
         remote: &Arc<dyn ReplicaSource>,
         name: &str,
         ledger: &LedgerRecord,
-    ) -> Result<Vec<(usize, String, u64)>, TakeoverError> {
-        let fences = ledger
+    ) -> Result<Vec<Answer>, TakeoverError> {
+        let own = self.shared.writes(ledger).then_some((None, &ledger.bookie));
+        let places = ledger
             .replicas
             .iter()
             .enumerate()
-            .map(|(place, b)| async move {
-                let fenced = if *b == self.shared.bookie {
-                    self.replica_fence(ledger.id).await
-                } else {
-                    remote.fence(b, name, ledger.id).await
-                };
-                (place, b.clone(), fenced)
-            });
+            .map(|(place, b)| (Some(place), b));
+        let fences = own.into_iter().chain(places).map(|(place, b)| async move {
+            let fenced = if *b == self.shared.bookie {
+                self.replica_fence(ledger.id).await
+            } else {
+                remote.fence(b, name, ledger.id).await
+            };
+            (place, b.clone(), fenced)
+        });
+        let stripes = ledger.stripes();
         let mut answers = Vec::new();
         let mut why = String::new();
         for (place, bookie, fenced) in futures::future::join_all(fences).await {
             match fenced {
-                Ok(copy) => answers.push((place, bookie, copy.seal.entry_count)),
+                Ok(copy) => answers.push(Answer {
+                    place,
+                    bookie,
+                    stripe: place.map_or_else(Stripe::whole, |p| stripes.stripe(p)),
+                    count: copy.seal.entry_count,
+                }),
                 Err(e) if why.is_empty() => why = format!("{bookie}: {e}"),
                 Err(_) => {}
             }
         }
-        let stripes = ledger.stripes();
         let write_quorum = stripes.width() + 1;
         let needed = (write_quorum + 1)
             .saturating_sub(usize::from(ledger.ack_quorum.max(1)))
             .max(1);
+        let own_answered = usize::from(answers.iter().any(|a| a.place.is_none()));
         for residue in 0..stripes.positions() as u64 {
-            let answered = stripes
-                .write_set(residue)
-                .filter(|p| answers.iter().any(|a| a.0 == *p))
-                .count();
+            let answered = own_answered
+                + stripes
+                    .write_set(residue)
+                    .filter(|p| answers.iter().any(|a| a.place == Some(*p)))
+                    .count();
             if answered < needed {
                 return Err(TakeoverError::TooFewAnswers {
                     ledger: ledger.id,
@@ -124,18 +164,22 @@ impl Log {
         Ok(answers)
     }
 
-    /// Reads entries `0..end` merged from the stripes, completes each answered replica's
-    /// stripe up to `end` with recovery adds, and returns the seal of those entries and the
-    /// replicas completed (one that could not be stays listed, short of its stripe).
-    async fn complete_stripes(
+    /// Reads entries `0..end` (from this node's own copy as far as it goes, else merged from
+    /// the stripes), completes each answered copy up to `end` with recovery adds, and returns
+    /// the seal of those entries and the bookies completed (a replica that could not be stays
+    /// listed, short of its stripe).
+    async fn complete_copies(
         &self,
         remote: &Arc<dyn ReplicaSource>,
         name: &str,
         ledger: &LedgerRecord,
-        answers: &[(usize, String, u64)],
+        answers: &[Answer],
         end: u64,
     ) -> Result<(SealInfo, Vec<String>), TakeoverError> {
-        let stripes = ledger.stripes();
+        let own = answers
+            .iter()
+            .find(|a| a.place.is_none())
+            .map_or(0, |a| a.count);
         let topic: Arc<str> = Arc::from(name);
         let mut written = Written::default();
         let mut pending: Vec<Vec<super::Durable>> = answers.iter().map(|_| Vec::new()).collect();
@@ -143,7 +187,19 @@ impl Log {
         let mut next = 0;
         while next < end {
             let last = (end - 1).min(next + STEP - 1);
-            for e in read_merged(&**remote, name, ledger, next, last).await? {
+            let entries = if next < own {
+                self.serve_read(name, ledger.id, next, last.min(own - 1), super::COPY_BUDGET)
+                    .await?
+            } else {
+                read_merged(&**remote, name, ledger, next, last).await?
+            };
+            if entries.first().map(|e| e.position.entry) != Some(next) {
+                return Err(TakeoverError::WriterCopy {
+                    ledger: ledger.id,
+                    why: format!("no copy served entry {next}"),
+                });
+            }
+            for e in entries {
                 let id = e.position.entry;
                 let mut record = Vec::new();
                 let crc = encode_record(&mut record, ledger.id, id, e.publish_time_ms, &e.payload);
@@ -154,14 +210,12 @@ impl Log {
                     publish_time_ms: e.publish_time_ms,
                 };
                 written.push(at, e.payload.len(), crc);
-                for (i, (place, bookie, count)) in answers.iter().enumerate() {
-                    if id < *count || !stripes.stripe(*place).holds(id) || failed[i].is_some() {
+                for (i, a) in answers.iter().enumerate() {
+                    if a.holds(id) || !a.stripe.holds(id) || failed[i].is_some() {
                         continue;
                     }
-                    match self
-                        .recovery_add(remote, &topic, ledger.id, bookie, e.clone())
-                        .await
-                    {
+                    let add = self.recovery_add(remote, &topic, ledger.id, &a.bookie, e.clone());
+                    match add.await {
                         Ok(rx) => pending[i].push(rx),
                         Err(why) => failed[i] = Some(why),
                     }
@@ -170,22 +224,19 @@ impl Log {
             }
         }
         let mut completed = Vec::new();
-        for (i, (_, bookie, _)) in answers.iter().enumerate() {
+        for (i, a) in answers.iter().enumerate() {
             for rx in pending[i].drain(..) {
-                match rx.await {
-                    Ok(Ok(_)) => {}
-                    Ok(Err(e)) => failed[i] = failed[i].take().or(Some(e.to_string())),
-                    Err(_) => failed[i] = failed[i].take().or(Some("the add was dropped".into())),
-                }
+                let why = match rx.await {
+                    Ok(Ok(_)) => continue,
+                    Ok(Err(e)) => e.to_string(),
+                    Err(_) => "the add was dropped".to_string(),
+                };
+                failed[i].get_or_insert(why);
             }
             match &failed[i] {
-                None => completed.push(bookie.clone()),
-                Some(why) => tracing::warn!(
-                    ledger = ledger.id,
-                    bookie,
-                    why,
-                    "could not complete a fenced stripe; the ledger is short of it"
-                ),
+                None => completed.push(a.bookie.clone()),
+                Some(why) => tracing::warn!(ledger = ledger.id, bookie = %a.bookie, why,
+                    "could not complete a fenced copy of a striped ledger"),
             }
         }
         Ok((written.seal_info(ledger.first_segment), completed))
