@@ -105,6 +105,24 @@ fn by_bookie<'a>(nodes: &'a [Node], bookie: &str) -> Result<&'a Node, String> {
         .ok_or_else(|| format!("no node of ours is bookie {bookie}"))
 }
 
+/// One autorecovery audit on each of `nodes`, with no recovery delay.
+async fn audit<'a>(nodes: impl IntoIterator<Item = &'a Node>) -> TestResult {
+    let config = crate::config::AutoRecoveryConfig {
+        enabled: true,
+        delay: std::time::Duration::ZERO,
+        audit_interval: std::time::Duration::from_secs(60),
+    };
+    for n in nodes {
+        let ar = super::autorecovery::AutoRecovery::new(
+            n.log.clone(),
+            n.membership.clone(),
+            config.clone(),
+        );
+        ar.pass().await?;
+    }
+    Ok(())
+}
+
 async fn stop(nodes: Vec<Node>) -> TestResult {
     for n in &nodes {
         n.stop.cancel();
@@ -386,19 +404,7 @@ async fn a_lost_writers_whole_copy_is_rebuilt_from_the_stripes_on_a_spare_bookie
     until_gone(spare, &writer).await?;
     // Autorecovery on the survivors: the spare, the one live bookie the ledger does not
     // list, copies it whole from the stripes and takes the writer's place.
-    let config = crate::config::AutoRecoveryConfig {
-        enabled: true,
-        delay: std::time::Duration::ZERO,
-        audit_interval: std::time::Duration::from_secs(60),
-    };
-    for n in &nodes[1..] {
-        let ar = super::autorecovery::AutoRecovery::new(
-            n.log.clone(),
-            n.membership.clone(),
-            config.clone(),
-        );
-        ar.pass().await?;
-    }
+    audit(&nodes[1..]).await?;
     let after = meta.get_ledger(sealed.id).await?.ok_or("no ledger")?;
     assert_eq!(
         after.bookie,
@@ -452,5 +458,39 @@ async fn a_restarted_writer_takes_its_striped_ledger_over_with_its_whole_copy() 
     assert_eq!(ids, (0..20).collect::<Vec<_>>());
     each_replica_serves_its_stripe(&nodes, name, sealed, 20).await?;
     nodes.push(back);
+    stop(nodes).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_replicas_stripe_is_copied_into_its_place_on_a_spare_bookie() -> TestResult {
+    let name = "persistent://t/n/restriped";
+    let ids = ["w:1", "b:1", "c:1", "d:1", "e:1"];
+    let (meta, nodes, record) = striped_on(&ids, name, 3, 50).await?;
+    let tw = nodes[0].log.topic(name).await?;
+    let sealed = tw.seal_current().await?.ok_or("nothing sealed")?;
+    let spare = nodes
+        .iter()
+        .find(|n| !sealed.bookies().any(|b| b == n.log.bookie_id()))
+        .ok_or("a fifth bookie outside the ensemble")?;
+    // The second place's node goes for good.
+    let lost = by_bookie(&nodes, &record.replicas[1])?;
+    lost.stop.cancel();
+    lost.membership.leave().await?;
+    until_gone(spare, lost.log.bookie_id()).await?;
+    let survivors: Vec<&Node> = nodes
+        .iter()
+        .filter(|n| n.log.bookie_id() != lost.log.bookie_id())
+        .collect();
+    audit(survivors).await?;
+    let after = meta.get_ledger(sealed.id).await?.ok_or("no ledger")?;
+    let mut want = record.replicas.clone();
+    want[1] = spare.log.bookie_id().to_string();
+    assert_eq!(after.replicas, want, "the spare takes the lost place");
+    assert_eq!(
+        (after.bookie.as_str(), after.seal),
+        (record.bookie.as_str(), sealed.seal)
+    );
+    // It holds that place's stripe, and only it.
+    each_replica_serves_its_stripe(&nodes, name, &after, 50).await?;
     stop(nodes).await
 }

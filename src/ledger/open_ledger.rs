@@ -61,6 +61,22 @@ impl Written {
         self.last_segment = Some(at.segment);
     }
 
+    /// Records entry `e` of `ledger`, read from another copy, for its seal figures only (the
+    /// location is not this journal's: `segment`, offset 0).
+    pub fn push_read(&mut self, ledger: LedgerId, e: &super::Entry, segment: u32) {
+        let mut record = Vec::new();
+        let entry = e.position.entry;
+        let crc =
+            super::record::encode_record(&mut record, ledger, entry, e.publish_time_ms, &e.payload);
+        let at = IndexEntry {
+            segment,
+            offset: 0,
+            len: record.len() as u32,
+            publish_time_ms: e.publish_time_ms,
+        };
+        self.push(at, e.payload.len(), crc);
+    }
+
     /// The seal information of the first `count` entries (all of them when `count` is not
     /// below what was written).
     pub fn seal_info_upto(&self, first_segment: u32, count: u64) -> SealInfo {

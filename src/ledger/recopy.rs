@@ -198,7 +198,14 @@ impl Log {
         }
         let copying = Copying(shared, ledger);
         let made = self
-            .make_copy(&*remote, &sources, &topic, &record, seal, first_segment)
+            .make_copy(
+                &*remote,
+                &sources,
+                &topic,
+                (&record, lost),
+                seal,
+                first_segment,
+            )
             .await;
         let landed = match made {
             Ok((bytes, last_segment)) => {
@@ -315,50 +322,51 @@ impl Log {
         }
     }
 
-    /// Copies every entry of sealed `record` from `sources` into this journal, checks the copy
-    /// against `seal`, and seals it here. Returns the payload bytes copied and the last
-    /// segment of this journal holding the copy.
+    /// Copies sealed `record` from `sources` into this journal, checks what it read against
+    /// `seal`, and seals the copy here. The copy is whole, except for a striped ledger's
+    /// replica that is `lost`: then its stripe, in its place (ADR 0017). Returns the payload
+    /// bytes copied and the last segment of this journal holding the copy.
     async fn make_copy(
         &self,
         remote: &dyn ReplicaSource,
         sources: &[String],
         topic: &str,
-        record: &LedgerRecord,
+        (record, lost): (&LedgerRecord, &[String]),
         seal: SealInfo,
         first_segment: u32,
     ) -> Result<(u64, u32), RecopyError> {
         let shared = &self.shared;
         let ledger = record.id;
-        // A whole copy: autorecovery copies no stripe yet (ADR 0017).
+        let stripe = match lost {
+            [one] if record.is_striped() => record.stripe_of(one),
+            _ => crate::ledger::stripe::Stripe::whole(),
+        };
         let copy = Arc::new(OpenLedger::replica(
             ledger,
             first_segment,
             Written::default(),
-            crate::ledger::stripe::Stripe::whole(),
+            stripe.clone(),
         ));
+        // Every entry read, for the check against the seal (a stripe's copy holds some).
+        let mut read = Written::default();
         let mut pending: VecDeque<oneshot::Receiver<Result<Position, AppendError>>> =
             VecDeque::new();
         let (mut next, mut bytes) = (0u64, 0u64);
         while next < seal.entry_count {
-            let entries = if record.is_striped() {
-                // No replica holds a whole copy (ADR 0017): the stripes are merged, a step
-                // at a time.
-                let last = (seal.entry_count - 1).min(next + MERGED_STEP - 1);
-                super::merged::read_merged(remote, topic, record, next, last)
-                    .await
-                    .map_err(|e| RecopyError::Unreadable {
-                        ledger,
-                        why: format!("merging the stripes from entry {next}: {e}"),
-                    })?
-            } else {
-                read_any(remote, sources, topic, ledger, next, seal.entry_count - 1).await?
-            };
+            let entries = self
+                .read_to_copy(remote, sources, topic, record, next, seal.entry_count - 1)
+                .await?;
             for e in entries {
                 if e.position.entry != next {
                     return Err(RecopyError::Unreadable {
                         ledger,
                         why: format!("entry {} served where {next} was asked", e.position.entry),
                     });
+                }
+                read.push_read(ledger, &e, first_segment);
+                if !stripe.holds(next) {
+                    next += 1;
+                    continue;
                 }
                 let append = |source| RecopyError::Append { ledger, source };
                 let permit = shared.admit(e.payload.len()).await.map_err(append)?;
@@ -386,15 +394,54 @@ impl Log {
         while let Some(rx) = pending.pop_front() {
             durable(ledger, Some(rx)).await?;
         }
-        let made = copy
+        let mut made = copy
             .written()
             .seal_info_upto(first_segment, seal.entry_count);
+        if !stripe.is_whole() {
+            // A stripe's figures are not the ledger's: what was read is checked instead.
+            made = SealInfo {
+                last_segment: made.last_segment,
+                ..read.seal_info(first_segment)
+            };
+        }
         check_against_seal(ledger, &made, &seal)?;
         shared.replicas.adopt(ledger, first_segment, copy);
         replica_seal(&self.shared, ledger, seal.entry_count)
             .await
             .map_err(|source| RecopyError::Seal { ledger, source })?;
         Ok((bytes, made.last_segment))
+    }
+}
+
+impl Log {
+    /// Entries from `first` on (up to `last`) of sealed `record` to copy: from the first of
+    /// `sources` that serves them; for a striped ledger (ADR 0017) from its writer's bookie
+    /// when it is a source and serves, else merged from the stripes, a step at a time.
+    async fn read_to_copy(
+        &self,
+        remote: &dyn ReplicaSource,
+        sources: &[String],
+        topic: &str,
+        record: &LedgerRecord,
+        first: u64,
+        last: u64,
+    ) -> Result<Vec<super::Entry>, RecopyError> {
+        let ledger = record.id;
+        if !record.is_striped() {
+            return read_any(remote, sources, topic, ledger, first, last).await;
+        }
+        let last = last.min(first + MERGED_STEP - 1);
+        if sources.first() == Some(&record.bookie) {
+            if let Ok(got) = read_any(remote, &sources[..1], topic, ledger, first, last).await {
+                return Ok(got);
+            }
+        }
+        super::merged::read_merged(remote, topic, record, first, last)
+            .await
+            .map_err(|e| RecopyError::Unreadable {
+                ledger,
+                why: format!("merging the stripes from entry {first}: {e}"),
+            })
     }
 }
 

@@ -19,11 +19,9 @@
 
 use std::sync::Arc;
 
-use super::super::index::IndexEntry;
 use super::super::merged::read_merged;
 use super::super::metadata::{LedgerRecord, LedgerTransition, PlacedSeal, SealInfo};
 use super::super::open_ledger::Written;
-use super::super::record::encode_record;
 use super::super::replica::ReplicaSource;
 use super::super::stripe::Stripe;
 use super::super::{now_ms, Log};
@@ -201,15 +199,7 @@ impl Log {
             }
             for e in entries {
                 let id = e.position.entry;
-                let mut record = Vec::new();
-                let crc = encode_record(&mut record, ledger.id, id, e.publish_time_ms, &e.payload);
-                let at = IndexEntry {
-                    segment: ledger.first_segment,
-                    offset: 0,
-                    len: record.len() as u32,
-                    publish_time_ms: e.publish_time_ms,
-                };
-                written.push(at, e.payload.len(), crc);
+                written.push_read(ledger.id, &e, ledger.first_segment);
                 for (i, a) in answers.iter().enumerate() {
                     if a.holds(id) || !a.stripe.holds(id) || failed[i].is_some() {
                         continue;

@@ -71,16 +71,21 @@ pub(super) async fn replicated_ledgers_keep_their_ensemble(
             .await,
         Err(MetadataError::Conflict(_))
     ));
-    // Nor is a replica dropped: the places after it would shift to other stripes.
-    let drop_b2 = CopyChange {
+    // Nor is a replica dropped: the places after it would shift to other stripes. A new copy
+    // of a lost replica's stripe takes its place.
+    let lose_b2 = |add: Option<&str>| CopyChange {
         lost: vec!["b2".to_string()],
-        add: None,
+        add: add.map(str::to_string),
         writer: None,
     };
     assert!(matches!(
-        store.move_ledger_copies(striped.id, &drop_b2).await,
+        store.move_ledger_copies(striped.id, &lose_b2(None)).await,
         Err(MetadataError::Conflict(_))
     ));
+    let replaced = store
+        .move_ledger_copies(striped.id, &lose_b2(Some("b5")))
+        .await?;
+    assert_eq!(replaced.replicas, ["b5", "b3"], "in b2's place");
     let moved = store
         .move_ledger_copies(striped.id, &writer_to("b4", Some("b4")))
         .await?;
