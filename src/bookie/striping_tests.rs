@@ -315,8 +315,8 @@ async fn a_striped_ledger_whose_writer_is_gone_is_taken_over_from_its_stripes() 
     );
     assert_eq!(
         (sealed.bookie.as_str(), &sealed.replicas),
-        ("gone", &record.replicas),
-        "the places are kept; autorecovery rebuilds the lost writer's copy"
+        (crate::ledger::metadata::NO_WHOLE_COPY, &record.replicas),
+        "the places are kept, and no bookie holds the ledger whole"
     );
     assert_eq!(meta.get_ledger(record.id).await?.as_ref(), Some(sealed));
     // The third place's stripe was completed: every place serves its stripe of the 30
@@ -326,7 +326,33 @@ async fn a_striped_ledger_whose_writer_is_gone_is_taken_over_from_its_stripes() 
     let read = view.read_entries(sealed.id, 0, 29).await?;
     let ids: Vec<u64> = read.iter().map(|e| e.position.entry).collect();
     assert_eq!(ids, (0..30).collect::<Vec<_>>());
+    // A bookie outside the ensemble joins: autorecovery rebuilds the whole copy there, and it
+    // matches the seal the takeover computed from the stripes.
+    nodes.push(node(&meta, &coord, "e:1").await?);
+    until_member(&nodes[0], nodes[3].log.bookie_id()).await?;
+    audit(&nodes).await?;
+    let rebuilt = meta.get_ledger(record.id).await?.ok_or("no ledger")?;
+    assert_eq!(
+        (rebuilt.bookie.as_str(), rebuilt.seal),
+        (nodes[3].log.bookie_id(), sealed.seal)
+    );
     stop(nodes).await
+}
+
+/// Waits until `n` counts bookie `bookie` among the members.
+async fn until_member(n: &Node, bookie: &str) -> TestResult {
+    for _ in 0..500 {
+        if n.membership
+            .nodes()
+            .await?
+            .iter()
+            .any(|m| m.bookie == bookie)
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    Err(format!("bookie {bookie} never became a member").into())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

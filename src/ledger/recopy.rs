@@ -363,7 +363,9 @@ impl Log {
                         why: format!("entry {} served where {next} was asked", e.position.entry),
                     });
                 }
-                read.push_read(ledger, &e, first_segment);
+                if !stripe.is_whole() {
+                    read.push_read(ledger, &e, first_segment);
+                }
                 if !stripe.holds(next) {
                     next += 1;
                     continue;

@@ -61,8 +61,16 @@ pub enum TakeoverError {
         /// The first refusal seen.
         why: String,
     },
+    /// A striped ledger's entries below its end could not be read (ADR 0017).
+    #[error("ledger {ledger}: its entries could not be read to complete its copies: {why}")]
+    Unreadable {
+        /// Ledger id.
+        ledger: u64,
+        /// What failed.
+        why: String,
+    },
     /// This node's own copy of a striped ledger it wrote before restarting (ADR 0017) could
-    /// not be read or completed.
+    /// not be completed.
     #[error("ledger {ledger}: this node's own copy could not be completed: {why}")]
     WriterCopy {
         /// Ledger id.
@@ -250,9 +258,29 @@ impl Log {
         name: &str,
         ledger: &LedgerRecord,
     ) -> Result<LedgerRecord, TakeoverError> {
-        if ledger.is_striped() {
-            return self.take_over_striped(remote, name, ledger).await;
+        let record = if ledger.is_striped() {
+            self.take_over_striped(remote, name, ledger).await?
+        } else {
+            self.take_over_whole(remote, name, ledger).await?
+        };
+        self.transitions.fetch_add(1, Ordering::SeqCst);
+        if let Some(t) = self.loaded_topic(record.topic_id) {
+            t.set_record(record.clone());
         }
+        let entries = record.seal.map_or(0, |s| s.entry_count);
+        tracing::warn!(topic = name, ledger = ledger.id, writer = %ledger.bookie,
+            entries, bookie = %record.bookie, replicas = ?record.replicas,
+            "took over the open ledger of a writer that is gone");
+        Ok(record)
+    }
+
+    /// [`Log::take_over`] of a ledger whose copies are whole.
+    async fn take_over_whole(
+        &self,
+        remote: &Arc<dyn ReplicaSource>,
+        name: &str,
+        ledger: &LedgerRecord,
+    ) -> Result<LedgerRecord, TakeoverError> {
         if !recoverable(ledger) && !self.shared.writes(ledger) {
             return Err(TakeoverError::Unreplicated {
                 ledger: ledger.id,
@@ -343,13 +371,6 @@ impl Log {
                 .await;
             record
         };
-        self.transitions.fetch_add(1, Ordering::SeqCst);
-        if let Some(t) = self.loaded_topic(record.topic_id) {
-            t.set_record(record.clone());
-        }
-        tracing::warn!(topic = name, ledger = ledger.id, writer = %ledger.bookie,
-            entries = count, bookie = %record.bookie, replicas = ?record.replicas,
-            "took over the open ledger of a writer that is gone");
         Ok(record)
     }
 

@@ -162,6 +162,11 @@ pub struct SealInfo {
     pub checksum: u32,
 }
 
+/// The `bookie` of a sealed striped ledger that no bookie holds whole: its writer was gone
+/// when it was taken over (ADR 0017). Never a bookie id; autorecovery finds it lost and
+/// rebuilds a whole copy in its place, and readers merge the stripes meanwhile.
+pub const NO_WHOLE_COPY: &str = "-";
+
 /// A ledger and its lifecycle.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LedgerRecord {

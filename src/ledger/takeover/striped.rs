@@ -12,15 +12,16 @@
 //!   acknowledged and are left out.
 //! - Each answered copy (a stripe, or the restarted writer's whole copy) is completed up to
 //!   the end with recovery adds before the seal; the seal (one compare-and-set on the ledger's
-//!   state, as for whole copies) keeps every replica place and the writer's bookie. A
-//!   restarted writer's copy must be complete, or nothing is sealed; a lost writer's whole
-//!   copy is rebuilt by autorecovery on a spare bookie, readers merging the stripes meanwhile
-//!   ([`super::super::merged`]).
+//!   state, as for whole copies) keeps every replica place. A restarted writer's copy must be
+//!   complete, or nothing is sealed, and stays the ledger's `bookie`; without it the seal
+//!   names no bookie as holding the ledger whole ([`NO_WHOLE_COPY`]): autorecovery rebuilds a
+//!   whole copy on a spare bookie, readers merge the stripes meanwhile
+//!   ([`super::super::merged`]), and a writer that comes back holds nothing of it.
 
 use std::sync::Arc;
 
 use super::super::merged::read_merged;
-use super::super::metadata::{LedgerRecord, LedgerTransition, PlacedSeal, SealInfo};
+use super::super::metadata::{LedgerRecord, LedgerTransition, PlacedSeal, SealInfo, NO_WHOLE_COPY};
 use super::super::open_ledger::Written;
 use super::super::replica::ReplicaSource;
 use super::super::stripe::Stripe;
@@ -73,7 +74,15 @@ impl Log {
             .complete_copies(remote, name, ledger, &answers, end)
             .await?;
         let mut first_segment = ledger.first_segment;
-        if let Some(own) = answers.iter().find(|a| a.place.is_none()) {
+        let mut bookie = NO_WHOLE_COPY.to_string();
+        let own = answers.iter().find(|a| a.place.is_none());
+        if self.shared.writes(ledger) && own.is_none() {
+            return Err(TakeoverError::WriterCopy {
+                ledger: ledger.id,
+                why: "it did not answer its own fence".into(),
+            });
+        }
+        if let Some(own) = own {
             // This node's own copy stays the ledger's whole copy: complete, with its segments.
             let now = self.replica_fence(ledger.id).await?;
             if !completed.contains(&own.bookie) || now.seal.entry_count < end {
@@ -84,10 +93,11 @@ impl Log {
             }
             first_segment = now.first_segment;
             seal.last_segment = now.seal.last_segment;
+            bookie = own.bookie.clone();
         }
         let placed = LedgerTransition::SealPlaced(Box::new(PlacedSeal {
             seal,
-            bookie: ledger.bookie.clone(),
+            bookie,
             replicas: ledger.replicas.clone(),
             first_segment,
         }));
@@ -191,14 +201,20 @@ impl Log {
             } else {
                 read_merged(&**remote, name, ledger, next, last).await?
             };
-            if entries.first().map(|e| e.position.entry) != Some(next) {
-                return Err(TakeoverError::WriterCopy {
-                    ledger: ledger.id,
-                    why: format!("no copy served entry {next}"),
-                });
+            let unreadable = |why: String| TakeoverError::Unreadable {
+                ledger: ledger.id,
+                why,
+            };
+            if entries.is_empty() {
+                return Err(unreadable(format!("no copy served entry {next}")));
             }
             for e in entries {
                 let id = e.position.entry;
+                if id != next {
+                    return Err(unreadable(format!(
+                        "entry {id} served where {next} was asked"
+                    )));
+                }
                 written.push_read(ledger.id, &e, ledger.first_segment);
                 for (i, a) in answers.iter().enumerate() {
                     if a.holds(id) || !a.stripe.holds(id) || failed[i].is_some() {
