@@ -49,7 +49,6 @@ mod disk;
 pub mod error;
 pub mod index;
 mod journal;
-mod merged;
 pub mod metadata;
 mod open_ledger;
 mod quorum;

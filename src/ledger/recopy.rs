@@ -438,7 +438,7 @@ impl Log {
                 return Ok(got);
             }
         }
-        super::merged::read_merged(remote, topic, record, first, last)
+        super::replica::read_merged(remote, topic, record, first, last)
             .await
             .map_err(|e| RecopyError::Unreadable {
                 ledger,

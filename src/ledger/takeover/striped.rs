@@ -16,14 +16,13 @@
 //!   complete, or nothing is sealed, and stays the ledger's `bookie`; without it the seal
 //!   names no bookie as holding the ledger whole ([`NO_WHOLE_COPY`]): autorecovery rebuilds a
 //!   whole copy on a spare bookie, readers merge the stripes meanwhile
-//!   ([`super::super::merged`]), and a writer that comes back holds nothing of it.
+//!   ([`super::super::replica::read_merged`]), and a writer that comes back holds nothing of it.
 
 use std::sync::Arc;
 
-use super::super::merged::read_merged;
 use super::super::metadata::{LedgerRecord, LedgerTransition, PlacedSeal, SealInfo, NO_WHOLE_COPY};
 use super::super::open_ledger::Written;
-use super::super::replica::ReplicaSource;
+use super::super::replica::{read_merged, ReplicaSource};
 use super::super::stripe::Stripe;
 use super::super::{now_ms, Log};
 use super::TakeoverError;
