@@ -56,6 +56,13 @@ impl Log {
         ledger: &LedgerRecord,
     ) -> Result<LedgerRecord, TakeoverError> {
         let answers = self.fence_places(remote, name, ledger).await?;
+        let own = answers.iter().find(|a| a.place.is_none());
+        if self.shared.writes(ledger) && own.is_none() {
+            return Err(TakeoverError::WriterCopy {
+                ledger: ledger.id,
+                why: "it did not answer its own fence".into(),
+            });
+        }
         let longest = answers.iter().map(|a| a.count).max().unwrap_or(0);
         let end = (0..longest)
             .find(|e| !answers.iter().any(|a| a.holds(*e)))
@@ -74,13 +81,6 @@ impl Log {
             .await?;
         let mut first_segment = ledger.first_segment;
         let mut bookie = NO_WHOLE_COPY.to_string();
-        let own = answers.iter().find(|a| a.place.is_none());
-        if self.shared.writes(ledger) && own.is_none() {
-            return Err(TakeoverError::WriterCopy {
-                ledger: ledger.id,
-                why: "it did not answer its own fence".into(),
-            });
-        }
         if let Some(own) = own {
             // This node's own copy stays the ledger's whole copy: complete, with its segments.
             let now = self.replica_fence(ledger.id).await?;
