@@ -288,13 +288,7 @@ async fn autorecovery_copies_a_lost_bookies_ledgers_checked_against_the_seal() -
         Err(crate::ledger::RecopyError::AlreadyHeld(_))
     ));
 
-    for n in &nodes {
-        n.stop.cancel();
-    }
-    for n in nodes {
-        n.log.shutdown().await?;
-    }
-    Ok(())
+    stop(nodes).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -445,13 +439,7 @@ async fn a_lost_writer_is_dropped_and_a_replica_takes_its_place_when_no_copy_can
     for n in &heirs {
         assert_eq!(entries(n, name, sealed.id, 12).await?.len(), 12);
     }
-    for n in &nodes {
-        n.stop.cancel();
-    }
-    for n in nodes {
-        n.log.shutdown().await?;
-    }
-    Ok(())
+    stop(nodes).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -520,6 +508,11 @@ async fn a_replica_that_stops_mid_ledger_is_replaced_in_the_same_ledger() -> Tes
     let want: Vec<Bytes> = (0..25).map(body).collect();
     assert_eq!(entries(&nodes[spare], name, ledger, 25).await?, want);
 
+    stop(nodes).await
+}
+
+/// Stops every node's bookie listener, then shuts each log down.
+pub(super) async fn stop(nodes: Vec<Node>) -> TestResult {
     for n in &nodes {
         n.stop.cancel();
     }

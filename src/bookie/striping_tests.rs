@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::replication_tests::{confirmed_everywhere, node, node_in, until_gone, Node, TestResult};
+use super::replication_tests::{
+    confirmed_everywhere, node, node_in, stop, until_gone, Node, TestResult,
+};
 use crate::coord::memory::MemoryCoordination;
 use crate::ledger::metadata::memory::MemoryMetadataStore;
 use crate::ledger::{LedgerRecord, MetadataStore};
@@ -119,16 +121,6 @@ async fn audit<'a>(nodes: impl IntoIterator<Item = &'a Node>) -> TestResult {
             config.clone(),
         );
         ar.pass().await?;
-    }
-    Ok(())
-}
-
-async fn stop(nodes: Vec<Node>) -> TestResult {
-    for n in &nodes {
-        n.stop.cancel();
-    }
-    for n in nodes {
-        n.log.shutdown().await?;
     }
     Ok(())
 }
