@@ -45,6 +45,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cluster::membership::{Membership, MembershipError, NodeRecord};
 use crate::config::AutoRecoveryConfig;
 use crate::coord::SessionState;
+use crate::ledger::metadata::VACANT;
 use crate::ledger::{now_ms, LedgerRecord, LedgerState, Log, MetadataError};
 
 /// Longest pause between two looks at the members.
@@ -85,13 +86,21 @@ pub struct UnderReplicated {
     /// The bookie that will copy it (`None`: waiting, unrecoverable, or no live bookie left
     /// that does not hold it).
     pub target: Option<String>,
+    /// A striped ledger (ADR 0017): the place the copy fills, vacant or held by a lost bookie
+    /// (0: the writer's, a whole copy; `i + 1`: replica `i`'s stripe). One place at a time,
+    /// the writer's first, so that readers get a whole copy back first.
+    pub place: Option<usize>,
 }
 
 /// What falls to this bookie after an audit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Task {
-    /// Copy the ledger here, dropping the lost bookies.
-    Copy { ledger: u64, lost: Vec<String> },
+    /// Copy the ledger here, dropping the lost bookies (into `place`, a striped ledger's).
+    Copy {
+        ledger: u64,
+        lost: Vec<String>,
+        place: Option<usize>,
+    },
     /// Drop the lost bookies from the ledger (taking a lost writer's place).
     Drop { ledger: u64, lost: Vec<String> },
 }
@@ -251,7 +260,11 @@ impl AutoRecovery {
                 break;
             }
             match task {
-                Task::Copy { ledger, lost } => made += usize::from(self.copy(ledger, &lost).await),
+                Task::Copy {
+                    ledger,
+                    lost,
+                    place,
+                } => made += usize::from(self.copy(ledger, &lost, place).await),
                 Task::Drop { ledger, lost } => self.drop_lost(ledger, &lost).await,
             }
         }
@@ -321,9 +334,21 @@ impl AutoRecovery {
             }
             if let Some(f) = a.under {
                 if f.target.as_deref() == Some(me.as_str()) {
+                    // A striped ledger's copy drops only the lost bookie of its place.
+                    let lost = match f.place {
+                        Some(p) => l
+                            .places()
+                            .nth(p)
+                            .filter(|b| f.lost.iter().any(|x| x == b))
+                            .map(str::to_string)
+                            .into_iter()
+                            .collect(),
+                        None => f.lost.clone(),
+                    };
                     tasks.push(Task::Copy {
                         ledger: l.id,
-                        lost: f.lost.clone(),
+                        lost,
+                        place: f.place,
                     });
                 }
                 under.push(f);
@@ -414,10 +439,10 @@ impl AutoRecovery {
     }
 
     /// Copies `ledger` here; whether the copy was made and recorded.
-    async fn copy(&self, ledger: u64, lost: &[String]) -> bool {
+    async fn copy(&self, ledger: u64, lost: &[String], place: Option<usize>) -> bool {
         let metrics = crate::metrics::node::node();
-        tracing::info!(ledger, ?lost, "autorecovery copying a ledger here");
-        match self.log.recopy_ledger(ledger, lost).await {
+        tracing::info!(ledger, ?lost, ?place, "autorecovery copying a ledger here");
+        match self.log.recopy_ledger(ledger, lost, place).await {
             Ok(done) => {
                 metrics.ledgers_rereplicated.inc();
                 metrics.rereplicated_bytes.inc_by(done.bytes);
@@ -536,7 +561,14 @@ fn assess(
             drop: drop(gone),
         };
     }
-    let wanted = l.wanted_copies().min(live.len());
+    // A striped ledger has no more copies than places (its ensemble may have been placed
+    // smaller than asked).
+    let places = if l.is_striped() {
+        l.places().count()
+    } else {
+        usize::MAX
+    };
+    let wanted = l.wanted_copies().min(places).min(live.len());
     if holding.len() >= wanted {
         return Assessment {
             under: None,
@@ -547,9 +579,19 @@ fn assess(
         .iter()
         .filter(|t| !listed.contains(&t.as_str()))
         .collect();
-    let target = (!holding.is_empty() && waiting.is_empty() && !candidates.is_empty()).then(|| {
-        candidates[(l.id.wrapping_add(minute) % candidates.len() as u64) as usize].clone()
-    });
+    // A striped ledger's places are filled one at a time, the writer's first.
+    let place = l
+        .is_striped()
+        .then(|| {
+            l.places()
+                .position(|b| b == VACANT || gone.iter().any(|g| g == b))
+        })
+        .flatten();
+    let target = (!holding.is_empty()
+        && waiting.is_empty()
+        && !candidates.is_empty()
+        && (place.is_some() || !l.is_striped()))
+    .then(|| candidates[(l.id.wrapping_add(minute) % candidates.len() as u64) as usize].clone());
     // No bookie to copy to: the lost bookies are dropped all the same.
     let drop = match target {
         None if waiting.is_empty() => drop(gone.clone()),
@@ -565,6 +607,7 @@ fn assess(
             waiting_for: waiting.into_iter().map(str::to_string).collect(),
             unrecoverable: holding.is_empty(),
             target,
+            place,
         }),
         drop,
     }
@@ -698,6 +741,31 @@ mod tests {
         let f = a.under.expect("short");
         assert_eq!((f.lost, f.target), (strings(&["a"]), Some("c".to_string())));
         assert!(a.drop.is_none());
+    }
+
+    #[test]
+    fn a_striped_ledgers_places_are_filled_one_at_a_time_the_writers_first() {
+        // A 4/3 ledger: its writer a and replica d lost, its second replica place vacant.
+        let live = set(&["b", "c", "e", "f"]);
+        let mut l = sealed(11, "a", &["b", VACANT, "d"], 4);
+        l.stripe_width = 2;
+        let lost = |b: &str| b == "a" || b == "d";
+        let a = assess(&l, &live, &strings(&["b", "c", "e", "f"]), 0, &lost);
+        let f = a.under.expect("short");
+        assert_eq!((f.live_copies, f.wanted_copies), (1, 4));
+        assert_eq!((f.place, f.lost), (Some(0), strings(&["a", "d"])));
+        assert!(f
+            .target
+            .is_some_and(|t| ["c", "e", "f"].contains(&t.as_str())));
+        // The writer's place filled: the vacant place comes before the lost replica's.
+        l.bookie = "e".into();
+        let a = assess(&l, &live, &strings(&["b", "c", "e", "f"]), 0, &lost);
+        assert_eq!(a.under.expect("short").place, Some(2));
+        // As many copies as live bookies: the lost replica is dropped (its place vacated).
+        let live = set(&["b", "e"]);
+        let a = assess(&l, &live, &strings(&["b", "e"]), 0, &lost);
+        assert!(a.under.is_none());
+        assert_eq!(a.drop, Some(("e".to_string(), strings(&["d"]))));
     }
 
     #[test]

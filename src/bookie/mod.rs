@@ -437,6 +437,8 @@ fn refusal(e: &ReadError) -> BookieResponse {
 #[cfg(test)]
 mod replication_tests;
 #[cfg(test)]
+mod striping_repair_tests;
+#[cfg(test)]
 mod striping_tests;
 #[cfg(test)]
 mod tests;

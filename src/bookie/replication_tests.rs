@@ -284,7 +284,7 @@ async fn autorecovery_copies_a_lost_bookies_ledgers_checked_against_the_seal() -
     assert_eq!(eager.pass().await?, 0);
     assert!(eager.status().under_replicated.is_empty());
     assert!(matches!(
-        spare.log.recopy_ledger(sealed.id, &[]).await,
+        spare.log.recopy_ledger(sealed.id, &[], None).await,
         Err(crate::ledger::RecopyError::AlreadyHeld(_))
     ));
 
@@ -343,7 +343,7 @@ async fn a_copy_that_cannot_be_read_whole_is_dropped_and_not_recorded() -> TestR
         .await?;
     meta.transition_ledger(l.id, forged, 1).await?;
     // Nothing of it can be read from A: nothing is recorded and no copy is kept.
-    let err = b.log.recopy_ledger(l.id, &[]).await;
+    let err = b.log.recopy_ledger(l.id, &[], None).await;
     assert!(
         matches!(err, Err(crate::ledger::RecopyError::Unreadable { .. })),
         "{err:?}"
@@ -355,7 +355,7 @@ async fn a_copy_that_cannot_be_read_whole_is_dropped_and_not_recorded() -> TestR
     );
     assert!(!b.log.holds(&after));
     // The genuine ledger copies fine: its seal matches.
-    let ok = b.log.recopy_ledger(sealed.id, &[]).await?;
+    let ok = b.log.recopy_ledger(sealed.id, &[], None).await?;
     assert_eq!(ok.entries, 5);
     assert!(b.log.holds(&ok.record));
 
@@ -391,7 +391,7 @@ async fn a_lost_writer_is_dropped_and_a_replica_takes_its_place_when_no_copy_can
     assert_eq!(sealed.bookies().count(), 3);
     // A copy is refused before anything is copied while the ledger has its copies.
     assert!(matches!(
-        nodes[1].log.recopy_ledger(sealed.id, &[]).await,
+        nodes[1].log.recopy_ledger(sealed.id, &[], None).await,
         Err(crate::ledger::RecopyError::AlreadyHeld(_))
     ));
     // The writer's node goes for good; two bookies are left, both holding the ledger: no copy

@@ -14,7 +14,12 @@ use crate::ledger::metadata::memory::MemoryMetadataStore;
 use crate::ledger::{LedgerRecord, MetadataStore};
 
 /// The entries `n` serves of `ledger` below `count`, by id (a replica serves its stripe only).
-async fn served(n: &Node, topic: &str, ledger: u64, count: u64) -> Result<Vec<u64>, String> {
+pub(super) async fn served(
+    n: &Node,
+    topic: &str,
+    ledger: u64,
+    count: u64,
+) -> Result<Vec<u64>, String> {
     let got = n
         .log
         .serve_read(topic, ledger, 0, count - 1, 1 << 30)
@@ -30,7 +35,7 @@ async fn served(n: &Node, topic: &str, ledger: u64, count: u64) -> Result<Vec<u6
 }
 
 /// Each replica of `record` serves its stripe of `0..count`, and nothing else.
-async fn each_replica_serves_its_stripe(
+pub(super) async fn each_replica_serves_its_stripe(
     nodes: &[Node],
     topic: &str,
     record: &LedgerRecord,
@@ -61,7 +66,7 @@ async fn striped(
 }
 
 /// [`striped`] on the nodes `ids` (the first writes; four of them hold the ledger).
-async fn striped_on(
+pub(super) async fn striped_on(
     ids: &[&str],
     name: &str,
     write_quorum: u8,
@@ -72,7 +77,7 @@ async fn striped_on(
 }
 
 /// [`striped_on`] with the members' sessions on `coord`.
-async fn striped_with(
+pub(super) async fn striped_with(
     coord: &MemoryCoordination,
     ids: &[&str],
     name: &str,
@@ -100,7 +105,7 @@ async fn striped_with(
 }
 
 /// The node whose bookie is `bookie`.
-fn by_bookie<'a>(nodes: &'a [Node], bookie: &str) -> Result<&'a Node, String> {
+pub(super) fn by_bookie<'a>(nodes: &'a [Node], bookie: &str) -> Result<&'a Node, String> {
     nodes
         .iter()
         .find(|n| n.log.bookie_id() == bookie)
@@ -108,7 +113,7 @@ fn by_bookie<'a>(nodes: &'a [Node], bookie: &str) -> Result<&'a Node, String> {
 }
 
 /// One autorecovery audit on each of `nodes`, with no recovery delay.
-async fn audit<'a>(nodes: impl IntoIterator<Item = &'a Node>) -> TestResult {
+pub(super) async fn audit<'a>(nodes: impl IntoIterator<Item = &'a Node>) -> TestResult {
     let config = crate::config::AutoRecoveryConfig {
         enabled: true,
         delay: std::time::Duration::ZERO,
@@ -253,17 +258,24 @@ async fn a_striped_copy_is_rebuilt_from_the_journal_with_its_stripe_after_a_rest
     stop(nodes).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_striped_ledger_whose_writer_is_gone_is_taken_over_from_its_stripes() -> TestResult {
+/// A striped ledger's quorums: ack quorum, write quorum, stripe width.
+pub(super) type Quorums = (u8, u8, u8);
+
+/// The nodes `ids` on one store, and a striped ledger of topic `name` with `quorums`, its
+/// replicas on the nodes, whose writer ("gone", never a member) sent `count` entries to each
+/// write set's places before it went, except those `skip` names (place, entry).
+pub(super) async fn orphaned(
+    coord: &MemoryCoordination,
+    ids: &[&str],
+    name: &str,
+    (ack_quorum, write_quorum, stripe_width): Quorums,
+    (count, skip): (u64, &dyn Fn(usize, u64) -> bool),
+) -> Result<(Arc<dyn MetadataStore>, Vec<Node>, LedgerRecord), Box<dyn std::error::Error>> {
     let meta: Arc<dyn MetadataStore> = Arc::new(MemoryMetadataStore::new());
-    let coord = MemoryCoordination::new();
     let mut nodes = Vec::new();
-    for id in ["b:1", "c:1", "d:1"] {
-        nodes.push(node(&meta, &coord, id).await?);
+    for id in ids {
+        nodes.push(node(&meta, coord, id).await?);
     }
-    // A 4/3/2 ledger whose writer (a bookie no longer a member) sent 30 entries to the stripes
-    // before it went; the third place missed the last of its entries (24 on).
-    let name = "persistent://t/n/orphan-stripe";
     let topic = meta.get_or_create_topic(name, 0).await?;
     let replicas: Vec<String> = nodes
         .iter()
@@ -272,16 +284,16 @@ async fn a_striped_ledger_whose_writer_is_gone_is_taken_over_from_its_stripes() 
     let placement = crate::ledger::metadata::Placement {
         bookie: "gone",
         replicas: &replicas,
-        ack_quorum: 2,
-        write_quorum: 4,
-        stripe_width: 2,
+        ack_quorum,
+        write_quorum,
+        stripe_width,
     };
     let record = meta
         .create_ledger_placed(topic.id, 1, placement, 0, None)
         .await?;
-    for e in 0..30u64 {
+    for e in 0..count {
         for place in record.stripes().write_set(e) {
-            if place == 2 && e >= 24 {
+            if skip(place, e) {
                 continue;
             }
             let body = Bytes::from(format!("entry {e}"));
@@ -291,6 +303,18 @@ async fn a_striped_ledger_whose_writer_is_gone_is_taken_over_from_its_stripes() 
             add.await?.await??;
         }
     }
+    Ok((meta, nodes, record))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_striped_ledger_whose_writer_is_gone_is_taken_over_from_its_stripes() -> TestResult {
+    let coord = MemoryCoordination::new();
+    // A 4/3/2 ledger whose writer (a bookie no longer a member) sent 30 entries to the stripes
+    // before it went; the third place missed the last of its entries (24 on).
+    let name = "persistent://t/n/orphan-stripe";
+    let skip = |place: usize, e: u64| place == 2 && e >= 24;
+    let ids = ["b:1", "c:1", "d:1"];
+    let (meta, mut nodes, record) = orphaned(&coord, &ids, name, (2, 4, 2), (30, &skip)).await?;
     let heir = &nodes[0].log;
     assert_eq!(
         heir.pinning_holder(name).await?,
@@ -307,7 +331,7 @@ async fn a_striped_ledger_whose_writer_is_gone_is_taken_over_from_its_stripes() 
     );
     assert_eq!(
         (sealed.bookie.as_str(), &sealed.replicas),
-        (crate::ledger::metadata::NO_WHOLE_COPY, &record.replicas),
+        (crate::ledger::metadata::VACANT, &record.replicas),
         "the places are kept, and no bookie holds the ledger whole"
     );
     assert_eq!(meta.get_ledger(record.id).await?.as_ref(), Some(sealed));
@@ -332,7 +356,7 @@ async fn a_striped_ledger_whose_writer_is_gone_is_taken_over_from_its_stripes() 
 }
 
 /// Waits until `n` counts bookie `bookie` among the members.
-async fn until_member(n: &Node, bookie: &str) -> TestResult {
+pub(super) async fn until_member(n: &Node, bookie: &str) -> TestResult {
     for _ in 0..500 {
         if n.membership
             .nodes()

@@ -152,11 +152,14 @@ impl Log {
     /// `lost` excepted), checks it against the seal, seals it here and records it in the
     /// store, dropping `lost` from the ledger's bookies in the same step. Refused before
     /// anything is copied when the store would refuse the change (the ledger no longer short
-    /// of copies, a lost bookie no longer listed, this bookie listed already).
+    /// of copies, a lost bookie no longer listed, this bookie listed already). A striped
+    /// ledger's copy fills `place` ([`CopyChange::place`]): the writer's with a whole copy, a
+    /// replica's with that place's stripe.
     pub async fn recopy_ledger(
         &self,
         ledger: LedgerId,
         lost: &[String],
+        place: Option<usize>,
     ) -> Result<Recopied, RecopyError> {
         let shared = &self.shared;
         let remote = shared.remote.get().cloned().ok_or(RecopyError::NoCluster)?;
@@ -175,9 +178,12 @@ impl Log {
         let change = |segments| CopyChange {
             lost: lost.to_vec(),
             add: Some(shared.bookie.clone()),
-            writer: lost
-                .contains(&record.bookie)
-                .then(|| (shared.bookie.clone(), segments)),
+            writer: match place {
+                Some(p) => p == 0,
+                None => lost.contains(&record.bookie),
+            }
+            .then(|| (shared.bookie.clone(), segments)),
+            place,
         };
         // The plan may be stale (another copy landed meanwhile): ask before copying.
         change((0, 0)).apply(&mut record.clone())?;
@@ -202,7 +208,7 @@ impl Log {
                 &*remote,
                 &sources,
                 &topic,
-                (&record, lost),
+                (&record, place),
                 seal,
                 first_segment,
             )
@@ -240,7 +246,8 @@ impl Log {
     /// Drops the lost bookies in `lost` from `ledger` (sealed or offloaded) without adding a
     /// copy: the ledger has as many copies as live bookies allow, or is in the lake. When its
     /// writer is lost, this bookie takes the writer's place with its own sealed copy (and then
-    /// offloads the ledger and deletes the local copies after the lag).
+    /// offloads the ledger and deletes the local copies after the lag); in a striped ledger
+    /// (ADR 0017) the lost bookies' places become vacant instead.
     pub async fn drop_lost_copies(
         &self,
         ledger: LedgerId,
@@ -252,7 +259,7 @@ impl Log {
             .get_ledger(ledger)
             .await?
             .ok_or(RecopyError::NotFound(ledger))?;
-        let writer = if lost.contains(&record.bookie) {
+        let writer = if lost.contains(&record.bookie) && !record.is_striped() {
             if shared.replicas.open(ledger).is_some() {
                 let count = record.seal.map_or(0, |s| s.entry_count);
                 replica_seal(shared, ledger, count)
@@ -271,6 +278,7 @@ impl Log {
             lost: lost.to_vec(),
             add: None,
             writer,
+            place: None,
         };
         match self.record_change(ledger, &change).await {
             Landed::Yes(record) => Ok(record),
@@ -323,24 +331,23 @@ impl Log {
     }
 
     /// Copies sealed `record` from `sources` into this journal, checks what it read against
-    /// `seal`, and seals the copy here. The copy is whole, except for a striped ledger's
-    /// replica that is `lost`: then its stripe, in its place (ADR 0017). Returns the payload
+    /// `seal`, and seals the copy here. The copy is whole, except at a striped ledger's
+    /// replica `place`: then that place's stripe (ADR 0017). Returns the payload
     /// bytes copied and the last segment of this journal holding the copy.
     async fn make_copy(
         &self,
         remote: &dyn ReplicaSource,
         sources: &[String],
         topic: &str,
-        (record, lost): (&LedgerRecord, &[String]),
+        (record, place): (&LedgerRecord, Option<usize>),
         seal: SealInfo,
         first_segment: u32,
     ) -> Result<(u64, u32), RecopyError> {
         let shared = &self.shared;
         let ledger = record.id;
-        let stripe = match lost {
-            [one] if record.is_striped() => record.stripe_of(one),
-            _ => crate::ledger::stripe::Stripe::whole(),
-        };
+        let stripe = place.map_or_else(crate::ledger::stripe::Stripe::whole, |p| {
+            record.stripe_at(p)
+        });
         let copy = Arc::new(OpenLedger::replica(
             ledger,
             first_segment,

@@ -374,15 +374,11 @@ impl TopicLog {
                 bookie: bookies.join(","),
             });
         };
+        if let Some(record) = self.sealed_striped(ledger) {
+            return self.read_striped(&**remote, &record, first, last).await;
+        }
         let mut out = Vec::with_capacity((last - first + 1).min(4096) as usize);
         let mut next = first;
-        // A striped ledger's replicas hold stripes: only its writer's bookie serves ranges,
-        // and without it the stripes are merged.
-        let striped = self.sealed_striped(ledger);
-        let bookies = match &striped {
-            Some(_) => &bookies[..1],
-            None => &bookies[..],
-        };
         // The bookie read from; the next one holding a copy takes over when it cannot serve.
         let mut at = 0;
         while next <= last {
@@ -392,14 +388,6 @@ impl TopicLog {
                 Err(ReadError::Remote { .. }) if at + 1 < bookies.len() => {
                     at += 1;
                     continue;
-                }
-                Err(e @ ReadError::Remote { .. }) if striped.is_some() => {
-                    let Some(record) = &striped else {
-                        return Err(e);
-                    };
-                    let rest = read_merged(&**remote, self.name(), record, next, last).await?;
-                    out.extend(rest);
-                    return Ok(out);
                 }
                 Err(ReadError::Remote { .. }) if self.offloaded_since(ledger).await => {
                     // The bookies dropped their copies after the offload: the lake has it.
@@ -429,6 +417,59 @@ impl TopicLog {
         }
         Ok(out)
     }
+
+    /// Entries `first..=last` of sealed striped `record` (ADR 0017), which this node does not
+    /// hold whole: from its writer's bookie, which holds every entry, when it serves the whole
+    /// range in order; otherwise (no whole copy, the bookie unreachable, an empty, short or
+    /// out-of-order answer) merged from the replicas' stripes. The lake has a ledger offloaded
+    /// meanwhile ([`ReadError::Deleted`]).
+    async fn read_striped(
+        &self,
+        remote: &dyn ReplicaSource,
+        record: &LedgerRecord,
+        first: u64,
+        last: u64,
+    ) -> Result<Vec<Entry>, ReadError> {
+        let (ledger, writer) = (record.id, record.bookie.as_str());
+        let mut out = Vec::with_capacity((last - first + 1).min(4096) as usize);
+        let mut next = first;
+        while next <= last && writer != super::metadata::VACANT {
+            let got = match remote.read(writer, self.name(), ledger, next, last).await {
+                Ok(got) => got,
+                Err(e) => {
+                    tracing::debug!(ledger, bookie = writer, error = %e,
+                        "a striped ledger's writer cannot serve it: merging the stripes");
+                    break;
+                }
+            };
+            let in_order = got
+                .iter()
+                .zip(next..=last)
+                .all(|(e, at)| e.position == super::Position::new(ledger, at));
+            if got.is_empty() || !in_order || got.len() as u64 > last - next + 1 {
+                tracing::warn!(
+                    ledger,
+                    bookie = writer,
+                    next,
+                    served = got.len(),
+                    "a striped ledger's writer answered out of order: merging the stripes"
+                );
+                break;
+            }
+            next += got.len() as u64;
+            out.extend(got);
+        }
+        if next <= last {
+            match read_merged(remote, self.name(), record, next, last).await {
+                Ok(rest) => out.extend(rest),
+                Err(_) if self.offloaded_since(ledger).await => {
+                    return Err(ReadError::Deleted(ledger))
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
 }
 
 /// Reads of a sealed striped ledger (ADR 0017) that its writer's bookie cannot serve: each
@@ -454,6 +495,7 @@ pub(super) async fn read_merged(
             .replicas
             .iter()
             .enumerate()
+            .filter(|(_, bookie)| *bookie != super::metadata::VACANT)
             .map(|(place, bookie)| async move {
                 let got = remote.read(bookie, topic, record.id, from, last).await;
                 (place, bookie, got)

@@ -29,7 +29,7 @@ impl Inner {
             // Only the bookie holding a ledger deletes its copy.
             for l in plan::deletable(&records, policies, now)
                 .into_iter()
-                .filter(|l| self.log.writes(l))
+                .filter(|l| self.log.offloads(l))
             {
                 crate::failpoint::hit("offload.before_delete_local");
                 self.log.delete_local(l.id).await?;

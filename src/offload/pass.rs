@@ -283,7 +283,7 @@ impl Inner {
             // Other nodes offload or delete the ledgers their bookies hold: keep this view's
             // record of them current (stats, and reads that go to the lake once offloaded),
             // also while the topic rests.
-            for r in records.iter().filter(|r| !self.log.writes(r)) {
+            for r in records.iter().filter(|r| !self.log.offloads(r)) {
                 log.set_record(r.clone());
             }
             if resting.contains(&l.topic_index) {
@@ -299,7 +299,7 @@ impl Inner {
             // sealed ledgers on several bookies), in ledger order: the first ledger another
             // bookie holds stops this node until that node has offloaded it.
             let mut candidates = plan::candidates(&records);
-            if let Some(at) = candidates.iter().position(|r| !self.log.writes(r)) {
+            if let Some(at) = candidates.iter().position(|r| !self.log.offloads(r)) {
                 candidates.truncate(at);
             }
             // An older ledger still sealing holds back the newer sealed ones: come back soon.
@@ -315,7 +315,7 @@ impl Inner {
             let blocking = candidates.last().is_some_and(|last| {
                 records
                     .iter()
-                    .any(|r| r.id > last.id && !self.log.writes(r))
+                    .any(|r| r.id > last.id && !self.log.offloads(r))
             });
             let n = if blocking {
                 candidates.len()

@@ -2,7 +2,7 @@
 //! applies under its compare-and-set, so that autorecovery's changes mean the same on etcd,
 //! SQLite and in memory.
 
-use super::{LedgerRecord, LedgerState, MetadataError};
+use super::{LedgerRecord, LedgerState, MetadataError, VACANT};
 
 /// A change of where a ledger's copies are ([`MetadataStore::move_ledger_copies`], ADR 0011):
 /// autorecovery drops the bookies in `lost` and, for a sealed ledger short of copies, adds the
@@ -14,11 +14,16 @@ pub struct CopyChange {
     /// The bookie holding a new, complete copy, not listed yet (`None`: bookies are dropped
     /// only).
     pub add: Option<String>,
-    /// When the writer's bookie is among `lost`: the bookie taking its place (`add`, or a
-    /// listed replica not lost) with the first and last segment of its journal holding its
-    /// copy, recorded as the ledger's `first_segment` and its seal's `last_segment` (both
-    /// always describe `bookie`'s copy). `None` otherwise.
+    /// When the writer's bookie is among `lost`, or a striped ledger's new copy takes the
+    /// writer's place: the bookie taking it (`add`, or for whole copies a listed replica not
+    /// lost) with the first and last segment of its journal holding its copy, recorded as the
+    /// ledger's `first_segment` and its seal's `last_segment` (both always describe
+    /// `bookie`'s copy). `None` otherwise.
     pub writer: Option<(String, (u32, u32))>,
+    /// A striped ledger (ADR 0017) gaining a copy: the place ([`LedgerRecord::places`]) the
+    /// new copy takes, vacant or held by a bookie in `lost`: 0, the writer's (a whole copy),
+    /// or `i + 1`, replica `i`'s (that place's stripe). `None` otherwise.
+    pub place: Option<usize>,
 }
 
 impl CopyChange {
@@ -27,13 +32,13 @@ impl CopyChange {
     /// - it lists every bookie in `lost`, and not `add`;
     /// - a copy is added only while the bookies left number fewer than its write quorum (two
     ///   copies made at once never both land);
-    /// - the writer's place goes to `writer` exactly when the writer's bookie is lost (that
-    ///   bookie then offloads the ledger and deletes its local copies); in a striped ledger
-    ///   (ADR 0017) only to the bookie of a new copy (`add`), since its replicas hold stripes;
-    /// - a striped ledger's replicas keep their places (each is a stripe): a new copy of one
-    ///   lost replica's stripe takes that replica's place, and no replica is dropped.
+    /// - whole copies: the writer's place goes to `writer` exactly when the writer's bookie is
+    ///   lost (that bookie then offloads the ledger and deletes its local copies);
+    /// - a striped ledger's places stay where they are (each is a stripe): a lost bookie's
+    ///   place becomes [`VACANT`], and a new copy fills the one vacant place it names.
     pub(crate) fn apply(&self, l: &mut LedgerRecord) -> Result<(), MetadataError> {
-        let refuse = |why: String| Err(MetadataError::Conflict(format!("ledger {}: {why}", l.id)));
+        let id = l.id;
+        let refuse = |why: String| Err(MetadataError::Conflict(format!("ledger {id}: {why}")));
         match (l.state, &self.add) {
             (LedgerState::Sealed, _) | (LedgerState::Offloaded, None) => {}
             (state, _) => return refuse(format!("it is {state}: its copies are not moved")),
@@ -51,33 +56,27 @@ impl CopyChange {
             .map(str::to_string)
             .collect();
         if let Some(add) = &self.add {
-            if l.bookies().any(|x| x == add) {
+            if l.bookies().any(|x| x == add) || add == VACANT {
                 return refuse(format!("it lists bookie {add} already"));
             }
             if left.len() >= l.wanted_copies() {
                 return refuse(format!("it has its {} copies", l.wanted_copies()));
             }
         }
-        let writer_lost = self.lost.contains(&l.bookie);
-        // A striped ledger's replicas keep their places (each place is a stripe, ADR 0017): a
-        // new, whole copy takes a lost writer's place, or a new copy of one lost replica's
-        // stripe takes that replica's place.
-        let writer_rebuilt = self.lost.iter().all(|b| *b == l.bookie)
-            && self.add.is_some()
-            && self.writer.as_ref().map(|w| &w.0) == self.add.as_ref();
-        let stripe_rebuilt = self.writer.is_none()
-            && self.add.is_some()
-            && matches!(self.lost.as_slice(), [one] if *one != l.bookie);
-        if l.is_striped() && !writer_rebuilt && !stripe_rebuilt {
-            return refuse("it is striped: its replicas keep their places".into());
+        // A record from before the write quorum was recorded wants as many copies as it
+        // listed: pinned now, before the list changes.
+        l.write_quorum = u8::try_from(l.wanted_copies()).unwrap_or(u8::MAX);
+        if l.is_striped() {
+            return self.apply_striped(l);
         }
+        if self.place.is_some() {
+            return refuse("it is not striped: a copy takes no place".into());
+        }
+        let writer_lost = self.lost.contains(&l.bookie);
         let (bookie, first_segment, last_segment) = match (&self.writer, writer_lost) {
             (None, false) => (l.bookie.clone(), l.first_segment, None),
-            // A striped ledger's replicas hold stripes (ADR 0017): only a new, whole copy
-            // takes the writer's place.
             (Some((w, (first, last))), true)
-                if self.add.as_ref() == Some(w)
-                    || (left.contains(w) && *w != l.bookie && !l.is_striped()) =>
+                if self.add.as_ref() == Some(w) || (left.contains(w) && *w != l.bookie) =>
             {
                 (w.clone(), *first, Some(*last))
             }
@@ -89,26 +88,64 @@ impl CopyChange {
             (Some(_), false) => return refuse("its writer is not lost".into()),
             (None, true) => return refuse("its writer is lost and none takes its place".into()),
         };
-        // A record from before the write quorum was recorded wants as many copies as it
-        // listed: pinned now, before the list changes.
-        l.write_quorum = u8::try_from(l.wanted_copies()).unwrap_or(u8::MAX);
-        l.replicas = match &self.add {
-            Some(add) if l.is_striped() && stripe_rebuilt => l
-                .replicas
-                .iter()
-                .map(|b| if self.lost.contains(b) { add } else { b })
-                .cloned()
-                .collect(),
-            _ => left
-                .into_iter()
-                .chain(self.add.clone())
-                .filter(|b| *b != bookie)
-                .collect(),
-        };
+        l.replicas = left
+            .into_iter()
+            .chain(self.add.clone())
+            .filter(|b| *b != bookie)
+            .collect();
         l.bookie = bookie;
         l.first_segment = first_segment;
         if let (Some(seal), Some(last)) = (&mut l.seal, last_segment) {
             seal.last_segment = last;
+        }
+        Ok(())
+    }
+
+    /// [`CopyChange::apply`] for a striped ledger, once the common checks passed.
+    fn apply_striped(&self, l: &mut LedgerRecord) -> Result<(), MetadataError> {
+        let id = l.id;
+        let refuse = |why: String| Err(MetadataError::Conflict(format!("ledger {id}: {why}")));
+        let filled =
+            match (&self.add, self.place) {
+                (None, None) if self.writer.is_none() => None,
+                (Some(add), Some(place)) => {
+                    let Some(at) = l.places().nth(place) else {
+                        return refuse(format!("it has no place {place}"));
+                    };
+                    if at != VACANT && !self.lost.iter().any(|b| b == at) {
+                        return refuse(format!("its place {place} is held by bookie {at}"));
+                    }
+                    let writer = self.writer.as_ref();
+                    match (place, writer) {
+                        (0, Some((w, segments))) if w == add => Some((add, place, Some(*segments))),
+                        (0, _) => return refuse("a new copy takes the writer's place only".into()),
+                        (_, None) => Some((add, place, None)),
+                        (_, Some(_)) => {
+                            return refuse("its writer's place goes to a whole copy only".into())
+                        }
+                    }
+                }
+                _ => return refuse(
+                    "it is striped: a new copy takes one named place, and a lost bookie's place \
+                     becomes vacant"
+                        .into(),
+                ),
+            };
+        for b in std::iter::once(&mut l.bookie).chain(l.replicas.iter_mut()) {
+            if self.lost.contains(b) {
+                *b = VACANT.to_string();
+            }
+        }
+        match filled {
+            Some((add, 0, Some((first, last)))) => {
+                l.bookie = add.clone();
+                l.first_segment = first;
+                if let Some(seal) = &mut l.seal {
+                    seal.last_segment = last;
+                }
+            }
+            Some((add, place, _)) => l.replicas[place - 1] = add.clone(),
+            None => {}
         }
         Ok(())
     }

@@ -162,10 +162,15 @@ pub struct SealInfo {
     pub checksum: u32,
 }
 
-/// The `bookie` of a sealed striped ledger that no bookie holds whole: its writer was gone
-/// when it was taken over (ADR 0017). Never a bookie id; autorecovery finds it lost and
-/// rebuilds a whole copy in its place, and readers merge the stripes meanwhile.
-pub const NO_WHOLE_COPY: &str = "-";
+/// A place of a sealed striped ledger (ADR 0017) that no bookie holds. Never a bookie id.
+/// - As its `bookie`: no bookie holds the ledger whole (its writer was gone when it was taken
+///   over, or was lost since); readers merge the stripes.
+/// - As one of its `replicas`: that place's stripe is short (the replica failed during
+///   writes, did not answer the takeover's fence or could not be completed, or was lost).
+///
+/// Autorecovery fills vacant places one at a time, the writer's first
+/// ([`LedgerRecord::places`]).
+pub const VACANT: &str = "-";
 
 /// A ledger and its lifecycle.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -193,7 +198,8 @@ pub struct LedgerRecord {
     /// The other bookies of a replicated ledger's ensemble (ADR 0010), each holding a copy of
     /// every entry the writer sent it. Invariant: once the ledger is sealed, each bookie listed
     /// here holds every entry `0..entry_count` (the writer drops a bookie that failed before it
-    /// seals). Empty for an unreplicated ledger.
+    /// seals), or for a striped ledger every entry of its place's stripe; a striped ledger's
+    /// place that holds less is [`VACANT`]. Empty for an unreplicated ledger.
     pub replicas: Vec<String>,
     /// How many bookies (the writer's included) made an entry durable before it was
     /// acknowledged; 1 for an unreplicated ledger.
@@ -211,9 +217,25 @@ pub struct LedgerRecord {
 }
 
 impl LedgerRecord {
-    /// Every bookie holding a copy: the writer's first, then the replicas.
+    /// Every bookie holding a copy: the writer's first, then the replicas (a [`VACANT`] place
+    /// holds none).
     pub fn bookies(&self) -> impl Iterator<Item = &str> {
+        self.places().filter(|b| *b != VACANT)
+    }
+
+    /// Its places in order: the writer's (place 0), then each replica's (place `i + 1` is
+    /// `replicas[i]`), each a bookie or [`VACANT`].
+    pub fn places(&self) -> impl Iterator<Item = &str> {
         std::iter::once(self.bookie.as_str()).chain(self.replicas.iter().map(String::as_str))
+    }
+
+    /// The entries the copy at place `place` ([`LedgerRecord::places`]) holds: every one at
+    /// the writer's place, that replica's stripe at a replica's.
+    pub fn stripe_at(&self, place: usize) -> crate::ledger::stripe::Stripe {
+        match place.checked_sub(1) {
+            Some(replica) if replica < self.replicas.len() => self.stripes().stripe(replica),
+            _ => crate::ledger::stripe::Stripe::whole(),
+        }
     }
 
     /// Whether it is striped ([`LedgerRecord::stripe_width`] set): its replicas hold stripes

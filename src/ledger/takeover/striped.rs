@@ -12,15 +12,16 @@
 //!   acknowledged and are left out.
 //! - Each answered copy (a stripe, or the restarted writer's whole copy) is completed up to
 //!   the end with recovery adds before the seal; the seal (one compare-and-set on the ledger's
-//!   state, as for whole copies) keeps every replica place. A restarted writer's copy must be
+//!   state, as for whole copies) keeps every replica place, [`VACANT`] where the copy did not
+//!   answer or could not be completed (short of its stripe: autorecovery fills it). A restarted writer's copy must be
 //!   complete, or nothing is sealed, and stays the ledger's `bookie`; without it the seal
-//!   names no bookie as holding the ledger whole ([`NO_WHOLE_COPY`]): autorecovery rebuilds a
+//!   names no bookie as holding the ledger whole ([`VACANT`]): autorecovery rebuilds a
 //!   whole copy on a spare bookie, readers merge the stripes meanwhile
 //!   ([`super::super::replica::read_merged`]), and a writer that comes back holds nothing of it.
 
 use std::sync::Arc;
 
-use super::super::metadata::{LedgerRecord, LedgerTransition, PlacedSeal, SealInfo, NO_WHOLE_COPY};
+use super::super::metadata::{LedgerRecord, LedgerTransition, PlacedSeal, SealInfo, VACANT};
 use super::super::open_ledger::Written;
 use super::super::replica::{read_merged, ReplicaSource};
 use super::super::stripe::Stripe;
@@ -80,7 +81,7 @@ impl Log {
             .complete_copies(remote, name, ledger, &answers, end)
             .await?;
         let mut first_segment = ledger.first_segment;
-        let mut bookie = NO_WHOLE_COPY.to_string();
+        let mut bookie = VACANT.to_string();
         if let Some(own) = own {
             // This node's own copy stays the ledger's whole copy: complete, with its segments.
             let now = self.replica_fence(ledger.id).await?;
@@ -94,10 +95,23 @@ impl Log {
             seal.last_segment = now.seal.last_segment;
             bookie = own.bookie.clone();
         }
+        // A place whose copy did not answer or could not be completed is short: vacant.
+        let replicas = ledger
+            .replicas
+            .iter()
+            .map(|b| {
+                let kept = completed.contains(b) && answers.iter().any(|a| a.bookie == *b);
+                if kept {
+                    b.clone()
+                } else {
+                    VACANT.to_string()
+                }
+            })
+            .collect();
         let placed = LedgerTransition::SealPlaced(Box::new(PlacedSeal {
             seal,
             bookie,
-            replicas: ledger.replicas.clone(),
+            replicas,
             first_segment,
         }));
         let record = meta.transition_ledger(ledger.id, placed, now_ms()).await?;
@@ -121,7 +135,12 @@ impl Log {
             .enumerate()
             .map(|(place, b)| (Some(place), b));
         let fences = own.into_iter().chain(places).map(|(place, b)| async move {
-            let fenced = if *b == self.shared.bookie {
+            let fenced = if b == VACANT {
+                Err(super::super::ReadError::Remote {
+                    ledger: ledger.id,
+                    bookie: b.clone(),
+                })
+            } else if *b == self.shared.bookie {
                 self.replica_fence(ledger.id).await
             } else {
                 remote.fence(b, name, ledger.id).await

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::super::error::{AppendError, LifecycleError};
-use super::super::metadata::{LedgerId, LedgerRecord, LedgerTransition, PlacedSeal};
+use super::super::metadata::{LedgerId, LedgerRecord, LedgerTransition, PlacedSeal, VACANT};
 use super::super::open_ledger::OpenLedger;
 use super::super::quorum::{MemberId, Quorum, Receipt, Routed};
 use super::super::seal::{discard_empty, seal_ledger_as};
@@ -185,11 +185,25 @@ impl TopicLog {
         // Only bookies holding every entry stay listed (readers may go to any of them),
         // recorded with the seal in one step: a writer that lost the ledger to a takeover
         // finds it sealed and changes nothing. A striped ledger keeps every place (ADR 0017):
-        // a failed replica stays listed, short of its stripe, until autorecovery copies it.
+        // one whose replica is short of its stripe is recorded vacant, for autorecovery to
+        // fill.
+        let replicas = match quorum.places() {
+            Some(places) => places
+                .into_iter()
+                .map(|b| {
+                    if complete.contains(&b) {
+                        b
+                    } else {
+                        VACANT.to_string()
+                    }
+                })
+                .collect(),
+            None => complete.clone(),
+        };
         let seal = LedgerTransition::SealPlaced(Box::new(PlacedSeal {
             seal: info,
             bookie: shared.bookie.clone(),
-            replicas: quorum.places().unwrap_or_else(|| complete.clone()),
+            replicas,
             first_segment: old.first_segment,
         }));
         let record = seal_ledger_as(shared, old.id, entries, seal).await?;

@@ -56,40 +56,78 @@ pub(super) async fn replicated_ledgers_keep_their_ensemble(
     assert_eq!(store.get_ledger(striped.id).await?, Some(striped.clone()));
     assert_eq!((striped.stripe_width, striped.stripes().width()), (1, 1));
     assert!(!striped.stripes().is_whole());
-    // Its writer's place goes to no replica (each holds a stripe), only to a new copy.
     store
         .transition_ledger(striped.id, LedgerTransition::Seal(seal(4)), 3)
         .await?;
-    let writer_to = |to: &str, add: Option<&str>| CopyChange {
-        lost: vec!["b1".to_string()],
+    let change = |lost: &[&str], add: Option<&str>, writer: bool, place| CopyChange {
+        lost: lost.iter().map(|b| b.to_string()).collect(),
         add: add.map(str::to_string),
-        writer: Some((to.to_string(), (40, 44))),
+        writer: writer.then(|| (add.unwrap_or("b2").to_string(), (40, 44))),
+        place,
     };
-    assert!(matches!(
-        store
-            .move_ledger_copies(striped.id, &writer_to("b2", None))
-            .await,
-        Err(MetadataError::Conflict(_))
-    ));
-    // Nor is a replica dropped: the places after it would shift to other stripes. A new copy
-    // of a lost replica's stripe takes its place.
-    let lose_b2 = |add: Option<&str>| CopyChange {
-        lost: vec!["b2".to_string()],
-        add: add.map(str::to_string),
-        writer: None,
-    };
-    assert!(matches!(
-        store.move_ledger_copies(striped.id, &lose_b2(None)).await,
-        Err(MetadataError::Conflict(_))
-    ));
-    let replaced = store
-        .move_ledger_copies(striped.id, &lose_b2(Some("b5")))
+    // Refused, nothing changed: the writer's place to a replica (each holds a stripe), a copy
+    // naming no place, a place held by a bookie not lost, the writer's place without the new
+    // copy's segments, a replica's place with them, a place the ledger does not have.
+    for bad in [
+        change(&["b1"], None, true, None),
+        change(&["b2"], Some("b5"), false, None),
+        change(&["b3"], Some("b5"), false, Some(1)),
+        change(&["b1"], Some("b5"), false, Some(0)),
+        change(&["b2"], Some("b5"), true, Some(1)),
+        change(&["b2"], Some("b5"), false, Some(3)),
+    ] {
+        let r = store.move_ledger_copies(striped.id, &bad).await;
+        assert!(
+            matches!(r, Err(MetadataError::Conflict(_))),
+            "{bad:?}: {r:?}"
+        );
+    }
+    let sealed = store.get_ledger(striped.id).await?.ok_or("gone")?;
+    assert_eq!(
+        (sealed.bookie.as_str(), &sealed.replicas[..]),
+        ("b1", &replicas[..])
+    );
+    // A lost replica's place becomes vacant (the places after it keep their stripes), and a
+    // new copy of that stripe fills it.
+    let vacated = store
+        .move_ledger_copies(striped.id, &change(&["b2"], None, false, None))
         .await?;
-    assert_eq!(replaced.replicas, ["b5", "b3"], "in b2's place");
+    assert_eq!(vacated.replicas, [VACANT, "b3"]);
+    assert_eq!(vacated.bookies().collect::<Vec<_>>(), ["b1", "b3"]);
+    assert_eq!(vacated.places().collect::<Vec<_>>(), ["b1", VACANT, "b3"]);
+    let filled = store
+        .move_ledger_copies(striped.id, &change(&[], Some("b5"), false, Some(1)))
+        .await?;
+    assert_eq!(filled.replicas, ["b5", "b3"], "in b2's place");
+    // So does a lost writer's (no bookie holds the ledger whole); a new whole copy takes it
+    // with its own segments.
+    let vacated = store
+        .move_ledger_copies(striped.id, &change(&["b1"], None, false, None))
+        .await?;
+    assert_eq!(
+        (vacated.bookie.as_str(), vacated.first_segment),
+        (VACANT, 1)
+    );
     let moved = store
-        .move_ledger_copies(striped.id, &writer_to("b4", Some("b4")))
+        .move_ledger_copies(striped.id, &change(&[], Some("b4"), true, Some(0)))
         .await?;
-    assert_eq!((moved.bookie.as_str(), moved.stripe_width), ("b4", 1));
+    assert_eq!(
+        (
+            moved.bookie.as_str(),
+            moved.first_segment,
+            moved.seal.map(|s| s.last_segment),
+            &moved.replicas[..],
+            moved.stripe_width
+        ),
+        (
+            "b4",
+            40,
+            Some(44),
+            &["b5".to_string(), "b3".to_string()][..],
+            1
+        )
+    );
+    assert_eq!(store.get_ledger(striped.id).await?, Some(moved));
     // An unreplicated ledger has none and a quorum of one.
     let single = store.create_ledger(t.id, 1, "b1", 3, None).await?;
     assert_eq!(
@@ -152,6 +190,7 @@ pub(super) async fn sealed_ledgers_copies_move_by_compare_and_set(
         lost: strings(lost),
         add: add.map(str::to_string),
         writer: writer.map(|w| (w.to_string(), (40, 44))),
+        place: None,
     };
     let refused = |r: Result<LedgerRecord, MetadataError>| {
         assert!(matches!(r, Err(MetadataError::Conflict(_))), "{r:?}");
