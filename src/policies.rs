@@ -236,14 +236,15 @@ impl NamespacePolicies {
     }
 }
 
-/// Pulsar's `PersistencePolicies`, as its admin API reads and writes them. ledgerlake writes
-/// every entry to every bookie of a ledger's ensemble: the write quorum equals the ensemble.
+/// Pulsar's `PersistencePolicies`, as its admin API reads and writes them. A write quorum
+/// below the ensemble stripes the ledger (ADR 0017): each entry goes to the writer's bookie
+/// and to `write quorum − 1` of the other bookies, in turn.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PersistencePolicies {
     /// Bookies per ledger.
     pub bookkeeper_ensemble: i32,
-    /// Bookies each entry is written to (equal to the ensemble here).
+    /// Bookies each entry is written to, the writer's included (at most the ensemble).
     pub bookkeeper_write_quorum: i32,
     /// Bookies that make an entry durable before it is acknowledged.
     pub bookkeeper_ack_quorum: i32,
@@ -270,10 +271,11 @@ impl PersistencePolicies {
                 "Bookkeeper Ensemble ({e}) >= WriteQuorum ({w}) >= AckQuoru ({a}) must hold"
             ));
         }
-        if w != e {
+        if w == 1 && e > 1 {
             return Some(format!(
-                "a write quorum ({w}) below the ensemble ({e}) (striping) is not supported: \
-                 every bookie of a ledger gets every entry"
+                "a write quorum of 1 with an ensemble of {e}: the writer's bookie is in every \
+                 write set (ADR 0017), so the other bookies would get nothing; use an ensemble \
+                 of 1, or a write quorum of 2 or more"
             ));
         }
         None

@@ -15,7 +15,8 @@
 //!   (wins over the namespace); applied to loaded topics before the answer.
 //! - `GET|POST|DELETE /admin/v2/namespaces/{tenant}/{namespace}/persistence`
 //!   (`{"bookkeeperEnsemble": e, "bookkeeperWriteQuorum": w, "bookkeeperAckQuorum": a,
-//!   "managedLedgerMaxMarkDeleteRate": r}`, with `w == e`; for ledgers opened afterwards;
+//!   "managedLedgerMaxMarkDeleteRate": r}`, `e >= w >= a`, `w` below `e` striping the
+//!   ledger (ADR 0017; not `w == 1`); for ledgers opened afterwards;
 //!   unset: up to 3 bookies as live, ack quorum up to 2; ADR 0010),
 //! - `GET|POST|DELETE /admin/v2/namespaces/{tenant}/{namespace}/retention`
 //!   (`{"retentionTimeInMinutes": m, "retentionSizeInMB": s}`, -1 = no limit), enforced on the

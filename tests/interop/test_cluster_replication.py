@@ -66,10 +66,7 @@ def _read_all(client, topic, n):
 def test_ledgers_survive_losing_a_replica_and_then_the_writer(etcd, make_service):
     prefix, nodes = _cluster(etcd, make_service, "repl")
     ns = f"{nodes[0].http}/admin/v2/namespaces/public/default/persistence"
-    # Striping (write quorum below the ensemble) is refused; 3/3/2 is taken and read back.
-    status, body = _http("POST", ns, {"bookkeeperEnsemble": 3, "bookkeeperWriteQuorum": 2,
-                                      "bookkeeperAckQuorum": 2})
-    assert status == 400, body
+    # 3/3/2 is taken and read back (striping: test_cluster_striping.py).
     policy = {"bookkeeperEnsemble": 3, "bookkeeperWriteQuorum": 3, "bookkeeperAckQuorum": 2,
               "managedLedgerMaxMarkDeleteRate": 0.0}
     assert _http("POST", ns, policy)[0] == 204

@@ -211,8 +211,7 @@ pub struct LedgerRecord {
     /// How many replicas each entry goes to besides the writer's bookie (ADR 0017: entry `e`
     /// goes to those from replica place `e mod replicas` on; [`LedgerRecord::stripes`]). 0:
     /// every replica gets every entry (whole copies), as in every record from before ADR 0017.
-    /// Nothing writes another value yet: the namespace policy refuses striping until reads,
-    /// takeovers and autorecovery handle stripes.
+    /// Set when the namespace's write quorum is below the ledger's ensemble.
     pub stripe_width: u8,
 }
 

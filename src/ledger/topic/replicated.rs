@@ -25,9 +25,7 @@ pub struct Replication {
     pub ack_quorum: Option<u8>,
     /// Bookies each entry goes to, the writer's included. `None`, or not below the ensemble a
     /// ledger gets: every one of them. Below it, the ledger is striped (ADR 0017: the
-    /// writer's bookie gets every entry, each replica a stripe); the namespace policy does not
-    /// allow that yet, since a takeover, reads without the writer and autorecovery do not
-    /// handle stripes yet.
+    /// writer's bookie gets every entry, each replica a stripe).
     pub write_quorum: Option<u8>,
 }
 

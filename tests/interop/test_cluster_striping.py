@@ -1,0 +1,217 @@
+"""Striped ledgers (issue 19, ADR 0017): four nodes on one etcd, the namespace's persistence
+policy 4/3/2. Each entry goes to the writer's bookie and to two of the three others in turn,
+so each replica holds two thirds of a ledger, read back over the bookie protocol itself. The
+writer's node is SIGKILLed: the next owner seals the ledger from the stripes (no bookie holds
+it whole), the producer goes on, and every acknowledged message is read back from earliest,
+merged from the stripes. A fifth node joins: autorecovery rebuilds a whole copy there, read
+back from that bookie and found identical to what was sent."""
+import json
+import signal
+import socket
+import struct
+import uuid
+
+import pulsar
+
+from conftest import _free_port, eventually
+from test_cluster_autorecovery import _crc32c, _members, _recv, _status
+from test_cluster_replication import _bookie_id, _http, _ledgers, _owner, _read_all
+
+ENV = {"LEDGERLAKE_METADATA__SESSION_TTL": "3s", "LEDGERLAKE_LAKE__ENABLED": "false",
+       "LEDGERLAKE_AUTORECOVERY__DELAY": "3s"}
+VACANT = "-"
+
+
+def _node(etcd, make_service, prefix):
+    return make_service(env=ENV, args=["--metadata-url", etcd.url(prefix),
+                                       "--bookie-addr", f"127.0.0.1:{_free_port()}"])
+
+
+def _served(addr, topic, ledger, count):
+    """entry id → stored bytes (the message's metadata and payload) of every entry of `ledger` below `count` that the bookie at `addr`
+    serves (a replica of a striped ledger serves its stripe only)."""
+    host, port = addr.rsplit(":", 1)
+    out, request_id, first = {}, 0, 0
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        while first < count:
+            request_id += 1
+            t = topic.encode()
+            frame = struct.pack(">BBQ", 2, 0x01, request_id) + struct.pack(">H", len(t)) + t
+            frame += struct.pack(">QQQI", ledger, first, count - 1, 4 << 20)
+            frame += struct.pack(">I", _crc32c(frame))
+            s.sendall(struct.pack(">I", len(frame)) + frame)
+            (length,) = struct.unpack(">I", _recv(s, 4))
+            body = _recv(s, length)
+            assert _crc32c(body[:-4]) == struct.unpack(">I", body[-4:])[0], "frame checksum"
+            _, kind, got_id = struct.unpack(">BBQ", body[:10])
+            assert got_id == request_id
+            assert kind == 0x81, f"bookie {addr} refused ledger {ledger}: {body!r}"
+            (n,) = struct.unpack(">I", body[10:14])
+            if n == 0:
+                break
+            at = 14
+            for _ in range(n):
+                entry, _, size = struct.unpack(">QqI", body[at:at + 20])
+                at += 20
+                assert entry >= first and entry not in out
+                out[entry] = body[at:at + size]
+                at += size
+                first = entry + 1
+    return out
+
+
+def test_a_striped_ledger_survives_losing_its_writer_and_gets_a_whole_copy_back(etcd,
+                                                                              make_service):
+    prefix = f"/striped-{uuid.uuid4().hex[:6]}"
+    nodes = [_node(etcd, make_service, prefix) for _ in range(4)]
+    for n in nodes:
+        n.start()
+    ns = f"{nodes[0].http}/admin/v2/namespaces/public/default/persistence"
+    # A write quorum of 1 below the ensemble would leave the replicas nothing: refused.
+    status, body = _http("POST", ns, {"bookkeeperEnsemble": 3, "bookkeeperWriteQuorum": 1,
+                                      "bookkeeperAckQuorum": 1})
+    assert status == 400, body
+    policy = {"bookkeeperEnsemble": 4, "bookkeeperWriteQuorum": 3, "bookkeeperAckQuorum": 2,
+              "managedLedgerMaxMarkDeleteRate": 0.0}
+    assert _http("POST", ns, policy)[0] == 204
+    assert _http("GET", ns) == (200, policy)
+
+    topic = f"persistent://public/default/striped-{uuid.uuid4().hex[:6]}"
+    client = pulsar.Client("pulsar://" + ",".join(f"127.0.0.1:{n.pulsar_port}" for n in nodes),
+                           operation_timeout_seconds=60)
+    spare = None
+    try:
+        producer = client.create_producer(topic, batching_enabled=False,
+                                          send_timeout_millis=60000)
+        sent = [f"m{i}" for i in range(300)]
+        for body in sent:
+            producer.send(body.encode())
+        (writer,) = _owner(etcd, prefix, topic, nodes)
+        others = [n for n in nodes if n is not writer]
+        first = max(_ledgers(etcd, prefix).values(), key=lambda r: r["id"])
+        assert first["bookie"] == _bookie_id(writer)
+        assert sorted(first["replicas"]) == sorted(_bookie_id(n) for n in others)
+        assert (first["stripe_width"], first["ack_quorum"]) == (2, 2), first
+
+        # The writer's node dies with the ledger open; the producer goes on on the next owner.
+        writer.stop(signal.SIGKILL)
+        more = [f"m{i}" for i in range(300, 400)]
+        for body in more:
+            producer.send(body.encode())
+        sent += more
+        assert _read_all(client, topic, 400) == sent
+
+        # The next owner sealed the ledger from the stripes: every acknowledged entry, every
+        # replica in its place, and no bookie holding it whole.
+        sealed = _ledgers(etcd, prefix)[first["id"]]
+        assert sealed.get("seal"), sealed
+        assert sealed["seal"]["entry_count"] == 300
+        assert (sealed["bookie"], sealed["replicas"]) == (VACANT, first["replicas"]), sealed
+        # Each replica holds exactly its stripe: entry e goes to the two replica places from
+        # e mod 3 on, so place p holds the entries with e mod 3 in {p, p - 1}.
+        live = _members(etcd, prefix)
+        for place, bookie in enumerate(sealed["replicas"]):
+            held = _served(live[bookie], topic, sealed["id"], 300)
+            want = [e for e in range(300) if e % 3 in (place, (place - 1) % 3)]
+            assert sorted(held) == want, (place, sorted(held)[:12])
+            assert all(held[e].endswith(sent[e].encode()) for e in held)
+
+        # A fifth node joins: autorecovery rebuilds the whole copy there (the writer's place
+        # is filled first), checked against the seal the takeover computed.
+        spare = _node(etcd, make_service, prefix)
+        spare.start()
+        spare_id = _bookie_id(spare)
+
+        def rebuilt():
+            r = _ledgers(etcd, prefix)[first["id"]]
+            assert (r["bookie"], r["replicas"]) == (spare_id, first["replicas"]), r
+            assert r["seal"] == sealed["seal"]
+        eventually(rebuilt, timeout=120, interval=1)
+        copy = _served(_members(etcd, prefix)[spare_id], topic, sealed["id"], 300)
+        assert sorted(copy) == list(range(300))
+        assert all(copy[e].endswith(sent[e].encode()) for e in copy)
+        assert sum(len(b) for b in copy.values()) == sealed["seal"]["size_bytes"]
+
+        def audited():
+            for n in [*others, spare]:
+                assert all(u["ledger"] != first["id"] for u in _status(n)["underReplicated"])
+        eventually(audited, timeout=60, interval=1)
+        producer.close()
+    finally:
+        client.close()
+    # Read again through a new client: every message once, in order.
+    again = pulsar.Client(others[0].url, operation_timeout_seconds=60)
+    try:
+        assert _read_all(again, topic, 400) == sent
+    finally:
+        again.close()
+    if spare is not None:
+        spare.stop()
+
+
+def test_with_no_bookie_to_rebuild_on_the_first_replica_offloads_the_ledger(etcd, make_service,
+                                                                            s3_server, postgres):
+    """Three nodes, 3/2/2, sharing one lake. The writer's node is SIGKILLed: no node is left
+    outside the ensemble to rebuild a whole copy on, so the ledger stays striped, read by
+    merging the stripes; the first replica's node offloads it from the stripes, and the lake
+    then holds every acknowledged message once, as consumers replay it."""
+    from pyiceberg.catalog.sql import SqlCatalog
+    from lake import lake_rows, read_all, stats
+
+    uri = postgres.create_database(f"cat_{uuid.uuid4().hex[:8]}")
+    prefix = f"striped-lake-{uuid.uuid4().hex[:6]}"
+    env = dict(s3_server.service_env(prefix), LEDGERLAKE_LAKE__CATALOG__URI=uri,
+               LEDGERLAKE_METADATA__SESSION_TTL="3s", LEDGERLAKE_AUTORECOVERY__DELAY="3s")
+    nodes = [make_service(env=env, args=["--metadata-url", etcd.url(f"/{prefix}"),
+                                         "--bookie-addr", f"127.0.0.1:{_free_port()}"])
+             for _ in range(3)]
+    for n in nodes:
+        n.start()
+    ns = f"{nodes[0].http}/admin/v2/namespaces/public/default/persistence"
+    assert _http("POST", ns, {"bookkeeperEnsemble": 3, "bookkeeperWriteQuorum": 2,
+                              "bookkeeperAckQuorum": 2})[0] == 204
+    name = f"striped-lake-{uuid.uuid4().hex[:6]}"
+    topic = f"persistent://public/default/{name}"
+    client = pulsar.Client("pulsar://" + ",".join(f"127.0.0.1:{n.pulsar_port}" for n in nodes),
+                           operation_timeout_seconds=60)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False,
+                                          send_timeout_millis=60000)
+        sent = [f"s{i}" for i in range(200)]
+        for body in sent:
+            producer.send(body.encode())
+        (writer,) = _owner(etcd, f"/{prefix}", topic, nodes)
+        first = max(_ledgers(etcd, f"/{prefix}").values(), key=lambda r: r["id"])
+        assert first["stripe_width"] == 1 and len(first["replicas"]) == 2, first
+        writer.stop(signal.SIGKILL)
+        more = [f"s{i}" for i in range(200, 300)]
+        for body in more:
+            producer.send(body.encode())
+        sent += more
+        produced = read_all(client, topic, 300)
+        assert [v["payload"].decode() for _, v in sorted(produced.items())] == sent
+        producer.close()
+        sealed = _ledgers(etcd, f"/{prefix}")[first["id"]]
+        assert (sealed["bookie"], sealed["seal"]["entry_count"]) == (VACANT, 200), sealed
+        survivors = [n for n in nodes if n is not writer]
+        (owner,) = _owner(etcd, f"/{prefix}", topic, survivors)
+        path = "/admin/v2/persistent/public/default/" + name
+        status, body = _http("PUT", f"{owner.http}{path}/offload")
+        assert status == 200, body
+
+        def offloaded():
+            records = _ledgers(etcd, f"/{prefix}")
+            assert records[first["id"]]["state"] >= 3, records[first["id"]]
+            held = [r for r in records.values() if r.get("seal") and r["seal"]["entry_count"]]
+            assert all(r["state"] >= 3 for r in held), held
+        eventually(offloaded, timeout=120, interval=1)
+        st = stats(owner, topic)
+        catalog = SqlCatalog(st["lake"]["catalog"],
+                             uri=uri.replace("postgres://", "postgresql+psycopg2://"),
+                             warehouse=f"s3://warehouse/{prefix}", **s3_server.pyiceberg_props())
+        table = catalog.load_table(tuple(st["lake"]["namespace"]) + (st["lake"]["tableName"],))
+        rows, _ = lake_rows(table)
+        assert {k: v["payload"] for k, v in rows.items()} == \
+            {k: v["payload"] for k, v in produced.items()}
+    finally:
+        client.close()
