@@ -41,6 +41,18 @@ pub(super) async fn node_in(
     id: &str,
     dir: tempfile::TempDir,
 ) -> Result<Node, Box<dyn std::error::Error>> {
+    node_with(meta, coord, id, dir, |client| client).await
+}
+
+/// [`node_in`], its log reading other bookies through `wrap` of the bookie client (a test's
+/// fault injection).
+pub(super) async fn node_with(
+    meta: &Arc<dyn MetadataStore>,
+    coord: &MemoryCoordination,
+    id: &str,
+    dir: tempfile::TempDir,
+    wrap: impl FnOnce(Arc<dyn crate::ledger::ReplicaSource>) -> Arc<dyn crate::ledger::ReplicaSource>,
+) -> Result<Node, Box<dyn std::error::Error>> {
     let log = Arc::new(Log::open(dir.path(), LedgerConfig::default(), meta.clone()).await?);
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
@@ -53,10 +65,10 @@ pub(super) async fn node_in(
     };
     let session: Arc<dyn crate::coord::Coordination> = Arc::new(coord.new_session());
     let membership = Arc::new(Membership::join(session, me, std::time::Duration::ZERO).await?);
-    log.set_replica_source(Arc::new(client::BookieClient::new(
+    log.set_replica_source(wrap(Arc::new(client::BookieClient::new(
         membership.clone(),
         super::dial::Dialer::default(),
-    )));
+    ))));
     Ok(Node {
         log,
         addr,

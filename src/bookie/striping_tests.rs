@@ -104,6 +104,15 @@ pub(super) async fn striped_with(
     Ok((meta, nodes, record))
 }
 
+/// `record`'s seal with its last segment left out: that one describes the journal of the
+/// bookie in the writer's place, which a rebuilt whole copy changes.
+pub(super) fn same_seal(record: &LedgerRecord) -> Option<crate::ledger::metadata::SealInfo> {
+    record.seal.map(|s| crate::ledger::metadata::SealInfo {
+        last_segment: 0,
+        ..s
+    })
+}
+
 /// The node whose bookie is `bookie`.
 pub(super) fn by_bookie<'a>(nodes: &'a [Node], bookie: &str) -> Result<&'a Node, String> {
     nodes
@@ -349,8 +358,8 @@ async fn a_striped_ledger_whose_writer_is_gone_is_taken_over_from_its_stripes() 
     audit(&nodes).await?;
     let rebuilt = meta.get_ledger(record.id).await?.ok_or("no ledger")?;
     assert_eq!(
-        (rebuilt.bookie.as_str(), rebuilt.seal),
-        (nodes[3].log.bookie_id(), sealed.seal)
+        (rebuilt.bookie.as_str(), same_seal(&rebuilt)),
+        (nodes[3].log.bookie_id(), same_seal(sealed))
     );
     stop(nodes).await
 }
@@ -457,7 +466,11 @@ async fn a_lost_writers_whole_copy_is_rebuilt_from_the_stripes_on_a_spare_bookie
         after.replicas, record.replicas,
         "the stripes keep their places"
     );
-    assert_eq!(after.seal, sealed.seal, "checked against the seal");
+    assert_eq!(
+        same_seal(&after),
+        same_seal(&sealed),
+        "checked against the seal"
+    );
     assert!(spare.log.holds(&after));
     let entries = spare
         .log

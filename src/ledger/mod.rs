@@ -181,15 +181,6 @@ impl LogShared {
         held_by(ledger, &self.bookie)
     }
 
-    /// Whether this node offloads `ledger` and deletes it after the lag: its writer, or for
-    /// a striped ledger that no bookie holds whole (ADR 0017: its writer's place vacant) the
-    /// bookie of its first replica place that is not, which reads it merged from the stripes.
-    pub(crate) fn offloads(&self, ledger: &LedgerRecord) -> bool {
-        self.writes(ledger)
-            || (ledger.bookie == metadata::VACANT
-                && ledger.bookies().next() == Some(self.bookie.as_str()))
-    }
-
     /// Admits an append of `payload_len` bytes: refused while the volume is full, then waits
     /// for room among the appends in flight (backpressure). The permit is held until done.
     pub(crate) async fn admit(
@@ -522,13 +513,6 @@ impl Log {
     /// Whether this log wrote `ledger` (a replica drops its copy once the store says so).
     pub fn writes(&self, ledger: &LedgerRecord) -> bool {
         self.shared.writes(ledger)
-    }
-
-    /// Whether this node offloads `ledger` and deletes it after the offload
-    /// ([`LogShared::offloads`]: its writer, or a striped ledger's first replica when no
-    /// bookie holds it whole).
-    pub fn offloads(&self, ledger: &LedgerRecord) -> bool {
-        self.shared.offloads(ledger)
     }
 
     /// The directory the log lives in (its volume is the one that must not fill up).

@@ -1,5 +1,6 @@
-//! Ledgers across bookies: what this log serves to other nodes, and the seam through which it
-//! reads the ledgers other nodes' bookies hold ([`ReplicaSource`]).
+//! Ledgers across bookies: what this log serves to other nodes, the seam through which it
+//! reads the ledgers other nodes' bookies hold ([`ReplicaSource`]), and which node offloads a
+//! striped ledger no bookie holds whole ([`Log::offloaded_here`]).
 //!
 //! A ledger's entries live on the bookie that wrote them until the offload engine has put them
 //! in the lake. A node that reads a topic it does not own (SQL on any node) therefore reads the
@@ -12,7 +13,7 @@
 //! - A read view of a topic another node writes fixes, when it is made, how many entries of
 //!   each foreign open ledger it reads ([`Log::topic_to_read`]); it never reads past that.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -469,6 +470,41 @@ impl TopicLog {
             }
         }
         Ok(out)
+    }
+}
+
+impl Log {
+    /// The ledgers of `records` this node offloads, and deletes after the offload: those it
+    /// wrote, and each striped ledger that no bookie holds whole (ADR 0017: its writer's
+    /// place vacant) whose first live replica is this bookie (it reads the ledger merged from
+    /// the stripes). Nodes that disagree about who is live may both offload one: the lake's
+    /// commit and the store's transition let one land.
+    pub async fn offloaded_here(&self, records: &[LedgerRecord]) -> HashSet<LedgerId> {
+        let shared = &self.shared;
+        let mut out = HashSet::new();
+        for r in records {
+            if shared.writes(r) {
+                out.insert(r.id);
+                continue;
+            }
+            let Some(remote) = shared
+                .remote
+                .get()
+                .filter(|_| r.bookie == super::metadata::VACANT)
+            else {
+                continue;
+            };
+            for b in r.bookies() {
+                if b == shared.bookie {
+                    out.insert(r.id);
+                    break;
+                }
+                if remote.is_live(b).await {
+                    break;
+                }
+            }
+        }
+        out
     }
 }
 

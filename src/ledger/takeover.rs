@@ -69,6 +69,18 @@ pub enum TakeoverError {
         /// What failed.
         why: String,
     },
+    /// A fenced copy of a striped ledger (ADR 0017) could not be completed: it may be the only
+    /// answered copy holding some acknowledged entries, so nothing is sealed (the takeover is
+    /// tried again; entries a copy holds already are not sent again).
+    #[error("ledger {ledger}: the fenced copy on bookie {bookie} could not be completed: {why}")]
+    Incomplete {
+        /// Ledger id.
+        ledger: u64,
+        /// The bookie of that copy.
+        bookie: String,
+        /// What failed.
+        why: String,
+    },
     /// This node's own copy of a striped ledger it wrote before restarting (ADR 0017) could
     /// not be completed.
     #[error("ledger {ledger}: this node's own copy could not be completed: {why}")]

@@ -26,10 +26,11 @@ impl Inner {
         let now = now_ms();
         for (_, log) in logs {
             let records = meta.topic_ledgers(log.id()).await?;
-            // Only the bookie holding a ledger deletes its copy.
+            // Only the node offloading a ledger deletes it (its bookie's copy).
+            let here = self.log.offloaded_here(&records).await;
             for l in plan::deletable(&records, policies, now)
                 .into_iter()
-                .filter(|l| self.log.offloads(l))
+                .filter(|l| here.contains(&l.id))
             {
                 crate::failpoint::hit("offload.before_delete_local");
                 self.log.delete_local(l.id).await?;

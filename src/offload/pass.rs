@@ -280,10 +280,11 @@ impl Inner {
         for l in tail.iter().chain(head) {
             let log = &l.log;
             let records = meta.topic_ledgers(log.id()).await?;
+            let here = self.log.offloaded_here(&records).await;
             // Other nodes offload or delete the ledgers their bookies hold: keep this view's
             // record of them current (stats, and reads that go to the lake once offloaded),
             // also while the topic rests.
-            for r in records.iter().filter(|r| !self.log.offloads(r)) {
+            for r in records.iter().filter(|r| !here.contains(&r.id)) {
                 log.set_record(r.clone());
             }
             if resting.contains(&l.topic_index) {
@@ -299,7 +300,7 @@ impl Inner {
             // sealed ledgers on several bookies), in ledger order: the first ledger another
             // bookie holds stops this node until that node has offloaded it.
             let mut candidates = plan::candidates(&records);
-            if let Some(at) = candidates.iter().position(|r| !self.log.offloads(r)) {
+            if let Some(at) = candidates.iter().position(|r| !here.contains(&r.id)) {
                 candidates.truncate(at);
             }
             // An older ledger still sealing holds back the newer sealed ones: come back soon.
@@ -315,7 +316,7 @@ impl Inner {
             let blocking = candidates.last().is_some_and(|last| {
                 records
                     .iter()
-                    .any(|r| r.id > last.id && !self.log.offloads(r))
+                    .any(|r| r.id > last.id && !here.contains(&r.id))
             });
             let n = if blocking {
                 candidates.len()

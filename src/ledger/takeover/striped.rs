@@ -11,10 +11,11 @@
 //!   order, so every acknowledged entry is below that end; entries past it were never
 //!   acknowledged and are left out.
 //! - Each answered copy (a stripe, or the restarted writer's whole copy) is completed up to
-//!   the end with recovery adds before the seal; the seal (one compare-and-set on the ledger's
-//!   state, as for whole copies) keeps every replica place, [`VACANT`] where the copy did not
-//!   answer or could not be completed (short of its stripe: autorecovery fills it). A restarted writer's copy must be
-//!   complete, or nothing is sealed, and stays the ledger's `bookie`; without it the seal
+//!   the end with recovery adds before the seal, or nothing is sealed (an answered copy may be
+//!   the only one holding some acknowledged entries). The seal (one compare-and-set on the
+//!   ledger's state, as for whole copies) keeps every replica place, [`VACANT`] where the
+//!   copy did not answer (short of its stripe: autorecovery fills it). A restarted writer's
+//!   copy must be complete, and stays the ledger's `bookie`; without it the seal
 //!   names no bookie as holding the ledger whole ([`VACANT`]): autorecovery rebuilds a
 //!   whole copy on a spare bookie, readers merge the stripes meanwhile
 //!   ([`super::super::replica::read_merged`]), and a writer that comes back holds nothing of it.
@@ -77,15 +78,16 @@ impl Log {
                 .transition_ledger(ledger.id, LedgerTransition::Delete, now_ms())
                 .await?);
         }
-        let (mut seal, completed) = self
+        let mut seal = self
             .complete_copies(remote, name, ledger, &answers, end)
             .await?;
+        let answered: Vec<String> = answers.iter().map(|a| a.bookie.clone()).collect();
         let mut first_segment = ledger.first_segment;
         let mut bookie = VACANT.to_string();
         if let Some(own) = own {
             // This node's own copy stays the ledger's whole copy: complete, with its segments.
             let now = self.replica_fence(ledger.id).await?;
-            if !completed.contains(&own.bookie) || now.seal.entry_count < end {
+            if now.seal.entry_count < end {
                 return Err(TakeoverError::WriterCopy {
                     ledger: ledger.id,
                     why: format!("it holds {} of {end} entries", now.seal.entry_count),
@@ -95,13 +97,13 @@ impl Log {
             seal.last_segment = now.seal.last_segment;
             bookie = own.bookie.clone();
         }
-        // A place whose copy did not answer or could not be completed is short: vacant.
+        // A place whose copy did not answer is short: vacant. Every answered copy was
+        // completed, and together they hold every acknowledged entry.
         let replicas = ledger
             .replicas
             .iter()
             .map(|b| {
-                let kept = completed.contains(b) && answers.iter().any(|a| a.bookie == *b);
-                if kept {
+                if answered.contains(b) {
                     b.clone()
                 } else {
                     VACANT.to_string()
@@ -115,7 +117,7 @@ impl Log {
             first_segment,
         }));
         let record = meta.transition_ledger(ledger.id, placed, now_ms()).await?;
-        self.tell_sealed(remote, name, ledger.id, end, &completed)
+        self.tell_sealed(remote, name, ledger.id, end, &answered)
             .await;
         Ok(record)
     }
@@ -192,8 +194,9 @@ impl Log {
 
     /// Reads entries `0..end` (from this node's own copy as far as it goes, else merged from
     /// the stripes), completes each answered copy up to `end` with recovery adds, and returns
-    /// the seal of those entries and the bookies completed (a replica that could not be stays
-    /// listed, short of its stripe).
+    /// the seal of those entries. A copy that could not be completed fails the takeover
+    /// ([`TakeoverError::Incomplete`]): it may be the only answered copy holding some
+    /// acknowledged entries, so its place may not be recorded vacant.
     async fn complete_copies(
         &self,
         remote: &Arc<dyn ReplicaSource>,
@@ -201,7 +204,7 @@ impl Log {
         ledger: &LedgerRecord,
         answers: &[Answer],
         end: u64,
-    ) -> Result<(SealInfo, Vec<String>), TakeoverError> {
+    ) -> Result<SealInfo, TakeoverError> {
         let own = answers
             .iter()
             .find(|a| a.place.is_none())
@@ -247,7 +250,6 @@ impl Log {
                 next = id + 1;
             }
         }
-        let mut completed = Vec::new();
         for (i, a) in answers.iter().enumerate() {
             for rx in pending[i].drain(..) {
                 let why = match rx.await {
@@ -257,12 +259,14 @@ impl Log {
                 };
                 failed[i].get_or_insert(why);
             }
-            match &failed[i] {
-                None => completed.push(a.bookie.clone()),
-                Some(why) => tracing::warn!(ledger = ledger.id, bookie = %a.bookie, why,
-                    "could not complete a fenced copy of a striped ledger"),
+            if let Some(why) = failed[i].take() {
+                return Err(TakeoverError::Incomplete {
+                    ledger: ledger.id,
+                    bookie: a.bookie.clone(),
+                    why,
+                });
             }
         }
-        Ok((written.seal_info(ledger.first_segment), completed))
+        Ok(written.seal_info(ledger.first_segment))
     }
 }
