@@ -21,6 +21,10 @@
 3. **Bookie TLS** (`--tls-only`, issue 19 / ADR 0013): the produce run of 1. on three nodes
    3/3/2 with plain bookie connections against three nodes whose bookie listeners speak TLS
    (`server.bookie_tls`, a test CA made with openssl), alternating, medians and the p99 ratio.
+4. **Striping** (`--striped-only`, ADR 0017): the produce run of 1. on four nodes with whole
+   copies (4/4/2) against four nodes striped (4/3/2: each entry on the writer's bookie and two
+   of the other three), alternating; medians, the p99 ratio, and each node's journal bytes
+   after the run (the replicas' share of the writer's).
 
 Prints a JSON document, then a markdown snippet, on stdout; stops every process by PID.
 """
@@ -51,7 +55,7 @@ def post(node, path, body):
         assert r.status == 204, r.status
 
 
-def cluster(binary, etcd, extra_env, dirs, n=3):
+def cluster(binary, etcd, extra_env, dirs, n=3, quorums=(3, 3, 2)):
     prefix = f"/bench-{len(dirs)}-{time.time_ns()}"
     env = {"LEDGERLAKE_LAKE__ENABLED": "false", **extra_env}
     nodes = []
@@ -64,8 +68,8 @@ def cluster(binary, etcd, extra_env, dirs, n=3):
     for x in nodes:
         x.start()
     post(nodes[0], "/admin/v2/namespaces/public/default/persistence",
-         {"bookkeeperEnsemble": 3, "bookkeeperWriteQuorum": 3, "bookkeeperAckQuorum": 2,
-          "managedLedgerMaxMarkDeleteRate": 0})
+         {"bookkeeperEnsemble": quorums[0], "bookkeeperWriteQuorum": quorums[1],
+          "bookkeeperAckQuorum": quorums[2], "managedLedgerMaxMarkDeleteRate": 0})
     return prefix, nodes
 
 
@@ -90,6 +94,53 @@ def produce_on_three(binary, etcd, env, name, duration):
     finally:
         for x in nodes:
             x.stop()
+
+
+def journal_bytes(node):
+    """Bytes written to the journal's segment files in `node`'s data directory (segments are
+    preallocated: each counts up to its last byte that is not zero)."""
+    total = 0
+    for root, _, files in os.walk(os.path.join(node.data_dir, "data", "ledger")):
+        for f in files:
+            if f.endswith(".seg"):
+                total += written(os.path.join(root, f))
+    return total
+
+
+def written(path, chunk=1 << 20):
+    with open(path, "rb") as f:
+        end = f.seek(0, os.SEEK_END)
+        while end > 0:
+            start = max(0, end - chunk)
+            f.seek(start)
+            data = f.read(end - start).rstrip(b"\0")
+            if data:
+                return start + len(data)
+            end = start
+    return 0
+
+
+def striped_runs(binary, etcd, runs, duration):
+    """Four nodes with whole copies (4/4/2) against four striped (4/3/2), alternating; each
+    run also gives each node's journal bytes (the writer's first)."""
+    rows = {"whole": [], "striped": []}
+    for i in range(runs):
+        for label, quorums in [("whole", (4, 4, 2)), ("striped", (4, 3, 2))]:
+            dirs = []
+            prefix, nodes = cluster(binary, etcd, {}, dirs, n=4, quorums=quorums)
+            try:
+                topic = f"persistent://public/default/{label}-{i}"
+                r = produce(binary, nodes[0].url, topic, duration)
+                writer = owner_of(etcd, prefix, topic)
+                by_id = {f"127.0.0.1:{x.http_port}": x for x in nodes}
+                r["writer_bytes"] = journal_bytes(by_id[writer])
+                r["replica_bytes"] = sorted(journal_bytes(x) for x in nodes
+                                            if x is not by_id[writer])
+                rows[label].append(r)
+            finally:
+                for x in nodes:
+                    x.stop()
+    return rows
 
 
 def tls_runs(binary, etcd, runs, duration):
@@ -173,8 +224,27 @@ def main():
                     help="skip the produce runs")
     ap.add_argument("--tls-only", action="store_true",
                     help="only the plain-against-TLS bookie produce runs")
+    ap.add_argument("--striped-only", action="store_true",
+                    help="only the whole-against-striped produce runs on four nodes")
     args = ap.parse_args()
     etcd = Etcd()
+    if args.striped_only:
+        try:
+            rows = striped_runs(args.bin, etcd, args.runs, args.duration)
+        finally:
+            etcd.stop()
+        ratio = round(med(rows["striped"], "p99_ms") / med(rows["whole"], "p99_ms"), 2)
+        print(json.dumps({**rows, "p99_ratio": ratio}, indent=2))
+        print("| four nodes | msg/s (median) | p50 ms | p99 ms | replica bytes / writer bytes |")
+        print("|---|---|---|---|---|")
+        for name, key in [("whole copies, 4/4/2", "whole"), ("striped, 4/3/2", "striped")]:
+            share = statistics.median(statistics.mean(r["replica_bytes"]) / r["writer_bytes"]
+                                      for r in rows[key])
+            print(f"| {name} | {med(rows[key], 'msgs_per_s'):.0f} | "
+                  f"{med(rows[key], 'p50_ms'):.2f} | {med(rows[key], 'p99_ms'):.2f} | "
+                  f"{share:.2f} |")
+        print(f"\np99 ratio (striped / whole): {ratio}")
+        return
     if args.tls_only:
         try:
             plain, tls = tls_runs(args.bin, etcd, args.runs, args.duration)
