@@ -20,6 +20,10 @@
 //!   is not live by a live bookie holding a copy (by ledger id and minute), which takes a lost
 //!   writer's place ([`Log::drop_lost_copies`]; the writer offloads the ledger and deletes
 //!   local copies).
+//! - A striped ledger (ADR 0017) keeps its places: a lost bookie's place becomes vacant when
+//!   dropped, and copies fill its empty places (vacant, or held by a lost bookie) one at a
+//!   time, the writer's first (a whole copy), then each replica's (its stripe). It wants no
+//!   more copies than it has places.
 //!
 //! Nodes that disagree about the members may both act; the store's compare-and-set lets one
 //! change land (a copy is recorded only while the ledger is short of copies) and the other

@@ -386,11 +386,16 @@ async fn a_striped_takeover_needs_enough_answers_from_every_write_set() -> TestR
     let (meta, nodes, record) = striped(name, 3, 10).await?;
     // 4/3/2: an acknowledged entry may be on one replica of its write set only, so both
     // must answer; with one replica gone the ledger's end cannot be known.
-    by_bookie(&nodes, &record.replicas[0])?.stop.cancel();
+    // Both leave the members (a stopped listener may still accept a connection already
+    // queued, and answer the fence).
+    let replica = by_bookie(&nodes, &record.replicas[0])?;
+    replica.stop.cancel();
+    replica.membership.leave().await?;
     nodes[0].stop.cancel();
     nodes[0].membership.leave().await?;
     let heir = by_bookie(&nodes, &record.replicas[1])?;
     until_gone(heir, nodes[0].log.bookie_id()).await?;
+    until_gone(heir, &record.replicas[0]).await?;
     assert!(matches!(
         heir.log.take_over_open_ledgers(name).await,
         Err(crate::ledger::TakeoverError::TooFewAnswers { needed: 2, .. })

@@ -305,12 +305,17 @@ impl Log {
 }
 
 impl TopicLog {
-    /// Whether `ledger` reached the lake after this view was made.
+    /// Whether `ledger` reached the lake after this view was made; the view then takes the
+    /// store's record, so that a replay goes to the lake for it (another node offloaded it,
+    /// and this view would otherwise learn so only at its next offload pass).
     async fn offloaded_since(&self, ledger: LedgerId) -> bool {
-        matches!(
-            self.inner.shared.meta.get_ledger(ledger).await,
-            Ok(Some(r)) if matches!(r.state, LedgerState::Offloaded | LedgerState::Deleted)
-        )
+        match self.inner.shared.meta.get_ledger(ledger).await {
+            Ok(Some(r)) if matches!(r.state, LedgerState::Offloaded | LedgerState::Deleted) => {
+                self.set_record(r);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Entries `first..=last` of a ledger another bookie holds, read from that bookie and
@@ -420,8 +425,8 @@ impl TopicLog {
     }
 
     /// Entries `first..=last` of sealed striped `record` (ADR 0017), which this node does not
-    /// hold whole: from its writer's bookie, which holds every entry, when it serves the whole
-    /// range in order; otherwise (no whole copy, the bookie unreachable, an empty, short or
+    /// hold whole: from its writer's bookie, which holds every entry, for as long as it serves
+    /// them in order; the rest (no whole copy, the bookie unreachable, an empty or
     /// out-of-order answer) merged from the replicas' stripes. The lake has a ledger offloaded
     /// meanwhile ([`ReadError::Deleted`]).
     async fn read_striped(

@@ -230,6 +230,11 @@ pub(super) async fn sealed_ledgers_copies_move_by_compare_and_set(
         change(&["b1"], Some("b5"), None),
         change(&["b1"], Some("b5"), Some("b9")),
         change(&["b1", "b3"], Some("b5"), Some("b1")),
+        // A copy of whole copies names no place.
+        CopyChange {
+            place: Some(1),
+            ..change(&["b3"], Some("b5"), None)
+        },
     ] {
         refused(store.move_ledger_copies(l.id, &bad).await);
     }
