@@ -262,6 +262,19 @@ impl TopicLog {
         }
     }
 
+    /// Whether `ledger`'s entries are read from the lake here: deleted locally, or offloaded
+    /// while this log does not hold it whole (another bookie's, or a striped ledger's;
+    /// [`TopicLog::read_entries`] answers [`ReadError::Deleted`] for both).
+    pub fn read_from_lake(&self, ledger: LedgerId) -> bool {
+        match lock(&self.inner.ledgers).get(&ledger) {
+            Some(LedgerView::Closed(r)) => {
+                r.state == LedgerState::Deleted
+                    || (r.state == LedgerState::Offloaded && !self.inner.shared.holds_whole(r))
+            }
+            _ => false,
+        }
+    }
+
     /// The record of `ledger` when it is sealed and striped (ADR 0017): read from its
     /// replicas' stripes when its writer's bookie cannot serve it.
     pub(super) fn sealed_striped(&self, ledger: LedgerId) -> Option<LedgerRecord> {

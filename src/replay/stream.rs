@@ -127,7 +127,7 @@ async fn produce(
     ];
     let mut at = from;
     while let Some((ledger, state, first, end)) = next_ledger(log, at) {
-        if state != LedgerState::Deleted {
+        if state != LedgerState::Deleted && !log.read_from_lake(ledger) {
             return Ok(()); // local from here on: the reader reads the log
         }
         let mut scan = LedgerScan::open(lake, ledger, first, end, None).await?;

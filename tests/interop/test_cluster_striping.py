@@ -191,8 +191,6 @@ def test_with_no_bookie_to_rebuild_on_the_first_replica_offloads_the_ledger(etcd
         for body in more:
             producer.send(body.encode())
         sent += more
-        produced = read_all(client, topic, 300)
-        assert [v["payload"].decode() for _, v in sorted(produced.items())] == sent
         producer.close()
         sealed = _ledgers(etcd, f"/{prefix}")[first["id"]]
         assert (sealed["bookie"], sealed["seal"]["entry_count"]) == (VACANT, 200), sealed
@@ -202,19 +200,39 @@ def test_with_no_bookie_to_rebuild_on_the_first_replica_offloads_the_ledger(etcd
         status, body = _http("PUT", f"{owner.http}{path}/offload")
         assert status == 200, body
 
+        # The offload request seals the open ledger too: every ledger with entries reaches
+        # the lake (the striped one by the first replica's node), and the table then holds
+        # every message once, with the ids consumers saw.
         def offloaded():
             records = _ledgers(etcd, f"/{prefix}")
             assert records[first["id"]]["state"] >= 3, records[first["id"]]
-            held = [r for r in records.values() if r.get("seal") and r["seal"]["entry_count"]]
+            held = [r for r in records.values() if r["state"] != 1 and r.get("seal")
+                    and r["seal"]["entry_count"]]
+            assert sum(r["seal"]["entry_count"] for r in held) == 300, records
             assert all(r["state"] >= 3 for r in held), held
         eventually(offloaded, timeout=120, interval=1)
         st = stats(owner, topic)
         catalog = SqlCatalog(st["lake"]["catalog"],
                              uri=uri.replace("postgres://", "postgresql+psycopg2://"),
                              warehouse=f"s3://warehouse/{prefix}", **s3_server.pyiceberg_props())
-        table = catalog.load_table(tuple(st["lake"]["namespace"]) + (st["lake"]["tableName"],))
-        rows, _ = lake_rows(table)
-        assert {k: v["payload"] for k, v in rows.items()} == \
-            {k: v["payload"] for k, v in produced.items()}
+
+        def in_the_lake():
+            table = catalog.load_table(tuple(st["lake"]["namespace"]) +
+                                       (st["lake"]["tableName"],))
+            rows, _ = lake_rows(table)
+            assert {k: v["payload"] for k, v in rows.items()} == \
+                {k: v["payload"] for k, v in produced.items()}
+        # The owner's view follows what the other node offloaded; then a reader from earliest
+        # replays every message once, in order, the striped ledger from the lake (before this
+        # change, the lake stream took an offloaded ledger another bookie holds as local, and the
+        # reader retried "deleted locally" for good).
+        def recorded():
+            _, internal = _http("GET", f"{owner.http}{path}/internalStats")
+            held = [l for l in internal["ledgers"] if l["entries"] > 0]
+            assert held and all(l["offloaded"] for l in held), internal["ledgers"]
+        eventually(recorded, timeout=60)
+        produced = read_all(client, topic, 300)
+        assert [v["payload"].decode() for _, v in sorted(produced.items())] == sent
+        eventually(in_the_lake, timeout=60, interval=1)
     finally:
         client.close()
