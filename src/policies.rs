@@ -28,9 +28,11 @@ use crate::naming::{NamespaceName, TopicName};
 
 mod backlog;
 mod inactive;
+mod persistence;
 mod reach;
 pub use backlog::{BacklogLimits, BacklogPolicy, BacklogQuota, BacklogQuotaMap, BacklogQuotaType};
 pub use inactive::{InactiveRule, InactiveTopicPolicies};
+pub use persistence::PersistencePolicies;
 pub use reach::Reach;
 
 /// Version byte of the persisted policies blob.
@@ -233,62 +235,6 @@ impl NamespacePolicies {
     /// Parses the persisted form.
     pub fn decode(bytes: &[u8]) -> Result<Self, String> {
         crate::versioned::decode(POLICIES_FORMAT_VERSION, "namespace policies", bytes)
-    }
-}
-
-/// Pulsar's `PersistencePolicies`, as its admin API reads and writes them. A write quorum
-/// below the ensemble stripes the ledger (ADR 0017): each entry goes to the writer's bookie
-/// and to `write quorum − 1` of the other bookies, in turn.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PersistencePolicies {
-    /// Bookies per ledger.
-    pub bookkeeper_ensemble: i32,
-    /// Bookies each entry is written to, the writer's included (at most the ensemble).
-    pub bookkeeper_write_quorum: i32,
-    /// Bookies that make an entry durable before it is acknowledged.
-    pub bookkeeper_ack_quorum: i32,
-    /// Accepted for compatibility; cursor positions are saved on their own schedule.
-    #[serde(default)]
-    pub managed_ledger_max_mark_delete_rate: f64,
-}
-
-impl Eq for PersistencePolicies {}
-
-impl PersistencePolicies {
-    /// Why these quorums cannot be used, if they cannot.
-    pub fn invalid(&self) -> Option<String> {
-        let (e, w, a) = (
-            self.bookkeeper_ensemble,
-            self.bookkeeper_write_quorum,
-            self.bookkeeper_ack_quorum,
-        );
-        if !(1..=16).contains(&e) || !(1..=16).contains(&w) || !(1..=16).contains(&a) {
-            return Some("ensemble, write quorum and ack quorum must be between 1 and 16".into());
-        }
-        if !(e >= w && w >= a) {
-            return Some(format!(
-                "Bookkeeper Ensemble ({e}) >= WriteQuorum ({w}) >= AckQuoru ({a}) must hold"
-            ));
-        }
-        if w == 1 && e > 1 {
-            return Some(format!(
-                "a write quorum of 1 with an ensemble of {e}: the writer's bookie is in every \
-                 write set (ADR 0017), so the other bookies would get nothing; use an ensemble \
-                 of 1, or a write quorum of 2 or more"
-            ));
-        }
-        None
-    }
-
-    /// The replication new ledgers get.
-    pub fn replication(&self) -> crate::ledger::Replication {
-        let clamp = |v: i32| Some(v.clamp(1, 16) as u8);
-        crate::ledger::Replication {
-            ensemble: clamp(self.bookkeeper_ensemble),
-            ack_quorum: clamp(self.bookkeeper_ack_quorum),
-            write_quorum: clamp(self.bookkeeper_write_quorum),
-        }
     }
 }
 

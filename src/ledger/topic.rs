@@ -13,16 +13,15 @@ use bytes::Bytes;
 use tokio::sync::{oneshot, watch};
 
 use super::cache::TailCache;
-use super::error::{AppendError, LifecycleError, ReadError};
-use super::index::IndexEntry;
+use super::error::{AppendError, LifecycleError};
 use super::journal::{AppendRequest, Reply};
 use super::metadata::{LedgerId, LedgerRecord, LedgerState, TopicId};
 use super::open_ledger::OpenLedger;
-use super::read::{deleted_meanwhile, read_located, read_one};
 use super::seal::seal_ledger;
-use super::{now_ms, Entry, LogShared, Position};
+use super::{now_ms, LogShared, Position};
 
 mod ensemble;
+mod entries;
 mod fencing;
 mod positions;
 mod replicated;
@@ -236,52 +235,6 @@ impl TopicLog {
     pub(crate) fn open_view(&self, ledger: LedgerId) -> Option<Arc<OpenLedger>> {
         match lock(&self.inner.ledgers).get(&ledger) {
             Some(LedgerView::Open(o)) => Some(o.clone()),
-            _ => None,
-        }
-    }
-
-    /// For a ledger another bookie holds and has not offloaded: that bookie and the entries
-    /// this view reads of it.
-    /// For a sealed replicated ledger, every bookie holding a copy (the writer's first); for
-    /// an open one, its writer's (only the writer knows what its quorum confirmed).
-    pub(super) fn foreign(&self, ledger: LedgerId) -> Option<(Vec<String>, u64)> {
-        let shared = &self.inner.shared;
-        match lock(&self.inner.ledgers).get(&ledger) {
-            Some(LedgerView::Closed(r)) => match r.state {
-                LedgerState::Sealed if !shared.holds_whole(r) => Some((
-                    r.bookies().map(str::to_string).collect(),
-                    r.seal.map_or(0, |s| s.entry_count),
-                )),
-                LedgerState::Open if !shared.writes(r) => Some((
-                    vec![r.bookie.clone()],
-                    self.inner.foreign_open.get(&ledger).copied().unwrap_or(0),
-                )),
-                _ => None,
-            },
-            _ => None,
-        }
-    }
-
-    /// Whether `ledger`'s entries are read from the lake here: deleted locally, or offloaded
-    /// while this log does not hold it whole (another bookie's, or a striped ledger's;
-    /// [`TopicLog::read_entries`] answers [`ReadError::Deleted`] for both).
-    pub fn read_from_lake(&self, ledger: LedgerId) -> bool {
-        match lock(&self.inner.ledgers).get(&ledger) {
-            Some(LedgerView::Closed(r)) => {
-                r.state == LedgerState::Deleted
-                    || (r.state == LedgerState::Offloaded && !self.inner.shared.holds_whole(r))
-            }
-            _ => false,
-        }
-    }
-
-    /// The record of `ledger` when it is sealed and striped (ADR 0017): read from its
-    /// replicas' stripes when its writer's bookie cannot serve it.
-    pub(super) fn sealed_striped(&self, ledger: LedgerId) -> Option<LedgerRecord> {
-        match lock(&self.inner.ledgers).get(&ledger) {
-            Some(LedgerView::Closed(r)) if r.state == LedgerState::Sealed && r.is_striped() => {
-                Some((**r).clone())
-            }
             _ => None,
         }
     }
@@ -624,187 +577,5 @@ impl TopicLog {
                 self.set_record(r);
             }
         }
-    }
-
-    fn view(&self, ledger: LedgerId) -> Result<LedgerView, ReadError> {
-        lock(&self.inner.ledgers)
-            .get(&ledger)
-            .cloned()
-            .ok_or_else(|| ReadError::UnknownLedger {
-                topic: self.inner.name.clone(),
-                ledger,
-            })
-    }
-
-    /// Locations of entries `first..=last` of `ledger`, clipped to what exists.
-    pub(crate) async fn locate(
-        &self,
-        ledger: LedgerId,
-        first: u64,
-        last: u64,
-    ) -> Result<Vec<IndexEntry>, ReadError> {
-        match self.view(ledger)? {
-            LedgerView::Open(o) => {
-                let located = o.locate_range(first, last);
-                if located.is_empty() {
-                    return Err(ReadError::NoSuchEntry {
-                        ledger,
-                        entry: first,
-                        available: o.confirmed(),
-                    });
-                }
-                Ok(located)
-            }
-            LedgerView::Closed(r) => {
-                // Another bookie's ledger: the lake copy is read like a deleted ledger's.
-                let foreign = !self.inner.shared.holds_whole(&r);
-                if r.state == LedgerState::Deleted || (foreign && r.state == LedgerState::Offloaded)
-                {
-                    return Err(ReadError::Deleted(ledger));
-                }
-                if foreign {
-                    return Err(ReadError::Remote {
-                        ledger,
-                        bookie: r.bookie.clone(),
-                    });
-                }
-                let count = r.seal.map_or(0, |s| s.entry_count);
-                if first >= count {
-                    return Err(ReadError::NoSuchEntry {
-                        ledger,
-                        entry: first,
-                        available: count,
-                    });
-                }
-                let index = self.inner.shared.held_sealed_index(&r).await?;
-                let end = last.saturating_add(1).min(count).min(index.len() as u64);
-                Ok(index[first as usize..end as usize].to_vec())
-            }
-        }
-    }
-
-    /// Reads one durable entry.
-    pub async fn read_entry(&self, pos: Position) -> Result<Entry, ReadError> {
-        if let Some((publish_time_ms, payload)) = lock(&self.inner.cache).get(pos) {
-            if self.last_confirmed().is_some_and(|lac| pos <= lac) && self.confirmed_in_ledger(pos)
-            {
-                return Ok(Entry {
-                    position: pos,
-                    publish_time_ms,
-                    payload,
-                });
-            }
-        }
-        if self.foreign(pos.ledger).is_some() {
-            let mut one = self.read_foreign(pos.ledger, pos.entry, pos.entry).await?;
-            return one.pop().ok_or(ReadError::NoSuchEntry {
-                ledger: pos.ledger,
-                entry: pos.entry,
-                available: 0,
-            });
-        }
-        let read = match self.locate(pos.ledger, pos.entry, pos.entry).await {
-            Ok(located) => read_one(&self.inner.shared, pos, located[0]).await,
-            Err(e) => Err(e),
-        };
-        self.or_deleted(pos.ledger, read).await
-    }
-
-    /// Whether `pos` is confirmed in its own ledger (a replicated ledger may end short of
-    /// entries this node cached: those its quorum never confirmed).
-    fn confirmed_in_ledger(&self, pos: Position) -> bool {
-        match lock(&self.inner.ledgers).get(&pos.ledger) {
-            Some(LedgerView::Open(o)) => pos.entry < o.confirmed(),
-            Some(LedgerView::Closed(r)) => r.seal.is_some_and(|s| pos.entry < s.entry_count),
-            None => false,
-        }
-    }
-
-    /// `read` of `ledger`, with a local copy that went missing because the ledger was deleted
-    /// meanwhile reported as [`ReadError::Deleted`] (see [`deleted_meanwhile`]) and the
-    /// deletion recorded in this log, so that its other readers (the lake stream, which goes
-    /// by the ledgers' states) read the ledger from the lake too.
-    async fn or_deleted<T>(
-        &self,
-        ledger: LedgerId,
-        read: Result<T, ReadError>,
-    ) -> Result<T, ReadError> {
-        let Err(e) = read else { return read };
-        match deleted_meanwhile(&self.inner.shared, ledger, &e).await {
-            Some(record) => {
-                self.set_record(record);
-                Err(ReadError::Deleted(ledger))
-            }
-            None => Err(e),
-        }
-    }
-
-    /// Reads the durable entries `first..=last` of `ledger` in order (fewer if the ledger ends
-    /// sooner). Neighbouring records are fetched with one read.
-    pub async fn read_entries(
-        &self,
-        ledger: LedgerId,
-        first: u64,
-        last: u64,
-    ) -> Result<Vec<Entry>, ReadError> {
-        self.read_range(ledger, first, last, true).await
-    }
-
-    /// As [`TopicLog::read_entries`], but always from the segments, never the tail cache: for
-    /// checks of what the disk holds (`verify`).
-    pub async fn read_entries_stored(
-        &self,
-        ledger: LedgerId,
-        first: u64,
-        last: u64,
-    ) -> Result<Vec<Entry>, ReadError> {
-        self.read_range(ledger, first, last, false).await
-    }
-
-    /// Entries `first..=last` of `ledger`, from the tail cache when `cached` and it holds the
-    /// whole range, otherwise from the segments.
-    async fn read_range(
-        &self,
-        ledger: LedgerId,
-        first: u64,
-        last: u64,
-        cached: bool,
-    ) -> Result<Vec<Entry>, ReadError> {
-        if last < first {
-            return Ok(Vec::new());
-        }
-        if self.foreign(ledger).is_some() {
-            return self.read_foreign(ledger, first, last).await;
-        }
-        let located = self
-            .or_deleted(ledger, self.locate(ledger, first, last).await)
-            .await?;
-        // Fault tests: the disk under this topic's entries fails (before the cache, so that
-        // every read sees it).
-        if let Err(source) = crate::failpoint::io_error_at("ledger.read", self.name()) {
-            return Err(ReadError::Io {
-                path: std::path::PathBuf::from("<failpoint>"),
-                offset: 0,
-                source,
-            });
-        }
-        if cached {
-            let cache = lock(&self.inner.cache);
-            let hit: Option<Vec<Entry>> = (0..located.len() as u64)
-                .map(|i| {
-                    let pos = Position::new(ledger, first + i);
-                    cache.get(pos).map(|(t, p)| Entry {
-                        position: pos,
-                        publish_time_ms: t,
-                        payload: p,
-                    })
-                })
-                .collect();
-            if let Some(entries) = hit {
-                return Ok(entries);
-            }
-        }
-        let read = read_located(&self.inner.shared, ledger, first, located).await;
-        self.or_deleted(ledger, read).await
     }
 }

@@ -11,8 +11,8 @@ import subprocess
 import urllib.request
 import uuid
 
+from bookiewire import call
 from conftest import _free_port
-from test_cluster_autorecovery import _crc32c, _recv
 from test_cluster_replication import (_bookie_id, _ledgers, kill_owner_and_read_all,
                                       send_to_an_owner)
 
@@ -33,22 +33,7 @@ def _bookie_call(port, request_id, kind, body):
     """One request on a fresh connection to a bookie: (kind, body) of its answer, or None when
     it closed the connection without one. Returns the socket too, for more requests."""
     s = socket.create_connection(("127.0.0.1", port), timeout=10)
-    return s, _send(s, request_id, kind, body)
-
-
-def _send(s, request_id, kind, body):
-    frame = struct.pack(">BBQ", 2, kind, request_id) + body
-    frame += struct.pack(">I", _crc32c(frame))
-    s.sendall(struct.pack(">I", len(frame)) + frame)
-    head = s.recv(4)
-    if not head:
-        return None
-    (length,) = struct.unpack(">I", head + _recv(s, 4 - len(head)))
-    answer = _recv(s, length)
-    assert _crc32c(answer[:-4]) == struct.unpack(">I", answer[-4:])[0]
-    version, got_kind, got_id = struct.unpack(">BBQ", answer[:10])
-    assert (version, got_id) == (2, request_id)
-    return got_kind, answer[10:-4]
+    return s, call(s, request_id, kind, body)
 
 
 def _string(text):
@@ -119,9 +104,9 @@ def test_bookies_serve_only_nodes_with_a_superuser_token(etcd, make_service, tmp
     s, answer = _bookie_call(port, 0, 0x06, _string(NODE_TOKEN))
     with s:
         assert answer == (0x85, _string("ledgerlake-node"))
-        kind, _ = _send(s, 1, 0x02, ask)
+        kind, _ = call(s, 1, 0x02, ask)
         assert kind in (0x82, 0xFF)  # confirmed, or not held: served either way
-        kind, body = _send(s, 2, 0x02, ask)
+        kind, body = call(s, 2, 0x02, ask)
         assert kind != 0xFF or body[0] != 6, "no longer unauthorized"
 
 

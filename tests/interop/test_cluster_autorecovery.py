@@ -7,13 +7,12 @@ import json
 import os
 import shutil
 import signal
-import socket
-import struct
 import urllib.request
 import uuid
 
 import pulsar
 
+from bookiewire import served
 from conftest import _free_port, eventually
 from test_cluster_replication import _bookie_id, _http, _ledgers, _owner, _read_all
 
@@ -21,55 +20,12 @@ ENV = {"LEDGERLAKE_METADATA__SESSION_TTL": "3s", "LEDGERLAKE_LAKE__ENABLED": "fa
        "LEDGERLAKE_AUTORECOVERY__DELAY": "3s"}
 
 
-def _crc32c(data):
-    """CRC-32C (Castagnoli), bit by bit: the bookie protocol's frame checksum."""
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc ^= byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
-    return crc ^ 0xFFFFFFFF
-
-
 def _read_copy(addr, topic, ledger, count):
     """Entries 0..count-1 of `ledger` as the bookie at `addr` serves them: (publish time,
-    payload) pairs, asked for in as many requests as its byte budget needs."""
-    host, port = addr.rsplit(":", 1)
-    out = []
-    with socket.create_connection((host, int(port)), timeout=30) as s:
-        request_id = 0
-        while len(out) < count:
-            request_id += 1
-            t = topic.encode()
-            frame = struct.pack(">BBQ", 2, 0x01, request_id) + struct.pack(">H", len(t)) + t
-            frame += struct.pack(">QQQI", ledger, len(out), count - 1, 4 << 20)
-            frame += struct.pack(">I", _crc32c(frame))
-            s.sendall(struct.pack(">I", len(frame)) + frame)
-            (length,) = struct.unpack(">I", _recv(s, 4))
-            body = _recv(s, length)
-            assert _crc32c(body[:-4]) == struct.unpack(">I", body[-4:])[0], "frame checksum"
-            version, kind, got_id = struct.unpack(">BBQ", body[:10])
-            assert (version, got_id) == (2, request_id)
-            assert kind == 0x81, f"bookie {addr} refused ledger {ledger}: kind {kind:#x} {body!r}"
-            (n,) = struct.unpack(">I", body[10:14])
-            at = 14
-            assert n > 0
-            for _ in range(n):
-                entry, publish, size = struct.unpack(">QqI", body[at:at + 20])
-                at += 20
-                assert entry == len(out)
-                out.append((publish, body[at:at + size]))
-                at += size
-    return out
-
-
-def _recv(s, n):
-    buf = b""
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        assert chunk, "bookie closed the connection"
-        buf += chunk
-    return buf
+    payload) pairs; every one of them must be there."""
+    held = served(addr, topic, ledger, count)
+    assert sorted(held) == list(range(count)), (addr, ledger, sorted(held)[:12])
+    return [held[e] for e in range(count)]
 
 
 def _members(etcd, prefix):

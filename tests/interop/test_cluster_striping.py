@@ -5,16 +5,14 @@ writer's node is SIGKILLed: the next owner seals the ledger from the stripes (no
 it whole), the producer goes on, and every acknowledged message is read back from earliest,
 merged from the stripes. A fifth node joins: autorecovery rebuilds a whole copy there, read
 back from that bookie and found identical to what was sent."""
-import json
 import signal
-import socket
-import struct
 import uuid
 
 import pulsar
 
+from bookiewire import served
 from conftest import _free_port, eventually
-from test_cluster_autorecovery import _crc32c, _members, _recv, _status
+from test_cluster_autorecovery import _members, _status
 from test_cluster_replication import _bookie_id, _http, _ledgers, _owner, _read_all
 
 ENV = {"LEDGERLAKE_METADATA__SESSION_TTL": "3s", "LEDGERLAKE_LAKE__ENABLED": "false",
@@ -22,63 +20,40 @@ ENV = {"LEDGERLAKE_METADATA__SESSION_TTL": "3s", "LEDGERLAKE_LAKE__ENABLED": "fa
 VACANT = "-"
 
 
-def _node(etcd, make_service, prefix):
-    return make_service(env=ENV, args=["--metadata-url", etcd.url(prefix),
+def _node(etcd, make_service, prefix, env=ENV):
+    return make_service(env=env, args=["--metadata-url", etcd.url(prefix),
                                        "--bookie-addr", f"127.0.0.1:{_free_port()}"])
 
 
-def _served(addr, topic, ledger, count):
-    """entry id → stored bytes (the message's metadata and payload) of every entry of `ledger` below `count` that the bookie at `addr`
-    serves (a replica of a striped ledger serves its stripe only)."""
-    host, port = addr.rsplit(":", 1)
-    out, request_id, first = {}, 0, 0
-    with socket.create_connection((host, int(port)), timeout=30) as s:
-        while first < count:
-            request_id += 1
-            t = topic.encode()
-            frame = struct.pack(">BBQ", 2, 0x01, request_id) + struct.pack(">H", len(t)) + t
-            frame += struct.pack(">QQQI", ledger, first, count - 1, 4 << 20)
-            frame += struct.pack(">I", _crc32c(frame))
-            s.sendall(struct.pack(">I", len(frame)) + frame)
-            (length,) = struct.unpack(">I", _recv(s, 4))
-            body = _recv(s, length)
-            assert _crc32c(body[:-4]) == struct.unpack(">I", body[-4:])[0], "frame checksum"
-            _, kind, got_id = struct.unpack(">BBQ", body[:10])
-            assert got_id == request_id
-            assert kind == 0x81, f"bookie {addr} refused ledger {ledger}: {body!r}"
-            (n,) = struct.unpack(">I", body[10:14])
-            if n == 0:
-                break
-            at = 14
-            for _ in range(n):
-                entry, _, size = struct.unpack(">QqI", body[at:at + 20])
-                at += 20
-                assert entry >= first and entry not in out
-                out[entry] = body[at:at + size]
-                at += size
-                first = entry + 1
-    return out
+def _striped(etcd, make_service, prefix, env, count, policy):
+    """`count` nodes on one etcd prefix, the default namespace's persistence policy set to
+    `policy`: the nodes, that policy's admin URL, and a client with all of them in its
+    service URL."""
+    nodes = [_node(etcd, make_service, prefix, env) for _ in range(count)]
+    for n in nodes:
+        n.start()
+    ns = f"{nodes[0].http}/admin/v2/namespaces/public/default/persistence"
+    status, body = _http("POST", ns, policy)
+    assert status == 204, body
+    client = pulsar.Client("pulsar://" + ",".join(f"127.0.0.1:{n.pulsar_port}" for n in nodes),
+                           operation_timeout_seconds=60)
+    return nodes, ns, client
 
 
 def test_a_striped_ledger_survives_losing_its_writer_and_gets_a_whole_copy_back(etcd,
                                                                               make_service):
     prefix = f"/striped-{uuid.uuid4().hex[:6]}"
-    nodes = [_node(etcd, make_service, prefix) for _ in range(4)]
-    for n in nodes:
-        n.start()
-    ns = f"{nodes[0].http}/admin/v2/namespaces/public/default/persistence"
-    # A write quorum of 1 below the ensemble would leave the replicas nothing: refused.
+    policy = {"bookkeeperEnsemble": 4, "bookkeeperWriteQuorum": 3, "bookkeeperAckQuorum": 2,
+              "managedLedgerMaxMarkDeleteRate": 0.0}
+    nodes, ns, client = _striped(etcd, make_service, prefix, ENV, 4, policy)
+    # A write quorum of 1 below the ensemble would leave the replicas nothing: refused, and
+    # the policy in force stays.
     status, body = _http("POST", ns, {"bookkeeperEnsemble": 3, "bookkeeperWriteQuorum": 1,
                                       "bookkeeperAckQuorum": 1})
     assert status == 400, body
-    policy = {"bookkeeperEnsemble": 4, "bookkeeperWriteQuorum": 3, "bookkeeperAckQuorum": 2,
-              "managedLedgerMaxMarkDeleteRate": 0.0}
-    assert _http("POST", ns, policy)[0] == 204
     assert _http("GET", ns) == (200, policy)
 
     topic = f"persistent://public/default/striped-{uuid.uuid4().hex[:6]}"
-    client = pulsar.Client("pulsar://" + ",".join(f"127.0.0.1:{n.pulsar_port}" for n in nodes),
-                           operation_timeout_seconds=60)
     spare = None
     try:
         producer = client.create_producer(topic, batching_enabled=False,
@@ -111,10 +86,10 @@ def test_a_striped_ledger_survives_losing_its_writer_and_gets_a_whole_copy_back(
         # e mod 3 on, so place p holds the entries with e mod 3 in {p, p - 1}.
         live = _members(etcd, prefix)
         for place, bookie in enumerate(sealed["replicas"]):
-            held = _served(live[bookie], topic, sealed["id"], 300)
+            held = served(live[bookie], topic, sealed["id"], 300)
             want = [e for e in range(300) if e % 3 in (place, (place - 1) % 3)]
             assert sorted(held) == want, (place, sorted(held)[:12])
-            assert all(held[e].endswith(sent[e].encode()) for e in held)
+            assert all(held[e][1].endswith(sent[e].encode()) for e in held)
 
         # A fifth node joins: autorecovery rebuilds the whole copy there (the writer's place
         # is filled first), checked against the seal the takeover computed.
@@ -130,10 +105,10 @@ def test_a_striped_ledger_survives_losing_its_writer_and_gets_a_whole_copy_back(
                 return {k: v for k, v in seal.items() if k != "last_segment"}
             assert same(r["seal"]) == same(sealed["seal"])
         eventually(rebuilt, timeout=120, interval=1)
-        copy = _served(_members(etcd, prefix)[spare_id], topic, sealed["id"], 300)
+        copy = served(_members(etcd, prefix)[spare_id], topic, sealed["id"], 300)
         assert sorted(copy) == list(range(300))
-        assert all(copy[e].endswith(sent[e].encode()) for e in copy)
-        assert sum(len(b) for b in copy.values()) == sealed["seal"]["size_bytes"]
+        assert all(copy[e][1].endswith(sent[e].encode()) for e in copy)
+        assert sum(len(b) for _, b in copy.values()) == sealed["seal"]["size_bytes"]
 
         def audited():
             for n in [*others, spare]:
@@ -165,18 +140,11 @@ def test_with_no_bookie_to_rebuild_on_the_first_replica_offloads_the_ledger(etcd
     prefix = f"striped-lake-{uuid.uuid4().hex[:6]}"
     env = dict(s3_server.service_env(prefix), LEDGERLAKE_LAKE__CATALOG__URI=uri,
                LEDGERLAKE_METADATA__SESSION_TTL="3s", LEDGERLAKE_AUTORECOVERY__DELAY="3s")
-    nodes = [make_service(env=env, args=["--metadata-url", etcd.url(f"/{prefix}"),
-                                         "--bookie-addr", f"127.0.0.1:{_free_port()}"])
-             for _ in range(3)]
-    for n in nodes:
-        n.start()
-    ns = f"{nodes[0].http}/admin/v2/namespaces/public/default/persistence"
-    assert _http("POST", ns, {"bookkeeperEnsemble": 3, "bookkeeperWriteQuorum": 2,
-                              "bookkeeperAckQuorum": 2})[0] == 204
+    nodes, _, client = _striped(etcd, make_service, f"/{prefix}", env, 3,
+                                {"bookkeeperEnsemble": 3, "bookkeeperWriteQuorum": 2,
+                                 "bookkeeperAckQuorum": 2})
     name = f"striped-lake-{uuid.uuid4().hex[:6]}"
     topic = f"persistent://public/default/{name}"
-    client = pulsar.Client("pulsar://" + ",".join(f"127.0.0.1:{n.pulsar_port}" for n in nodes),
-                           operation_timeout_seconds=60)
     try:
         producer = client.create_producer(topic, batching_enabled=False,
                                           send_timeout_millis=60000)

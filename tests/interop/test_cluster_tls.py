@@ -15,9 +15,9 @@ import struct
 import subprocess
 import uuid
 
+from bookiewire import encode
 from conftest import _free_port
 from tcpproxy import TcpProxy
-from test_cluster_autorecovery import _crc32c
 from test_cluster_ownership import _sql
 from test_cluster_replication import (_bookie_id, _ledgers, kill_owner_and_read_all,
                                       send_to_an_owner)
@@ -110,10 +110,9 @@ def test_bookie_traffic_is_encrypted_and_recovery_runs_over_it(etcd, make_servic
 
         # A plaintext bookie request to a TLS listener: no answer, the connection closed.
         port = ports[nodes.index(others[0])]
-        frame = struct.pack(">BBQ", 2, 0x02, 1) + struct.pack(">H", 1) + b"t" + bytes(8)
-        frame += struct.pack(">I", _crc32c(frame))
+        frame = encode(0x02, 1, struct.pack(">H", 1) + b"t" + bytes(8))
         with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-            s.sendall(struct.pack(">I", len(frame)) + frame)
+            s.sendall(frame)
             try:
                 answer = s.recv(64)
             except ConnectionResetError:
