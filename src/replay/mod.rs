@@ -355,34 +355,52 @@ impl TopicLake {
         let this = self.clone();
         self.on_runtime(async move {
             let _scan = this.replay.inner.scans.acquire().await;
-            let table = this.table(ledger).await?;
-            let predicate = this.predicate(ledger, 0, None).and(
-                Reference::new("publish_time").greater_than_or_equal_to(Datum::timestamptz_micros(
-                    publish_time_ms.saturating_mul(1000),
-                )),
-            );
-            let result: Result<Option<u64>, iceberg::Error> = async {
-                let stream = table
-                    .scan()
-                    .select(["ledger_id", "entry_id", "publish_time"])
-                    .with_filter(predicate)
-                    .build()?
-                    .to_arrow()
-                    .await?;
-                let batches: Vec<_> = stream.try_collect().await?;
-                let at_us = publish_time_ms.saturating_mul(1000);
-                Ok(batches
-                    .iter()
-                    .filter_map(|b| assemble::min_entry_at_or_after(b, ledger, at_us))
-                    .min())
+            // A table handle cached before the ledger's offload committed holds none of its
+            // rows (a ledger another bookie holds is read from the lake from its commit on):
+            // an empty answer is asked once more of a freshly loaded table.
+            match this.scan_first_at_or_after(ledger, publish_time_ms).await? {
+                Some(entry) => Ok(Some(entry)),
+                None => {
+                    this.invalidate();
+                    this.scan_first_at_or_after(ledger, publish_time_ms).await
+                }
             }
-            .await;
-            result.map_err(|e| {
-                this.invalidate();
-                this.lake_error(ledger)(LakeError::iceberg("seek by publish time")(e))
-            })
         })
         .await
+    }
+
+    /// One scan of [`TopicLake::first_at_or_after`].
+    async fn scan_first_at_or_after(
+        &self,
+        ledger: LedgerId,
+        publish_time_ms: i64,
+    ) -> Result<Option<u64>, ReplayError> {
+        let table = self.table(ledger).await?;
+        let predicate = self.predicate(ledger, 0, None).and(
+            Reference::new("publish_time").greater_than_or_equal_to(Datum::timestamptz_micros(
+                publish_time_ms.saturating_mul(1000),
+            )),
+        );
+        let result: Result<Option<u64>, iceberg::Error> = async {
+            let stream = table
+                .scan()
+                .select(["ledger_id", "entry_id", "publish_time"])
+                .with_filter(predicate)
+                .build()?
+                .to_arrow()
+                .await?;
+            let batches: Vec<_> = stream.try_collect().await?;
+            let at_us = publish_time_ms.saturating_mul(1000);
+            Ok(batches
+                .iter()
+                .filter_map(|b| assemble::min_entry_at_or_after(b, ledger, at_us))
+                .min())
+        }
+        .await;
+        result.map_err(|e| {
+            self.invalidate();
+            self.lake_error(ledger)(LakeError::iceberg("seek by publish time")(e))
+        })
     }
 
     /// Runs `fut` on the replay runtime. Spawned at the call, not at the first poll, so the

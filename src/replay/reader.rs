@@ -297,16 +297,24 @@ impl EntryReader {
                 let runner = lake.clone();
                 let entry = runner
                     .on_runtime(async move {
-                        let mut scan = LedgerScan::open(
-                            &lake,
-                            pos.ledger,
-                            pos.entry,
-                            u64::MAX,
-                            Some(pos.entry),
-                        )
-                        .await?;
-                        let mut found = scan.next().await?.unwrap_or_default();
-                        Ok(found.pop())
+                        let found: Result<Option<Entry>, ReplayError> = async {
+                            let mut scan = LedgerScan::open(
+                                &lake,
+                                pos.ledger,
+                                pos.entry,
+                                u64::MAX,
+                                Some(pos.entry),
+                            )
+                            .await?;
+                            Ok(scan.next().await?.unwrap_or_default().pop())
+                        }
+                        .await;
+                        // The table may have changed (or been cached before the ledger's
+                        // offload committed): the next read loads it again.
+                        if !matches!(found, Ok(Some(_))) {
+                            lake.invalidate();
+                        }
+                        found
                     })
                     .await?;
                 let entry = entry.ok_or(ReplayError::Log(ReadError::Deleted(ledger)))?;
@@ -328,26 +336,26 @@ impl EntryReader {
     }
 
     /// The first entry published at or after `publish_time_ms`, or the position after the
-    /// last entry when there is none. Ledgers deleted locally are searched in the lake.
+    /// last entry when there is none. Ledgers read from the lake here (deleted locally, or
+    /// offloaded and not held whole) are searched in the lake.
     pub async fn find_by_publish_time(
         &self,
         publish_time_ms: i64,
     ) -> Result<Position, ReplayError> {
         for l in self.log.ledgers() {
-            if l.entry_count == 0 || l.max_publish_ms.is_some_and(|m| m < publish_time_ms) {
-                continue;
-            }
-            if l.state != LedgerState::Deleted {
-                return Ok(self
-                    .log
-                    .find_by_publish_time_from(l.id, publish_time_ms)
-                    .await?);
-            }
-            if let Some(entry) = self
-                .lake_for(l.id)?
-                .first_at_or_after(l.id, publish_time_ms)
-                .await?
+            let found = match self
+                .log
+                .first_published_at_or_after(&l, publish_time_ms)
+                .await
             {
+                Err(ReadError::Deleted(ledger)) => {
+                    self.lake_for(ledger)?
+                        .first_at_or_after(ledger, publish_time_ms)
+                        .await?
+                }
+                found => found?,
+            };
+            if let Some(entry) = found {
                 return Ok(Position::new(l.id, entry));
             }
         }

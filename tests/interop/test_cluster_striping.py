@@ -3,7 +3,8 @@ policy 4/3/2. Each entry goes to the writer's bookie and to two of the three oth
 so each replica holds two thirds of a ledger, read back over the bookie protocol itself. The
 writer's node is SIGKILLed: the next owner seals the ledger from the stripes (no bookie holds
 it whole), the producer goes on, and every acknowledged message is read back from earliest,
-merged from the stripes. A fifth node joins: autorecovery rebuilds a whole copy there, read
+merged from the stripes, and a seek by publish time on the next owner finds an entry its
+own stripe lacks. A fifth node joins: autorecovery rebuilds a whole copy there, read
 back from that bookie and found identical to what was sent."""
 import signal
 import uuid
@@ -38,6 +39,15 @@ def _striped(etcd, make_service, prefix, env, count, policy):
     client = pulsar.Client("pulsar://" + ",".join(f"127.0.0.1:{n.pulsar_port}" for n in nodes),
                            operation_timeout_seconds=60)
     return nodes, ns, client
+
+
+def _publish_times(client, topic, n):
+    """The publish times of the first `n` messages of `topic`, in order."""
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    try:
+        return [reader.read_next(timeout_millis=30000).publish_timestamp() for _ in range(n)]
+    finally:
+        reader.close()
 
 
 def test_a_striped_ledger_survives_losing_its_writer_and_gets_a_whole_copy_back(etcd,
@@ -90,6 +100,20 @@ def test_a_striped_ledger_survives_losing_its_writer_and_gets_a_whole_copy_back(
             want = [e for e in range(300) if e % 3 in (place, (place - 1) % 3)]
             assert sorted(held) == want, (place, sorted(held)[:12])
             assert all(held[e][1].endswith(sent[e].encode()) for e in held)
+
+        # A seek by publish time on the next owner, to an entry its own stripe lacks: the
+        # ledger is searched by reading entries (merged from the stripes), never by the
+        # stripe's index, which has no publish time for the entries other replicas hold.
+        (owner,) = _owner(etcd, prefix, topic, others)
+        place = sealed["replicas"].index(_bookie_id(owner))
+        times = _publish_times(client, topic, 300)
+        target = next(e for e in range(100, 300)
+                      if e % 3 == (place + 1) % 3 and times[e - 1] < times[e])
+        seeker = client.subscribe(topic, f"seek-{uuid.uuid4().hex[:6]}",
+                                  initial_position=pulsar.InitialPosition.Earliest)
+        seeker.seek(times[target])
+        assert seeker.receive(timeout_millis=30000).data().decode() == sent[target]
+        seeker.close()
 
         # A fifth node joins: autorecovery rebuilds the whole copy there (the writer's place
         # is filled first), checked against the seal the takeover computed.

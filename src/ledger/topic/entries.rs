@@ -155,7 +155,7 @@ impl TopicLog {
     /// meanwhile reported as [`ReadError::Deleted`] (see [`deleted_meanwhile`]) and the
     /// deletion recorded in this log, so that its other readers (the lake stream, which goes
     /// by the ledgers' states) read the ledger from the lake too.
-    async fn or_deleted<T>(
+    pub(super) async fn or_deleted<T>(
         &self,
         ledger: LedgerId,
         read: Result<T, ReadError>,

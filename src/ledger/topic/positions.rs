@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{LedgerView, TopicLog};
+use super::{LedgerInfo, LedgerView, TopicLog};
 use crate::ledger::error::ReadError;
 use crate::ledger::index::IndexEntry;
 use crate::ledger::metadata::{LedgerId, LedgerState, MetadataError};
@@ -71,32 +71,64 @@ impl TopicLog {
     }
 
     /// [`TopicLog::find_by_publish_time`] among the ledgers from `first_ledger` on (the
-    /// earlier ones were searched elsewhere, e.g. in the lake).
+    /// earlier ones were searched elsewhere, e.g. in the lake). [`ReadError::Deleted`] names
+    /// the first ledger to search that is read from the lake here.
     pub async fn find_by_publish_time_from(
         &self,
         first_ledger: LedgerId,
         publish_time_ms: i64,
     ) -> Result<Position, ReadError> {
         for l in self.ledgers().into_iter().filter(|l| l.id >= first_ledger) {
-            if l.entry_count == 0 || l.max_publish_ms.is_some_and(|m| m < publish_time_ms) {
-                continue;
-            }
-            if l.state == LedgerState::Deleted {
-                return Err(ReadError::Deleted(l.id));
-            }
-            let index: Arc<[IndexEntry]> = match self.view(l.id)? {
-                LedgerView::Open(o) => o.written().entries.clone().into(),
-                LedgerView::Closed(_) => self.inner.shared.sealed_index(l.id).await?,
-            };
-            let count = (l.entry_count as usize).min(index.len());
-            let i = index[..count].partition_point(|e| e.publish_time_ms < publish_time_ms);
-            if i < count {
-                return Ok(Position::new(l.id, i as u64));
+            if let Some(entry) = self
+                .first_published_at_or_after(&l, publish_time_ms)
+                .await?
+            {
+                return Ok(Position::new(l.id, entry));
             }
         }
         Ok(self.last_confirmed().map_or(Position::new(0, 0), |p| {
             Position::new(p.ledger, p.entry + 1)
         }))
+    }
+
+    /// The first entry of ledger `l` published at or after `publish_time_ms`, if any: skipped
+    /// by its publish-time range where it can be, otherwise a binary search of its index where
+    /// this log holds it whole, or of its entries read one at a time where it does not
+    /// (another bookie's copy, or a striped ledger's stripes: a stripe's index has no publish
+    /// time for the entries other replicas hold). [`ReadError::Deleted`] when the ledger is
+    /// read from the lake here ([`TopicLog::read_from_lake`]).
+    pub async fn first_published_at_or_after(
+        &self,
+        l: &LedgerInfo,
+        publish_time_ms: i64,
+    ) -> Result<Option<u64>, ReadError> {
+        if l.entry_count == 0 || l.max_publish_ms.is_some_and(|m| m < publish_time_ms) {
+            return Ok(None);
+        }
+        if self.read_from_lake(l.id) {
+            return Err(ReadError::Deleted(l.id));
+        }
+        if self.foreign(l.id).is_some() {
+            let (mut low, mut high) = (0, l.entry_count);
+            while low < high {
+                let mid = low + (high - low) / 2;
+                let entry = self.read_entry(Position::new(l.id, mid)).await?;
+                if entry.publish_time_ms < publish_time_ms {
+                    low = mid + 1;
+                } else {
+                    high = mid;
+                }
+            }
+            return Ok((low < l.entry_count).then_some(low));
+        }
+        let index: Result<Arc<[IndexEntry]>, ReadError> = match self.view(l.id)? {
+            LedgerView::Open(o) => Ok(o.written().entries.clone().into()),
+            LedgerView::Closed(r) => self.inner.shared.held_sealed_index(&r).await,
+        };
+        let index = self.or_deleted(l.id, index).await?;
+        let count = (l.entry_count as usize).min(index.len());
+        let i = index[..count].partition_point(|e| e.publish_time_ms < publish_time_ms);
+        Ok((i < count).then_some(i as u64))
     }
 
     /// The position just before `pos` in this topic (across ledgers), if any.
