@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::{LedgerInfo, LedgerView, TopicLog};
 use crate::ledger::error::ReadError;
 use crate::ledger::index::IndexEntry;
-use crate::ledger::metadata::{LedgerId, LedgerState, MetadataError};
+use crate::ledger::metadata::{LedgerState, MetadataError};
 use crate::ledger::{Entry, Position};
 
 impl TopicLog {
@@ -63,35 +63,9 @@ impl TopicLog {
             .await
     }
 
-    /// The first entry published at or after `publish_time_ms`, or the position after the last
-    /// entry when there is none. Uses each ledger's publish-time range and a binary search of
-    /// its index (publish times of a topic are expected to be non-decreasing, as in Pulsar).
-    pub async fn find_by_publish_time(&self, publish_time_ms: i64) -> Result<Position, ReadError> {
-        self.find_by_publish_time_from(0, publish_time_ms).await
-    }
-
-    /// [`TopicLog::find_by_publish_time`] among the ledgers from `first_ledger` on (the
-    /// earlier ones were searched elsewhere, e.g. in the lake). [`ReadError::Deleted`] names
-    /// the first ledger to search that is read from the lake here.
-    pub async fn find_by_publish_time_from(
-        &self,
-        first_ledger: LedgerId,
-        publish_time_ms: i64,
-    ) -> Result<Position, ReadError> {
-        for l in self.ledgers().into_iter().filter(|l| l.id >= first_ledger) {
-            if let Some(entry) = self
-                .first_published_at_or_after(&l, publish_time_ms)
-                .await?
-            {
-                return Ok(Position::new(l.id, entry));
-            }
-        }
-        Ok(self.last_confirmed().map_or(Position::new(0, 0), |p| {
-            Position::new(p.ledger, p.entry + 1)
-        }))
-    }
-
-    /// The first entry of ledger `l` published at or after `publish_time_ms`, if any: skipped
+    /// The first entry of ledger `l` published at or after `publish_time_ms`, if any (the
+    /// replay reader's seek asks each ledger in turn; publish times of a topic are expected to
+    /// be non-decreasing, as in Pulsar): skipped
     /// by its publish-time range where it can be, otherwise a binary search of its index where
     /// this log holds it whole, or of its entries read one at a time where it does not
     /// (another bookie's copy, or a striped ledger's stripes: a stripe's index has no publish
