@@ -38,12 +38,15 @@ impl TopicLog {
     /// [`TopicLog::read_entries`] answers [`ReadError::Deleted`] for both).
     pub fn read_from_lake(&self, ledger: LedgerId) -> bool {
         match lock(&self.inner.ledgers).get(&ledger) {
-            Some(LedgerView::Closed(r)) => {
-                r.state == LedgerState::Deleted
-                    || (r.state == LedgerState::Offloaded && !self.inner.shared.holds_whole(r))
-            }
+            Some(LedgerView::Closed(r)) => self.lake_holds_for_this_log(r),
             _ => false,
         }
+    }
+
+    /// [`TopicLog::read_from_lake`] of a closed ledger's record.
+    fn lake_holds_for_this_log(&self, r: &LedgerRecord) -> bool {
+        r.state == LedgerState::Deleted
+            || (r.state == LedgerState::Offloaded && !self.inner.shared.holds_whole(r))
     }
 
     /// The record of `ledger` when it is sealed and striped (ADR 0017): read from its
@@ -88,12 +91,10 @@ impl TopicLog {
             }
             LedgerView::Closed(r) => {
                 // Another bookie's ledger: the lake copy is read like a deleted ledger's.
-                let foreign = !self.inner.shared.holds_whole(&r);
-                if r.state == LedgerState::Deleted || (foreign && r.state == LedgerState::Offloaded)
-                {
+                if self.lake_holds_for_this_log(&r) {
                     return Err(ReadError::Deleted(ledger));
                 }
-                if foreign {
+                if !self.inner.shared.holds_whole(&r) {
                     return Err(ReadError::Remote {
                         ledger,
                         bookie: r.bookie.clone(),
