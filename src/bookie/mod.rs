@@ -435,6 +435,8 @@ fn refusal(e: &ReadError) -> BookieResponse {
 }
 
 #[cfg(test)]
+mod moved_tests;
+#[cfg(test)]
 mod replication_tests;
 #[cfg(test)]
 mod striping_repair_tests;

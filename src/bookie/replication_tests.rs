@@ -41,19 +41,22 @@ pub(super) async fn node_in(
     id: &str,
     dir: tempfile::TempDir,
 ) -> Result<Node, Box<dyn std::error::Error>> {
-    node_with(meta, coord, id, dir, |client| client).await
+    node_with(meta, coord, id, (dir, LedgerConfig::default()), |client| {
+        client
+    })
+    .await
 }
 
-/// [`node_in`], its log reading other bookies through `wrap` of the bookie client (a test's
-/// fault injection).
+/// [`node_in`] with `config` for its log, the log reading other bookies through `wrap` of the
+/// bookie client (a test's fault injection).
 pub(super) async fn node_with(
     meta: &Arc<dyn MetadataStore>,
     coord: &MemoryCoordination,
     id: &str,
-    dir: tempfile::TempDir,
+    (dir, config): (tempfile::TempDir, LedgerConfig),
     wrap: impl FnOnce(Arc<dyn crate::ledger::ReplicaSource>) -> Arc<dyn crate::ledger::ReplicaSource>,
 ) -> Result<Node, Box<dyn std::error::Error>> {
-    let log = Arc::new(Log::open(dir.path(), LedgerConfig::default(), meta.clone()).await?);
+    let log = Arc::new(Log::open(dir.path(), config, meta.clone()).await?);
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let stop = CancellationToken::new();

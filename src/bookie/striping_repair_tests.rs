@@ -217,7 +217,8 @@ async fn a_fenced_copy_that_cannot_be_completed_fails_the_takeover() -> TestResu
     let (meta, mut nodes, record) = orphaned(&coord, &ids, name, (2, 4, 2), (30, &skip)).await?;
     let bookie = record.replicas[2].clone();
     let refused = bookie.clone();
-    let heir = node_with(&meta, &coord, "h:1", tempfile::tempdir()?, move |inner| {
+    let dir = (tempfile::tempdir()?, crate::config::LedgerConfig::default());
+    let heir = node_with(&meta, &coord, "h:1", dir, move |inner| {
         Arc::new(RefusesRecovery {
             inner,
             bookie: refused,

@@ -86,10 +86,12 @@ fn io_error(
 }
 
 /// The store's record of `ledger` when `error` is a missing local copy (index or segment file)
-/// because the ledger was deleted locally after the reader took its state (a read view made
-/// from the store earlier, e.g. SQL's view of a topic this node has not loaded, does not see
-/// housekeeping's deletion); `None` for any other error.
-pub(crate) async fn deleted_meanwhile(
+/// because the ledger moved on after the reader took its state: deleted locally (a read view
+/// made from the store earlier, e.g. SQL's view of a topic this node has not loaded, does not
+/// see housekeeping's deletion), or no longer this bookie's to hold whole (autorecovery gave
+/// its place to another bookie while this node was away, and reclaim removed the copy);
+/// `None` for any other error.
+pub(crate) async fn moved_meanwhile(
     shared: &LogShared,
     ledger: LedgerId,
     error: &ReadError,
@@ -104,7 +106,7 @@ pub(crate) async fn deleted_meanwhile(
         return None;
     }
     match shared.meta.get_ledger(ledger).await {
-        Ok(Some(r)) if r.state == LedgerState::Deleted => Some(r),
+        Ok(Some(r)) if r.state == LedgerState::Deleted || !shared.holds_whole(&r) => Some(r),
         Ok(_) => None,
         Err(e) => {
             tracing::debug!(ledger, error = %e, "ledger state could not be checked after a missing file");

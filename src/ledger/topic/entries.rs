@@ -7,7 +7,7 @@ use super::{lock, LedgerView, TopicLog};
 use crate::ledger::error::ReadError;
 use crate::ledger::index::IndexEntry;
 use crate::ledger::metadata::{LedgerId, LedgerRecord, LedgerState};
-use crate::ledger::read::{deleted_meanwhile, read_located, read_one};
+use crate::ledger::read::{moved_meanwhile, read_located, read_one};
 use crate::ledger::{Entry, Position};
 
 impl TopicLog {
@@ -44,7 +44,7 @@ impl TopicLog {
     }
 
     /// [`TopicLog::read_from_lake`] of a closed ledger's record.
-    fn lake_holds_for_this_log(&self, r: &LedgerRecord) -> bool {
+    pub(super) fn lake_holds_for_this_log(&self, r: &LedgerRecord) -> bool {
         r.state == LedgerState::Deleted
             || (r.state == LedgerState::Offloaded && !self.inner.shared.holds_whole(r))
     }
@@ -128,18 +128,27 @@ impl TopicLog {
             }
         }
         if self.foreign(pos.ledger).is_some() {
-            let mut one = self.read_foreign(pos.ledger, pos.entry, pos.entry).await?;
-            return one.pop().ok_or(ReadError::NoSuchEntry {
-                ledger: pos.ledger,
-                entry: pos.entry,
-                available: 0,
-            });
+            return self.read_foreign_one(pos).await;
         }
         let read = match self.locate(pos.ledger, pos.entry, pos.entry).await {
             Ok(located) => read_one(&self.inner.shared, pos, located[0]).await,
             Err(e) => Err(e),
         };
-        self.or_deleted(pos.ledger, read).await
+        match self.or_moved(pos.ledger, read).await {
+            // The view learnt that the bookies holding the ledger are elsewhere now.
+            Err(_) if self.foreign(pos.ledger).is_some() => self.read_foreign_one(pos).await,
+            read => read,
+        }
+    }
+
+    /// Entry `pos` of a ledger other bookies hold ([`TopicLog::foreign`]).
+    async fn read_foreign_one(&self, pos: Position) -> Result<Entry, ReadError> {
+        let mut one = self.read_foreign(pos.ledger, pos.entry, pos.entry).await?;
+        one.pop().ok_or(ReadError::NoSuchEntry {
+            ledger: pos.ledger,
+            entry: pos.entry,
+            available: 0,
+        })
     }
 
     /// Whether `pos` is confirmed in its own ledger (a replicated ledger may end short of
@@ -152,20 +161,24 @@ impl TopicLog {
         }
     }
 
-    /// `read` of `ledger`, with a local copy that went missing because the ledger was deleted
-    /// meanwhile reported as [`ReadError::Deleted`] (see [`deleted_meanwhile`]) and the
-    /// deletion recorded in this log, so that its other readers (the lake stream, which goes
-    /// by the ledgers' states) read the ledger from the lake too.
-    pub(super) async fn or_deleted<T>(
+    /// `read` of `ledger`, with a local copy that went missing because the ledger moved on
+    /// meanwhile (see [`moved_meanwhile`]): the store's record is recorded in this log, so that
+    /// its readers (the lake stream too, which goes by the ledgers' states) read the ledger
+    /// where it is now, and the read fails with [`ReadError::Deleted`] when that is the lake.
+    /// When it is other bookies ([`TopicLog::foreign`] answers now), the caller reads again.
+    pub(super) async fn or_moved<T>(
         &self,
         ledger: LedgerId,
         read: Result<T, ReadError>,
     ) -> Result<T, ReadError> {
         let Err(e) = read else { return read };
-        match deleted_meanwhile(&self.inner.shared, ledger, &e).await {
+        match moved_meanwhile(&self.inner.shared, ledger, &e).await {
             Some(record) => {
                 self.set_record(record);
-                Err(ReadError::Deleted(ledger))
+                if self.read_from_lake(ledger) {
+                    return Err(ReadError::Deleted(ledger));
+                }
+                Err(e)
             }
             None => Err(e),
         }
@@ -208,9 +221,13 @@ impl TopicLog {
         if self.foreign(ledger).is_some() {
             return self.read_foreign(ledger, first, last).await;
         }
-        let located = self
-            .or_deleted(ledger, self.locate(ledger, first, last).await)
-            .await?;
+        let located = match self
+            .or_moved(ledger, self.locate(ledger, first, last).await)
+            .await
+        {
+            Ok(located) => located,
+            Err(e) => return self.or_foreign(ledger, (first, last), e).await,
+        };
         // Fault tests: the disk under this topic's entries fails (before the cache, so that
         // every read sees it).
         if let Err(source) = crate::failpoint::io_error_at("ledger.read", self.name()) {
@@ -237,6 +254,24 @@ impl TopicLog {
             }
         }
         let read = read_located(&self.inner.shared, ledger, first, located).await;
-        self.or_deleted(ledger, read).await
+        match self.or_moved(ledger, read).await {
+            Err(e) => self.or_foreign(ledger, (first, last), e).await,
+            read => read,
+        }
+    }
+
+    /// After a local read of `ledger` failed with `e`: its entries `first..=last` from the
+    /// bookies that hold it when the view learnt meanwhile that they are elsewhere
+    /// ([`TopicLog::or_moved`]), `e` otherwise.
+    async fn or_foreign(
+        &self,
+        ledger: LedgerId,
+        (first, last): (u64, u64),
+        e: ReadError,
+    ) -> Result<Vec<Entry>, ReadError> {
+        if self.foreign(ledger).is_some() {
+            return self.read_foreign(ledger, first, last).await;
+        }
+        Err(e)
     }
 }

@@ -99,7 +99,13 @@ impl TopicLog {
             LedgerView::Open(o) => Ok(o.written().entries.clone().into()),
             LedgerView::Closed(r) => self.inner.shared.held_sealed_index(&r).await,
         };
-        let index = self.or_deleted(l.id, index).await?;
+        let index = match self.or_moved(l.id, index).await {
+            // The view learnt that the bookies holding the ledger are elsewhere now.
+            Err(_) if self.foreign(l.id).is_some() => {
+                return Box::pin(self.first_published_at_or_after(l, publish_time_ms)).await
+            }
+            index => index?,
+        };
         let count = (l.entry_count as usize).min(index.len());
         let i = index[..count].partition_point(|e| e.publish_time_ms < publish_time_ms);
         Ok((i < count).then_some(i as u64))
