@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::ledger::{now_ms, LedgerInfo, LedgerState, Position};
+use crate::ledger::{now_ms, LedgerInfo, Position};
 use crate::replay::Tier;
 
 /// Stats of one subscription (Pulsar's names where Pulsar has them).
@@ -117,11 +117,7 @@ pub(crate) fn backlog(
             && (l.id > next_read.ledger
                 || (l.id == next_read.ledger && next_read.entry < l.entry_count))
         {
-            tier = if l.state == LedgerState::Deleted {
-                Tier::Lake
-            } else {
-                Tier::Local
-            };
+            tier = if l.from_lake { Tier::Lake } else { Tier::Local };
             tier_found = true;
         }
         let first = match l.id.cmp(&first_unacked.ledger) {
@@ -253,6 +249,7 @@ pub(crate) fn position_keeping(ledgers: &[LedgerInfo], max_bytes: u64) -> Positi
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ledger::LedgerState;
 
     #[test]
     fn positions_for_eviction() {
@@ -308,6 +305,7 @@ mod tests {
             size_bytes: bytes,
             min_publish_ms: Some(now_ms() - 10_000),
             max_publish_ms: Some(now_ms()),
+            from_lake: state == LedgerState::Deleted,
         }
     }
 
@@ -331,6 +329,15 @@ mod tests {
         );
         let (n, _, age, _) = backlog(&ledgers, Position::new(3, 4), 0, Position::new(3, 4));
         assert_eq!((n, age), (0, 0));
+        // An offloaded ledger: read locally where this node holds it whole, from the lake
+        // where it does not (another bookie's, or striped).
+        let mut offloaded = ledgers.clone();
+        offloaded[1].state = LedgerState::Offloaded;
+        let (_, _, _, tier) = backlog(&offloaded, Position::new(2, 0), 0, Position::new(2, 3));
+        assert_eq!(tier, Tier::Local);
+        offloaded[1].from_lake = true;
+        let (_, _, _, tier) = backlog(&offloaded, Position::new(2, 0), 0, Position::new(2, 3));
+        assert_eq!(tier, Tier::Lake);
     }
 }
 

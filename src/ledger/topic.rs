@@ -45,6 +45,9 @@ pub struct LedgerInfo {
     pub min_publish_ms: Option<i64>,
     /// Publish-time range.
     pub max_publish_ms: Option<i64>,
+    /// Whether this log reads its entries from the lake ([`TopicLog::read_from_lake`]):
+    /// deleted locally, or offloaded while this node does not hold it whole.
+    pub from_lake: bool,
 }
 
 /// What the topic knows about each of its ledgers.
@@ -509,6 +512,7 @@ impl TopicLog {
                         size_bytes: info.size_bytes,
                         min_publish_ms: info.min_publish_ms,
                         max_publish_ms: info.max_publish_ms,
+                        from_lake: false,
                     }
                 }
                 LedgerView::Closed(r) => LedgerInfo {
@@ -521,6 +525,7 @@ impl TopicLog {
                     size_bytes: r.seal.map_or(0, |s| s.size_bytes),
                     min_publish_ms: r.seal.and_then(|s| s.min_publish_ms),
                     max_publish_ms: r.seal.and_then(|s| s.max_publish_ms),
+                    from_lake: self.lake_holds_for_this_log(r),
                 },
             })
             .collect()

@@ -120,7 +120,10 @@ impl Operations {
             .map(|l| {
                 entries += l.entry_count;
                 size += l.size_bytes;
+                // Where this node reads it: an offloaded ledger it does not hold whole (another
+                // bookie's, or striped) is read from the lake only.
                 let tier = match l.state {
+                    _ if l.from_lake => "lake",
                     LedgerState::Open | LedgerState::Sealed => "local",
                     LedgerState::Offloaded => "offloaded",
                     _ => "lake",
