@@ -14,8 +14,10 @@
 //!   batches; a crash between leaves index keys that point at no record, which read as "no such
 //!   ledger" (ledger ids are never reused).
 //!
-//! Key layout and record encoding: [`layout`] (ADR 0006).
+//! Key layout and record encoding: [`layout`] (ADR 0006). With several members, those that
+//! do not answer are kept out of the client's balance ([`members`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -35,6 +37,7 @@ use layout::{decode, decode_ledger, encode, encode_ledger, Keys, StoredTopic};
 mod cas;
 mod feed;
 pub mod layout;
+mod members;
 
 use cas::{absent, exists, first_get_found, unchanged, TopicMust};
 
@@ -49,6 +52,9 @@ pub struct EtcdMetadataStore {
     client: Client,
     /// Invariant: every key this store reads or writes is under `keys`' prefix.
     keys: Keys,
+    /// With more than one member: keeps `client`'s requests off members that do not answer
+    /// (ends with the last clone of this store).
+    _members: Option<Arc<members::MemberGuard>>,
 }
 
 impl std::fmt::Debug for EtcdMetadataStore {
@@ -92,10 +98,16 @@ impl EtcdMetadataStore {
             // A member cut off from its leader refuses requests and ends its watches instead
             // of serving what it had (a watch on it would go quiet and never end).
             .with_require_leader(true);
-        let client = Client::connect(&parsed.endpoints, Some(options))
+        let client = Client::connect(&parsed.endpoints, Some(options.clone()))
             .await
             .map_err(backend("connect to etcd"))?;
-        let store = Self::with_client(client, &parsed.prefix);
+        let guard = members::guard(&client, &parsed.endpoints, &options)
+            .await
+            .map_err(backend("connect to each etcd member"))?;
+        let store = EtcdMetadataStore {
+            _members: guard.map(Arc::new),
+            ..Self::with_client(client, &parsed.prefix)
+        };
         // Fail at start, not at the first topic, when etcd is not there.
         store
             .client
@@ -111,6 +123,7 @@ impl EtcdMetadataStore {
         EtcdMetadataStore {
             client,
             keys: Keys::new(prefix),
+            _members: None,
         }
     }
 
