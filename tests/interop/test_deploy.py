@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import tomllib
 import urllib.request
@@ -21,7 +22,7 @@ import pulsar
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import eventually
+from conftest import _free_port, eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -29,11 +30,11 @@ CHART = DEPLOY / "helm" / "ledgerlake"
 CHART_CONFIG = CHART / "files" / "ledgerlake.toml"
 RENDERED = DEPLOY / "helm" / "rendered" / "ledgerlake.yaml"
 # `helm template ledgerlake deploy/helm/ledgerlake --set cluster.enabled=true
-#  --set cluster.metadataUrl=etcd://etcd.default.svc:2379
-#  --set-file config=deploy/helm/ledgerlake/files/cluster.toml`, written by hand as RENDERED is.
+#  --set-file config=deploy/helm/ledgerlake/files/cluster.toml`, written by hand as RENDERED is
+# (the nodes on the chart's own etcd).
 RENDERED_CLUSTER = DEPLOY / "helm" / "rendered" / "ledgerlake-cluster.yaml"
 CHART_CLUSTER_CONFIG = CHART / "files" / "cluster.toml"
-CLUSTER_VALUES = {"enabled": True, "replicas": 3, "metadataUrl": "etcd://etcd.default.svc:2379"}
+CLUSTER_VALUES = {"enabled": True, "replicas": 3}
 COMPOSE = DEPLOY / "compose.yaml"
 COMPOSE_CONFIG = DEPLOY / "compose" / "ledgerlake.toml"
 COMPOSE_CLUSTER = DEPLOY / "compose.cluster.yaml"
@@ -426,16 +427,17 @@ def test_rendered_manifests_pass_the_kubernetes_schemas():
 
 def template_literal_lines(path, vals):
     """The lines of a template that are plain text (no action) and that default values render:
-    blocks of `{{- with .Values.x }}` / `{{- if .Values.x }}` are kept when x is truthy."""
+    blocks of `{{- with .Values.x }}` / `{{- if .Values.x }}` are kept when x is truthy, and of
+    `{{- if not .Values.x }}` when it is not."""
     stack, out = [], []
     for line in path.read_text().splitlines():
         s = line.strip()
-        m = re.fullmatch(r"\{\{-? (with|if) \.Values\.([A-Za-z0-9_.]+) -?\}\}", s)
+        m = re.fullmatch(r"\{\{-? (with|if|if not) \.Values\.([A-Za-z0-9_.]+) -?\}\}", s)
         if m:
             v = vals
             for part in m.group(2).split("."):
                 v = (v or {}).get(part)
-            stack.append(bool(v))
+            stack.append(bool(v) != (m.group(1) == "if not"))
             continue
         if re.fullmatch(r"\{\{-? end -?\}\}", s):
             stack.pop()
@@ -546,7 +548,12 @@ def test_cluster_manifests_make_each_pod_a_node_of_one_cluster():
     for doc in docs:
         if doc["kind"] != "ServiceMonitor":
             kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
-    pdb, cm, svc, headless, sts, sm = docs
+    # `helm template`'s order: by kind, then by template file (etcd.yaml first).
+    etcd_pdb, pdb, cm, etcd_svc, svc, headless, etcd_sts, sts, sm = docs
+    assert [d["kind"] for d in docs] == ["PodDisruptionBudget"] * 2 + ["ConfigMap"] + \
+        ["Service"] * 3 + ["StatefulSet"] * 2 + ["ServiceMonitor"]
+    assert [d["metadata"]["name"] for d in (etcd_pdb, etcd_svc, etcd_sts)] == \
+        ["ledgerlake-etcd"] * 3
     # One node at a time may be stopped voluntarily, and the nodes spread over hosts.
     assert pdb["kind"] == "PodDisruptionBudget"
     assert pdb["spec"]["maxUnavailable"] == vals["cluster"]["maxUnavailable"] == 1
@@ -571,6 +578,7 @@ def test_cluster_manifests_make_each_pod_a_node_of_one_cluster():
     assert {p["name"]: (p["port"], p["targetPort"]) for p in headless["spec"]["ports"]}[
         "bookie"] == (3181, "bookie") and ports["bookie"] == 3181
     assert "bookie" not in {p["name"] for p in svc["spec"]["ports"]}  # nodes only
+    etcd_url = check_chart_etcd(vals, (etcd_pdb, etcd_svc, etcd_sts), (svc, headless, sts))
     # Kubernetes expands $(VAR) from the variables defined before it, in order.
     env, pod_name = [], None
     for e in c["env"]:
@@ -589,7 +597,7 @@ def test_cluster_manifests_make_each_pod_a_node_of_one_cluster():
         config_check(CHART_CLUSTER_CONFIG, pod_env)
         cfg = config_show(CHART_CLUSTER_CONFIG, pod_env)
         host = f"{pod}.{headless['metadata']['name']}.default.svc"
-        assert cfg["metadata"]["url"] == CLUSTER_VALUES["metadataUrl"]
+        assert cfg["metadata"]["url"] == etcd_url
         assert cfg["broker"]["advertised_address"] == f"{host}:{ports['pulsar']}"
         server = cfg["server"]
         assert server["bookie_addr"] == f"0.0.0.0:{ports['bookie']}"
@@ -598,6 +606,139 @@ def test_cluster_manifests_make_each_pod_a_node_of_one_cluster():
         # A node's id: its advertised host and its HTTP port.
         ids.add(f"{host}:{server['http_addr'].rsplit(':', 1)[1]}")
     assert len(ids) == CLUSTER_VALUES["replicas"], ids
+
+
+def check_chart_etcd(vals, etcd_docs, node_docs):
+    """The chart's etcd (no cluster.metadataUrl given): cluster.etcd.replicas members in a
+    StatefulSet of their own, each named after its pod and listing every member's pod DNS name
+    as its initial cluster; neither its selectors nor the nodes' select the other's pods.
+    Returns the metadata URL the nodes get: every member's client address."""
+    etcd = vals["cluster"]["etcd"]
+    pdb, svc, sts = etcd_docs
+    name, replicas = sts["metadata"]["name"], etcd["replicas"]
+    assert sts["spec"]["replicas"] == replicas == 3
+    assert sts["spec"]["serviceName"] == svc["metadata"]["name"] == name
+    assert sts["spec"]["podManagementPolicy"] == "Parallel"
+    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
+    labels = sts["spec"]["template"]["metadata"]["labels"]
+    for selector in (svc["spec"]["selector"], sts["spec"]["selector"]["matchLabels"],
+                     pdb["spec"]["selector"]["matchLabels"]):
+        assert selector.items() <= labels.items()
+    node_svc, node_headless, node_sts = node_docs
+    node_labels = node_sts["spec"]["template"]["metadata"]["labels"]
+    for selector in (node_svc["spec"]["selector"], node_headless["spec"]["selector"]):
+        assert not selector.items() <= labels.items(), "a node Service selects etcd's pods"
+    assert not svc["spec"]["selector"].items() <= node_labels.items()
+    assert pdb["spec"]["maxUnavailable"] == 1, "a majority of 3 stays up"
+    pod = sts["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert c["image"] == etcd["image"] == compose_etcd_image()
+    assert c["resources"] == etcd["resources"]
+    assert pod["securityContext"] == vals["podSecurityContext"]
+    assert c["securityContext"] == vals["securityContext"]
+    assert c["env"] == [{"name": "POD_NAME",
+                         "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
+    flags = dict(f.removeprefix("--").split("=", 1) for f in c["command"][1:])
+    assert c["command"][0] == "etcd"
+    hosts = [f"{name}-{i}.{name}.default.svc" for i in range(replicas)]
+    assert flags["name"] == "$(POD_NAME)"
+    assert flags["initial-cluster"] == ",".join(
+        f"{name}-{i}=http://{h}:2380" for i, h in enumerate(hosts))
+    assert flags["initial-advertise-peer-urls"] == f"http://$(POD_NAME).{name}.default.svc:2380"
+    assert flags["advertise-client-urls"] == f"http://$(POD_NAME).{name}.default.svc:2379"
+    assert flags["initial-cluster-state"] == "new"
+    mount = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}["data"]
+    assert flags["data-dir"].startswith(mount + "/")
+    pvc = sts["spec"]["volumeClaimTemplates"][0]
+    assert pvc["metadata"]["name"] == "data"
+    assert pvc["spec"]["resources"]["requests"]["storage"] == etcd["storage"]
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports == {"client": 2379, "peer": 2380, "metrics": 2381}
+    assert flags["listen-metrics-urls"].endswith(":2381")
+    assert c["readinessProbe"]["httpGet"] == {"path": "/health", "port": "metrics"}
+    assert {p["name"]: p["targetPort"] for p in svc["spec"]["ports"]} == \
+        {"client": "client", "peer": "peer"}
+    return "etcd://" + ",".join(f"{h}:2379" for h in hosts)
+
+
+def compose_etcd_image():
+    return load_yaml_docs(COMPOSE_CLUSTER)[0]["services"]["etcd"]["image"]
+
+
+def test_the_charts_etcd_members_form_one_cluster_that_a_node_uses(make_service, tmp_path):
+    """The chart's etcd flags, run by the etcd the tests use: the rendered StatefulSet's three
+    members, each given its pod's name, on 127.0.0.1 (each member DNS name and 0.0.0.0 listener
+    mapped to a free loopback port, nothing else changed) form one cluster. A node given the
+    rendered metadata URL, mapped the same way, joins it, and keeps serving new topics after
+    one member is killed."""
+    docs = rendered_docs(RENDERED_CLUSTER)
+    sts = next(d for d in docs if d["kind"] == "StatefulSet"
+               and d["metadata"]["name"].endswith("-etcd"))
+    name, replicas = sts["metadata"]["name"], sts["spec"]["replicas"]
+    command = sts["spec"]["template"]["spec"]["containers"][0]["command"]
+    pods = [f"{name}-{i}" for i in range(replicas)]
+    ports = {p: {n: _free_port() for n in (2379, 2380, 2381)} for p in pods}
+
+    def mapped(text, pod=None):
+        for other, theirs in ports.items():
+            for port in (2379, 2380):
+                text = text.replace(f"{other}.{name}.default.svc:{port}",
+                                    f"127.0.0.1:{theirs[port]}")
+        if pod is not None:
+            for port, mine in ports[pod].items():
+                text = text.replace(f"0.0.0.0:{port}", f"127.0.0.1:{mine}")
+        return text
+
+    procs = []
+    try:
+        for pod in pods:
+            args = [mapped(a.replace("$(POD_NAME)", pod), pod) for a in command[1:]]
+            args = [a.replace("/var/lib/etcd/", f"{tmp_path}/{pod}/") for a in args]
+            assert not any("0.0.0.0" in a or ".svc" in a for a in args), args
+            procs.append(subprocess.Popen([shutil.which("etcd")] + args,
+                                          stdout=subprocess.DEVNULL,
+                                          stderr=open(tmp_path / f"{pod}.log", "ab")))
+
+        def healthy():
+            for pod in pods:
+                url = f"http://127.0.0.1:{ports[pod][2381]}/health"
+                try:
+                    with urllib.request.urlopen(url, timeout=5) as r:
+                        assert json.load(r)["health"] == "true"
+                except OSError as e:
+                    raise AssertionError(f"{pod}: {e}") from e
+        eventually(healthy, timeout=60, interval=0.5)
+        first = f"http://127.0.0.1:{ports[pods[0]][2379]}"
+        req = urllib.request.Request(f"{first}/v3/cluster/member/list", data=b"{}")
+        with urllib.request.urlopen(req, timeout=5) as r:
+            members = json.load(r)["members"]
+        assert sorted(m["name"] for m in members) == pods
+
+        node_url = next(e["value"] for e in
+                        sts_of(docs, "ledgerlake")["spec"]["template"]["spec"]["containers"][0]["env"]
+                        if e["name"] == "LEDGERLAKE_METADATA__URL")
+        node = make_service(args=["--metadata-url", mapped(node_url) + "/chart",
+                                  "--bookie-addr", f"127.0.0.1:{_free_port()}"])
+        node.start()
+        client = pulsar.Client(node.url, operation_timeout_seconds=30)
+        try:
+            client.create_producer("persistent://public/default/chart-etcd-1").send(b"one")
+            # A member of three lost: the other two are a majority, and the node goes on.
+            procs[0].kill()
+            procs[0].wait()
+            producer = client.create_producer("persistent://public/default/chart-etcd-2")
+            producer.send(b"two")
+        finally:
+            client.close()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def sts_of(docs, name):
+    return next(d for d in docs if d["kind"] == "StatefulSet" and d["metadata"]["name"] == name)
 
 
 # --- alert rules and dashboard -------------------------------------------------------------

@@ -113,3 +113,45 @@ affinity:
 {{ . | indent 6 }}
 {{- end }}
 {{- end }}
+
+{{/* The chart's etcd (cluster.etcd, deployed when cluster.metadataUrl is empty): the name of
+its StatefulSet and headless Service, and its pods' labels (not the nodes': neither selects the
+other's pods). */}}
+{{- define "ledgerlake.etcdName" -}}
+{{- printf "%s-etcd" (include "ledgerlake.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "ledgerlake.etcdSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "ledgerlake.name" . }}-etcd
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: etcd
+{{- end }}
+
+{{/* Member i of the chart's etcd: its pod's DNS name through the headless Service. */}}
+{{- define "ledgerlake.etcdHost" -}}
+{{- $name := include "ledgerlake.etcdName" .root }}
+{{- printf "%s-%d.%s.%s.svc" $name (int .i) $name .root.Release.Namespace }}
+{{- end }}
+
+{{/* etcd's --initial-cluster: every member's name (its pod's) and peer URL. */}}
+{{- define "ledgerlake.etcdInitialCluster" -}}
+{{- $members := list }}
+{{- range $i := until (int .Values.cluster.etcd.replicas) }}
+{{- $host := include "ledgerlake.etcdHost" (dict "root" $ "i" $i) }}
+{{- $members = append $members (printf "%s-%d=http://%s:2380" (include "ledgerlake.etcdName" $) $i $host) }}
+{{- end }}
+{{- join "," $members }}
+{{- end }}
+
+{{/* The nodes' metadata store: cluster.metadataUrl, or every member of the chart's etcd. */}}
+{{- define "ledgerlake.metadataUrl" -}}
+{{- if .Values.cluster.metadataUrl }}
+{{- .Values.cluster.metadataUrl }}
+{{- else }}
+{{- $members := list }}
+{{- range $i := until (int .Values.cluster.etcd.replicas) }}
+{{- $members = append $members (printf "%s:2379" (include "ledgerlake.etcdHost" (dict "root" $ "i" $i))) }}
+{{- end }}
+{{- printf "etcd://%s" (join "," $members) }}
+{{- end }}
+{{- end }}
