@@ -175,11 +175,14 @@ struct Renewal {
 
 impl Renewal {
     /// Keeps the lease alive until `stop`; reports the session lost when renewals stop
-    /// arriving in time.
+    /// arriving in time. A renewal is sent every third of the time-to-live; after a failed one
+    /// (e.g. the etcd member it went to stopped), the next is sent after [`Renewal::retry`],
+    /// so that one failure does not use up the margin before the session counts as lost.
     async fn run(self, state: Arc<watch::Sender<SessionState>>, stop: CancellationToken) {
         let lease = self.lease;
         let mut last_ok = Instant::now();
         let mut channel: Option<(LeaseKeeper, LeaseKeepAliveStream)> = None;
+        let mut wait = self.ttl / 3;
         loop {
             let lost_at = last_ok + self.ttl * 2 / 3;
             tokio::select! {
@@ -189,8 +192,11 @@ impl Renewal {
                     end_session(&state, SessionState::Lost);
                     return;
                 }
-                renewed = self.once(&mut channel) => match renewed {
-                    Ok(Some(sent)) => last_ok = sent,
+                renewed = self.once(&mut channel, wait) => match renewed {
+                    Ok(Some(sent)) => {
+                        last_ok = sent;
+                        wait = self.ttl / 3;
+                    }
                     Ok(None) => {
                         tracing::error!(lease, "coordination session lost: etcd expired the lease");
                         end_session(&state, SessionState::Lost);
@@ -199,19 +205,27 @@ impl Renewal {
                     Err(e) => {
                         tracing::warn!(lease, error = %e, "lease renewal failed; retrying");
                         channel = None;
+                        wait = self.retry();
                     }
                 },
             }
         }
     }
 
-    /// Waits a third of the time-to-live and renews once: the send time when etcd confirmed,
-    /// `None` when etcd says the lease is gone.
+    /// How long after a failed renewal the next is sent: a twentieth of the time-to-live,
+    /// between 100 ms and 1 s.
+    fn retry(&self) -> Duration {
+        (self.ttl / 20).clamp(Duration::from_millis(100), Duration::from_secs(1))
+    }
+
+    /// Waits `wait` and renews once: the send time when etcd confirmed, `None` when etcd says
+    /// the lease is gone.
     async fn once(
         &self,
         channel: &mut Option<(LeaseKeeper, LeaseKeepAliveStream)>,
+        wait: Duration,
     ) -> Result<Option<Instant>, etcd_client::Error> {
-        tokio::time::sleep(self.ttl / 3).await;
+        tokio::time::sleep(wait).await;
         if !self.renewing.load(Ordering::Relaxed) {
             std::future::pending::<()>().await;
         }

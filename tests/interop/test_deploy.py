@@ -12,6 +12,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import time
 import tomllib
 import urllib.request
 from pathlib import Path
@@ -717,7 +718,9 @@ def test_the_charts_etcd_members_form_one_cluster_that_a_node_uses(make_service,
         node_url = next(e["value"] for e in
                         sts_of(docs, "ledgerlake")["spec"]["template"]["spec"]["containers"][0]["env"]
                         if e["name"] == "LEDGERLAKE_METADATA__URL")
-        node = make_service(args=["--metadata-url", mapped(node_url) + "/chart",
+        ttl = 3
+        node = make_service(env={"LEDGERLAKE_METADATA__SESSION_TTL": f"{ttl}s"},
+                            args=["--metadata-url", mapped(node_url) + "/chart",
                                   "--bookie-addr", f"127.0.0.1:{_free_port()}"])
         node.start()
         client = pulsar.Client(node.url, operation_timeout_seconds=30)
@@ -728,6 +731,12 @@ def test_the_charts_etcd_members_form_one_cluster_that_a_node_uses(make_service,
             procs[0].wait()
             producer = client.create_producer("persistent://public/default/chart-etcd-2")
             producer.send(b"two")
+            # Its session lives on through two lifetimes of its lease (renewed by the others).
+            time.sleep(2 * ttl)
+            producer.send(b"three")
+            log = open(node.log_path, errors="replace").read()
+            assert "coordination session lost" not in log
+            assert "does not answer; requests go to the others" in log
         finally:
             client.close()
     finally:
