@@ -175,9 +175,11 @@ struct Renewal {
 
 impl Renewal {
     /// Keeps the lease alive until `stop`; reports the session lost when renewals stop
-    /// arriving in time. A renewal is sent every third of the time-to-live; after a failed one
-    /// (e.g. the etcd member it went to stopped), the next is sent after [`Renewal::retry`],
-    /// so that one failure does not use up the margin before the session counts as lost.
+    /// arriving in time. A renewal is sent every third of the time-to-live; one unanswered
+    /// within [`Renewal::answer_within`] failed. After a failed one (e.g. the etcd member
+    /// its stream went to stopped or hangs), the next is sent on a new stream after
+    /// [`Renewal::retry`], so that one failure does not use up the margin before the session
+    /// counts as lost.
     async fn run(self, state: Arc<watch::Sender<SessionState>>, stop: CancellationToken) {
         let lease = self.lease;
         let mut last_ok = Instant::now();
@@ -218,6 +220,14 @@ impl Renewal {
         (self.ttl / 20).clamp(Duration::from_millis(100), Duration::from_secs(1))
     }
 
+    /// How long a renewal (with a new stream when it needs one) may take before it counts as
+    /// failed: a fifth of the time-to-live, between 200 ms and 3 s. A renewal sent when the
+    /// last one landed, a third of the time-to-live after it, then fails early enough for its
+    /// retry to land before two thirds.
+    fn answer_within(&self) -> Duration {
+        (self.ttl / 5).clamp(Duration::from_millis(200), Duration::from_secs(3))
+    }
+
     /// Waits `wait` and renews once: the send time when etcd confirmed, `None` when etcd says
     /// the lease is gone.
     async fn once(
@@ -229,6 +239,20 @@ impl Renewal {
         if !self.renewing.load(Ordering::Relaxed) {
             std::future::pending::<()>().await;
         }
+        let within = self.answer_within();
+        match tokio::time::timeout(within, self.renew(channel)).await {
+            Ok(renewed) => renewed,
+            Err(_) => Err(etcd_client::Error::LeaseKeepAliveError(format!(
+                "no answer within {within:?}"
+            ))),
+        }
+    }
+
+    /// Sends one renewal and waits for its answer (see [`Renewal::once`]).
+    async fn renew(
+        &self,
+        channel: &mut Option<(LeaseKeeper, LeaseKeepAliveStream)>,
+    ) -> Result<Option<Instant>, etcd_client::Error> {
         if channel.is_none() {
             *channel = Some(self.client.lease_client().keep_alive(self.lease).await?);
         }

@@ -11,6 +11,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import time
 import tomllib
@@ -580,6 +581,10 @@ def test_cluster_manifests_make_each_pod_a_node_of_one_cluster():
         "bookie"] == (3181, "bookie") and ports["bookie"] == 3181
     assert "bookie" not in {p["name"] for p in svc["spec"]["ports"]}  # nodes only
     etcd_url = check_chart_etcd(vals, (etcd_pdb, etcd_svc, etcd_sts), (svc, headless, sts))
+    # The nodes' ServiceMonitor scrapes the node Service only (not etcd's).
+    sm_labels = sm["spec"]["selector"]["matchLabels"]
+    assert sm_labels.items() <= svc["metadata"]["labels"].items()
+    assert not sm_labels.items() <= etcd_svc["metadata"]["labels"].items()
     # Kubernetes expands $(VAR) from the variables defined before it, in order.
     env, pod_name = [], None
     for e in c["env"]:
@@ -648,6 +653,8 @@ def check_chart_etcd(vals, etcd_docs, node_docs):
     assert flags["initial-advertise-peer-urls"] == f"http://$(POD_NAME).{name}.default.svc:2380"
     assert flags["advertise-client-urls"] == f"http://$(POD_NAME).{name}.default.svc:2379"
     assert flags["initial-cluster-state"] == "new"
+    assert (flags["auto-compaction-mode"], flags["auto-compaction-retention"]) == \
+        ("periodic", "1h"), "history is dropped, or the database fills its quota"
     mount = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}["data"]
     assert flags["data-dir"].startswith(mount + "/")
     pvc = sts["spec"]["volumeClaimTemplates"][0]
@@ -670,8 +677,9 @@ def test_the_charts_etcd_members_form_one_cluster_that_a_node_uses(make_service,
     """The chart's etcd flags, run by the etcd the tests use: the rendered StatefulSet's three
     members, each given its pod's name, on 127.0.0.1 (each member DNS name and 0.0.0.0 listener
     mapped to a free loopback port, nothing else changed) form one cluster. A node given the
-    rendered metadata URL, mapped the same way, joins it, and keeps serving new topics after
-    one member is killed."""
+    rendered metadata URL, mapped the same way, joins it. It keeps serving new topics, and its
+    session (the default lease of 10 s) lives on, while each member in turn hangs (SIGSTOP)
+    and after one is killed."""
     docs = rendered_docs(RENDERED_CLUSTER)
     sts = next(d for d in docs if d["kind"] == "StatefulSet"
                and d["metadata"]["name"].endswith("-etcd"))
@@ -718,25 +726,39 @@ def test_the_charts_etcd_members_form_one_cluster_that_a_node_uses(make_service,
         node_url = next(e["value"] for e in
                         sts_of(docs, "ledgerlake")["spec"]["template"]["spec"]["containers"][0]["env"]
                         if e["name"] == "LEDGERLAKE_METADATA__URL")
-        ttl = 3
-        node = make_service(env={"LEDGERLAKE_METADATA__SESSION_TTL": f"{ttl}s"},
-                            args=["--metadata-url", mapped(node_url) + "/chart",
+        ttl = 10  # metadata.session_ttl's default
+        node = make_service(args=["--metadata-url", mapped(node_url) + "/chart",
                                   "--bookie-addr", f"127.0.0.1:{_free_port()}"])
         node.start()
         client = pulsar.Client(node.url, operation_timeout_seconds=30)
+
+        def serves(topic):
+            """A new topic (new metadata) takes a message, and the node's session outlives a
+            lifetime of its lease (three renewals, by the members that answer)."""
+            producer = client.create_producer(f"persistent://public/default/{topic}")
+            producer.send(b"one")
+            time.sleep(ttl)
+            producer.send(b"two")
+            log = open(node.log_path, errors="replace").read()
+            assert "coordination session lost" not in log
+
         try:
-            client.create_producer("persistent://public/default/chart-etcd-1").send(b"one")
+            serves("chart-etcd-0")
+            # Each member hangs in turn (whichever holds the node's lease stream or watches).
+            for i, pod in enumerate(pods):
+                os.kill(procs[i].pid, signal.SIGSTOP)
+                try:
+                    serves(f"chart-etcd-stopped-{i}")
+                finally:
+                    os.kill(procs[i].pid, signal.SIGCONT)
+                eventually(healthy, timeout=30, interval=0.5)
             # A member of three lost: the other two are a majority, and the node goes on.
             procs[0].kill()
             procs[0].wait()
-            producer = client.create_producer("persistent://public/default/chart-etcd-2")
-            producer.send(b"two")
-            # Its session lives on through two lifetimes of its lease (renewed by the others).
-            time.sleep(2 * ttl)
-            producer.send(b"three")
+            serves("chart-etcd-killed")
             log = open(node.log_path, errors="replace").read()
-            assert "coordination session lost" not in log
             assert "does not answer; requests go to the others" in log
+            assert "answers again; requests go to it" in log
         finally:
             client.close()
     finally:

@@ -155,3 +155,10 @@ app.kubernetes.io/component: etcd
 {{- printf "etcd://%s" (join "," $members) }}
 {{- end }}
 {{- end }}
+
+{{- define "ledgerlake.etcdLabels" -}}
+helm.sh/chart: {{ include "ledgerlake.chart" . }}
+{{ include "ledgerlake.etcdSelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}

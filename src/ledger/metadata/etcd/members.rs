@@ -80,8 +80,9 @@ pub(super) async fn guard(
     Ok(Some(MemberGuard { task }))
 }
 
-/// Asks every member at once; takes those that did not answer out of `client`'s balance and
-/// puts back those in `out` that did (see the module's invariant).
+/// Asks every member at once; puts back those in `out` that answered, then takes those that
+/// did not answer out of `client`'s balance while a member that answered is in it (see the
+/// module's invariant).
 async fn probe_round(client: &Client, members: &mut [Member], out: &mut HashSet<String>) {
     let answers = futures::future::join_all(members.iter_mut().map(|m| async {
         let answered = matches!(
@@ -91,18 +92,28 @@ async fn probe_round(client: &Client, members: &mut [Member], out: &mut HashSet<
         (m.endpoint.as_str(), answered)
     }))
     .await;
-    let answering = answers.iter().filter(|(_, answered)| *answered).count();
-    for (endpoint, answered) in answers {
-        let is_out = out.contains(endpoint);
-        if answered && is_out {
-            match client.add_endpoint(endpoint).await {
-                Ok(()) => {
-                    out.remove(endpoint);
-                    tracing::info!(endpoint, "etcd member answers again; requests go to it");
-                }
-                Err(e) => tracing::warn!(endpoint, error = %e, "etcd member could not be put back"),
+    let back: Vec<&str> = answers
+        .iter()
+        .filter(|(e, answered)| *answered && out.contains(*e))
+        .map(|(e, _)| *e)
+        .collect();
+    for endpoint in back {
+        match client.add_endpoint(endpoint).await {
+            Ok(()) => {
+                out.remove(endpoint);
+                tracing::info!(endpoint, "etcd member answers again; requests go to it");
             }
-        } else if !answered && !is_out && answering > 0 {
+            Err(e) => tracing::warn!(endpoint, error = %e, "etcd member could not be put back"),
+        }
+    }
+    let serving = answers
+        .iter()
+        .any(|(e, answered)| *answered && !out.contains(*e));
+    if !serving {
+        return;
+    }
+    for (endpoint, answered) in answers {
+        if !answered && !out.contains(endpoint) {
             match client.remove_endpoint(endpoint).await {
                 Ok(()) => {
                     out.insert(endpoint.to_string());

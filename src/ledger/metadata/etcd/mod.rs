@@ -94,7 +94,9 @@ impl EtcdMetadataStore {
         let options = ConnectOptions::new()
             .with_connect_timeout(Duration::from_secs(5))
             .with_timeout(Duration::from_secs(15))
-            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
+            // A member that hangs (its connections stay open) fails the requests waiting on it
+            // within 4 s, rather than 15 (they are retried on the others: `members`).
+            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2))
             // A member cut off from its leader refuses requests and ends its watches instead
             // of serving what it had (a watch on it would go quiet and never end).
             .with_require_leader(true);
