@@ -1,52 +1,29 @@
 """The deployment files under deploy/ (Dockerfile, compose stack and three-node cluster,
-Prometheus alert rules, Grafana dashboard, Helm chart and its rendered manifests, single node
-and cluster) checked without a container engine or a cluster: every YAML parses; the compose
+Prometheus alert rules, Grafana dashboard, Helm chart and its rendered manifests; the chart's
+cluster profile is test_deploy_cluster.py's) checked without a container engine or a cluster: every YAML parses; the compose
 files and the chart are consistent with themselves, with the image and with the config loader
 (`ledgerlake config check`, each cluster node's own variables included); the rendered Kubernetes
 manifests pass the Kubernetes API schemas (kubernetes-validate); and every metric the alert
 rules and the dashboard query is one that a live `GET /metrics` really serves."""
 import hashlib
 import json
-import os
 import re
 import shlex
-import shutil
-import signal
 import subprocess
-import time
 import tomllib
 import urllib.request
-from pathlib import Path
 
 import kubernetes_validate
 import promql_parser
 import pulsar
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import _free_port, eventually
-
-ROOT = Path(__file__).resolve().parents[2]
-DEPLOY = ROOT / "deploy"
-CHART = DEPLOY / "helm" / "ledgerlake"
-CHART_CONFIG = CHART / "files" / "ledgerlake.toml"
-RENDERED = DEPLOY / "helm" / "rendered" / "ledgerlake.yaml"
-# `helm template ledgerlake deploy/helm/ledgerlake --set cluster.enabled=true
-#  --set-file config=deploy/helm/ledgerlake/files/cluster.toml`, written by hand as RENDERED is
-# (the nodes on the chart's own etcd).
-RENDERED_CLUSTER = DEPLOY / "helm" / "rendered" / "ledgerlake-cluster.yaml"
-CHART_CLUSTER_CONFIG = CHART / "files" / "cluster.toml"
-CLUSTER_VALUES = {"enabled": True, "replicas": 3}
-COMPOSE = DEPLOY / "compose.yaml"
-COMPOSE_CONFIG = DEPLOY / "compose" / "ledgerlake.toml"
-COMPOSE_CLUSTER = DEPLOY / "compose.cluster.yaml"
-CLUSTER_CONFIG = DEPLOY / "compose" / "cluster.toml"
-ALERTS = DEPLOY / "prometheus" / "alerts.yml"
-DASHBOARD = DEPLOY / "grafana" / "dashboards" / "ledgerlake.json"
-
-# The Kubernetes version the rendered manifests are validated against (kubernetes-validate's
-# bundled schemas, strict: unknown fields are errors).
-K8S_VERSION = "1.32.0"
+from conftest import eventually
+from deployfiles import (ALERTS, CHART, CHART_CONFIG, CLUSTER_CONFIG, COMPOSE_CLUSTER,
+                         COMPOSE_CONFIG, DASHBOARD, DEPLOY, K8S_VERSION, RENDERED, ROOT,
+                         assert_plain_lines_rendered, binary, compose, compose_env,
+                         config_check, config_show, dockerfile_instructions, load_yaml_docs,
+                         rendered_docs, values)
 
 # What the brief of each file promises it covers.
 ALERTED = {
@@ -65,89 +42,6 @@ CHARTED = {
     "pulsar_rate_in", "pulsar_rate_out", "pulsar_msg_backlog",
     "pulsar_storage_backlog_age_seconds",
 }
-
-
-def binary():
-    return os.environ["LL_TEST_BIN"]
-
-
-def clean_env(extra=None):
-    """The environment without LEDGERLAKE_* (`config check` applies the environment)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LEDGERLAKE_")}
-    env.update(extra or {})
-    return env
-
-
-def config_check(path, env=None):
-    run = subprocess.run([binary(), "config", "check", "--config", str(path)],
-                         capture_output=True, text=True, env=clean_env(env), timeout=60)
-    assert run.returncode == 0, (path, run.stdout, run.stderr)
-
-
-def config_show(path, env=None):
-    run = subprocess.run([binary(), "config", "show", "--config", str(path)],
-                         capture_output=True, text=True, env=clean_env(env), timeout=60)
-    assert run.returncode == 0, (path, run.stdout, run.stderr)
-    return tomllib.loads(run.stdout)
-
-
-def load_yaml_docs(path):
-    with open(path, encoding="utf-8") as f:
-        return [d for d in yaml.safe_load_all(f) if d is not None]
-
-
-def compose():
-    return load_yaml_docs(COMPOSE)[0]
-
-
-def interpolate(value):
-    """Compose's variable interpolation with nothing set: `${V:-default}` is the default,
-    `${V}` empty, `$$` a literal `$`."""
-    value = re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}",
-                   lambda m: m.group(2) or "", value)
-    return value.replace("$$", "$")
-
-
-def compose_env(service):
-    env = service.get("environment") or {}
-    if isinstance(env, list):
-        env = dict(e.split("=", 1) for e in env)
-    return {k: interpolate(str(v)) for k, v in env.items()}
-
-
-def rendered(path=RENDERED):
-    """[(source template, document)] of the rendered chart, in order."""
-    text = path.read_text(encoding="utf-8")
-    out = []
-    for chunk in re.split(r"(?m)^---\n(?=# Source: )", text)[1:]:
-        first, _, rest = chunk.partition("\n")
-        assert first.startswith("# Source: ledgerlake/templates/"), first
-        out.append((first.removeprefix("# Source: ledgerlake/"), rest))
-    return out
-
-
-def rendered_docs(path=RENDERED):
-    return [yaml.safe_load(body) for _, body in rendered(path)]
-
-
-def values():
-    return load_yaml_docs(CHART / "values.yaml")[0]
-
-
-def dockerfile_instructions():
-    """[(INSTRUCTION, arguments)] with line continuations joined and comments dropped."""
-    lines, cur = [], ""
-    for raw in (DEPLOY / "Dockerfile").read_text().splitlines():
-        if not cur and (raw.strip().startswith("#") or not raw.strip()):
-            continue
-        if raw.rstrip().endswith("\\"):
-            cur += raw.rstrip()[:-1] + " "
-            continue
-        cur += raw
-        word, _, args = cur.strip().partition(" ")
-        lines.append((word.upper(), args.strip()))
-        cur = ""
-    return lines
 
 
 # --- YAML, compose -------------------------------------------------------------------------
@@ -427,51 +321,6 @@ def test_rendered_manifests_pass_the_kubernetes_schemas():
         sts["spec"]["template"]["metadata"]["labels"].items()
 
 
-def template_literal_lines(path, vals):
-    """The lines of a template that are plain text (no action) and that default values render:
-    blocks of `{{- with .Values.x }}` / `{{- if .Values.x }}` are kept when x is truthy, and of
-    `{{- if not .Values.x }}` when it is not."""
-    stack, out = [], []
-    for line in path.read_text().splitlines():
-        s = line.strip()
-        m = re.fullmatch(r"\{\{-? (with|if|if not) \.Values\.([A-Za-z0-9_.]+) -?\}\}", s)
-        if m:
-            v = vals
-            for part in m.group(2).split("."):
-                v = (v or {}).get(part)
-            stack.append(bool(v) != (m.group(1) == "if not"))
-            continue
-        if re.fullmatch(r"\{\{-? end -?\}\}", s):
-            stack.pop()
-            continue
-        assert not re.search(r"\{\{-? ?(if|with|range|else)\b", s), f"{path}: {s}"
-        if "{{" in s or not s or s == "---" or not all(stack):
-            continue
-        out.append(line)
-    assert not stack, path
-    return out
-
-
-def assert_plain_lines_rendered(path, vals):
-    """Every template's plain lines that `vals` render are in rendered file `path`, in order."""
-    parts = rendered(path)
-    templates = sorted(p for p in (CHART / "templates").glob("*.yaml"))
-    # A template renders unless all of it is in a block `vals` leave out (helm then prints
-    # nothing of it).
-    expected = {p: template_literal_lines(p, vals) for p in templates}
-    assert sorted({src for src, _ in parts}) == \
-        sorted(f"templates/{p.name}" for p, lines in expected.items() if lines)
-    for template in templates:
-        body = "\n".join(b for src, b in parts if src == f"templates/{template.name}")
-        body = body.splitlines()
-        i = 0
-        for line in expected[template]:
-            while i < len(body) and body[i] != line:
-                i += 1
-            assert i < len(body), f"{template.name}: {line!r} missing or out of order in {path}"
-            i += 1
-
-
 def test_rendered_manifests_are_what_the_chart_renders_with_default_values():
     """No helm binary here: deploy/helm/rendered/ledgerlake.yaml is written by hand. It must
     hold every template's plain lines in order, and the values' figures where templates put
@@ -535,241 +384,6 @@ def test_rendered_manifests_are_what_the_chart_renders_with_default_values():
     # One node: no bookie listener, no cluster (test_cluster_manifests_… covers that mode).
     assert not vals["cluster"]["enabled"] and "bookie" not in {p["name"] for p in c["ports"]}
     assert "bookie" not in {p["name"] for p in headless["spec"]["ports"]}
-
-
-def test_cluster_manifests_make_each_pod_a_node_of_one_cluster():
-    """The chart with cluster.enabled (RENDERED_CLUSTER): `replicas` pods, each advertising its
-    own pod DNS name (its node id) for Pulsar and its bookie listener, on the one etcd; what
-    Kubernetes gives each pod goes through the config loader."""
-    vals = values()
-    vals["cluster"] = dict(vals["cluster"], **CLUSTER_VALUES)
-    text = CHART_CLUSTER_CONFIG.read_text(encoding="utf-8")
-    vals["config"] = text
-    assert_plain_lines_rendered(RENDERED_CLUSTER, vals)
-    docs = rendered_docs(RENDERED_CLUSTER)
-    for doc in docs:
-        if doc["kind"] != "ServiceMonitor":
-            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
-    # `helm template`'s order: by kind, then by template file (etcd.yaml first).
-    etcd_pdb, pdb, cm, etcd_svc, svc, headless, etcd_sts, sts, sm = docs
-    assert [d["kind"] for d in docs] == ["PodDisruptionBudget"] * 2 + ["ConfigMap"] + \
-        ["Service"] * 3 + ["StatefulSet"] * 2 + ["ServiceMonitor"]
-    assert [d["metadata"]["name"] for d in (etcd_pdb, etcd_svc, etcd_sts)] == \
-        ["ledgerlake-etcd"] * 3
-    # One node at a time may be stopped voluntarily, and the nodes spread over hosts.
-    assert pdb["kind"] == "PodDisruptionBudget"
-    assert pdb["spec"]["maxUnavailable"] == vals["cluster"]["maxUnavailable"] == 1
-    assert pdb["spec"]["selector"] == sts["spec"]["selector"]
-    assert vals["cluster"]["antiAffinity"] == "soft" and not vals["affinity"]
-    (term,) = sts["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"][
-        "preferredDuringSchedulingIgnoredDuringExecution"]
-    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
-    assert term["podAffinityTerm"]["labelSelector"] == sts["spec"]["selector"]
-    # The cluster's config (one lake every node reaches), as the ConfigMap and its checksum.
-    assert cm["data"]["ledgerlake.toml"] == text
-    assert sts["spec"]["template"]["metadata"]["annotations"]["checksum/config"] == \
-        hashlib.sha256(text.encode()).hexdigest()
-    shared = config_show(CHART_CLUSTER_CONFIG)["lake"]
-    assert shared["warehouse"].startswith("s3://"), shared
-    assert shared["catalog"]["uri"].startswith("postgres://"), shared
-    assert sts["spec"]["replicas"] == CLUSTER_VALUES["replicas"]
-    assert sts["spec"]["serviceName"] == headless["metadata"]["name"]
-    assert headless["spec"]["publishNotReadyAddresses"] is True
-    c = sts["spec"]["template"]["spec"]["containers"][0]
-    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    assert {p["name"]: (p["port"], p["targetPort"]) for p in headless["spec"]["ports"]}[
-        "bookie"] == (3181, "bookie") and ports["bookie"] == 3181
-    assert "bookie" not in {p["name"] for p in svc["spec"]["ports"]}  # nodes only
-    etcd_url = check_chart_etcd(vals, (etcd_pdb, etcd_svc, etcd_sts), (svc, headless, sts))
-    # The nodes' ServiceMonitor scrapes the node Service only (not etcd's).
-    sm_labels = sm["spec"]["selector"]["matchLabels"]
-    assert sm_labels.items() <= svc["metadata"]["labels"].items()
-    assert not sm_labels.items() <= etcd_svc["metadata"]["labels"].items()
-    # Kubernetes expands $(VAR) from the variables defined before it, in order.
-    env, pod_name = [], None
-    for e in c["env"]:
-        if "valueFrom" in e:
-            assert e["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}, e
-            pod_name = e["name"]
-            continue
-        for ref in re.findall(r"\$\((\w+)\)", e["value"]):
-            assert ref == pod_name, (e, "refers to a variable not defined before it")
-        env.append((e["name"], e["value"]))
-    assert pod_name == "POD_NAME" and all(k.startswith("LEDGERLAKE_") for k, _ in env), env
-    ids = set()
-    for i in range(CLUSTER_VALUES["replicas"]):
-        pod = f"{sts['metadata']['name']}-{i}"
-        pod_env = {k: v.replace("$(POD_NAME)", pod) for k, v in env}
-        config_check(CHART_CLUSTER_CONFIG, pod_env)
-        cfg = config_show(CHART_CLUSTER_CONFIG, pod_env)
-        host = f"{pod}.{headless['metadata']['name']}.default.svc"
-        assert cfg["metadata"]["url"] == etcd_url
-        assert cfg["broker"]["advertised_address"] == f"{host}:{ports['pulsar']}"
-        server = cfg["server"]
-        assert server["bookie_addr"] == f"0.0.0.0:{ports['bookie']}"
-        listener = server["bookie_listener_name"]
-        assert server["bookie_advertised_listeners"] == {listener: f"{host}:{ports['bookie']}"}
-        # A node's id: its advertised host and its HTTP port.
-        ids.add(f"{host}:{server['http_addr'].rsplit(':', 1)[1]}")
-    assert len(ids) == CLUSTER_VALUES["replicas"], ids
-
-
-def check_chart_etcd(vals, etcd_docs, node_docs):
-    """The chart's etcd (no cluster.metadataUrl given): cluster.etcd.replicas members in a
-    StatefulSet of their own, each named after its pod and listing every member's pod DNS name
-    as its initial cluster; neither its selectors nor the nodes' select the other's pods.
-    Returns the metadata URL the nodes get: every member's client address."""
-    etcd = vals["cluster"]["etcd"]
-    pdb, svc, sts = etcd_docs
-    name, replicas = sts["metadata"]["name"], etcd["replicas"]
-    assert sts["spec"]["replicas"] == replicas == 3
-    assert sts["spec"]["serviceName"] == svc["metadata"]["name"] == name
-    assert sts["spec"]["podManagementPolicy"] == "Parallel"
-    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
-    labels = sts["spec"]["template"]["metadata"]["labels"]
-    for selector in (svc["spec"]["selector"], sts["spec"]["selector"]["matchLabels"],
-                     pdb["spec"]["selector"]["matchLabels"]):
-        assert selector.items() <= labels.items()
-    node_svc, node_headless, node_sts = node_docs
-    node_labels = node_sts["spec"]["template"]["metadata"]["labels"]
-    for selector in (node_svc["spec"]["selector"], node_headless["spec"]["selector"]):
-        assert not selector.items() <= labels.items(), "a node Service selects etcd's pods"
-    assert not svc["spec"]["selector"].items() <= node_labels.items()
-    assert pdb["spec"]["maxUnavailable"] == 1, "a majority of 3 stays up"
-    pod = sts["spec"]["template"]["spec"]
-    (c,) = pod["containers"]
-    assert c["image"] == etcd["image"] == compose_etcd_image()
-    assert c["resources"] == etcd["resources"]
-    assert pod["securityContext"] == vals["podSecurityContext"]
-    assert c["securityContext"] == vals["securityContext"]
-    assert c["env"] == [{"name": "POD_NAME",
-                         "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
-    flags = dict(f.removeprefix("--").split("=", 1) for f in c["command"][1:])
-    assert c["command"][0] == "etcd"
-    hosts = [f"{name}-{i}.{name}.default.svc" for i in range(replicas)]
-    assert flags["name"] == "$(POD_NAME)"
-    assert flags["initial-cluster"] == ",".join(
-        f"{name}-{i}=http://{h}:2380" for i, h in enumerate(hosts))
-    assert flags["initial-advertise-peer-urls"] == f"http://$(POD_NAME).{name}.default.svc:2380"
-    assert flags["advertise-client-urls"] == f"http://$(POD_NAME).{name}.default.svc:2379"
-    assert flags["initial-cluster-state"] == "new"
-    assert (flags["auto-compaction-mode"], flags["auto-compaction-retention"]) == \
-        ("periodic", "1h"), "history is dropped, or the database fills its quota"
-    mount = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}["data"]
-    assert flags["data-dir"].startswith(mount + "/")
-    pvc = sts["spec"]["volumeClaimTemplates"][0]
-    assert pvc["metadata"]["name"] == "data"
-    assert pvc["spec"]["resources"]["requests"]["storage"] == etcd["storage"]
-    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    assert ports == {"client": 2379, "peer": 2380, "metrics": 2381}
-    assert flags["listen-metrics-urls"].endswith(":2381")
-    assert c["readinessProbe"]["httpGet"] == {"path": "/health", "port": "metrics"}
-    assert {p["name"]: p["targetPort"] for p in svc["spec"]["ports"]} == \
-        {"client": "client", "peer": "peer"}
-    return "etcd://" + ",".join(f"{h}:2379" for h in hosts)
-
-
-def compose_etcd_image():
-    return load_yaml_docs(COMPOSE_CLUSTER)[0]["services"]["etcd"]["image"]
-
-
-def test_the_charts_etcd_members_form_one_cluster_that_a_node_uses(make_service, tmp_path):
-    """The chart's etcd flags, run by the etcd the tests use: the rendered StatefulSet's three
-    members, each given its pod's name, on 127.0.0.1 (each member DNS name and 0.0.0.0 listener
-    mapped to a free loopback port, nothing else changed) form one cluster. A node given the
-    rendered metadata URL, mapped the same way, joins it. It keeps serving new topics, and its
-    session (the default lease of 10 s) lives on, while each member in turn hangs (SIGSTOP)
-    and after one is killed."""
-    docs = rendered_docs(RENDERED_CLUSTER)
-    sts = next(d for d in docs if d["kind"] == "StatefulSet"
-               and d["metadata"]["name"].endswith("-etcd"))
-    name, replicas = sts["metadata"]["name"], sts["spec"]["replicas"]
-    command = sts["spec"]["template"]["spec"]["containers"][0]["command"]
-    pods = [f"{name}-{i}" for i in range(replicas)]
-    ports = {p: {n: _free_port() for n in (2379, 2380, 2381)} for p in pods}
-
-    def mapped(text, pod=None):
-        for other, theirs in ports.items():
-            for port in (2379, 2380):
-                text = text.replace(f"{other}.{name}.default.svc:{port}",
-                                    f"127.0.0.1:{theirs[port]}")
-        if pod is not None:
-            for port, mine in ports[pod].items():
-                text = text.replace(f"0.0.0.0:{port}", f"127.0.0.1:{mine}")
-        return text
-
-    procs = []
-    try:
-        for pod in pods:
-            args = [mapped(a.replace("$(POD_NAME)", pod), pod) for a in command[1:]]
-            args = [a.replace("/var/lib/etcd/", f"{tmp_path}/{pod}/") for a in args]
-            assert not any("0.0.0.0" in a or ".svc" in a for a in args), args
-            procs.append(subprocess.Popen([shutil.which("etcd")] + args,
-                                          stdout=subprocess.DEVNULL,
-                                          stderr=open(tmp_path / f"{pod}.log", "ab")))
-
-        def healthy():
-            for pod in pods:
-                url = f"http://127.0.0.1:{ports[pod][2381]}/health"
-                try:
-                    with urllib.request.urlopen(url, timeout=5) as r:
-                        assert json.load(r)["health"] == "true"
-                except OSError as e:
-                    raise AssertionError(f"{pod}: {e}") from e
-        eventually(healthy, timeout=60, interval=0.5)
-        first = f"http://127.0.0.1:{ports[pods[0]][2379]}"
-        req = urllib.request.Request(f"{first}/v3/cluster/member/list", data=b"{}")
-        with urllib.request.urlopen(req, timeout=5) as r:
-            members = json.load(r)["members"]
-        assert sorted(m["name"] for m in members) == pods
-
-        node_url = next(e["value"] for e in
-                        sts_of(docs, "ledgerlake")["spec"]["template"]["spec"]["containers"][0]["env"]
-                        if e["name"] == "LEDGERLAKE_METADATA__URL")
-        ttl = 10  # metadata.session_ttl's default
-        node = make_service(args=["--metadata-url", mapped(node_url) + "/chart",
-                                  "--bookie-addr", f"127.0.0.1:{_free_port()}"])
-        node.start()
-        client = pulsar.Client(node.url, operation_timeout_seconds=30)
-
-        def serves(topic):
-            """A new topic (new metadata) takes a message, and the node's session outlives a
-            lifetime of its lease (three renewals, by the members that answer)."""
-            producer = client.create_producer(f"persistent://public/default/{topic}")
-            producer.send(b"one")
-            time.sleep(ttl)
-            producer.send(b"two")
-            log = open(node.log_path, errors="replace").read()
-            assert "coordination session lost" not in log
-
-        try:
-            serves("chart-etcd-0")
-            # Each member hangs in turn (whichever holds the node's lease stream or watches).
-            for i, pod in enumerate(pods):
-                os.kill(procs[i].pid, signal.SIGSTOP)
-                try:
-                    serves(f"chart-etcd-stopped-{i}")
-                finally:
-                    os.kill(procs[i].pid, signal.SIGCONT)
-                eventually(healthy, timeout=30, interval=0.5)
-            # A member of three lost: the other two are a majority, and the node goes on.
-            procs[0].kill()
-            procs[0].wait()
-            serves("chart-etcd-killed")
-            log = open(node.log_path, errors="replace").read()
-            assert "does not answer; requests go to the others" in log
-            assert "answers again; requests go to it" in log
-        finally:
-            client.close()
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-
-
-def sts_of(docs, name):
-    return next(d for d in docs if d["kind"] == "StatefulSet" and d["metadata"]["name"] == name)
 
 
 # --- alert rules and dashboard -------------------------------------------------------------
