@@ -165,8 +165,7 @@ def test_the_charts_etcd_members_form_one_cluster_that_a_node_uses(make_service,
     session (the default lease of 10 s) lives on, while each member in turn hangs (SIGSTOP)
     and after one is killed."""
     docs = rendered_docs(RENDERED_CLUSTER)
-    sts = next(d for d in docs if d["kind"] == "StatefulSet"
-               and d["metadata"]["name"].endswith("-etcd"))
+    sts = sts_of(docs, "ledgerlake-etcd")
     name, replicas = sts["metadata"]["name"], sts["spec"]["replicas"]
     command = sts["spec"]["template"]["spec"]["containers"][0]["command"]
     pods = [f"{name}-{i}" for i in range(replicas)]

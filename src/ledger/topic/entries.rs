@@ -221,13 +221,26 @@ impl TopicLog {
         if self.foreign(ledger).is_some() {
             return self.read_foreign(ledger, first, last).await;
         }
-        let located = match self
-            .or_moved(ledger, self.locate(ledger, first, last).await)
-            .await
-        {
-            Ok(located) => located,
-            Err(e) => return self.or_foreign(ledger, (first, last), e).await,
-        };
+        let local = self.read_local(ledger, first, last, cached).await;
+        match self.or_moved(ledger, local).await {
+            // The view learnt that the bookies holding the ledger are elsewhere now.
+            Err(_) if self.foreign(ledger).is_some() => {
+                self.read_foreign(ledger, first, last).await
+            }
+            read => read,
+        }
+    }
+
+    /// [`TopicLog::read_range`] of a ledger this log holds whole: from the tail cache when
+    /// `cached` and it holds the whole range, otherwise from the segments.
+    async fn read_local(
+        &self,
+        ledger: LedgerId,
+        first: u64,
+        last: u64,
+        cached: bool,
+    ) -> Result<Vec<Entry>, ReadError> {
+        let located = self.locate(ledger, first, last).await?;
         // Fault tests: the disk under this topic's entries fails (before the cache, so that
         // every read sees it).
         if let Err(source) = crate::failpoint::io_error_at("ledger.read", self.name()) {
@@ -253,25 +266,6 @@ impl TopicLog {
                 return Ok(entries);
             }
         }
-        let read = read_located(&self.inner.shared, ledger, first, located).await;
-        match self.or_moved(ledger, read).await {
-            Err(e) => self.or_foreign(ledger, (first, last), e).await,
-            read => read,
-        }
-    }
-
-    /// After a local read of `ledger` failed with `e`: its entries `first..=last` from the
-    /// bookies that hold it when the view learnt meanwhile that they are elsewhere
-    /// ([`TopicLog::or_moved`]), `e` otherwise.
-    async fn or_foreign(
-        &self,
-        ledger: LedgerId,
-        (first, last): (u64, u64),
-        e: ReadError,
-    ) -> Result<Vec<Entry>, ReadError> {
-        if self.foreign(ledger).is_some() {
-            return self.read_foreign(ledger, first, last).await;
-        }
-        Err(e)
+        read_located(&self.inner.shared, ledger, first, located).await
     }
 }
